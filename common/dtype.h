@@ -1,0 +1,43 @@
+// Storage dtypes and conversions. Compute is always fp32; bf16/fp16 are storage formats
+// for working parameters and gradients (mixed precision, DESIGN.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace zt {
+
+enum class DType { kF32, kBF16, kF16 };
+
+// Bytes per element: 4, 2, 2.
+constexpr size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+std::string_view dtype_name(DType t);
+// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; error names the accepted spellings.
+absl::StatusOr<DType> parse_dtype(std::string_view s);
+
+// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), as PyTorch's .to(torch.bfloat16).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// IEEE half conversions (round-to-nearest-even; overflow -> inf), as numpy's float16.
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+
+// Converts n elements between storage formats; `src`/`dst` point at n elements of their dtype.
+void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n);
+
+}  // namespace zt

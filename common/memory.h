@@ -1,0 +1,44 @@
+// Memory accounting: every allocation names a category, so a run can report measured bytes
+// per category (current and peak) per rank. DESIGN.md "Backend".
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string_view>
+
+namespace zt {
+
+enum class MemCategory {
+  kParams,       // working parameters (fp32/bf16/fp16)
+  kGrads,        // stored gradients
+  kOptimizer,    // fp32 master weights and Adam moments (K = 12 bytes/param)
+  kActivations,  // forward activations kept for backward, and their gradients
+  kCommBuffers,  // communication buckets
+  kWorkspace,    // scratch (gathered parameters, gradient scratch, logits chunks)
+  kPinnedHost,   // host staging for offload
+  kNvme,         // bytes on NVMe (accounted, not allocated in RAM)
+  kCount
+};
+inline constexpr size_t kNumMemCategories = static_cast<size_t>(MemCategory::kCount);
+std::string_view mem_category_name(MemCategory c);
+
+// Current and peak bytes per category; one tracker per device (host or GPU) per rank.
+// Thread-safe: offload threads allocate too.
+class MemoryTracker {
+ public:
+  void on_alloc(MemCategory c, size_t bytes);
+  void on_free(MemCategory c, size_t bytes);
+  size_t current(MemCategory c) const { return current_[idx(c)].load(); }
+  size_t peak(MemCategory c) const { return peak_[idx(c)].load(); }
+  size_t current_total() const { return total_.load(); }
+  size_t peak_total() const { return peak_total_.load(); }
+
+ private:
+  static size_t idx(MemCategory c) { return static_cast<size_t>(c); }
+  std::array<std::atomic<size_t>, kNumMemCategories> current_{};
+  std::array<std::atomic<size_t>, kNumMemCategories> peak_{};
+  std::atomic<size_t> total_{0}, peak_total_{0};
+};
+
+}  // namespace zt

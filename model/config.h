@@ -1,0 +1,45 @@
+// Transformer configuration: one struct covers GPT-2 and LLaMA (DESIGN.md "Transformer").
+// Presets from REFERENCES.md "Models"; Hugging Face config.json in.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace zt {
+
+enum class Arch { kGPT2, kLLaMA };
+
+struct ModelConfig {
+  Arch arch = Arch::kLLaMA;
+  int vocab_size = 0;        // V
+  int max_seq_len = 0;       // maximum T (GPT-2: learned positions)
+  int n_layer = 0;           // L
+  int n_head = 0;            // query heads
+  int n_kv_head = 0;         // key/value heads (GQA when < n_head)
+  int hidden = 0;            // C
+  int intermediate = 0;      // MLP width (GPT-2: 4C)
+  float norm_eps = 1e-5f;    // LayerNorm / RMSNorm epsilon
+  float rope_theta = 1e4f;   // LLaMA only
+  bool tied_embeddings = false;  // lm_head shares wte (GPT-2)
+
+  int head_dim() const { return hidden / n_head; }
+  // Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_dim.
+  int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
+  bool is_gpt2() const { return arch == Arch::kGPT2; }
+};
+
+// Names accepted by --model, in the order `zerotrain info` lists them.
+std::vector<std::string> preset_names();
+// Preset by name (gpt2-124m/350m/774m/1558m, tinyllama-1.1b, llama-7b, llama2-7b, and the
+// small test/demo sizes tiny-gpt2, tiny-llama, shakespeare-llama). Unknown name -> error
+// listing the presets.
+absl::StatusOr<ModelConfig> preset(std::string_view name);
+// Parses a Hugging Face config.json (model_type "gpt2" or "llama").
+absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std::string_view where);
+// Checks internal consistency (heads divide hidden, kv heads divide heads, ...).
+absl::Status validate(const ModelConfig& c);
+
+}  // namespace zt
