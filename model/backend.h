@@ -1,0 +1,144 @@
+// The backend interface: memory on one device (host or a CUDA GPU) and the kernels the
+// transformer needs. Model, ZeRO and offload code never dereference a device pointer on the
+// host; they call these operations (DESIGN.md "Backend"). Every kernel computes in fp32.
+// Tensor arguments are device pointers to row-major fp32 arrays; shapes are in the comments.
+// Backward kernels ACCUMULATE into parameter gradients (+=) and, unless stated, into input
+// gradients too, so gradient accumulation and tied weights need no extra pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "common/dtype.h"
+#include "common/memory.h"
+
+namespace zt {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory (bytes; every allocation is accounted under a category) ----
+  virtual void* alloc(size_t bytes, MemCategory c) = 0;
+  virtual void free(void* p, size_t bytes, MemCategory c) = 0;
+  virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
+  virtual void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy(void* dev_dst, const void* dev_src, size_t bytes) = 0;
+  virtual void zero(void* dev, size_t bytes) = 0;
+  // Converts n elements between storage dtypes, both on the device.
+  virtual void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) = 0;
+  virtual void synchronize() = 0;
+  MemoryTracker& tracker() { return tracker_; }
+
+  // ---- kernels ----
+  // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) = 0;
+  // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
+  // dinp and dbias may be null.
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on device.
+  virtual void embedding_forward(float* out, const int* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  // dwte[tokens] += dout; dwpe[t] += dout (when dwpe is not null).
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                  int B, int T, int C) = 0;
+  // LayerNorm (Ba et al.): y = (x - mean) * rstd * w + b per row; saves mean, rstd (N).
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* w, const float* b, int N, int C, float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                  const float* inp, const float* w, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+  // RMSNorm (Zhang & Sennrich): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N).
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                               int C, float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                const float* w, const float* rstd, int N, int C) = 0;
+  // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
+  // rotate_half pairing (i, i+hd/2), angle t * theta^(-2i/hd). inverse=true rotates by -angle,
+  // which is the backward (a rotation's transpose is its inverse).
+  virtual void rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
+                    bool inverse) = 0;
+  // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
+  // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
+  // att (B,NH,T,T) saves the softmax probabilities for backward.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+                                 int KVH, int hd) = 0;
+  // dqkv (B,T,...) += gradient; datt (B,NH,T,T) is scratch.
+  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int NH, int KVH, int hd) = 0;
+  // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  // dinp (n) = (overwrites) dout * gelu'(inp).
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  // SwiGLU: out (N,I) = silu(inp[:, :I]) * inp[:, I:], inp (N,2I) = [gate | up].
+  virtual void swiglu_forward(float* out, const float* inp, int N, int I) = 0;
+  // dinp (N,2I) = (overwrites) the gradient w.r.t. [gate | up].
+  virtual void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) = 0;
+  // y (n) += x (n).
+  virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  // Fused softmax cross-entropy over logits (N,V) with targets (N) (ignore_index < 0 counts no
+  // loss and no gradient). losses (N) gets -log p[target] (0 for ignored). When dlogits_scale
+  // != 0, logits are overwritten by their gradient: (softmax - onehot) * dlogits_scale.
+  virtual void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
+                                             int N, int V, float dlogits_scale) = 0;
+  // AdamW (Loshchilov & Hutter, Alg. 2) on n fp32 elements, step t >= 1:
+  //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  //   m^ = m/(1-b1^t), v^ = v/(1-b2^t) (when bias_correction);
+  //   p -= lr * (m^/(sqrt(v^)+eps) + wd p)   (adam_w_mode: decoupled decay),
+  //   or g += wd p before the moments (adam_w_mode false: L2, DeepSpeed's "Adam").
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int t, float grad_scale, bool adam_w_mode, bool bias_correction) = 0;
+  // Sum of squares of n fp32 elements, accumulated in double; result on the host.
+  virtual double sum_squares(const float* x, size_t n) = 0;
+  // x (n) *= s.
+  virtual void scale(float* x, float s, size_t n) = 0;
+
+ protected:
+  MemoryTracker tracker_;
+};
+
+// The CPU backend ("device" memory is ordinary host memory, accounted separately from the
+// host staging pools offload uses). threads <= 0 keeps OpenMP's default.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+// A device buffer owned by RAII: freed through its backend, accounted under its category.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* be, size_t bytes, MemCategory c)
+      : be_(be), bytes_(bytes), cat_(c), ptr_(bytes ? be->alloc(bytes, c) : nullptr) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_, bytes_ = o.bytes_, cat_ = o.cat_, ptr_ = o.ptr_;
+      o.ptr_ = nullptr, o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void reset() {
+    if (ptr_) be_->free(ptr_, bytes_, cat_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data() const { return ptr_; }
+  float* f32() const { return static_cast<float*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory cat_ = MemCategory::kWorkspace;
+  void* ptr_ = nullptr;
+};
+
+}  // namespace zt

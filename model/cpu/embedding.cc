@@ -1,0 +1,30 @@
+// Token (and GPT-2 learned position) embeddings: out[b,t] = wte[tok[b,t]] + wpe[t].
+#include "model/cpu/cpu_backend.h"
+
+namespace zt {
+
+void CpuBackend::embedding_forward(float* out, const int* tokens, const float* wte,
+                                   const float* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const float* e = wte + (size_t)tokens[bt] * C;
+    const float* p = wpe ? wpe + (size_t)(bt % T) * C : nullptr;
+    float* o = out + (size_t)bt * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + (p ? p[c] : 0.f);
+  }
+}
+
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int* tokens, int B, int T, int C) {
+  // Scatter-add: repeated tokens collide, so parallelise over channels instead of rows.
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    for (int bt = 0; bt < B * T; ++bt) {
+      const float g = dout[(size_t)bt * C + c];
+      dwte[(size_t)tokens[bt] * C + c] += g;
+      if (dwpe) dwpe[(size_t)(bt % T) * C + c] += g;
+    }
+  }
+}
+
+}  // namespace zt

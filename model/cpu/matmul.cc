@@ -1,0 +1,39 @@
+// Linear layer via BLAS: out = inp @ W^T + b, W stored (OC, C) as nn.Linear.
+#include <cblas.h>
+
+#include "model/cpu/cpu_backend.h"
+
+namespace zt {
+
+void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight,
+                                const float* bias, int N, int C, int OC) {
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.f, inp, C, weight, C, 0.f, out,
+              OC);
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) out[(size_t)n * OC + o] += bias[o];
+  }
+}
+
+void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int N, int C, int OC) {
+  // dinp (N,C) += dout (N,OC) @ weight (OC,C)
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C,
+                1.f, dinp, C);
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
+              dweight, C);
+  if (dbias) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; ++o) {
+      float s = 0.f;
+      for (int n = 0; n < N; ++n) s += dout[(size_t)n * OC + o];
+      dbias[o] += s;
+    }
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,55 @@
+// RMSNorm over the last dim C, per row n (LLaMA):
+//   rstd = 1/sqrt(sum x^2 / C + eps), y = x rstd w.
+// Backward: dxhat = dy w; dx = rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd;
+//   dw += sum_n dy xhat.
+#include <cmath>
+#include <vector>
+
+#include <omp.h>
+
+#include "model/cpu/cpu_backend.h"
+
+namespace zt {
+
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                                 int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + (size_t)n * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; ++c) ss += (double)x[c] * x[c];
+    const float s = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+    float* y = out + (size_t)n * C;
+    for (int c = 0; c < C; ++c) y[c] = x[c] * s * w[c];
+    rstd[n] = s;
+  }
+}
+
+void CpuBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                  const float* w, const float* rstd, int N, int C) {
+  const int nt = omp_get_max_threads();
+  std::vector<float> part((size_t)nt * C, 0.f);
+#pragma omp parallel
+  {
+    float* pdw = part.data() + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + (size_t)n * C;
+      const float* dy = dout + (size_t)n * C;
+      float* dx = dinp + (size_t)n * C;
+      const float s = rstd[n];
+      float mean_dxhat_xhat = 0.f;
+      for (int c = 0; c < C; ++c) mean_dxhat_xhat += dy[c] * w[c] * x[c] * s;
+      mean_dxhat_xhat /= C;
+      for (int c = 0; c < C; ++c) {
+        const float xhat = x[c] * s;
+        pdw[c] += dy[c] * xhat;
+        dx[c] += s * (dy[c] * w[c] - xhat * mean_dxhat_xhat);
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t)
+    for (int c = 0; c < C; ++c) dw[c] += part[(size_t)t * C + c];
+}
+
+}  // namespace zt

@@ -1,0 +1,58 @@
+#include "model/layout.h"
+
+namespace zt {
+
+const TensorSlot* Unit::find(const std::string& tensor) const {
+  for (const auto& t : tensors)
+    if (t.name == tensor) return &t;
+  return nullptr;
+}
+
+static void add(Unit& u, std::string name, std::vector<int64_t> shape) {
+  TensorSlot s;
+  s.name = std::move(name);
+  s.shape = std::move(shape);
+  s.numel = 1;
+  for (int64_t d : s.shape) s.numel *= static_cast<size_t>(d);
+  s.offset = u.numel;
+  u.numel += s.numel;
+  u.tensors.push_back(std::move(s));
+}
+
+ParamLayout::ParamLayout(const ModelConfig& c) {
+  const int64_t C = c.hidden, I = c.intermediate, V = c.vocab_size;
+  const bool gpt2 = c.is_gpt2();
+  Unit emb{"embedding", {}, 0};
+  add(emb, "wte", {V, C});
+  if (gpt2) add(emb, "wpe", {c.max_seq_len, C});
+  units_.push_back(std::move(emb));
+  for (int l = 0; l < c.n_layer; ++l) {
+    Unit b{"block." + std::to_string(l), {}, 0};
+    add(b, "ln1.w", {C});
+    if (gpt2) add(b, "ln1.b", {C});
+    add(b, "qkv.w", {c.qkv_dim(), C});
+    if (gpt2) add(b, "qkv.b", {c.qkv_dim()});
+    add(b, "attn_out.w", {C, C});
+    if (gpt2) add(b, "attn_out.b", {C});
+    add(b, "ln2.w", {C});
+    if (gpt2) add(b, "ln2.b", {C});
+    add(b, "fc.w", {gpt2 ? I : 2 * I, C});
+    if (gpt2) add(b, "fc.b", {I});
+    add(b, "fc_out.w", {C, I});
+    if (gpt2) add(b, "fc_out.b", {C});
+    units_.push_back(std::move(b));
+  }
+  Unit head{"head", {}, 0};
+  add(head, "lnf.w", {C});
+  if (gpt2) add(head, "lnf.b", {C});
+  if (!c.tied_embeddings) add(head, "lm_head.w", {V, C});
+  units_.push_back(std::move(head));
+}
+
+size_t ParamLayout::total_numel() const {
+  size_t n = 0;
+  for (const auto& u : units_) n += u.numel;
+  return n;
+}
+
+}  // namespace zt

@@ -1,0 +1,297 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/status.h"
+
+namespace zt {
+namespace {
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+size_t offset_of(const Unit& u, const char* name) {
+  const TensorSlot* s = u.find(name);
+  return s ? s->offset : kNone;
+}
+
+}  // namespace
+
+// Offsets (elements) of each tensor within its unit; kNone where the architecture has none.
+struct Offsets {
+  size_t wte, wpe;
+  size_t ln1w, ln1b, qkvw, qkvb, attw, attb, ln2w, ln2b, fcw, fcb, fcow, fcob;
+  size_t lnfw, lnfb, headw;
+};
+
+// Activations kept for backward, sized for (max_B, max_T); N = B*T rows.
+struct Transformer::Acts {
+  Offsets off;
+  DeviceBuffer tokens, targets;             // (N) int32
+  std::vector<DeviceBuffer> x;              // L+1 x (N,C): residual stream into each block
+  std::vector<DeviceBuffer> ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid_mid, ln2, ln2_mean,
+      ln2_rstd, fc, act;                    // per layer
+  DeviceBuffer lnf, lnf_mean, lnf_rstd;     // (N,C), (N), (N)
+  DeviceBuffer logits, losses;              // (chunk,V), (N)
+  DeviceBuffer dlnf;                        // (N,C) gradient into the final norm's output
+  DeviceBuffer dx, dresid, dln, datty, dqkv, dact, dfc;  // backward scratch
+  int chunk = 0;
+};
+
+static const float* at(const float* base, size_t off) {
+  return off == kNone ? nullptr : base + off;
+}
+static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
+
+Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T)
+    : config_(c), layout_(c), be_(be), max_B_(max_B), max_T_(max_T), a_(std::make_unique<Acts>()) {
+  ZT_CHECK(max_T <= c.max_seq_len || !c.is_gpt2());
+  const Unit& emb = layout_.units()[layout_.embedding_unit()];
+  const Unit& blk = layout_.units()[layout_.block_unit(0)];
+  const Unit& head = layout_.units()[layout_.head_unit()];
+  a_->off = {offset_of(emb, "wte"),      offset_of(emb, "wpe"),      offset_of(blk, "ln1.w"),
+             offset_of(blk, "ln1.b"),    offset_of(blk, "qkv.w"),    offset_of(blk, "qkv.b"),
+             offset_of(blk, "attn_out.w"), offset_of(blk, "attn_out.b"), offset_of(blk, "ln2.w"),
+             offset_of(blk, "ln2.b"),    offset_of(blk, "fc.w"),     offset_of(blk, "fc.b"),
+             offset_of(blk, "fc_out.w"), offset_of(blk, "fc_out.b"), offset_of(head, "lnf.w"),
+             offset_of(head, "lnf.b"),   offset_of(head, "lm_head.w")};
+  const size_t N = (size_t)max_B * max_T, C = c.hidden, L = c.n_layer;
+  const size_t fcw = c.is_gpt2() ? c.intermediate : 2 * c.intermediate;
+  const auto A = MemCategory::kActivations;
+  auto f32 = [&](size_t n) { return DeviceBuffer(be, n * sizeof(float), A); };
+  a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
+  a_->targets = DeviceBuffer(be, N * sizeof(int), A);
+  for (size_t l = 0; l <= L; ++l) a_->x.push_back(f32(N * C));
+  for (size_t l = 0; l < L; ++l) {
+    a_->ln1.push_back(f32(N * C));
+    a_->ln1_mean.push_back(f32(N));
+    a_->ln1_rstd.push_back(f32(N));
+    a_->qkv.push_back(f32(N * c.qkv_dim()));
+    a_->att.push_back(f32((size_t)max_B * c.n_head * max_T * max_T));
+    a_->atty.push_back(f32(N * C));
+    a_->resid_mid.push_back(f32(N * C));
+    a_->ln2.push_back(f32(N * C));
+    a_->ln2_mean.push_back(f32(N));
+    a_->ln2_rstd.push_back(f32(N));
+    a_->fc.push_back(f32(N * fcw));
+    a_->act.push_back(f32(N * c.intermediate));
+  }
+  a_->lnf = f32(N * C);
+  a_->lnf_mean = f32(N);
+  a_->lnf_rstd = f32(N);
+  // Classifier chunk: about 32 MiB of logits at a time, so a 32k vocabulary never needs (N,V).
+  a_->chunk = (int)std::clamp<size_t>((size_t{8} << 20) / c.vocab_size, 1, N);
+  a_->logits = f32((size_t)a_->chunk * c.vocab_size);
+  a_->losses = f32(N);
+  a_->dlnf = f32(N * C);
+  a_->dx = f32(N * C);
+  a_->dresid = f32(N * C);
+  a_->dln = f32(N * C);
+  a_->datty = f32(N * C);
+  a_->dqkv = f32(N * c.qkv_dim());
+  a_->dact = f32(N * c.intermediate);
+  a_->dfc = f32(N * fcw);
+}
+
+Transformer::~Transformer() = default;
+
+void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
+  ZT_CHECK(B <= max_B_ && T <= max_T_ && B > 0 && T > 0);
+  B_ = B, T_ = T;
+  be_->copy_to_device(a_->tokens.data(), tokens, sizeof(int) * B * T);
+  const int u = layout_.embedding_unit();
+  const float* p = e.fetch(u);
+  be_->embedding_forward(a_->x[0].f32(), static_cast<const int*>(a_->tokens.data()),
+                         at(p, a_->off.wte), at(p, a_->off.wpe), B, T, config_.hidden);
+  e.release(u);
+}
+
+void Transformer::block_forward(UnitEngine& e, int l) {
+  const ModelConfig& c = config_;
+  const Offsets& o = a_->off;
+  const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
+  const int u = layout_.block_unit(l);
+  const float* p = e.fetch(u);
+  const float* x = a_->x[l].f32();
+  float* ln1 = a_->ln1[l].f32();
+  if (c.is_gpt2())
+    be_->layernorm_forward(ln1, a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), x, p + o.ln1w,
+                           p + o.ln1b, N, C, c.norm_eps);
+  else
+    be_->rmsnorm_forward(ln1, a_->ln1_rstd[l].f32(), x, p + o.ln1w, N, C, c.norm_eps);
+  float* qkv = a_->qkv[l].f32();  // (N, QKV), q and k after RoPE
+  be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
+  if (!c.is_gpt2())
+    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false);
+  be_->attention_forward(a_->atty[l].f32(), a_->att[l].f32(), qkv, B_, T_, c.n_head,
+                         c.n_kv_head, c.head_dim());
+  float* mid = a_->resid_mid[l].f32();  // (N,C) = x + attn_out
+  be_->matmul_forward(mid, a_->atty[l].f32(), p + o.attw, at(p, o.attb), N, C, C);
+  be_->add_inplace(mid, x, (size_t)N * C);
+  float* ln2 = a_->ln2[l].f32();
+  if (c.is_gpt2())
+    be_->layernorm_forward(ln2, a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), mid, p + o.ln2w,
+                           p + o.ln2b, N, C, c.norm_eps);
+  else
+    be_->rmsnorm_forward(ln2, a_->ln2_rstd[l].f32(), mid, p + o.ln2w, N, C, c.norm_eps);
+  float* fc = a_->fc[l].f32();    // (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA
+  float* act = a_->act[l].f32();  // (N, I)
+  if (c.is_gpt2()) {
+    be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
+    be_->gelu_forward(act, fc, (size_t)N * I);
+  } else {
+    be_->matmul_forward(fc, ln2, p + o.fcw, nullptr, N, C, 2 * I);
+    be_->swiglu_forward(act, fc, N, I);
+  }
+  float* out = a_->x[l + 1].f32();
+  be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);
+  be_->add_inplace(out, mid, (size_t)N * C);
+  e.release(u);
+}
+
+double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, int rows,
+                         bool train, float dscale, float* logits_host) {
+  const ModelConfig& c = config_;
+  const Offsets& o = a_->off;
+  const int N = B_ * T_, C = c.hidden, V = c.vocab_size;
+  const int hu = layout_.head_unit(), eu = layout_.embedding_unit();
+  const float* ph = e.fetch(hu);
+  const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
+  const float* x = a_->x[c.n_layer].f32();
+  float* lnf = a_->lnf.f32();
+  if (c.is_gpt2())
+    be_->layernorm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw,
+                           ph + o.lnfb, N, C, c.norm_eps);
+  else
+    be_->rmsnorm_forward(lnf, a_->lnf_rstd.f32(), x, ph + o.lnfw, N, C, c.norm_eps);
+  float* gh = train ? e.grads(hu) : nullptr;
+  float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
+  if (train) be_->zero(a_->dlnf.data(), sizeof(float) * N * C);
+  if (targets_host) be_->copy_to_device(a_->targets.data(), targets_host, sizeof(int) * N);
+  double loss_sum = 0.0;
+  std::vector<float> losses(a_->chunk);
+  for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
+    const int nr = std::min(a_->chunk, rows_from + rows - r0);
+    float* logits = a_->logits.f32();  // (nr, V)
+    be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V);
+    if (logits_host) be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits,
+                                       sizeof(float) * nr * V);
+    if (!targets_host) continue;
+    be_->crossentropy_forward_backward(logits, a_->losses.f32() + r0,
+                                       static_cast<const int*>(a_->targets.data()) + r0, nr, V,
+                                       train ? dscale : 0.f);
+    be_->copy_to_host(losses.data(), a_->losses.f32() + r0, sizeof(float) * nr);
+    for (int i = 0; i < nr; ++i) loss_sum += losses[i];
+    if (train && dscale != 0.f)
+      be_->matmul_backward(a_->dlnf.f32() + (size_t)r0 * C, gw, nullptr, logits,
+                           lnf + (size_t)r0 * C, pw, nr, C, V);
+  }
+  if (train) {  // final norm backward: dx (N,C) = d(norm_f)/dx . dlnf
+    float* dx = a_->dx.f32();
+    be_->zero(dx, sizeof(float) * N * C);
+    if (c.is_gpt2())
+      be_->layernorm_backward(dx, gh + o.lnfw, gh + o.lnfb, a_->dlnf.f32(), x, ph + o.lnfw,
+                              a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N, C);
+    else
+      be_->rmsnorm_backward(dx, gh + o.lnfw, a_->dlnf.f32(), x, ph + o.lnfw, a_->lnf_rstd.f32(),
+                            N, C);
+    e.reduce_gradients(hu);
+  }
+  if (c.tied_embeddings) e.release(eu);
+  e.release(hu);
+  return loss_sum;
+}
+
+Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
+                                             int B, int T, float grad_scale) {
+  embed(e, tokens, B, T);
+  for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
+  LossResult r;
+  for (int i = 0; i < B * T; ++i) r.num_valid += targets[i] >= 0;
+  const float dscale = r.num_valid > 0 ? grad_scale / r.num_valid : 0.f;
+  // With no valid target the gradient is zero, but the head's backward still runs so every
+  // rank makes the same engine calls.
+  const double sum = head(e, targets, 0, B * T, grad_scale != 0.f, dscale, nullptr);
+  r.loss = r.num_valid > 0 ? sum / r.num_valid : 0.0;
+  return r;
+}
+
+void Transformer::block_backward(UnitEngine& e, int l) {
+  const ModelConfig& c = config_;
+  const Offsets& o = a_->off;
+  const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
+  const size_t NC = (size_t)N * C;
+  const int u = layout_.block_unit(l);
+  const float* p = e.fetch(u);
+  float* g = e.grads(u);
+  float* dx = a_->dx.f32();  // in: d x[l+1]; out: d x[l]
+  float* dresid = a_->dresid.f32();
+  // MLP: out = mid + act @ Wfco^T
+  float* dact = a_->dact.f32();
+  be_->zero(dact, sizeof(float) * N * I);
+  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, a_->act[l].f32(), p + o.fcow, N, I,
+                       C);
+  float* dfc = a_->dfc.f32();
+  if (c.is_gpt2())
+    be_->gelu_backward(dfc, a_->fc[l].f32(), dact, (size_t)N * I);
+  else
+    be_->swiglu_backward(dfc, dact, a_->fc[l].f32(), N, I);
+  float* dln = a_->dln.f32();
+  be_->zero(dln, sizeof(float) * NC);
+  be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, a_->ln2[l].f32(), p + o.fcw, N, C,
+                       c.is_gpt2() ? I : 2 * I);
+  be_->copy(dresid, dx, sizeof(float) * NC);  // residual path
+  const float* mid = a_->resid_mid[l].f32();
+  if (c.is_gpt2())
+    be_->layernorm_backward(dresid, g + o.ln2w, g + o.ln2b, dln, mid, p + o.ln2w,
+                            a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), N, C);
+  else
+    be_->rmsnorm_backward(dresid, g + o.ln2w, dln, mid, p + o.ln2w, a_->ln2_rstd[l].f32(), N, C);
+  // Attention: mid = x + atty @ Wo^T
+  float* datty = a_->datty.f32();
+  be_->zero(datty, sizeof(float) * NC);
+  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, a_->atty[l].f32(), p + o.attw,
+                       N, C, C);
+  float* dqkv = a_->dqkv.f32();
+  be_->zero(dqkv, sizeof(float) * N * QKV);
+  be_->attention_backward(dqkv, nullptr, datty, a_->qkv[l].f32(), a_->att[l].f32(), B_, T_,
+                          c.n_head, c.n_kv_head, c.head_dim());
+  if (!c.is_gpt2())
+    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true);
+  be_->zero(dln, sizeof(float) * NC);
+  be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, a_->ln1[l].f32(), p + o.qkvw, N, C,
+                       QKV);
+  be_->copy(dx, dresid, sizeof(float) * NC);
+  const float* x = a_->x[l].f32();
+  if (c.is_gpt2())
+    be_->layernorm_backward(dx, g + o.ln1w, g + o.ln1b, dln, x, p + o.ln1w,
+                            a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), N, C);
+  else
+    be_->rmsnorm_backward(dx, g + o.ln1w, dln, x, p + o.ln1w, a_->ln1_rstd[l].f32(), N, C);
+  e.reduce_gradients(u);
+  e.release(u);
+}
+
+void Transformer::backward(UnitEngine& e) {
+  for (int l = config_.n_layer - 1; l >= 0; --l) block_backward(e, l);
+  const int u = layout_.embedding_unit();
+  float* g = e.grads(u);
+  be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), a_->dx.f32(),
+                          static_cast<const int*>(a_->tokens.data()), B_, T_, config_.hidden);
+  e.reduce_gradients(u);
+}
+
+void Transformer::logits(UnitEngine& e, const int* tokens, int B, int T, float* out_host) {
+  embed(e, tokens, B, T);
+  for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
+  head(e, nullptr, 0, B * T, false, 0.f, out_host);
+}
+
+void Transformer::last_logits(UnitEngine& e, const int* tokens, int T, float* out_host) {
+  embed(e, tokens, 1, T);
+  for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
+  head(e, nullptr, T - 1, 1, false, 0.f, out_host);
+}
+
+}  // namespace zt
