@@ -133,6 +133,15 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
       c.norm_eps = j.value("rms_norm_eps", 1e-6f);
       c.rope_theta = j.value("rope_theta", 10000.f);
       c.tied_embeddings = j.value("tie_word_embeddings", false);
+      // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
+      if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+        const auto& rp = j["rope_parameters"];
+        c.rope_theta = rp.value("rope_theta", c.rope_theta);
+        if (rp.value("rope_type", std::string("default")) != "default")
+          return absl::InvalidArgumentError(absl::StrCat(
+              std::string(where), ": rope_parameters.rope_type '",
+              rp.value("rope_type", std::string()), "' is not supported; only 'default' RoPE"));
+      }
       if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
         return absl::InvalidArgumentError(
             absl::StrCat(std::string(where), ": rope_scaling is not supported; remove it or use a model "

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package zerotrain needs to build and test, then builds into build/.
+# Idempotent; safe to rerun. Needs root (or sudo) for apt-get on a fresh Debian 12 machine
+# with the CUDA toolkit in /usr/local/cuda (optional: without nvcc the CUDA backend is skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libabsl-dev                       # flags, Status/StatusOr, strings
+  libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev
+  libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
+  libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
+  liburing-dev                      # NVMe offload (io_uring)
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3                           # scripts (reference fixtures are committed)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+JOBS=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$JOBS"
+echo "setup: built build/zerotrain"

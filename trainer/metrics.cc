@@ -1,0 +1,45 @@
+#include "trainer/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace zt {
+
+absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("cannot create run directory '", dir,
+                                                   "': ", ec.message(),
+                                                   "; pass a writable --run-dir"));
+  const std::string path = dir + "/metrics.jsonl";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f)
+    return absl::InvalidArgumentError(absl::StrCat("cannot write '", path, "': ",
+                                                   std::strerror(errno),
+                                                   "; pass a writable --run-dir"));
+  return MetricsWriter(f);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const nlohmann::json& line) {
+  const std::string s = line.dump();
+  std::fprintf(f_, "%s\n", s.c_str());
+  std::fflush(f_);
+}
+
+std::string format_duration(double seconds) {
+  const long s = seconds < 0 ? 0 : static_cast<long>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+}  // namespace zt
