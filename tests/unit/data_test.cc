@@ -4,6 +4,7 @@
 // loader, llm.c's window layout (rank r reads [s*W*B*T + r*B*T, ... + B*T + 1)).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -86,7 +87,8 @@ TEST(Tokenizer, DecodeTokenStreamsTheTextWithItsDummyPrefix) {
   SKIP_WITHOUT_TOKENIZER();
   auto tok = Tokenizer::load(kTokenizer);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  for (const auto& c : read_json(kFixtures + "tokenizer_reference.json")["cases"]) {
+  const auto ref = read_json(kFixtures + "tokenizer_reference.json");
+  for (const auto& c : ref["cases"]) {
     const auto text = c["text"].get<std::string>();
     if (text.empty()) continue;
     std::string streamed = tok->decode_token(tok->bos_id());
@@ -394,8 +396,11 @@ TEST_F(DataTest, PrepareRemovesStaleTrainShards) {
   fs::create_directories(path("out"));
   write_bytes(path("out/train_000001.bin"), "stale");
   write_bytes(path("out/train_000002.bin"), "stale");
-  PrepareOptions o{.tokenizer_path = kTokenizer, .inputs = {path("a.txt")},
-                   .out_dir = path("out"), .val_fraction = 0.25};
+  PrepareOptions o;
+  o.tokenizer_path = kTokenizer;
+  o.inputs = {path("a.txt")};
+  o.out_dir = path("out");
+  o.val_fraction = 0.25;
   ASSERT_TRUE(prepare_text(o).ok());
   EXPECT_TRUE(fs::exists(path("out/train_000000.bin")));
   EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
@@ -410,8 +415,10 @@ TEST_F(DataTest, PrepareErrorsSayWhatIsWrong) {
   write_bytes(path("tiny.txt"), "a");
   write_bytes(path("file"), "x");
   auto run = [&](PrepareOptions o) { return prepare_text(o); };
-  const PrepareOptions base{.tokenizer_path = kTokenizer, .inputs = {path("a.txt")},
-                            .out_dir = path("out")};
+  PrepareOptions base;
+  base.tokenizer_path = kTokenizer;
+  base.inputs = {path("a.txt")};
+  base.out_dir = path("out");
   auto o = base;
   o.inputs = {path("missing.txt")};
   EXPECT_EQ(run(o).code(), absl::StatusCode::kNotFound);
