@@ -1,0 +1,36 @@
+// Text preparation: plain-text files -> llm.c token shards (train_*.bin, val_000000.bin).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace zt {
+
+struct PrepareOptions {
+  std::string tokenizer_path;           // sentencepiece .model
+  std::vector<std::string> inputs;      // UTF-8 text files; each file is one document
+  std::string out_dir;                  // created if missing
+  double val_fraction = 0.1;            // share of tokens (from the end) for validation
+  std::optional<int> model_vocab_size;  // when set, the tokenizer must not exceed it
+  int64_t max_shard_tokens = 100'000'000;  // tokens per train shard at most
+};
+
+// Tokenizes each input as [BOS] + encode(file contents), concatenates them in order and
+// writes the last round(val_fraction * N) tokens to out_dir/val_000000.bin and the rest to
+// out_dir/train_000000.bin, train_000001.bin, ... (at most max_shard_tokens each). Shards
+// hold uint16 tokens for vocabularies <= 65,536, else uint32. With val_fraction 0 no val
+// shard is written. Stale train_NNNNNN.bin files of an earlier run beyond the new ones, and
+// a stale val_000000.bin when val_fraction is 0, are removed, so train_*.bin globs match
+// only this run. Prints one summary line to stdout.
+// Errors (InvalidArgument unless said): tokenizer unloadable (see Tokenizer::load); no
+// inputs; an input missing (NotFound), unreadable or empty; val_fraction outside [0, 0.5];
+// tokenizer vocabulary larger than model_vocab_size; the val part (when val_fraction > 0)
+// or the train part under 2 tokens; out_dir not creatable or shards not writable
+// (PermissionDenied).
+absl::Status prepare_text(const PrepareOptions& options);
+
+}  // namespace zt

@@ -1,0 +1,448 @@
+// Tests of data/: tokenizer, llm.c shards, DataLoader, prepare_text.
+// References trusted: Python's sentencepiece package and llm.c's shard writer
+// (dev/data/data_common.py), via fixtures from scripts/make_data_reference.py; for the
+// loader, llm.c's window layout (rank r reads [s*W*B*T + r*B*T, ... + B*T + 1)).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixtures = ZT_SOURCE_DIR "/tests/fixtures/";
+const std::string kTokenizer = ZT_SOURCE_DIR "/../shared/data/llama2_tokenizer.model";
+
+#define SKIP_WITHOUT_TOKENIZER()                                                        \
+  if (!fs::exists(kTokenizer))                                                          \
+  GTEST_SKIP() << "tokenizer " << kTokenizer << " is absent (shared/data not populated)"
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// gmock is not linked, so a substring check with a readable failure message.
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A fresh directory per test under the gtest temp dir.
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / (std::string("zt_data_") + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// ---------------------------------------------------------------- tokenizer
+
+TEST(Tokenizer, MatchesPythonSentencepiece) {
+  SKIP_WITHOUT_TOKENIZER();
+  const auto ref = read_json(kFixtures + "tokenizer_reference.json");
+  auto tok = Tokenizer::load(kTokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(tok->vocab_size(), ref["vocab_size"].get<int>());
+  EXPECT_EQ(tok->bos_id(), ref["bos_id"].get<int>());
+  EXPECT_EQ(tok->eos_id(), ref["eos_id"].get<int>());
+  for (const auto& c : ref["cases"]) {
+    const auto text = c["text"].get<std::string>();
+    const auto ids = c["ids"].get<std::vector<int>>();
+    EXPECT_EQ(tok->encode(text), ids) << text;
+    EXPECT_EQ(tok->decode(ids), c["decoded"].get<std::string>()) << text;
+  }
+}
+
+TEST(Tokenizer, DecodeTokenStreamsTheTextWithItsDummyPrefix) {
+  SKIP_WITHOUT_TOKENIZER();
+  auto tok = Tokenizer::load(kTokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const auto ref = read_json(kFixtures + "tokenizer_reference.json");
+  for (const auto& c : ref["cases"]) {
+    const auto text = c["text"].get<std::string>();
+    if (text.empty()) continue;
+    std::string streamed = tok->decode_token(tok->bos_id());
+    for (int id : tok->encode(text)) streamed += tok->decode_token(id);
+    EXPECT_EQ(streamed, " " + text);
+  }
+  EXPECT_EQ(tok->decode_token(-1), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok->decode_token(tok->vocab_size()), "\xEF\xBF\xBD");
+  const std::vector<int> ids = {15043, 99999, 3186};  // "Hello", out of range, "world"
+  EXPECT_EQ(tok->decode(ids), "Hello\xEF\xBF\xBD" "world");
+}
+
+TEST_F(DataTest, TokenizerLoadErrorsNameThePath) {
+  auto missing = Tokenizer::load(path("nope.model"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(std::string(missing.status().message()), path("nope.model")));
+  write_bytes(path("text.model"), "this is not a model");
+  auto bad = Tokenizer::load(path("text.model"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(std::string(bad.status().message()), "not a sentencepiece model"));
+  EXPECT_TRUE(Contains(std::string(bad.status().message()), path("text.model")));
+}
+
+// ---------------------------------------------------------------- shards
+
+TEST_F(DataTest, ShardRoundTripUint16) {
+  std::vector<uint32_t> tokens = {0, 1, 2, 65535, 50256, 7};
+  ASSERT_TRUE(write_shard(path("a.bin"), tokens, 65536).ok());
+  auto info = read_shard_header(path("a.bin"));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 6);
+  EXPECT_EQ(info->bytes_per_token, 2);
+  EXPECT_EQ(info->file_bytes, 1024 + 12);
+  EXPECT_EQ(*read_shard_tokens(path("a.bin")), tokens);
+  EXPECT_FALSE(fs::exists(path("a.bin.tmp")));
+}
+
+TEST_F(DataTest, ShardRoundTripUint32) {
+  std::vector<uint32_t> tokens = {0, 65536, 128255, 3};
+  ASSERT_TRUE(write_shard(path("a.bin"), tokens, 128256).ok());
+  const std::string bytes = read_bytes(path("a.bin"));
+  ASSERT_EQ(bytes.size(), 1024u + 16u);
+  int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 4);
+  EXPECT_EQ(read_shard_header(path("a.bin"))->bytes_per_token, 4);
+  EXPECT_EQ(*read_shard_tokens(path("a.bin")), tokens);
+}
+
+// The fixtures were written by a numpy copy of llm.c's write_datafile.
+TEST_F(DataTest, ReadsAndWritesShardsLikeLlmcPythonWriter) {
+  const auto ref = read_json(kFixtures + "shard_reference.json");
+  for (const auto& [name, r] : ref.items()) {
+    const auto tokens = r["tokens"].get<std::vector<uint32_t>>();
+    auto read = read_shard_tokens(kFixtures + name);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, tokens) << name;
+    ASSERT_TRUE(write_shard(path(name), tokens, r["vocab_size"].get<int>()).ok());
+    EXPECT_EQ(read_bytes(path(name)), read_bytes(kFixtures + name)) << name;  // byte-identical
+  }
+}
+
+TEST_F(DataTest, ShardErrorsSayWhatIsWrong) {
+  const std::vector<uint32_t> tokens(100, 5);
+  ASSERT_TRUE(write_shard(path("good.bin"), tokens, 32000).ok());
+  const std::string good = read_bytes(path("good.bin"));
+
+  write_bytes(path("trunc.bin"), good.substr(0, good.size() - 3));
+  auto trunc = read_shard_header(path("trunc.bin"));
+  EXPECT_EQ(trunc.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(std::string(trunc.status().message()), "truncated"));
+  EXPECT_TRUE(Contains(std::string(trunc.status().message()), path("trunc.bin")));
+
+  std::string wrong = good;
+  const int32_t magic = 12345;
+  std::memcpy(wrong.data(), &magic, 4);
+  write_bytes(path("magic.bin"), wrong);
+  const std::string m(read_shard_header(path("magic.bin")).status().message());
+  EXPECT_TRUE(Contains(m, "magic 12345"));
+  EXPECT_TRUE(Contains(m, "20240520"));
+  EXPECT_TRUE(Contains(m, "may not be an llm.c"));
+  EXPECT_TRUE(Contains(m, path("magic.bin")));
+
+  std::string version = good;
+  const int32_t v = 3;
+  std::memcpy(version.data() + 4, &v, 4);
+  write_bytes(path("version.bin"), version);
+  EXPECT_TRUE(Contains(std::string(read_shard_header(path("version.bin")).status().message()), "unknown version 3"));
+
+  write_bytes(path("empty.bin"), "");
+  const std::string e(MappedShard::open(path("empty.bin")).status().message());
+  EXPECT_TRUE(Contains(e, "0 bytes, shorter than the 1024-byte header"));
+
+  EXPECT_EQ(read_shard_header(path("missing.bin")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DataTest, WriteShardRejectsBadInputAndLeavesNoPartialFile) {
+  const std::vector<uint32_t> tokens = {1, 2, 40000};
+  EXPECT_TRUE(Contains(std::string(write_shard(path("a.bin"), tokens, 32000).message()), "token 40000"));
+  const auto no_dir = write_shard(path("no/such/dir/a.bin"), tokens, 65536);
+  EXPECT_EQ(no_dir.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(fs::exists(path("no/such/dir/a.bin.tmp")));
+}
+
+// ---------------------------------------------------------------- loader
+
+// Shards whose token i of shard k is k*10000 + i, so a token tells its position.
+class LoaderTest : public DataTest {
+ protected:
+  void SetUp() override {
+    DataTest::SetUp();
+    for (int k = 0; k < 3; ++k) {
+      std::vector<uint32_t> tokens(sizes_[k]);
+      std::iota(tokens.begin(), tokens.end(), k * 10000u);
+      ASSERT_TRUE(write_shard(path("train_00000" + std::to_string(k) + ".bin"), tokens, 65536)
+                      .ok());
+    }
+  }
+  DataLoaderOptions options(int B, int T, int rank, int world, bool shuffle, uint64_t seed = 1) {
+    DataLoaderOptions o;
+    o.pattern = path("train_*.bin");
+    o.B = B, o.T = T, o.rank = rank, o.world_size = world, o.shuffle = shuffle, o.seed = seed;
+    o.vocab_size = 32000;
+    return o;
+  }
+  // `n` batches of `loader`'s inputs and targets, concatenated.
+  static std::pair<std::vector<int>, std::vector<int>> draw(DataLoader& loader, int B, int T,
+                                                            int n) {
+    std::vector<int> in(size_t(n) * B * T), tg(size_t(n) * B * T);
+    for (int i = 0; i < n; ++i) loader.next_batch(&in[size_t(i) * B * T], &tg[size_t(i) * B * T]);
+    return {in, tg};
+  }
+  const int sizes_[3] = {1000, 777, 300};
+};
+
+TEST_F(LoaderTest, WindowsFollowLlmcLayoutAndTargetsAreNextTokens) {
+  auto loader = DataLoader::open(options(2, 8, 1, 2, false));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(loader->num_shards(), 3);
+  EXPECT_EQ(loader->num_tokens(), 1000 + 777 + 300);
+  EXPECT_EQ(loader->num_batches_per_epoch(), 999 / 32 + 776 / 32 + 299 / 32);
+  auto [in, tg] = draw(*loader, 2, 8, 2);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(in[i], 16 + i);       // sample 0, rank 1: tokens [B*T, 2*B*T)
+    EXPECT_EQ(in[16 + i], 48 + i);  // sample 1 starts at W*B*T + B*T
+    EXPECT_EQ(tg[i], in[i] + 1);
+  }
+}
+
+TEST_F(LoaderTest, TwoRanksTileOneRankWithDoubleBatch) {
+  for (bool shuffle : {false, true}) {
+    auto r0 = DataLoader::open(options(2, 8, 0, 2, shuffle));
+    auto r1 = DataLoader::open(options(2, 8, 1, 2, shuffle));
+    auto one = DataLoader::open(options(4, 8, 0, 1, shuffle));
+    ASSERT_TRUE(r0.ok() && r1.ok() && one.ok());
+    ASSERT_EQ(r0->num_batches_per_epoch(), one->num_batches_per_epoch());
+    const int steps = 2 * static_cast<int>(one->num_batches_per_epoch()) + 3;  // 2+ epochs
+    std::vector<int> seen0, seen1;
+    for (int s = 0; s < steps; ++s) {
+      auto [in0, tg0] = draw(*r0, 2, 8, 1);
+      auto [in1, tg1] = draw(*r1, 2, 8, 1);
+      auto [in, tg] = draw(*one, 4, 8, 1);
+      in0.insert(in0.end(), in1.begin(), in1.end());
+      tg0.insert(tg0.end(), tg1.begin(), tg1.end());
+      ASSERT_EQ(in0, in) << "step " << s << " shuffle " << shuffle;
+      ASSERT_EQ(tg0, tg) << "step " << s << " shuffle " << shuffle;
+      if (s < one->num_batches_per_epoch()) {
+        seen0.insert(seen0.end(), in0.begin(), in0.begin() + 16);
+        seen1.insert(seen1.end(), in1.begin(), in1.end());
+      }
+    }
+    std::sort(seen0.begin(), seen0.end());
+    std::sort(seen1.begin(), seen1.end());
+    std::vector<int> common;
+    std::set_intersection(seen0.begin(), seen0.end(), seen1.begin(), seen1.end(),
+                          std::back_inserter(common));
+    EXPECT_TRUE(common.empty()) << "ranks share input positions within an epoch";
+  }
+}
+
+TEST_F(LoaderTest, ShuffleIsDeterministicAndPermutesWithoutChangingTheMultiset) {
+  auto plain = DataLoader::open(options(2, 8, 0, 1, false));
+  auto a = DataLoader::open(options(2, 8, 0, 1, true, 7));
+  auto b = DataLoader::open(options(2, 8, 0, 1, true, 7));
+  auto c = DataLoader::open(options(2, 8, 0, 1, true, 8));
+  ASSERT_TRUE(plain.ok() && a.ok() && b.ok() && c.ok());
+  const int n = static_cast<int>(plain->num_batches_per_epoch());
+  auto [p_in, p_tg] = draw(*plain, 2, 8, n);
+  auto [a_in, a_tg] = draw(*a, 2, 8, n);
+  auto [b_in, b_tg] = draw(*b, 2, 8, n);
+  auto [c_in, c_tg] = draw(*c, 2, 8, n);
+  EXPECT_EQ(a_in, b_in);  // same seed, same order
+  EXPECT_EQ(a_tg, b_tg);
+  EXPECT_NE(a_in, c_in);  // another seed, another order
+  EXPECT_NE(a_in, p_in);  // shuffled
+  std::sort(a_in.begin(), a_in.end());
+  std::sort(p_in.begin(), p_in.end());
+  EXPECT_EQ(a_in, p_in);  // same windows
+  EXPECT_EQ(a->epoch(), 0);
+  auto [a2_in, a2_tg] = draw(*a, 2, 8, n);  // epoch 1 has a new order
+  EXPECT_EQ(a->epoch(), 1);
+  std::vector<int> first_epoch = b_in;
+  EXPECT_NE(a2_in, first_epoch);
+}
+
+TEST_F(LoaderTest, ResetAndRestoreReplayTheSameBatches) {
+  auto a = DataLoader::open(options(2, 8, 0, 1, true));
+  auto b = DataLoader::open(options(2, 8, 0, 1, true));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto first = draw(*a, 2, 8, 5);
+  const int skip = static_cast<int>(a->num_batches_per_epoch()) + 3;
+  draw(*a, 2, 8, skip);
+  const DataLoaderState state = a->state();
+  auto next = draw(*a, 2, 8, 5);
+  ASSERT_TRUE(b->restore(state).ok());
+  EXPECT_EQ(draw(*b, 2, 8, 5), next);
+  a->reset();
+  EXPECT_EQ(a->epoch(), 0);
+  EXPECT_EQ(draw(*a, 2, 8, 5), first);
+  EXPECT_FALSE(b->restore({0, 7, 0}).ok());
+}
+
+TEST_F(LoaderTest, OpenErrorsSayWhatToChange) {
+  auto o = options(2, 8, 0, 1, false);
+  o.pattern = path("nothing_*.bin");
+  const std::string none(DataLoader::open(o).status().message());
+  EXPECT_TRUE(Contains(none, o.pattern));
+
+  o = options(4, 100, 0, 1, false);  // needs 401 tokens, shard 2 has 300
+  const std::string small(DataLoader::open(o).status().message());
+  EXPECT_TRUE(Contains(small, "has 300 tokens"));
+  EXPECT_TRUE(Contains(small, "B*T+1 = 401"));
+  EXPECT_TRUE(Contains(small, "train_000002.bin"));
+
+  o = options(2, 8, 0, 1, false);
+  o.vocab_size = 20000;  // shard 2 holds ids up to 20299
+  const std::string vocab(DataLoader::open(o).status().message());
+  EXPECT_TRUE(Contains(vocab, "token id 20299"));
+  EXPECT_TRUE(Contains(vocab, "train_000002.bin"));
+  EXPECT_TRUE(Contains(vocab, "larger vocabulary than the model"));
+
+  o = options(2, 8, 2, 2, false);
+  EXPECT_EQ(DataLoader::open(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------- prepare
+
+TEST_F(DataTest, PrepareWritesShardsThatDecodeBackToTheText) {
+  SKIP_WITHOUT_TOKENIZER();
+  const std::string a = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+                        "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to "
+                        "die than to famish?\n";
+  const std::string b = "Héllo wörld 🦙\nsecond document, with its own BOS.\n";
+  write_bytes(path("a.txt"), a);
+  write_bytes(path("b.txt"), b);
+  auto tok = Tokenizer::load(kTokenizer);
+  ASSERT_TRUE(tok.ok());
+  PrepareOptions o;
+  o.tokenizer_path = kTokenizer;
+  o.inputs = {path("a.txt"), path("b.txt")};
+  o.out_dir = path("out");
+  o.val_fraction = 0.2;
+  o.max_shard_tokens = 20;
+  ASSERT_TRUE(prepare_text(o).ok());
+
+  std::vector<uint32_t> expected = {static_cast<uint32_t>(tok->bos_id())};
+  for (int id : tok->encode(a)) expected.push_back(id);
+  const size_t a_end = expected.size();
+  expected.push_back(tok->bos_id());
+  for (int id : tok->encode(b)) expected.push_back(id);
+  const auto n = static_cast<int64_t>(expected.size());
+  const int64_t n_val = std::llround(0.2 * n);
+
+  std::vector<uint32_t> all;  // train shards in name order, then val
+  std::vector<std::string> train;
+  for (const auto& e : fs::directory_iterator(dir_ / "out")) {
+    if (e.path().filename().string().starts_with("train_")) train.push_back(e.path().string());
+  }
+  std::sort(train.begin(), train.end());
+  EXPECT_EQ(static_cast<int64_t>(train.size()), (n - n_val + 19) / 20);
+  for (const auto& t : train) {
+    auto toks = read_shard_tokens(t);
+    ASSERT_TRUE(toks.ok()) << toks.status();
+    EXPECT_LE(toks->size(), 20u);
+    EXPECT_EQ(read_shard_header(t)->bytes_per_token, 2);
+    all.insert(all.end(), toks->begin(), toks->end());
+  }
+  EXPECT_EQ(static_cast<int64_t>(all.size()), n - n_val);
+  auto val = read_shard_tokens(path("out/val_000000.bin"));
+  ASSERT_TRUE(val.ok()) << val.status();
+  EXPECT_EQ(static_cast<int64_t>(val->size()), n_val);
+  all.insert(all.end(), val->begin(), val->end());
+  ASSERT_EQ(all, expected);
+  const std::vector<int> doc_a(all.begin() + 1, all.begin() + a_end);
+  const std::vector<int> doc_b(all.begin() + a_end + 1, all.end());
+  EXPECT_EQ(tok->decode(doc_a), a);
+  EXPECT_EQ(tok->decode(doc_b), b);
+}
+
+TEST_F(DataTest, PrepareRemovesStaleTrainShards) {
+  SKIP_WITHOUT_TOKENIZER();
+  write_bytes(path("a.txt"), "To be, or not to be, that is the question.");
+  fs::create_directories(path("out"));
+  write_bytes(path("out/train_000001.bin"), "stale");
+  write_bytes(path("out/train_000002.bin"), "stale");
+  PrepareOptions o;
+  o.tokenizer_path = kTokenizer;
+  o.inputs = {path("a.txt")};
+  o.out_dir = path("out");
+  o.val_fraction = 0.25;
+  ASSERT_TRUE(prepare_text(o).ok());
+  EXPECT_TRUE(fs::exists(path("out/train_000000.bin")));
+  EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
+  EXPECT_FALSE(fs::exists(path("out/train_000002.bin")));
+}
+
+TEST_F(DataTest, PrepareErrorsSayWhatIsWrong) {
+  SKIP_WITHOUT_TOKENIZER();
+  write_bytes(path("a.txt"), "Some text that is long enough to split into a train part and a "
+                            "val part of at least two tokens each.");
+  write_bytes(path("empty.txt"), "");
+  write_bytes(path("tiny.txt"), "a");
+  write_bytes(path("file"), "x");
+  auto run = [&](PrepareOptions o) { return prepare_text(o); };
+  PrepareOptions base;
+  base.tokenizer_path = kTokenizer;
+  base.inputs = {path("a.txt")};
+  base.out_dir = path("out");
+  auto o = base;
+  o.inputs = {path("missing.txt")};
+  EXPECT_EQ(run(o).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(std::string(run(o).message()), path("missing.txt")));
+  o.inputs = {path("empty.txt")};
+  EXPECT_TRUE(Contains(std::string(run(o).message()), "is empty"));
+  o = base;
+  o.val_fraction = 0.7;
+  EXPECT_TRUE(Contains(std::string(run(o).message()), "[0, 0.5]"));
+  o = base;
+  o.tokenizer_path = path("nope.model");
+  EXPECT_TRUE(Contains(std::string(run(o).message()), path("nope.model")));
+  o = base;
+  o.inputs = {path("tiny.txt")};  // [BOS, a] -> 1 train + 1 val token
+  o.val_fraction = 0.5;
+  EXPECT_TRUE(Contains(std::string(run(o).message()), "at least 2 tokens"));
+  o = base;
+  o.out_dir = path("file/out");
+  EXPECT_TRUE(Contains(std::string(run(o).message()), "cannot create output directory"));
+  o = base;
+  o.model_vocab_size = 1000;
+  EXPECT_TRUE(Contains(std::string(run(o).message()), "32000 tokens"));
+  EXPECT_FALSE(fs::exists(path("out")));
+}
+
+}  // namespace
+}  // namespace zt
