@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -293,6 +294,32 @@ TEST(SafeTensors, ShardedHfDirectoryServesTensorsAcrossShards) {
   EXPECT_NE(status_text(s).find("no model.safetensors"), std::string::npos) << s;
 }
 
+// Mean cross-entropy of logits (N, V) against targets (N), skipping -100, in double.
+double mean_cross_entropy(const std::vector<float>& logits, const std::vector<int64_t>& targets,
+                          int V) {
+  double sum = 0;
+  int count = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] == -100) continue;
+    const float* row = logits.data() + i * V;
+    double mx = *std::max_element(row, row + V), z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(row[v] - mx);
+    sum += std::log(z) + mx - row[targets[i]];
+    ++count;
+  }
+  return sum / count;
+}
+
+// Checks the reference file's loss is the unshifted mean cross-entropy of its logits.
+void expect_loss_matches_logits(const SafeTensorsFile& ref, int V) {
+  std::vector<float> logits(2 * 8 * V), loss(1);
+  ASSERT_TRUE(ref.read_f32("logits", logits).ok());
+  ASSERT_TRUE(ref.read_f32("loss", loss).ok());
+  auto targets = ref.read_i64("targets");
+  ASSERT_TRUE(targets.ok());
+  EXPECT_NEAR(mean_cross_entropy(logits, *targets, V), loss[0], 1e-5);
+}
+
 // Fixtures written by transformers' save_pretrained (the `safetensors` package) and by
 // scripts/make_reference.py.
 TEST(SafeTensors, ReadsTinyGpt2FixtureFromPythonSafetensors) {
@@ -333,6 +360,7 @@ TEST(SafeTensors, ReadsTinyGpt2FixtureFromPythonSafetensors) {
   EXPECT_FLOAT_EQ(hp[0], 1e-2f);
   EXPECT_FLOAT_EQ(hp[4], 0.1f);
   EXPECT_TRUE(ref->metadata().count("settings"));
+  expect_loss_matches_logits(*ref, 67);
 }
 
 TEST(SafeTensors, ReadsTinyLlamaFixtureFromPythonSafetensors) {
@@ -358,6 +386,7 @@ TEST(SafeTensors, ReadsTinyLlamaFixtureFromPythonSafetensors) {
   ASSERT_TRUE(ref->read_f32("adamw_losses", losses).ok());
   EXPECT_FLOAT_EQ(losses[0], loss[0]);  // loss before the first step is the batch loss
   EXPECT_LT(losses[9], losses[0]);
+  expect_loss_matches_logits(*ref, 71);
   for (const std::string& n : m->names())
     EXPECT_EQ(ref->info("grad." + n)->shape, m->info(n)->shape) << n;
 }
