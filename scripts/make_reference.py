@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Writes the tiny GPT-2 and tiny LLaMA reference fixtures (tests/fixtures/).
+
+For each model: random (seeded) non-trivial weights, one batch of B=2, T=8, and from
+PyTorch + Hugging Face transformers computed in float64:
+  logits, the mean cross-entropy loss (ignore_index=-100), every parameter's gradient,
+  and the losses of 10 AdamW steps on the same batch.
+Everything is stored as float32 (ids as int64). Deterministic and rerunnable:
+
+    python3 scripts/make_reference.py [OUT_DIR]     # default: tests/fixtures
+"""
+import copy
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+import transformers
+import struct
+
+from safetensors import safe_open
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+SEED = 1234
+B, T = 2, 8
+N_IGNORED = 3
+IGNORE_INDEX = -100
+ADAMW = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1)
+ADAMW_STEPS = 10
+W_STD, NORM_STD, BIAS_STD = 0.2, 0.1, 0.1
+
+
+ST_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def save_sorted(tensors, path, metadata):
+    """Writes a safetensors file with tensors and metadata in sorted order.
+
+    safetensors.torch.save_file orders __metadata__ by a hash map, so its bytes change
+    between runs; this writer keeps the fixture byte-for-byte reproducible. Layout: u64 LE
+    header length, JSON header (space-padded to 8 bytes), then the data in header order.
+    """
+    header = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        data = t.numpy().tobytes()  # little-endian on every platform we run
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for data in blobs:
+            f.write(data)
+    os.replace(tmp, path)
+    with safe_open(path, "pt") as f:  # the reference implementation must accept it
+        for name in tensors:
+            assert torch.equal(f.get_tensor(name), tensors[name]), name
+
+
+def patch_llama_for_float64():
+    """Makes HF LLaMA compute in the model's dtype (float64 here) end to end.
+
+    transformers 5.x hard-codes float32 in three places even for a float64 model: RMSNorm
+    upcasts to float32, the rotary embedding builds inv_freq/cos/sin in float32, and eager
+    attention runs softmax in float32. Same math, without those casts.
+    """
+    import torch.nn as nn
+    from transformers.models.llama import modeling_llama as ml
+
+    def rmsnorm_forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+    def rotary_forward(self, x, position_ids):
+        theta = self.config.rope_parameters["rope_theta"]
+        dim = self.inv_freq.shape[0] * 2  # head_dim
+        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(x.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+    def eager_attention(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                        **kwargs):
+        key_states = ml.repeat_kv(key, module.num_key_value_groups)
+        value_states = ml.repeat_kv(value, module.num_key_value_groups)
+        w = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            w = w + attention_mask
+        w = nn.functional.softmax(w, dim=-1)
+        w = nn.functional.dropout(w, p=dropout, training=module.training)
+        out = torch.matmul(w, value_states).transpose(1, 2).contiguous()
+        return out, w
+
+    ml.LlamaRMSNorm.forward = rmsnorm_forward
+    ml.LlamaRotaryEmbedding.forward = rotary_forward
+    ml.eager_attention_forward = eager_attention
+
+
+def gpt2_model():
+    cfg = GPT2Config(vocab_size=67, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+                     # the default 50256 lies outside the tiny vocabulary
+                     bos_token_id=66, eos_token_id=66)
+    cfg._attn_implementation = "eager"
+    return GPT2LMHeadModel(cfg)
+
+
+def llama_model():
+    cfg = LlamaConfig(vocab_size=71, hidden_size=32, intermediate_size=40,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
+                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    cfg._attn_implementation = "eager"
+    return LlamaForCausalLM(cfg)
+
+
+def is_norm_weight(name):
+    return any(k in name for k in ("ln_", "norm")) and name.endswith("weight")
+
+
+@torch.no_grad()
+def reinit(model):
+    """Matrices/embeddings ~ N(0, 0.2); norm weights ~ 1 + N(0, 0.1); biases ~ N(0, 0.1)."""
+    for name, p in model.named_parameters():  # tied weights appear once
+        if name.endswith("bias"):
+            p.normal_(0.0, BIAS_STD)
+        elif is_norm_weight(name):
+            p.normal_(0.0, NORM_STD).add_(1.0)
+        else:
+            p.normal_(0.0, W_STD)
+
+
+def loss_fn(model, input_ids, targets):
+    logits = model(input_ids=input_ids).logits  # (B, T, V)
+    v = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+    return logits, loss
+
+
+def make_batch(vocab, gen):
+    input_ids = torch.randint(0, vocab, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, vocab, (B, T), generator=gen, dtype=torch.int64)
+    ignored = torch.randperm(B * T, generator=gen)[:N_IGNORED]
+    targets.view(-1)[ignored] = IGNORE_INDEX
+    return input_ids, targets
+
+
+def build(name, make_model, out_dir, seed, patch=None):
+    torch.manual_seed(seed)
+    model = make_model()
+    reinit(model)
+    model.eval()  # dropout is 0 anyway; eval makes it explicit
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed + 1)
+    input_ids, targets = make_batch(vocab, gen)
+
+    folder = os.path.join(out_dir, name)
+    os.makedirs(folder, exist_ok=True)
+    # config.json and model.safetensors exactly as save_pretrained writes them (float32,
+    # HF names; for tied GPT-2 save_pretrained drops lm_head.weight).
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        for f in ("config.json", "model.safetensors"):
+            shutil.copyfile(os.path.join(tmp, f), os.path.join(folder, f))
+
+    # Reference in float64.
+    ref = copy.deepcopy(model).double()
+    if patch is not None:
+        with torch.no_grad():
+            unpatched = ref(input_ids=input_ids).logits
+        patch()
+    logits, loss = loss_fn(ref, input_ids, targets)
+    loss.backward()
+    if patch is not None:  # same math: differs from HF's float32 casts at float32 precision
+        diff = (logits.detach() - unpatched).abs().max().item()
+        assert diff < 1e-5, f"{name}: float64 patch changed logits by {diff}"
+    tensors = {
+        "input_ids": input_ids.contiguous(),
+        "targets": targets.contiguous(),
+        "logits": logits.detach().float().contiguous(),
+        "loss": loss.detach().float().reshape(1),
+    }
+    for pname, p in ref.named_parameters():
+        tensors["grad." + pname] = p.grad.detach().float().contiguous()
+
+    # AdamW from the same initial weights on the same batch; loss recorded before each step.
+    opt_model = copy.deepcopy(model).double()
+    opt = torch.optim.AdamW(opt_model.parameters(), lr=ADAMW["lr"],
+                            betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"],
+                            weight_decay=ADAMW["weight_decay"])
+    losses = []
+    for _ in range(ADAMW_STEPS):
+        opt.zero_grad(set_to_none=True)
+        _, l = loss_fn(opt_model, input_ids, targets)
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    tensors["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
+    tensors["adamw_hparams"] = torch.tensor(
+        [ADAMW["lr"], ADAMW["beta1"], ADAMW["beta2"], ADAMW["eps"], ADAMW["weight_decay"]],
+        dtype=torch.float32)
+
+    settings = {
+        "model": name, "seed": seed, "B": B, "T": T, "n_ignored": N_IGNORED,
+        "ignore_index": IGNORE_INDEX, "compute_dtype": "float64", "store_dtype": "float32",
+        "init": f"matrices/embeddings N(0,{W_STD}); norm weights 1+N(0,{NORM_STD}); "
+                f"biases N(0,{BIAS_STD})",
+        "loss": "cross_entropy(logits.view(-1,V), targets.view(-1), ignore_index=-100), mean",
+        "adamw": ADAMW, "adamw_steps": ADAMW_STEPS, "grad_clip": None,
+        "adamw_losses": "loss before each step",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "script": "scripts/make_reference.py",
+    }
+    metadata = {"settings": json.dumps(settings, sort_keys=True)}
+    metadata.update({k: json.dumps(v) if not isinstance(v, str) else v
+                     for k, v in settings.items()})
+    save_sorted(tensors, os.path.join(folder, "reference.safetensors"), metadata)
+
+    # Sanity: the saved weights reload into a model that reproduces the float32 forward.
+    reloaded = type(model).from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        a = model(input_ids=input_ids).logits
+        b = reloaded(input_ids=input_ids).logits
+    assert torch.equal(a, b), f"{name}: reloaded weights differ"
+    print(f"{name}: loss={loss.item():.6f} adamw_losses[0,-1]={losses[0]:.6f},"
+          f"{losses[-1]:.6f} params={sum(p.numel() for p in model.parameters())}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "fixtures")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    build("tiny_gpt2", gpt2_model, out_dir, SEED)
+    build("tiny_llama", llama_model, out_dir, SEED + 100, patch=patch_llama_for_float64)
+
+
+if __name__ == "__main__":
+    main()
