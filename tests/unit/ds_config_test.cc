@@ -1,0 +1,372 @@
+// ds_config.json parsing. References: DeepSpeed 0.19's defaults (deepspeed/runtime/
+// constants.py, zero/config.py, zero/offload_config.py, swap_tensor/constants.py,
+// precision_config.py) and its batch rule (config.py _set_batch_related_parameters).
+#include "trainer/ds_config.h"
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace zt {
+namespace {
+
+// Success when `msg` contains every one of `parts`; the failure shows the message.
+::testing::AssertionResult Contains(const std::string& msg,
+                                    std::initializer_list<std::string> parts) {
+  for (const auto& p : parts) {
+    if (msg.find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << msg;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+absl::StatusOr<DsConfig> parse(const std::string& text, int world = 1) {
+  return parse_ds_config(text, world, "test.json");
+}
+
+// The error message of parsing `text`; fails the test when parsing succeeds.
+std::string error_of(const std::string& text, int world = 1,
+                     absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  auto r = parse(text, world);
+  EXPECT_FALSE(r.ok()) << text;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), code) << r.status();
+  return std::string(r.status().message());
+}
+
+TEST(DsConfig, MinimalConfigGetsDeepSpeedDefaults) {
+  auto r = parse(R"({"train_batch_size": 8})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const DsConfig& c = *r;
+  EXPECT_EQ(c.batch.train_batch_size, 8);
+  EXPECT_EQ(c.batch.train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(c.batch.gradient_accumulation_steps, 1);
+  EXPECT_FALSE(c.optimizer.specified);
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kNone);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 0.0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_FALSE(c.fp16.consecutive_hysteresis);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1);
+  EXPECT_FALSE(c.bf16.enabled);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_FALSE(c.wall_clock_breakdown);
+  EXPECT_FALSE(c.prescale_gradients);
+  EXPECT_EQ(c.gradient_predivide_factor, 1.0);
+  const ZeroConfig& z = c.zero;
+  EXPECT_EQ(z.stage, 0);
+  EXPECT_TRUE(z.contiguous_gradients);
+  EXPECT_FALSE(z.overlap_comm);
+  EXPECT_TRUE(z.reduce_scatter);
+  EXPECT_EQ(z.reduce_bucket_size, 500000000);
+  EXPECT_EQ(z.allgather_bucket_size, 500000000);
+  EXPECT_TRUE(z.allgather_partitions);
+  EXPECT_EQ(z.sub_group_size, 1000000000);
+  EXPECT_EQ(z.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(z.stage3_param_persistence_threshold, 100000);
+  EXPECT_EQ(z.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(z.stage3_max_reuse_distance, 1000000000);
+  EXPECT_FALSE(z.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_FALSE(z.round_robin_gradients);
+  EXPECT_EQ(z.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(z.offload_param.buffer_count, 5);
+  EXPECT_EQ(z.offload_param.buffer_size, 100000000);
+  EXPECT_EQ(z.offload_param.max_in_cpu, 1000000000);
+  EXPECT_TRUE(z.offload_param.pin_memory);
+  EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
+  EXPECT_TRUE(z.offload_optimizer.pin_memory);
+  EXPECT_FALSE(z.offload_optimizer.pipeline_read);
+  EXPECT_FALSE(z.offload_optimizer.pipeline_write);
+  EXPECT_FALSE(z.offload_optimizer.fast_init);
+  EXPECT_EQ(c.aio.block_size, 1048576);
+  EXPECT_EQ(c.aio.queue_depth, 8);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 1);
+  EXPECT_FALSE(c.aio.single_submit);
+  EXPECT_TRUE(c.aio.overlap_events);
+}
+
+TEST(DsConfig, OptimizerDefaultsAndAdamIsAdamWUnlessAdamWModeFalse) {
+  auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "adam"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->optimizer.specified);
+  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdam);
+  EXPECT_EQ(r->optimizer.lr, 1e-3);
+  EXPECT_EQ(r->optimizer.beta1, 0.9);
+  EXPECT_EQ(r->optimizer.beta2, 0.999);
+  EXPECT_EQ(r->optimizer.eps, 1e-8);
+  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
+  EXPECT_TRUE(r->optimizer.bias_correction);
+  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+               "params": {"adam_w_mode": false, "lr": 3e-4, "betas": [0.8, 0.95],
+                          "torch_adam": true, "amsgrad": false}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->optimizer.decoupled_weight_decay);
+  EXPECT_EQ(r->optimizer.lr, 3e-4);
+  EXPECT_EQ(r->optimizer.beta2, 0.95);
+
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "ADAMW",
+               "params": {"adam_w_mode": false}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdamW);
+  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+}
+
+TEST(DsConfig, SchedulerDefaultsAsDeepSpeed) {
+  auto r = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->scheduler.type, SchedulerType::kWarmupLR);
+  EXPECT_EQ(r->scheduler.warmup_min_lr, 0.0);
+  EXPECT_FALSE(r->scheduler.warmup_max_lr.has_value());  // -> optimizer lr
+  EXPECT_EQ(r->scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(r->scheduler.warmup_type, WarmupType::kLog);
+
+  r = parse(R"({"train_batch_size": 8,
+                "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->scheduler.warmup_max_lr.value_or(-1), 0.001);
+  EXPECT_EQ(r->scheduler.total_num_steps, 10);
+
+  r = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
+                "params": {"total_num_steps": 100, "warmup_type": "linear"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->scheduler.warmup_min_ratio, 0.0);
+  EXPECT_EQ(r->scheduler.cos_min_ratio, 1e-4);
+  EXPECT_EQ(r->scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(r->scheduler.warmup_type, WarmupType::kLinear);
+}
+
+TEST(DsConfig, BatchTripleResolvedAsDeepSpeed) {
+  struct Case {
+    const char* json;
+    int world;
+    int64_t tbs, micro, gas;
+  };
+  for (const Case& c : {
+           Case{R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})", 4, 64, 4, 4},
+           Case{R"({"train_batch_size": 64, "gradient_accumulation_steps": 2})", 4, 64, 8, 2},
+           Case{R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 4, 32,
+                4, 2},
+           Case{R"({"train_batch_size": 32})", 4, 32, 8, 1},
+           Case{R"({"train_micro_batch_size_per_gpu": 3})", 5, 15, 3, 1},
+           Case{R"({"train_batch_size": 24, "train_micro_batch_size_per_gpu": 3,
+                    "gradient_accumulation_steps": 4})",
+                2, 24, 3, 4},
+           Case{R"({"train_batch_size": 6.4e1})", 2, 64, 32, 1},
+       }) {
+    auto r = parse(c.json, c.world);
+    ASSERT_TRUE(r.ok()) << c.json << ": " << r.status();
+    EXPECT_EQ(r->batch.train_batch_size, c.tbs) << c.json;
+    EXPECT_EQ(r->batch.train_micro_batch_size_per_gpu, c.micro) << c.json;
+    EXPECT_EQ(r->batch.gradient_accumulation_steps, c.gas) << c.json;
+  }
+}
+
+TEST(DsConfig, BatchErrorsShowNumbersAndKeyToChange) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 30})", 4),
+                       {"test.json", "train_batch_size 30", "world size 4", "multiple of 4"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})", 2),
+               {"= 8", "change train_batch_size"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                           "gradient_accumulation_steps": 2})",
+                                2),
+                       {"32 != ", "= 16", "change train_batch_size to 16"}));
+  EXPECT_TRUE(Contains(error_of(R"({})"), {"give train_batch_size or "
+                                           "train_micro_batch_size_per_gpu"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"gradient_accumulation_steps": 4})"), {"give train_batch_size"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 0})"),
+                       {"train_batch_size", "out of range", ">= 1"}));
+}
+
+TEST(DsConfig, UnknownTopLevelKeyNamesClosestKey) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "gradient_clippin": 1.0})"),
+                       {"gradient_clippin: unknown key", "did you mean 'gradient_clipping'?"}));
+}
+
+TEST(DsConfig, UnknownNestedKeyNamesPathAndSuggestion) {
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8,
+                           "zero_optimization": {"stage": 0, "overlap_com": true}})"),
+               {"zero_optimization.overlap_com: unknown key", "did you mean 'overlap_comm'?"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization":
+                           {"offload_optimizer": {"devise": "none"}}})"),
+                       {"zero_optimization.offload_optimizer.devise", "did you mean 'device'?"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                           "params": {"weight_decy": 0.1}}})"),
+                       {"optimizer.params.weight_decy", "did you mean 'weight_decay'?"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
+                           "params": {"total_num_steps": 9, "warmup_max_lr": 0.1}}})"),
+                       {"scheduler.params.warmup_max_lr: unknown key", "valid keys"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "aio": {"queue_dpth": 8}})"),
+                       {"did you mean 'queue_depth'?"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "fp16": {"hysterisis": 2}})"),
+                       {"fp16.hysterisis"}));
+}
+
+TEST(DsConfig, WrongTypeNamesPathValueAndAllowed) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "fp16": {"enabled": "yes"}})"),
+                       {"fp16.enabled", "expected a boolean", "\"yes\""}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1.5}})"),
+                       {"zero_optimization.stage", "not an integer", "[0, 3]"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": 3})"),
+                       {"zero_optimization", "expected an object"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                           "params": {"betas": 0.9}}})"),
+                       {"optimizer.params.betas", "two numbers"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization":
+                           {"offload_param": {"device": "gpu"}}})"),
+                       {"offload_param.device", "\"gpu\"", "\"none\", \"cpu\", \"nvme\""}));
+  EXPECT_TRUE(Contains(error_of(R"([1, 2])"), {"top level: expected an object"}));
+}
+
+TEST(DsConfig, OutOfRangeValues) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "gradient_clipping": -1})"),
+                       {"gradient_clipping", "-1", ">= 0"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization":
+                           {"reduce_bucket_size": 0}})"),
+                       {"zero_optimization.reduce_bucket_size", ">= 1"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
+                           "params": {"warmup_num_steps": 0}}})"),
+                       {"scheduler.params.warmup_num_steps"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                           "params": {"betas": [0.9, 1.0]}}})"),
+                       {"[0, 1)"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
+                           "params": {"warmup_type": "cosine"}}})"),
+                       {"warmup_type", "\"log\", \"linear\""}));
+}
+
+TEST(DsConfig, AutoIsAHuggingFacePlaceholder) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": "auto"})"),
+                       {"train_batch_size", "Hugging Face", "give a number"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                           "params": {"lr": "auto"}}})"),
+                       {"optimizer.params.lr", "placeholder"}));
+}
+
+TEST(DsConfig, NotImplementedFeaturesSaySo) {
+  auto unimpl = absl::StatusCode::kUnimplemented;
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})", 1, unimpl),
+               {"zero_optimization.stage", "not implemented yet"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                           "offload_param": {"device": "cpu"}}})",
+                                1, unimpl),
+                       {"not implemented"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", 1, unimpl),
+                       {"fp16.enabled", "not implemented yet"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", 1, unimpl),
+               {"optimizer.type", "not implemented in this build", "\"Adam\", \"AdamW\""}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                           "params": {"amsgrad": true}}})",
+                                1, unimpl),
+                       {"amsgrad"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})", 1, unimpl),
+               {"not implemented in this build"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "activation_checkpointing": {}})", 1, unimpl),
+               {"activation_checkpointing", "known DeepSpeed"}));
+  // Known DeepSpeed keys at their defaults are accepted.
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "zero_allow_untested_optimizer": false,
+                        "zero_optimization": {"ignore_unused_parameters": true}})")
+                  .ok());
+}
+
+TEST(DsConfig, SemanticErrors) {
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                           "bf16": {"enabled": true}})"),
+                       {"enable at most one"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR"}})"),
+               {"scheduler.params.total_num_steps", "required"}));
+  EXPECT_TRUE(
+      Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosinLR"}})"),
+               {"did you mean 'WarmupCosineLR'?"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                           "offload_optimizer": {"device": "nvme"}}})"),
+                       {"offload_optimizer.nvme_path: required"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                           "offload_param": {"device": "cpu"}}})"),
+                       {"needs stage 3"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {
+                           "max_live_parameters": 1, "stage3_max_live_parameters": 1}})"),
+                       {"keep only one"}));
+}
+
+TEST(DsConfig, IntegralFloatsAliasesAndDynamicDefaults) {
+  auto r = parse(R"({"train_batch_size": 8, "steps_per_print": null, "bfloat16": {"enabled": true},
+                     "zero_optimization": {"stage": 0, "allgather_bucket_size": 2e8,
+                       "prefetch_bucket_size": 1e6,
+                       "stage3_gather_fp16_weights_on_model_save": true},
+                     "aio": {"thread_count": 4, "block_size": 262144}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zero.allgather_bucket_size, 200000000);
+  EXPECT_EQ(r->zero.stage3_prefetch_bucket_size, 1000000);
+  EXPECT_TRUE(r->zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(r->aio.intra_op_parallelism, 4);
+  EXPECT_EQ(r->aio.block_size, 262144);
+  EXPECT_TRUE(r->bf16.enabled);
+  EXPECT_EQ(r->steps_per_print, 0);
+  EXPECT_FALSE(r->zero.overlap_comm);  // stage 0 -> false
+}
+
+TEST(DsConfig, MalformedJsonGivesFileAndLine) {
+  EXPECT_TRUE(Contains(error_of("{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": tru}\n}"),
+                       {"test.json", "malformed JSON", "line 3"}));
+}
+
+TEST(DsConfig, MissingFileNamesPath) {
+  auto r = load_ds_config("/nonexistent/ds_config.json", 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(std::string(r.status().message()), {"/nonexistent/ds_config.json"}));
+}
+
+TEST(DsConfig, EditDistance) {
+  EXPECT_EQ(edit_distance("overlap_com", "overlap_comm"), 1);
+  EXPECT_EQ(edit_distance("", "abc"), 3);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
+}
+
+// Files in configs/ds/ that need features this build lacks (none now).
+const std::set<std::string> kSkipUnimplemented = {};
+
+TEST(DsConfig, EveryExampleConfigParses) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(ZT_SOURCE_DIR) / "configs" / "ds";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    if (kSkipUnimplemented.count(e.path().filename().string())) continue;
+    auto r = load_ds_config(e.path().string(), 8);
+    EXPECT_TRUE(r.ok()) << r.status();
+    ++n;
+  }
+  EXPECT_GE(n, 1);
+}
+
+TEST(DsConfig, Zero0ExampleIsASmallModelRecipe) {
+  auto r = load_ds_config(std::string(ZT_SOURCE_DIR) + "/configs/ds/zero0.json", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zero.stage, 0);
+  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdamW);
+  EXPECT_EQ(r->scheduler.type, SchedulerType::kWarmupCosineLR);
+  EXPECT_EQ(r->gradient_clipping, 1.0);
+  EXPECT_FALSE(r->bf16.enabled);
+  EXPECT_EQ(r->batch.train_batch_size, 32);
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,817 @@
+// ds_config.json parsing: one parser per section over an ObjectReader that records the keys
+// it was asked for, so a section's known keys are exactly the ones its parser reads, and any
+// other key is reported with the closest known one.
+#include "trainer/ds_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace zt {
+namespace {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------
+// Not implemented in this build: (path, predicate, message). Checked after the whole file
+// parsed and validated. Lift a rule here when the feature lands (ZeRO stages, offload, the
+// fp16 loss scaler).
+struct NotImplementedRule {
+  const char* path;                  // JSON path the message names
+  bool (*applies)(const DsConfig&);  // true -> the config needs the missing feature
+  const char* what;                  // what to change
+};
+
+constexpr NotImplementedRule kNotImplementedRules[] = {
+    {"zero_optimization.stage", [](const DsConfig& c) { return c.zero.stage != 0; },
+     "ZeRO stages 1-3 are known but not implemented yet in this build; use stage 0"},
+    {"zero_optimization.offload_param.device",
+     [](const DsConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
+     "parameter offload is known but not implemented yet in this build; use \"none\""},
+    {"zero_optimization.offload_optimizer.device",
+     [](const DsConfig& c) { return c.zero.offload_optimizer.device != OffloadDevice::kNone; },
+     "optimizer offload is known but not implemented yet in this build; use \"none\""},
+    {"fp16.enabled", [](const DsConfig& c) { return c.fp16.enabled; },
+     "fp16 with the dynamic loss scaler is known but not implemented yet in this build; use "
+     "bf16 or fp32"},
+    {"prescale_gradients", [](const DsConfig& c) { return c.prescale_gradients; },
+     "prescale_gradients is known but not implemented in this build; set it to false"},
+    {"gradient_predivide_factor",
+     [](const DsConfig& c) { return c.gradient_predivide_factor != 1.0; },
+     "gradient_predivide_factor is known but not implemented in this build; set it to 1.0"},
+};
+// ---------------------------------------------------------------------------------------
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : absl::StrCat(parent, ".", key);
+}
+
+// A JSON value for an error message, shortened.
+std::string show(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  return "object";
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Closest candidate by edit distance, or "" when none is reasonably close.
+std::string closest(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  int best_d = std::numeric_limits<int>::max();
+  for (const auto& c : candidates) {
+    int d = edit_distance(lower(key), lower(c));
+    if (d < best_d) best_d = d, best = c;
+  }
+  int limit = std::max<int>(2, static_cast<int>(key.size()) / 2);
+  return best_d <= limit ? best : "";
+}
+
+// Reads one JSON object; remembers which keys its section knows.
+class ObjectReader {
+ public:
+  // Errors unless `value` is an object.
+  static absl::StatusOr<ObjectReader> make(const std::string* source, const json& value,
+                                           std::string path) {
+    if (!value.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(*source, ": ",
+                                                     path.empty() ? "top level" : path,
+                                                     ": expected an object "
+                                                     "{...}, got ",
+                                                     type_name(value), " ", show(value)));
+    }
+    return ObjectReader(source, &value, std::move(path));
+  }
+
+  const std::string& path() const { return path_; }
+  std::string path_of(const std::string& key) const { return join_path(path_, key); }
+
+  absl::Status error(const std::string& key, const std::string& msg) const {
+    return absl::InvalidArgumentError(absl::StrCat(*source_, ": ", path_of(key), ": ", msg));
+  }
+
+  // The value under one of `names` (first = canonical, others aliases), nullptr if absent.
+  // Marks all names known. Two names given at once, or "auto", is an error.
+  absl::StatusOr<const json*> raw(std::initializer_list<const char*> names) {
+    const json* found = nullptr;
+    std::string found_name;
+    for (const char* n : names) {
+      if (std::find(known_.begin(), known_.end(), n) == known_.end()) known_.emplace_back(n);
+      auto it = obj_->find(n);
+      if (it == obj_->end()) continue;
+      if (found) {
+        return error(
+            n, absl::StrCat("given together with its alias '", found_name, "'; keep only one"));
+      }
+      found = &*it;
+      found_name = n;
+    }
+    if (found && found->is_string() && found->get<std::string>() == "auto") {
+      return error(found_name,
+                   "\"auto\" is a Hugging Face Trainer placeholder that the HF "
+                   "integration fills in; zerotrain reads the file as is, so "
+                   "give a number (or the value you want) here");
+    }
+    last_name_ = found ? found_name : *names.begin();
+    return found;
+  }
+
+  absl::Status get_bool(std::initializer_list<const char*> names, bool* out) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (!v) return absl::OkStatus();
+    if (!v->is_boolean()) return type_error(*v, "a boolean (true or false)");
+    *out = v->get<bool>();
+    return absl::OkStatus();
+  }
+
+  // Integer in [lo, hi]; integral floats (5e8) are accepted. Absent or null -> nullopt.
+  absl::StatusOr<std::optional<int64_t>> get_opt_int(std::initializer_list<const char*> names,
+                                                     int64_t lo, int64_t hi = kInt64Max) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (!v || v->is_null()) return std::optional<int64_t>();
+    int64_t x = 0;
+    std::string allowed = hi == kInt64Max ? absl::StrCat("an integer >= ", lo)
+                                          : absl::StrCat("an integer in [", lo, ", ", hi, "]");
+    if (v->is_number_integer()) {  // signed or unsigned
+      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(kInt64Max)) {
+        return error(last_name_,
+                     absl::StrCat("value ", show(*v), " is too large; allowed: ", allowed));
+      }
+      x = v->get<int64_t>();
+    } else if (v->is_number_float()) {
+      double d = v->get<double>();
+      if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) {
+        return error(last_name_,
+                     absl::StrCat("value ", show(*v), " is not an integer; allowed: ", allowed));
+      }
+      x = static_cast<int64_t>(d);
+    } else {
+      return type_error(*v, allowed);
+    }
+    if (x < lo || x > hi) {
+      return error(last_name_,
+                   absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
+    }
+    return std::optional<int64_t>(x);
+  }
+
+  absl::Status get_int(std::initializer_list<const char*> names, int64_t* out, int64_t lo,
+                       int64_t hi = kInt64Max) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (v && v->is_null()) return null_error();
+    ZT_ASSIGN_OR_RETURN(std::optional<int64_t> x, get_opt_int(names, lo, hi));
+    if (x) *out = *x;
+    return absl::OkStatus();
+  }
+
+  // Number in [lo, hi] (lo excluded when lo_open). Absent or null -> nullopt.
+  absl::StatusOr<std::optional<double>> get_opt_double(std::initializer_list<const char*> names,
+                                                       double lo, bool lo_open = false,
+                                                       double hi = kInf) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (!v || v->is_null()) return std::optional<double>();
+    std::string allowed = absl::StrCat("a number ", lo_open ? "> " : ">= ", lo);
+    if (hi != kInf) absl::StrAppend(&allowed, " and <= ", hi);
+    if (!v->is_number()) return type_error(*v, allowed);
+    double x = v->get<double>();
+    if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi) {
+      return error(last_name_,
+                   absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
+    }
+    return std::optional<double>(x);
+  }
+
+  absl::Status get_double(std::initializer_list<const char*> names, double* out, double lo,
+                          bool lo_open = false, double hi = kInf) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (v && v->is_null()) return null_error();
+    ZT_ASSIGN_OR_RETURN(std::optional<double> x, get_opt_double(names, lo, lo_open, hi));
+    if (x) *out = *x;
+    return absl::OkStatus();
+  }
+
+  // A string from `choices` (compared case-insensitively when `fold_case`).
+  absl::Status get_choice(std::initializer_list<const char*> names,
+                          const std::vector<std::string>& choices, bool fold_case,
+                          std::string* out) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (!v) return absl::OkStatus();
+    std::string allowed = absl::StrCat("one of \"", absl::StrJoin(choices, "\", \""), "\"");
+    if (!v->is_string()) return type_error(*v, allowed);
+    std::string s = v->get<std::string>();
+    for (const auto& c : choices) {
+      if (fold_case ? lower(c) == lower(s) : c == s) {
+        *out = c;
+        return absl::OkStatus();
+      }
+    }
+    return error(last_name_,
+                 absl::StrCat("value ", show(*v), " is not allowed; allowed: ", allowed));
+  }
+
+  absl::Status get_string(std::initializer_list<const char*> names, std::string* out) {
+    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
+    if (!v || v->is_null()) return absl::OkStatus();
+    if (!v->is_string()) return type_error(*v, "a string");
+    *out = v->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  // A DeepSpeed key this build does not implement: accepted only when absent or equal to
+  // DeepSpeed's default `dflt` (no effect then); `dflt` null -> any value is an error.
+  void unsupported(const char* name, json dflt = nullptr) {
+    unsupported_.emplace_back(name, std::move(dflt));
+  }
+
+  // Call after reading every known key: reports the first unknown or unsupported key.
+  absl::Status finish() const {
+    for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+      const std::string& key = it.key();
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      bool is_unsupported = false;
+      for (const auto& [name, dflt] : unsupported_) {
+        if (name != key) continue;
+        is_unsupported = true;
+        if (!dflt.is_null() && it.value() == dflt) break;
+        std::string hint =
+            dflt.is_null()
+                ? std::string("remove it")
+                : absl::StrCat("remove it or set it to DeepSpeed's default ", dflt.dump());
+        return absl::UnimplementedError(absl::StrCat(*source_, ": ", path_of(key),
+                                                     ": known DeepSpeed setting, not "
+                                                     "implemented in this build; ",
+                                                     hint));
+      }
+      if (is_unsupported) continue;
+      std::vector<std::string> candidates = known_;
+      for (const auto& u : unsupported_) candidates.push_back(u.first);
+      std::string guess = closest(key, candidates);
+      std::string msg = "unknown key";
+      if (!guess.empty()) absl::StrAppend(&msg, "; did you mean '", guess, "'?");
+      absl::StrAppend(&msg, " (valid keys", path_.empty() ? "" : " in ", path_, ": ",
+                      absl::StrJoin(known_, ", "), ")");
+      return error(key, msg);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ObjectReader(const std::string* source, const json* obj, std::string path)
+      : source_(source), obj_(obj), path_(std::move(path)) {}
+
+  absl::Status type_error(const json& v, const std::string& allowed) const {
+    return error(last_name_,
+                 absl::StrCat("expected ", allowed, ", got ", type_name(v), " ", show(v)));
+  }
+  absl::Status null_error() const {
+    return error(last_name_, "null is not allowed here; give a value or remove the key");
+  }
+
+  const std::string* source_;
+  const json* obj_;
+  std::string path_;
+  std::string last_name_;
+  std::vector<std::string> known_;
+  std::vector<std::pair<std::string, json>> unsupported_;
+};
+
+// Sub-object `key` of `r`, or nullptr when absent (null counts as absent).
+absl::StatusOr<const json*> section(ObjectReader& r, std::initializer_list<const char*> names) {
+  ZT_ASSIGN_OR_RETURN(const json* v, r.raw(names));
+  if (v && v->is_null()) return static_cast<const json*>(nullptr);
+  return v;
+}
+
+// ----- batch ----------------------------------------------------------------------------
+
+// DeepSpeed's rule: tbs = micro × gas × W; any two give the third; only tbs -> gas 1;
+// only micro -> gas 1; otherwise an error.
+absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t world,
+                           BatchConfig* b) {
+  ZT_ASSIGN_OR_RETURN(auto tbs, top.get_opt_int({"train_batch_size"}, 1));
+  ZT_ASSIGN_OR_RETURN(auto micro, top.get_opt_int({"train_micro_batch_size_per_gpu"}, 1));
+  ZT_ASSIGN_OR_RETURN(auto gas, top.get_opt_int({"gradient_accumulation_steps"}, 1));
+  auto err = [&](const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": batch size: ", msg));
+  };
+  auto not_divisible = [&](const char* derived, int64_t divisor, const std::string& what) {
+    return err(absl::StrCat("train_batch_size ", *tbs, " is not divisible by ", what, " = ",
+                            divisor, ", so ", derived,
+                            " cannot be derived; change "
+                            "train_batch_size to a multiple of ",
+                            divisor));
+  };
+  if (tbs && micro && gas) {
+    int64_t product = *micro * *gas * world;
+    if (product != *tbs) {
+      return err(absl::StrCat("train_batch_size ", *tbs, " != train_micro_batch_size_per_gpu ",
+                              *micro, " x gradient_accumulation_steps ", *gas, " x world size ",
+                              world, " = ", product, "; change train_batch_size to ", product,
+                              ", or give only two of the three keys and let the third be "
+                              "derived"));
+    }
+  } else if (tbs && micro) {
+    int64_t d = *micro * world;
+    if (*tbs % d != 0) {
+      return not_divisible(
+          "gradient_accumulation_steps", d,
+          absl::StrCat("train_micro_batch_size_per_gpu ", *micro, " x world size ", world));
+    }
+    gas = *tbs / d;
+  } else if (tbs && gas) {
+    int64_t d = *gas * world;
+    if (*tbs % d != 0) {
+      return not_divisible(
+          "train_micro_batch_size_per_gpu", d,
+          absl::StrCat("gradient_accumulation_steps ", *gas, " x world size ", world));
+    }
+    micro = *tbs / d;
+  } else if (micro && gas) {
+    tbs = *micro * *gas * world;
+  } else if (tbs) {
+    if (*tbs % world != 0) {
+      return not_divisible("train_micro_batch_size_per_gpu", world,
+                           absl::StrCat("world size ", world));
+    }
+    gas = 1;
+    micro = *tbs / world;
+  } else if (micro) {
+    gas = 1;
+    tbs = *micro * world;
+  } else {
+    return err(
+        "give train_batch_size or train_micro_batch_size_per_gpu (or both, optionally "
+        "with gradient_accumulation_steps); train_batch_size = "
+        "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size");
+  }
+  b->train_batch_size = *tbs;
+  b->train_micro_batch_size_per_gpu = *micro;
+  b->gradient_accumulation_steps = *gas;
+  return absl::OkStatus();
+}
+
+// ----- optimizer ------------------------------------------------------------------------
+
+absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerConfig* o) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "optimizer"));
+  o->specified = true;
+  ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
+  if (!type) return r.error("type", "missing; give \"Adam\" or \"AdamW\"");
+  if (!type->is_string()) {
+    return r.error("type", absl::StrCat("expected a string (\"Adam\" or \"AdamW\"), got ",
+                                        type_name(*type), " ", show(*type)));
+  }
+  std::string name = lower(type->get<std::string>());
+  if (name == "adam") {
+    o->type = OptimizerType::kAdam;
+  } else if (name == "adamw") {
+    o->type = OptimizerType::kAdamW;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(src, ": optimizer.type: ", show(*type),
+                                                 " is not implemented in this build; supported "
+                                                 "types: \"Adam\", \"AdamW\" (case-insensitive)"));
+  }
+  ZT_ASSIGN_OR_RETURN(const json* params, section(r, {"params"}));
+  r.unsupported("legacy_fusion", false);
+  ZT_RETURN_IF_ERROR(r.finish());
+  if (params) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
+    ZT_RETURN_IF_ERROR(p.get_double({"lr"}, &o->lr, 0.0));
+    ZT_ASSIGN_OR_RETURN(const json* betas, p.raw({"betas"}));
+    if (betas) {
+      bool ok = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() &&
+                (*betas)[1].is_number();
+      if (!ok) {
+        return p.error("betas",
+                       absl::StrCat("expected two numbers [beta1, beta2], got ", show(*betas)));
+      }
+      o->beta1 = (*betas)[0].get<double>();
+      o->beta2 = (*betas)[1].get<double>();
+      for (double b : {o->beta1, o->beta2}) {
+        if (!(b >= 0.0 && b < 1.0)) {
+          return p.error("betas", absl::StrCat("value ", show(*betas),
+                                               " is out of range; "
+                                               "allowed: each beta in [0, 1)"));
+        }
+      }
+    }
+    ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
+    ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
+    ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
+    ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
+    ZT_RETURN_IF_ERROR(p.get_bool({"torch_adam"}, &o->torch_adam));
+    bool amsgrad = false;
+    ZT_RETURN_IF_ERROR(p.get_bool({"amsgrad"}, &amsgrad));
+    if (amsgrad) {
+      return absl::UnimplementedError(absl::StrCat(
+          src,
+          ": optimizer.params.amsgrad: AMSGrad is not implemented in this build; set it "
+          "to false or remove it"));
+    }
+    p.unsupported("fp32_optimizer_states", true);
+    ZT_RETURN_IF_ERROR(p.finish());
+  }
+  // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
+  o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;
+  return absl::OkStatus();
+}
+
+// ----- scheduler ------------------------------------------------------------------------
+
+absl::Status parse_scheduler(const std::string& src, const json& v, SchedulerConfig* s) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "scheduler"));
+  ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
+  const std::vector<std::string> implemented = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  if (!type)
+    return r.error("type",
+                   "missing; give one of WarmupLR, WarmupDecayLR, "
+                   "WarmupCosineLR");
+  if (!type->is_string()) {
+    return r.error("type",
+                   absl::StrCat("expected a string, got ", type_name(*type), " ", show(*type)));
+  }
+  std::string name = type->get<std::string>();
+  if (name == "WarmupLR") {
+    s->type = SchedulerType::kWarmupLR;
+  } else if (name == "WarmupDecayLR") {
+    s->type = SchedulerType::kWarmupDecayLR;
+  } else if (name == "WarmupCosineLR") {
+    s->type = SchedulerType::kWarmupCosineLR;
+  } else if (name == "OneCycle" || name == "LRRangeTest") {
+    return absl::UnimplementedError(absl::StrCat(src, ": scheduler.type: \"", name,
+                                                 "\" is not implemented in this build; supported: "
+                                                 "WarmupLR, WarmupDecayLR, WarmupCosineLR"));
+  } else {
+    std::vector<std::string> all = implemented;
+    all.push_back("OneCycle");
+    all.push_back("LRRangeTest");
+    std::string guess = closest(name, all);
+    return r.error("type",
+                   absl::StrCat("unknown scheduler \"", name, "\"",
+                                guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"),
+                                " (supported: WarmupLR, WarmupDecayLR, "
+                                "WarmupCosineLR)"));
+  }
+  ZT_ASSIGN_OR_RETURN(const json* params, section(r, {"params"}));
+  ZT_RETURN_IF_ERROR(r.finish());
+  bool needs_total = s->type != SchedulerType::kWarmupLR;
+  // DeepSpeed 0.19: WarmupDecayLR's own default warmup_max_lr is 0.001; WarmupLR's is None,
+  // meaning the optimizer's lr.
+  if (s->type == SchedulerType::kWarmupDecayLR) s->warmup_max_lr = 0.001;
+  json empty = json::object();
+  ZT_ASSIGN_OR_RETURN(ObjectReader p,
+                      ObjectReader::make(&src, params ? *params : empty, "scheduler.params"));
+  if (s->type == SchedulerType::kWarmupCosineLR) {
+    ZT_RETURN_IF_ERROR(p.get_double({"warmup_min_ratio"}, &s->warmup_min_ratio, 0.0, false, 1.0));
+    ZT_RETURN_IF_ERROR(p.get_double({"cos_min_ratio"}, &s->cos_min_ratio, 0.0, false, 1.0));
+  } else {
+    ZT_RETURN_IF_ERROR(p.get_double({"warmup_min_lr"}, &s->warmup_min_lr, 0.0));
+    ZT_ASSIGN_OR_RETURN(std::optional<double> max_lr, p.get_opt_double({"warmup_max_lr"}, 0.0));
+    if (max_lr) s->warmup_max_lr = max_lr;
+  }
+  ZT_RETURN_IF_ERROR(p.get_int({"warmup_num_steps"}, &s->warmup_num_steps, 1));
+  std::string wt = "log";
+  ZT_RETURN_IF_ERROR(p.get_choice({"warmup_type"}, {"log", "linear"}, false, &wt));
+  s->warmup_type = wt == "log" ? WarmupType::kLog : WarmupType::kLinear;
+  if (needs_total) {
+    ZT_ASSIGN_OR_RETURN(std::optional<int64_t> total, p.get_opt_int({"total_num_steps"}, 1));
+    if (!total) {
+      return p.error("total_num_steps", absl::StrCat("required by ", name,
+                                                     "; give the number "
+                                                     "of optimizer steps of the run"));
+    }
+    s->total_num_steps = *total;
+  }
+  p.unsupported("last_batch_iteration", -1);
+  return p.finish();
+}
+
+// ----- precision ------------------------------------------------------------------------
+
+absl::Status parse_fp16(const std::string& src, const json& v, Fp16Config* f) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "fp16"));
+  ZT_RETURN_IF_ERROR(r.get_bool({"enabled"}, &f->enabled));
+  ZT_RETURN_IF_ERROR(r.get_double({"loss_scale"}, &f->loss_scale, 0.0));
+  ZT_RETURN_IF_ERROR(r.get_int({"initial_scale_power"}, &f->initial_scale_power, 0, 126));
+  ZT_RETURN_IF_ERROR(r.get_int({"loss_scale_window"}, &f->loss_scale_window, 1));
+  ZT_RETURN_IF_ERROR(r.get_int({"hysteresis"}, &f->hysteresis, 1));
+  ZT_RETURN_IF_ERROR(r.get_bool({"consecutive_hysteresis"}, &f->consecutive_hysteresis));
+  ZT_RETURN_IF_ERROR(r.get_int({"min_loss_scale"}, &f->min_loss_scale, 1));
+  r.unsupported("auto_cast", false);
+  r.unsupported("fp16_master_weights_and_grads", false);
+  return r.finish();
+}
+
+absl::Status parse_bf16(const std::string& src, const json& v, const std::string& path,
+                        Bf16Config* b) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, path));
+  ZT_RETURN_IF_ERROR(r.get_bool({"enabled"}, &b->enabled));
+  r.unsupported("immediate_grad_update", true);
+  r.unsupported("check_grad_overflow", false);
+  r.unsupported("bf16_master_weights_and_grads", false);
+  r.unsupported("bf16_optimizer_states", false);
+  return r.finish();
+}
+
+// ----- zero_optimization ----------------------------------------------------------------
+
+absl::Status parse_device(ObjectReader& r, OffloadDevice* d) {
+  std::string s = "none";
+  ZT_RETURN_IF_ERROR(r.get_choice({"device"}, {"none", "cpu", "nvme"}, false, &s));
+  *d = s == "none" ? OffloadDevice::kNone : s == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNvme;
+  return absl::OkStatus();
+}
+
+absl::Status require_nvme_path(ObjectReader& r, OffloadDevice d, const std::string& path) {
+  if (d == OffloadDevice::kNvme && path.empty()) {
+    return r.error("nvme_path",
+                   "required when device is \"nvme\"; give a directory on the "
+                   "NVMe drive");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_offload_param(const std::string& src, const json& v, OffloadParamConfig* o) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r,
+                      ObjectReader::make(&src, v, "zero_optimization.offload_param"));
+  ZT_RETURN_IF_ERROR(parse_device(r, &o->device));
+  ZT_RETURN_IF_ERROR(r.get_string({"nvme_path"}, &o->nvme_path));
+  ZT_RETURN_IF_ERROR(r.get_int({"buffer_count"}, &o->buffer_count, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"buffer_size"}, &o->buffer_size, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"max_in_cpu"}, &o->max_in_cpu, 0));
+  ZT_RETURN_IF_ERROR(r.get_bool({"pin_memory"}, &o->pin_memory));
+  ZT_RETURN_IF_ERROR(r.finish());
+  return require_nvme_path(r, o->device, o->nvme_path);
+}
+
+absl::Status parse_offload_optimizer(const std::string& src, const json& v,
+                                     OffloadOptimizerConfig* o) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r,
+                      ObjectReader::make(&src, v, "zero_optimization.offload_optimizer"));
+  ZT_RETURN_IF_ERROR(parse_device(r, &o->device));
+  ZT_RETURN_IF_ERROR(r.get_string({"nvme_path"}, &o->nvme_path));
+  ZT_RETURN_IF_ERROR(r.get_int({"buffer_count"}, &o->buffer_count, 0));
+  ZT_RETURN_IF_ERROR(r.get_bool({"pin_memory"}, &o->pin_memory));
+  ZT_RETURN_IF_ERROR(r.get_bool({"pipeline_read"}, &o->pipeline_read));
+  ZT_RETURN_IF_ERROR(r.get_bool({"pipeline_write"}, &o->pipeline_write));
+  ZT_RETURN_IF_ERROR(r.get_bool({"fast_init"}, &o->fast_init));
+  r.unsupported("ratio", 1.0);
+  r.unsupported("super_offload", false);
+  r.unsupported("cpuadam_cores_perc", 0.8);
+  ZT_RETURN_IF_ERROR(r.finish());
+  return require_nvme_path(r, o->device, o->nvme_path);
+}
+
+absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zero_optimization"));
+  int64_t stage = 0;
+  ZT_RETURN_IF_ERROR(r.get_int({"stage"}, &stage, 0, 3));
+  z->stage = static_cast<int>(stage);
+  ZT_RETURN_IF_ERROR(r.get_bool({"contiguous_gradients"}, &z->contiguous_gradients));
+  ZT_ASSIGN_OR_RETURN(const json* overlap, r.raw({"overlap_comm"}));
+  z->overlap_comm = z->stage == 3;  // DeepSpeed: None -> stage == 3
+  if (overlap && !overlap->is_null())
+    ZT_RETURN_IF_ERROR(r.get_bool({"overlap_comm"}, &z->overlap_comm));
+  ZT_RETURN_IF_ERROR(r.get_bool({"reduce_scatter"}, &z->reduce_scatter));
+  ZT_RETURN_IF_ERROR(r.get_int({"reduce_bucket_size"}, &z->reduce_bucket_size, 1));
+  ZT_RETURN_IF_ERROR(r.get_bool({"allgather_partitions"}, &z->allgather_partitions));
+  ZT_RETURN_IF_ERROR(r.get_int({"allgather_bucket_size"}, &z->allgather_bucket_size, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"sub_group_size"}, &z->sub_group_size, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
+                               &z->stage3_prefetch_bucket_size, 0));
+  ZT_RETURN_IF_ERROR(
+      r.get_int({"stage3_param_persistence_threshold", "param_persistence_threshold"},
+                &z->stage3_param_persistence_threshold, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"stage3_max_live_parameters", "max_live_parameters"},
+                               &z->stage3_max_live_parameters, 0));
+  ZT_RETURN_IF_ERROR(r.get_int({"stage3_max_reuse_distance", "max_reuse_distance"},
+                               &z->stage3_max_reuse_distance, 0));
+  ZT_RETURN_IF_ERROR(
+      r.get_bool({"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                  "stage3_gather_fp16_weights_on_model_save"},
+                 &z->stage3_gather_16bit_weights_on_model_save));
+  ZT_RETURN_IF_ERROR(r.get_bool({"round_robin_gradients"}, &z->round_robin_gradients));
+  ZT_ASSIGN_OR_RETURN(const json* op, section(r, {"offload_param"}));
+  if (op) ZT_RETURN_IF_ERROR(parse_offload_param(src, *op, &z->offload_param));
+  ZT_ASSIGN_OR_RETURN(const json* oo, section(r, {"offload_optimizer"}));
+  if (oo) ZT_RETURN_IF_ERROR(parse_offload_optimizer(src, *oo, &z->offload_optimizer));
+  // DeepSpeed keys with no counterpart here: fine at their defaults, an error otherwise.
+  r.unsupported("load_from_fp32_weights", true);
+  r.unsupported("ignore_unused_parameters", true);
+  r.unsupported("use_multi_rank_bucket_allreduce", true);
+  r.unsupported("compute_grad_norm", true);
+  r.unsupported("elastic_checkpoint", false);
+  r.unsupported("legacy_stage1", false);
+  r.unsupported("parameter_alignment", false);
+  r.unsupported("memory_efficient_linear", true);
+  r.unsupported("zero_hpz_partition_size", 1);
+  r.unsupported("zero_quantized_weights", false);
+  r.unsupported("zero_quantized_nontrainable_weights", false);
+  r.unsupported("zero_quantized_gradients", false);
+  r.unsupported("stage3_module_granularity_threshold", 0);
+  r.unsupported("stage3_use_all_reduce_for_fetch_params", false);
+  r.unsupported("stage3_allgather_sequential", false);
+  r.unsupported("pipeline_loading_checkpoint", false);
+  r.unsupported("override_module_apply", true);
+  r.unsupported("log_trace_cache_warnings", false);
+  r.unsupported("enable_sanity_checks", false);
+  r.unsupported("mics_shard_size", -1);
+  r.unsupported("mics_hierarchical_params_gather", false);
+  r.unsupported("cpu_offload");  // deprecated DeepSpeed names: use offload_* instead
+  r.unsupported("cpu_offload_param");
+  r.unsupported("cpu_offload_use_pin_memory");
+  r.unsupported("stage3_model_persistence_threshold");
+  r.unsupported("zenflow");
+  r.unsupported("leaf_module");
+  ZT_RETURN_IF_ERROR(r.finish());
+  // DeepSpeed silently ignores offload at stages that cannot use it; we say so.
+  if (z->offload_param.device != OffloadDevice::kNone && z->stage != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src,
+        ": zero_optimization.offload_param.device: parameter offload needs stage 3, but "
+        "stage is ",
+        z->stage, "; set stage to 3 or device to \"none\""));
+  }
+  if (z->offload_optimizer.device != OffloadDevice::kNone && z->stage == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src,
+        ": zero_optimization.offload_optimizer.device: optimizer offload needs stage 1, "
+        "2 or 3, but stage is 0; raise stage or set device to \"none\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status parse_aio(const std::string& src, const json& v, AioConfig* a) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "aio"));
+  ZT_RETURN_IF_ERROR(r.get_int({"block_size"}, &a->block_size, 1));
+  ZT_RETURN_IF_ERROR(r.get_int({"queue_depth"}, &a->queue_depth, 1));
+  ZT_RETURN_IF_ERROR(
+      r.get_int({"intra_op_parallelism", "thread_count"}, &a->intra_op_parallelism, 1));
+  ZT_RETURN_IF_ERROR(r.get_bool({"single_submit"}, &a->single_submit));
+  ZT_RETURN_IF_ERROR(r.get_bool({"overlap_events"}, &a->overlap_events));
+  r.unsupported("use_gds", false);
+  return r.finish();
+}
+
+// ----- top level ------------------------------------------------------------------------
+
+absl::Status parse_top(const std::string& src, const json& root, int world, DsConfig* c) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, root, ""));
+  ZT_RETURN_IF_ERROR(resolve_batch(r, src, world, &c->batch));
+  ZT_ASSIGN_OR_RETURN(const json* opt, section(r, {"optimizer"}));
+  if (opt) ZT_RETURN_IF_ERROR(parse_optimizer(src, *opt, &c->optimizer));
+  ZT_ASSIGN_OR_RETURN(const json* sched, section(r, {"scheduler"}));
+  if (sched) ZT_RETURN_IF_ERROR(parse_scheduler(src, *sched, &c->scheduler));
+  ZT_RETURN_IF_ERROR(r.get_double({"gradient_clipping"}, &c->gradient_clipping, 0.0));
+  ZT_ASSIGN_OR_RETURN(const json* fp16, section(r, {"fp16"}));
+  if (fp16) ZT_RETURN_IF_ERROR(parse_fp16(src, *fp16, &c->fp16));
+  ZT_ASSIGN_OR_RETURN(const json* bf16, r.raw({"bf16", "bfloat16"}));
+  if (bf16 && !bf16->is_null()) {
+    std::string name = root.contains("bf16") ? "bf16" : "bfloat16";
+    ZT_RETURN_IF_ERROR(parse_bf16(src, *bf16, name, &c->bf16));
+  }
+  if (c->fp16.enabled && c->bf16.enabled) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": fp16.enabled and bf16.enabled: both are true; enable at most one"));
+  }
+  ZT_ASSIGN_OR_RETURN(const json* spp, r.raw({"steps_per_print"}));
+  if (spp && spp->is_null()) {
+    c->steps_per_print = 0;
+  } else {
+    ZT_RETURN_IF_ERROR(r.get_int({"steps_per_print"}, &c->steps_per_print, 1));
+  }
+  ZT_RETURN_IF_ERROR(r.get_bool({"wall_clock_breakdown"}, &c->wall_clock_breakdown));
+  ZT_RETURN_IF_ERROR(r.get_bool({"prescale_gradients"}, &c->prescale_gradients));
+  ZT_RETURN_IF_ERROR(r.get_double({"gradient_predivide_factor"}, &c->gradient_predivide_factor, 0.0,
+                                  /*lo_open=*/true));
+  ZT_ASSIGN_OR_RETURN(const json* zero, section(r, {"zero_optimization"}));
+  if (zero) ZT_RETURN_IF_ERROR(parse_zero(src, *zero, &c->zero));
+  ZT_ASSIGN_OR_RETURN(const json* aio, section(r, {"aio"}));
+  if (aio) ZT_RETURN_IF_ERROR(parse_aio(src, *aio, &c->aio));
+  // DeepSpeed sections and keys this build does not implement: allowed only at defaults
+  // where a default is given.
+  for (const char* k : {"activation_checkpointing",
+                        "flops_profiler",
+                        "tensorboard",
+                        "wandb",
+                        "csv_monitor",
+                        "comet",
+                        "comms_logger",
+                        "autotuning",
+                        "data_efficiency",
+                        "curriculum_learning",
+                        "compression_training",
+                        "elasticity",
+                        "amp",
+                        "sparse_attention",
+                        "pipeline",
+                        "checkpoint",
+                        "data_types",
+                        "communication_data_type",
+                        "seq_parallel_communication_data_type",
+                        "torch_autocast",
+                        "nebula",
+                        "hybrid_engine",
+                        "compile",
+                        "weight_quantization",
+                        "timers",
+                        "dataloader_drop_last"}) {
+    r.unsupported(k);
+  }
+  r.unsupported("zero_allow_untested_optimizer", false);
+  r.unsupported("zero_force_ds_cpu_optimizer", true);
+  r.unsupported("memory_breakdown", false);
+  r.unsupported("dump_state", false);
+  r.unsupported("sparse_gradients", false);
+  r.unsupported("disable_allgather", false);
+  return r.finish();
+}
+
+}  // namespace
+
+int edit_distance(std::string_view a, std::string_view b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_size,
+                                         std::string_view source_name) {
+  std::string src(source_name);
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": world size ", world_size, " must be >= 1"));
+  }
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    // e.what() carries "parse error at line L, column C: ...".
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": malformed JSON (byte ", e.byte, "): ", std::string(e.what())));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": ", std::string(e.what())));
+  }
+  DsConfig c;
+  try {
+    ZT_RETURN_IF_ERROR(parse_top(src, root, world_size, &c));
+  } catch (const json::exception& e) {  // defensive: readers check types before get<>()
+    return absl::InvalidArgumentError(absl::StrCat(src, ": ", std::string(e.what())));
+  }
+  for (const NotImplementedRule& rule : kNotImplementedRules) {
+    if (rule.applies(c)) {
+      return absl::UnimplementedError(absl::StrCat(src, ": ", rule.path, ": ", rule.what));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<DsConfig> load_ds_config(const std::string& path, int world_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path,
+                                            ": cannot open the DeepSpeed config file "
+                                            "(missing or unreadable); check --ds_config"));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": error while reading the file"));
+  }
+  return parse_ds_config(ss.str(), world_size, path);
+}
+
+}  // namespace zt

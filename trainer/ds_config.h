@@ -1,0 +1,182 @@
+// DeepSpeed ds_config.json: parsed and validated as a whole into typed structs, one per
+// section, defaults next to the fields as in DeepSpeed 0.19's pydantic models and
+// constants (deepspeed/runtime/{config,constants,zero/config,zero/offload_config}.py).
+//
+// Unlike DeepSpeed, every key is checked: an unknown key anywhere is an error naming its JSON
+// path and the closest valid key; DeepSpeed keys this build parses but does not implement are
+// an error saying so (see the rule list kNotImplementedRules in ds_config.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace zt {
+
+// Batch sizes, resolved with DeepSpeed's rule (config.py _set_batch_related_parameters):
+// train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world size.
+// After parsing all three are set and consistent.
+struct BatchConfig {
+  int64_t train_batch_size = 0;                // samples per optimizer step, all ranks together
+  int64_t train_micro_batch_size_per_gpu = 0;  // samples per forward/backward on one rank
+  int64_t gradient_accumulation_steps = 0;     // micro-batches per optimizer step
+};
+
+// Optimizer kinds this build implements.
+enum class OptimizerType { kAdam, kAdamW };
+
+// "optimizer": {"type": ..., "params": {...}}. DeepSpeed lower-cases the type name; only
+// Adam and AdamW are implemented here. Absent section -> specified = false and these defaults
+// (AdamW), which the trainer may override from its flags.
+struct OptimizerConfig {
+  bool specified = false;                      // the file had an "optimizer" section
+  OptimizerType type = OptimizerType::kAdamW;  // "Adam" or "AdamW", case-insensitive
+  double lr = 1e-3;                            // params.lr: learning rate (before any scheduler)
+  double beta1 = 0.9;                          // params.betas[0]: first-moment decay, in [0, 1)
+  double beta2 = 0.999;                        // params.betas[1]: second-moment decay, in [0, 1)
+  double eps = 1e-8;                           // params.eps: denominator epsilon, >= 0
+  double weight_decay = 0.0;                   // params.weight_decay: >= 0
+  bool bias_correction = true;                 // params.bias_correction: Adam bias correction
+  bool adam_w_mode = true;                     // params.adam_w_mode as written (default true)
+  bool torch_adam = false;                     // params.torch_adam: accepted, no effect here
+  // Resolved as DeepSpeed's engine does: type AdamW, or Adam with adam_w_mode true (the
+  // default), decouples weight decay (AdamW); Adam with adam_w_mode false adds the L2 term
+  // weight_decay·θ to the gradient instead.
+  bool decoupled_weight_decay = true;
+};
+
+// LR schedules this build implements (deepspeed/runtime/lr_schedules.py).
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+// Warm-up curve: log, factor ln(t+1)/ln(W); linear, factor t/W.
+enum class WarmupType { kLog, kLinear };
+
+// "scheduler": {"type": ..., "params": {...}}, DeepSpeed's parameter names and defaults.
+// Which fields apply depends on the type; the others keep their defaults.
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;  // absent section -> constant lr
+  // WarmupLR / WarmupDecayLR: lr at the start of warm-up, >= 0. Default 0.
+  double warmup_min_lr = 0.0;
+  // WarmupLR / WarmupDecayLR: lr at the end of warm-up, >= 0. DeepSpeed 0.19 defaults:
+  // WarmupLR -> the optimizer's lr (nullopt here); WarmupDecayLR -> 0.001.
+  std::optional<double> warmup_max_lr;
+  // All three: warm-up length in scheduler steps, a positive integer (default 1000);
+  // DeepSpeed uses max(2, warmup_num_steps).
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;  // "log" (default) or "linear"
+  // WarmupDecayLR / WarmupCosineLR: total scheduler steps, required, >= 1.
+  int64_t total_num_steps = 0;
+  // WarmupCosineLR: start ratio of the warm-up (× optimizer lr), in [0, 1]. Default 0.
+  double warmup_min_ratio = 0.0;
+  // WarmupCosineLR: final ratio of the cosine decay, in [0, 1]. Default 1e-4.
+  double cos_min_ratio = 1e-4;
+};
+
+// "fp16": {...}: DeepSpeed's dynamic loss scaler settings (precision_config.py).
+struct Fp16Config {
+  bool enabled = false;                 // fp16 mixed precision
+  double loss_scale = 0.0;              // 0 = dynamic scaling, > 0 = static scale
+  int64_t initial_scale_power = 16;     // dynamic: initial scale 2^initial_scale_power, >= 0
+  int64_t loss_scale_window = 1000;     // dynamic: clean steps before doubling the scale, >= 1
+  int64_t hysteresis = 2;               // dynamic: overflows tolerated before halving, >= 1
+  bool consecutive_hysteresis = false;  // refill hysteresis on every clean step
+  int64_t min_loss_scale = 1;           // dynamic: lower bound of the scale, >= 1
+};
+
+// "bf16" (old name "bfloat16"): {"enabled": bool}.
+struct Bf16Config {
+  bool enabled = false;  // bf16 mixed precision (no loss scaling)
+};
+
+// Where an offloaded state lives.
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+// zero_optimization.offload_param (stage 3 only; offload_config.py).
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
+  std::string nvme_path;                        // directory for nvme; required when nvme
+  int64_t buffer_count = 5;                     // parameter buffers in the swapper, >= 0
+  int64_t buffer_size = 100'000'000;            // elements per buffer (1e8), >= 0
+  int64_t max_in_cpu = 1'000'000'000;           // elements kept in CPU memory (1e9), >= 0
+  bool pin_memory = true;                       // page-locked host buffers
+};
+
+// zero_optimization.offload_optimizer (stages 1-3; offload_config.py).
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
+  std::string nvme_path;                        // directory for nvme; required when nvme
+  int64_t buffer_count = 4;                     // optimizer-state buffers in the swapper, >= 0
+  bool pin_memory = true;                       // page-locked host buffers
+  bool pipeline_read = false;                   // nvme: read the next sub-group ahead
+  bool pipeline_write = false;                  // nvme: write the previous sub-group behind
+  bool fast_init = false;                       // nvme: skip writing initial state
+};
+
+// "zero_optimization": {...} (zero/config.py DeepSpeedZeroConfig). Sizes are element counts.
+struct ZeroConfig {
+  int stage = 0;                                // 0 (DDP) .. 3
+  bool contiguous_gradients = true;             // copy grads into one contiguous buffer
+  bool overlap_comm = false;                    // resolved: given value, else true iff stage == 3
+  bool reduce_scatter = true;                   // reduce-scatter (vs all-reduce) for gradients
+  int64_t reduce_bucket_size = 500'000'000;     // elements per reduce bucket (5e8), > 0
+  bool allgather_partitions = true;             // all-gather (vs broadcasts) of updated partitions
+  int64_t allgather_bucket_size = 500'000'000;  // elements per all-gather bucket (5e8), >= 0
+  int64_t sub_group_size = 1'000'000'000;       // elements per optimizer sub-group (1e9), >= 0
+  // Stage 3 (each also accepted without the "stage3_" prefix, as pydantic aliases allow).
+  int64_t stage3_prefetch_bucket_size = 50'000'000;        // 5e7, >= 0
+  int64_t stage3_param_persistence_threshold = 100'000;    // 1e5, >= 0
+  int64_t stage3_max_live_parameters = 1'000'000'000;      // 1e9, >= 0
+  int64_t stage3_max_reuse_distance = 1'000'000'000;       // 1e9, >= 0
+  bool stage3_gather_16bit_weights_on_model_save = false;  // also the old "..._fp16_..." name
+  bool round_robin_gradients = false;  // stage 1/2 with CPU offload: round-robin grad copies
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
+};
+
+// "aio": {...}: asynchronous I/O for NVMe offload (swap_tensor/constants.py).
+struct AioConfig {
+  int64_t block_size = 1'048'576;    // bytes per I/O request (1 MiB), > 0
+  int64_t queue_depth = 8;           // requests in flight, > 0
+  int64_t intra_op_parallelism = 1;  // I/O threads, > 0 (old name "thread_count")
+  bool single_submit = false;        // submit requests one at a time
+  bool overlap_events = true;        // overlap submission and completion
+};
+
+// The whole ds_config.json.
+struct DsConfig {
+  BatchConfig batch;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  // Clip the global gradient L2 norm to this value; 0 disables. DeepSpeed 0.19 default 1.0
+  // (0.0 in releases before 0.15). Must be >= 0.
+  double gradient_clipping = 1.0;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  // Print progress every this many optimizer steps; 0 never (JSON null). Our default 10;
+  // DeepSpeed 0.19's default is None (never).
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;       // time forward/backward/step separately
+  bool prescale_gradients = false;         // divide grads before the all-reduce
+  double gradient_predivide_factor = 1.0;  // pre-divide factor for the all-reduce, > 0
+  ZeroConfig zero;
+  AioConfig aio;
+};
+
+// Parses `json_text` (a whole ds_config.json) for `world_size` ranks (>= 1), validates every
+// key and value, resolves the batch triple and the dynamic defaults, and applies this build's
+// not-implemented rules. `source_name` (a path or "<string>") starts every error message.
+// Errors: InvalidArgument for bad JSON, keys, types or values; Unimplemented for DeepSpeed
+// features this build does not have.
+absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_size,
+                                         std::string_view source_name);
+
+// Reads the file at `path` and parses it as parse_ds_config does. Missing or unreadable
+// file -> NotFound / InvalidArgument naming the path.
+absl::StatusOr<DsConfig> load_ds_config(const std::string& path, int world_size);
+
+// Levenshtein edit distance between a and b (used for "did you mean" suggestions).
+int edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace zt
