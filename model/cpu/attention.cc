@@ -26,6 +26,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv, int
         for (int t2 = 0; t2 <= t; ++t2) {
           const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
           float s = 0.f;
+#pragma omp simd reduction(+ : s)
           for (int i = 0; i < hd; ++i) s += q[i] * k[i];
           s *= scale;
           a[t2] = s;
@@ -71,6 +72,7 @@ void CpuBackend::attention_backward(float* dqkv, float* /*datt*/, const float* d
             const float* v = qkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float* dv = dqkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float s = 0.f;
+#pragma omp simd reduction(+ : s)
             for (int i = 0; i < hd; ++i) {
               s += dy[i] * v[i];
               dv[i] += a[t2] * dy[i];
