@@ -1,0 +1,173 @@
+// End-to-end checks of the zerotrain binary: bad input gets a clear message and exit code 2,
+// never a crash; a tiny run writes metrics.jsonl with the documented fields.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/shard.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = std::string(ZT_BINARY_DIR) + "/zerotrain";
+const std::string kShared = std::string(ZT_SOURCE_DIR) + "/../shared/data/";
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::FILE* p = popen((kBin + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("zt_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    std::mt19937 rng(1);
+    std::vector<uint32_t> toks(4000);
+    for (auto& t : toks) t = rng() % 256;
+    ASSERT_TRUE(write_shard(path("train_000000.bin"), toks, 256).ok());
+    ASSERT_TRUE(write_shard(path("val_000000.bin"), toks, 256).ok());
+    write(path("ds.json"), R"({"train_micro_batch_size_per_gpu": 2,
+                              "gradient_accumulation_steps": 2,
+                              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static void write(const std::string& p, const std::string& text) { std::ofstream(p) << text; }
+  // A train command on the tiny model with the good defaults, plus `extra`.
+  std::string train(const std::string& extra) const {
+    return "train --model tiny-llama --seq_len 16 --steps 3 --sample_tokens 0 --val_every 0"
+           " --run_dir " + path("run") + " --train_data '" + path("train_*.bin") + "' " + extra;
+  }
+  fs::path dir_;
+};
+
+// Exit code 2 and every expected phrase in the message.
+void expect_user_error(const Result& r, std::vector<std::string> phrases) {
+  EXPECT_EQ(r.code, 2) << r.out;
+  for (const auto& p : phrases) EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
+}
+
+TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
+  const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
+                             path("val_*.bin") + "' --val_batches 2"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(path("run/metrics.jsonl"));
+  int steps = 0, vals = 0;
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) {
+      ++vals;
+      continue;
+    }
+    for (const char* k : {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s"})
+      EXPECT_TRUE(j.contains(k)) << k;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(vals, 2);  // start and end
+}
+
+TEST_F(Cli, NoCommandOrUnknownCommand) {
+  expect_user_error(run(""), {"zerotrain <command>"});
+  expect_user_error(run("fly"), {"unknown command 'fly'"});
+}
+
+TEST_F(Cli, UnknownFlagNamesClosest) {
+  expect_user_error(run("train --deepspeeed x.json"), {"unknown flag --deepspeeed", "--deepspeed"});
+  expect_user_error(run("train --steps=many"), {"bad value 'many' for --steps"});
+}
+
+TEST_F(Cli, MissingFiles) {
+  expect_user_error(run(train("--deepspeed " + path("nope.json"))), {"nope.json"});
+  expect_user_error(run("train --deepspeed " + path("ds.json") + " --model tiny-llama"
+                        " --train_data '" + path("none_*.bin") + "'"),
+                    {"none_*.bin"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " +
+                              path("missing.model"))),
+                    {"missing.model"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --init_from " +
+                              path("no_model_dir"))),
+                    {"no_model_dir"});
+  expect_user_error(run("prepare --tokenizer " + kShared + "llama2_tokenizer.model --input " +
+                        path("missing.txt") + " --out " + path("out")),
+                    {"missing.txt"});
+  expect_user_error(run("info --model gpt5"), {"unknown model preset 'gpt5'"});
+}
+
+TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
+  if (!fs::exists(kShared + "llama2_tokenizer.model")) GTEST_SKIP() << "shared data absent";
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " + kShared +
+                              "llama2_tokenizer.model")),
+                    {"32000", "256"});
+}
+
+TEST_F(Cli, ShardTokensOutsideModelVocabulary) {
+  std::vector<uint32_t> toks(4000, 300);
+  ASSERT_TRUE(write_shard(path("big_000000.bin"), toks, 32000).ok());
+  expect_user_error(run("train --model tiny-llama --seq_len 16 --deepspeed " + path("ds.json") +
+                        " --train_data " + path("big_000000.bin")),
+                    {"300", "big_000000.bin"});
+}
+
+TEST_F(Cli, TruncatedAndWrongMagicShards) {
+  fs::copy_file(path("train_000000.bin"), path("cut_000000.bin"));
+  fs::resize_file(path("cut_000000.bin"), 1024 + 100);
+  expect_user_error(run("train --model tiny-llama --deepspeed " + path("ds.json") +
+                        " --train_data " + path("cut_000000.bin")),
+                    {"cut_000000.bin"});
+  write(path("magic_000000.bin"), std::string(2048, 'x'));
+  expect_user_error(run("train --model tiny-llama --deepspeed " + path("ds.json") +
+                        " --train_data " + path("magic_000000.bin")),
+                    {"magic", "magic_000000.bin"});
+}
+
+TEST_F(Cli, BatchThatDoesNotDivide) {
+  write(path("bad_batch.json"), R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3})");
+  expect_user_error(run(train("--deepspeed " + path("bad_batch.json"))), {"train_batch_size"});
+}
+
+TEST_F(Cli, BadDsConfigKeysAndValues) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {R"({"train_batch_size": 4, "gradient_clipingg": 1.0})", {"gradient_clipingg", "gradient_clipping"}},
+      {R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lrr": 1}}})", {"lrr", "'lr'"}},
+      {R"({"train_batch_size": 4, "gradient_clipping": -1})", {"gradient_clipping"}},
+      {R"({"train_batch_size": "auto"})", {"auto"}},
+      {R"({"train_batch_size": 4, "zero_optimization": {"stage": 7}})", {"stage"}},
+      {R"({"train_batch_size": 4, )", {"malformed JSON", "bad.json"}},
+  };
+  for (const auto& [json, phrases] : cases) {
+    write(path("bad.json"), json);
+    expect_user_error(run(train("--deepspeed " + path("bad.json"))), phrases);
+  }
+}
+
+TEST_F(Cli, SequenceLongerThanGpt2Positions) {
+  expect_user_error(run("train --model tiny-gpt2 --seq_len 65 --deepspeed " + path("ds.json") +
+                        " --train_data '" + path("train_*.bin") + "'"),
+                    {"--seq_len 65"});
+}
+
+}  // namespace
+}  // namespace zt
