@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Side-by-side training throughput: zerotrain's CPU path vs PyTorch eager, in one run.
+
+Both sides train the same architecture (same parameter count, asserted), same micro-batch B,
+sequence length T, thread count and optimizer (AdamW on every parameter, weight decay 0.1,
+constant lr, gradient clipping 1.0), fp32, for the same number of steps. Each step is
+forward + backward + clip + optimizer step. tokens/s is the median over the steps after the
+warm-up ones, computed the same way on both sides (B*T / step time).
+
+  python3 benchmarks/compare_torch.py                       # shakespeare-llama, B=32, T=128
+  python3 benchmarks/compare_torch.py --model-preset tiny-llama --batch 8 --seq 64
+  python3 benchmarks/compare_torch.py --markdown docs/benchmarks.md
+
+PyTorch/transformers are used only by this script, never by the trainer.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARD_MAGIC_U16, SHARD_VERSION_U16, HEADER_INTS = 20240520, 1, 256
+
+# Mirrors model/config.cc (the presets this script can map to a HF model).
+PRESETS = {
+    "shakespeare-llama": dict(arch="llama", hidden=128, intermediate=384, layers=4, heads=4,
+                              kv_heads=2, vocab=32000, max_seq=256, eps=1e-5, theta=1e4),
+    "tiny-llama": dict(arch="llama", hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2,
+                       vocab=256, max_seq=64, eps=1e-5, theta=1e4),
+    "tiny-gpt2": dict(arch="gpt2", hidden=64, layers=2, heads=4, vocab=256, max_seq=64,
+                      eps=1e-5),
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-preset", default="shakespeare-llama", choices=sorted(PRESETS))
+    p.add_argument("--batch", type=int, default=32, help="micro-batch B")
+    p.add_argument("--seq", type=int, default=128, help="sequence length T")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the median")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "zerotrain"))
+    p.add_argument("--data", default=None,
+                   help="glob of llm.c token shards (default: TinyShakespeare shards for 32k-vocab "
+                        "presets, prepared if missing; random tokens for the tiny presets)")
+    p.add_argument("--shared-data", default=os.path.join(ROOT, "..", "shared", "data"))
+    p.add_argument("--torch-attn", default="eager,sdpa",
+                   help="comma list of HF attn_implementation values to measure (first is the "
+                        "reference for the ratio)")
+    p.add_argument("--profile", action="store_true",
+                   help="also print the torch profiler's top ops for one eager step")
+    p.add_argument("--markdown", default=None, help="write/update a section in this markdown file")
+    a = p.parse_args()
+    if a.steps <= a.warmup:
+        p.error("--steps must exceed --warmup")
+    return a
+
+
+# ---------------------------------------------------------------------------- data
+
+def write_random_shard(path, n_tokens, vocab, seed=0):
+    header = np.zeros(HEADER_INTS, dtype=np.int32)
+    header[:3] = [SHARD_MAGIC_U16, SHARD_VERSION_U16, n_tokens]
+    toks = np.random.default_rng(seed).integers(0, vocab, n_tokens, dtype=np.uint16)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+
+
+def read_shard(path):
+    raw = np.fromfile(path, dtype=np.int32, count=HEADER_INTS)
+    assert raw[0] == SHARD_MAGIC_U16 and raw[1] == SHARD_VERSION_U16, f"{path}: not a u16 shard"
+    return np.fromfile(path, dtype=np.uint16, offset=HEADER_INTS * 4)[: raw[2]]
+
+
+def resolve_data(a, cfg, tmp):
+    if a.data:
+        return a.data
+    if cfg["vocab"] >= 32000:
+        default = os.path.join(ROOT, "data_cache", "shakespeare", "train_*.bin")
+        if glob.glob(default):
+            return default
+        out = os.path.join(tmp, "shakespeare")
+        subprocess.run([a.binary, "prepare", "--tokenizer",
+                        os.path.join(a.shared_data, "llama2_tokenizer.model"), "--input",
+                        os.path.join(a.shared_data, "tinyshakespeare.txt"), "--out", out],
+                       check=True)
+        return os.path.join(out, "train_*.bin")
+    path = os.path.join(tmp, "random_000000.bin")
+    write_random_shard(path, 1 << 20, cfg["vocab"])
+    return path
+
+
+# ---------------------------------------------------------------------------- ours
+
+def our_param_count(a):
+    out = subprocess.run([a.binary, "info", "--model", a.model_preset], check=True,
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.split()[:1] == ["total"]:
+            return int(line.split()[1])
+    raise RuntimeError(f"no 'total' line in zerotrain info output:\n{out}")
+
+
+def run_ours(a, data, tmp):
+    with open(os.path.join(ROOT, "benchmarks", "ds_bench.json")) as f:
+        ds = json.load(f)
+    ds["train_micro_batch_size_per_gpu"] = a.batch
+    ds["optimizer"]["params"]["lr"] = a.lr
+    ds_path = os.path.join(tmp, "ds_bench.json")
+    with open(ds_path, "w") as f:
+        json.dump(ds, f)
+    run_dir = os.path.join(tmp, "run")
+    cmd = [a.binary, "train", "--model", a.model_preset, "--deepspeed", ds_path,
+           "--train_data", data, "--seq_len", str(a.seq), "--steps", str(a.steps),
+           "--threads", str(a.threads), "--sample_tokens", "0", "--val_data", "",
+           "--val_every", "0", "--run_dir", run_dir]
+    print("ours:", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    rows = [r for r in rows if "tokens_per_s" in r][a.warmup:]
+    med = lambda k: statistics.median(r[k] for r in rows)
+    return dict(tok_s=med("tokens_per_s"), step_ms=med("step_ms"), forward_ms=med("forward_ms"),
+                backward_ms=med("backward_ms"), optimizer_ms=med("optimizer_ms"),
+                loss=rows[-1]["loss"])
+
+
+# ---------------------------------------------------------------------------- torch
+
+def hf_model(cfg, attn):
+    import torch
+    if cfg["arch"] == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        hc = LlamaConfig(vocab_size=cfg["vocab"], hidden_size=cfg["hidden"],
+                         intermediate_size=cfg["intermediate"], num_hidden_layers=cfg["layers"],
+                         num_attention_heads=cfg["heads"], num_key_value_heads=cfg["kv_heads"],
+                         max_position_embeddings=cfg["max_seq"], rms_norm_eps=cfg["eps"],
+                         rope_parameters={"rope_type": "default", "rope_theta": cfg["theta"]},
+                         hidden_act="silu", attention_bias=False, mlp_bias=False,
+                         attention_dropout=0.0, tie_word_embeddings=False)
+        hc._attn_implementation = attn
+        return LlamaForCausalLM(hc).to(torch.float32)
+    from transformers import GPT2Config, GPT2LMHeadModel
+    hc = GPT2Config(vocab_size=cfg["vocab"], n_positions=cfg["max_seq"], n_embd=cfg["hidden"],
+                    n_layer=cfg["layers"], n_head=cfg["heads"], layer_norm_epsilon=cfg["eps"],
+                    activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                    attn_pdrop=0.0, tie_word_embeddings=True,
+                    bos_token_id=None, eos_token_id=None)
+    hc._attn_implementation = attn
+    return GPT2LMHeadModel(hc).to(torch.float32)
+
+
+def run_torch(a, cfg, tokens, attn, profile=False):
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(1337)
+    model = hf_model(cfg, attn)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.1)
+    rng = np.random.default_rng(1337)
+    B, T = a.batch, a.seq
+
+    def batch():
+        starts = rng.integers(0, len(tokens) - T - 1, B)
+        xy = torch.from_numpy(np.stack([tokens[s:s + T + 1] for s in starts]).astype(np.int64))
+        return xy[:, :-1].contiguous(), xy[:, 1:].contiguous()
+
+    def step(x, y):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=x, use_cache=False).logits
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t3 = time.perf_counter()
+        return loss.item(), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (t3 - t0) * 1e3
+
+    rows = []
+    for _ in range(a.steps):
+        rows.append(step(*batch()))
+    prof_table = None
+    if profile:
+        from torch.profiler import profile as tprof, ProfilerActivity
+        with tprof(activities=[ProfilerActivity.CPU]) as prof:
+            step(*batch())
+        prof_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    steady = rows[a.warmup:]
+    med = lambda i: statistics.median(r[i] for r in steady)
+    return dict(tok_s=statistics.median(B * T / (r[4] / 1e3) for r in steady), step_ms=med(4),
+                forward_ms=med(1), backward_ms=med(2), optimizer_ms=med(3), loss=steady[-1][0],
+                n_params=n_params, profile=prof_table)
+
+
+# ---------------------------------------------------------------------------- report
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def table(results, ref_key):
+    ref = results[ref_key]["tok_s"]
+    lines = ["| implementation | tokens/s | step ms | forward ms | backward ms | optimizer ms "
+             "| ours / this |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    ours = results["zerotrain (ours)"]["tok_s"]
+    for name, r in results.items():
+        ratio = "—" if name.startswith("zerotrain") else f"{ours / r['tok_s']:.2f}x"
+        lines.append(f"| {name} | {r['tok_s']:.0f} | {r['step_ms']:.0f} | {r['forward_ms']:.0f} "
+                     f"| {r['backward_ms']:.0f} | {r['optimizer_ms']:.0f} | {ratio} |")
+    return "\n".join(lines), ours / ref
+
+
+def write_markdown(path, a, body):
+    begin, end = (f"<!-- compare_torch:{a.model_preset}:begin -->",
+                  f"<!-- compare_torch:{a.model_preset}:end -->")
+    section = f"{begin}\n{body}\n{end}\n"
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) + 1:]
+    else:
+        if not text:
+            text = ("# Benchmarks\n\nFigures written by `benchmarks/compare_torch.py`; each section "
+                    "comes from one invocation that measures both sides back to back.\n\n")
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    a = parse_args()
+    cfg = PRESETS[a.model_preset]
+    if a.seq > cfg["max_seq"]:
+        sys.exit(f"--seq {a.seq} exceeds the preset's max_seq_len {cfg['max_seq']}")
+    import torch
+    import transformers
+    torch.set_num_threads(a.threads)
+    torch.set_num_interop_threads(1)
+
+    with tempfile.TemporaryDirectory(prefix="zt_bench_") as tmp:
+        data = resolve_data(a, cfg, tmp)
+        ours_params = our_param_count(a)
+        results = {}
+        t0 = time.time()
+        results["zerotrain (ours)"] = run_ours(a, data, tmp)
+        tokens = np.concatenate([read_shard(p) for p in sorted(glob.glob(data))])
+        profile_table = None
+        for attn in [s for s in a.torch_attn.split(",") if s]:
+            r = run_torch(a, cfg, tokens, attn, profile=a.profile and attn == "eager")
+            if r["n_params"] != ours_params:
+                sys.exit(f"parameter count mismatch: zerotrain {ours_params:,} vs "
+                         f"PyTorch {r['n_params']:,} ({attn})")
+            profile_table = profile_table or r["profile"]
+            results[f"PyTorch eager ({attn} attention)"] = r
+        wall = time.time() - t0
+
+    ref_key = list(results)[1]
+    tab, ratio = table(results, ref_key)
+    argv = " ".join(shlex.quote(x) for x in ["python3", "benchmarks/compare_torch.py"] + sys.argv[1:])
+    print(f"\nparameters: zerotrain {ours_params:,} | PyTorch {results[ref_key]['n_params']:,}")
+    print(f"model {a.model_preset} | B={a.batch} T={a.seq} | {a.threads} threads | "
+          f"median of steps {a.warmup + 1}..{a.steps}\n")
+    print(tab)
+    print(f"\nratio ours / {ref_key}: {ratio:.2f}x")
+    print("losses at last step: " + ", ".join(f"{k} {v['loss']:.3f}" for k, v in results.items()))
+    if profile_table:
+        print("\ntorch profiler, one eager step (self CPU time):\n" + profile_table)
+
+    if a.markdown:
+        body = "\n".join([
+            f"## {a.model_preset}: training tokens/s, zerotrain CPU vs PyTorch eager",
+            "",
+            f"Model `{a.model_preset}` ({ours_params:,} parameters on both sides), micro-batch "
+            f"B={a.batch}, T={a.seq}, fp32, AdamW (weight decay 0.1 on every parameter, constant "
+            f"lr {a.lr:g}), gradient clipping 1.0; each step = forward + backward + clip + "
+            f"optimizer step. tokens/s = median over steps {a.warmup + 1}..{a.steps} "
+            f"({a.warmup} warm-up steps dropped), B*T / step time on both sides.",
+            "",
+            tab,
+            "",
+            f"**Ratio ours / {ref_key}: {ratio:.2f}x.**",
+            "",
+            f"- Machine: {cpu_model()}, {os.cpu_count()} logical cores, {a.threads} threads on "
+            f"both sides (`--threads`, `torch.set_num_threads`).",
+            f"- Versions: torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"Python {platform.python_version()}.",
+            f"- Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; all rows come from one "
+            f"invocation ({wall:.0f} s), measured back to back.",
+            f"- Command: `{argv}`",
+        ])
+        write_markdown(a.markdown, a, body)
+        print(f"\nwrote section '{a.model_preset}' in {a.markdown}")
+
+
+if __name__ == "__main__":
+    main()
