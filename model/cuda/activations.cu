@@ -1,0 +1,64 @@
+// GELU (tanh form) and SwiGLU, forward and backward (equations in model/cpu/activations.cc).
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  out[i] = 0.5f * x * (1.f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  const float du = kGeluScale * (1.f + 3.f * 0.044715f * x * x);
+  dinp[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du);
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int I) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)N * I) return;
+  const size_t n = i / I, j = i % I;
+  const float g = inp[n * 2 * I + j], u = inp[n * 2 * I + I + j];
+  out[i] = g / (1.f + expf(-g)) * u;
+}
+
+__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int N,
+                                       int I) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)N * I) return;
+  const size_t n = i / I, j = i % I;
+  const float g = inp[n * 2 * I + j], u = inp[n * 2 * I + I + j];
+  const float sig = 1.f / (1.f + expf(-g));
+  dinp[n * 2 * I + j] = dout[i] * u * sig * (1.f + g * (1.f - sig));
+  dinp[n * 2 * I + I + j] = dout[i] * g * sig;
+}
+
+}  // namespace
+
+void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
+  swiglu_forward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(out, inp, N, I);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+void CudaBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) {
+  swiglu_backward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(dinp, dout, inp,
+                                                                                N, I);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace zt

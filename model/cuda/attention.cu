@@ -1,0 +1,111 @@
+// Causal attention with grouped-query K/V (equations in model/cpu/attention.cc). One warp per
+// (b, h, t) query row: a plain reference kernel, correct on any shape; a tiled (flash) kernel
+// replaces it once the GPU checks run.
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+namespace {
+
+struct AttnShape {
+  int B, T, NH, KVH, hd, row, group;
+  float scale;
+};
+
+__global__ void attention_forward_kernel(float* out, float* att, const float* qkv, AttnShape s) {
+  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= (size_t)s.B * s.NH * s.T) return;
+  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
+  const int kvh = h / s.group;
+  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  float* a = att + w * s.T;
+  float maxv = -INFINITY;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    const float* k = qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+    float d = 0.f;
+    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
+    a[t2] = d * s.scale;
+    maxv = fmaxf(maxv, a[t2]);
+  }
+  maxv = warp_max(maxv);
+  float sum = 0.f;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    a[t2] = expf(a[t2] - maxv);
+    sum += a[t2];
+  }
+  const float inv = 1.f / warp_sum(sum);
+  for (int t2 = lane; t2 < s.T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.f;
+  __syncwarp();
+  float* o = out + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
+  for (int i = lane; i < s.hd; i += 32) {
+    float acc = 0.f;
+    for (int t2 = 0; t2 <= t; ++t2)
+      acc += a[t2] * qkv[((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + s.KVH + kvh) * s.hd + i];
+    o[i] = acc;
+  }
+}
+
+__global__ void attention_backward_kernel(float* dqkv, float* da_all, const float* dout,
+                                          const float* qkv, const float* att, AttnShape s) {
+  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= (size_t)s.B * s.NH * s.T) return;
+  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
+  const int kvh = h / s.group;
+  const float* a = att + w * s.T;
+  float* da = da_all + w * s.T;
+  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  const float* dy = dout + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
+  float dot = 0.f;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    const size_t r2 = ((size_t)b * s.T + t2) * s.row;
+    const float* v = qkv + r2 + (size_t)(s.NH + s.KVH + kvh) * s.hd;
+    float* dv = dqkv + r2 + (size_t)(s.NH + s.KVH + kvh) * s.hd;
+    float d = 0.f;
+    for (int i = 0; i < s.hd; ++i) {
+      d += dy[i] * v[i];
+      atomicAdd(&dv[i], a[t2] * dy[i]);
+    }
+    da[t2] = d;
+    dot += a[t2] * d;
+  }
+  dot = warp_sum(dot);
+  for (int t2 = lane; t2 <= t; t2 += 32) da[t2] = a[t2] * (da[t2] - dot) * s.scale;  // ds
+  __syncwarp();
+  float* dq = dqkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  for (int i = lane; i < s.hd; i += 32) {
+    float acc = 0.f;
+    for (int t2 = 0; t2 <= t; ++t2) {
+      const size_t r2 = ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+      acc += da[t2] * qkv[r2 + i];
+      atomicAdd(&dqkv[r2 + i], da[t2] * q[i]);
+    }
+    dq[i] += acc;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T,
+                                    int NH, int KVH, int hd) {
+  const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
+  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
+      out, att, qkv, s);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout,
+                                     const float* qkv, const float* att, int B, int T, int NH,
+                                     int KVH, int hd) {
+  // datt (B,NH,T,T) scratch: the caller's, or one owned here for the call.
+  float* scratch = datt;
+  const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
+  if (!scratch) ZT_CHECK_CUDA(cudaMallocAsync(&scratch, bytes, stream_));
+  const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
+  attention_backward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
+      dqkv, scratch, dout, qkv, att, s);
+  ZT_CHECK_CUDA(cudaGetLastError());
+  if (!datt) ZT_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+}
+
+}  // namespace zt

@@ -1,0 +1,150 @@
+// CUDA backend: device, stream, memory, dtype conversion and small elementwise kernels.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" error
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", device, " requested but ", n, " device(s) are visible; check "
+        "CUDA_VISIBLE_DEVICES and the driver, or use the CPU backend"));
+  return std::unique_ptr<Backend>(new CudaBackend(device));
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  ZT_CHECK_CUDA(cudaSetDevice(device));
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
+  ZT_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+  ZT_CHECK_CUDA(cudaMalloc(&reduce_, sizeof(double)));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  cudaFree(reduce_);
+  cudaFree(workspace_);
+  cublasLtDestroy(lt_);
+  cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::alloc(size_t bytes, MemCategory c) {
+  void* p = nullptr;
+  ZT_CHECK_CUDA(cudaMalloc(&p, bytes));
+  tracker_.on_alloc(c, bytes);
+  return p;
+}
+
+void CudaBackend::free(void* p, size_t bytes, MemCategory c) {
+  ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));  // no kernel may still use it
+  ZT_CHECK_CUDA(cudaFree(p));
+  tracker_.on_free(c, bytes);
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));  // src may be pageable and reused
+}
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+void CudaBackend::zero(void* p, size_t bytes) {
+  ZT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
+}
+void CudaBackend::synchronize() { ZT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+namespace {
+
+__device__ inline float load_as_f32(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
+  }
+  return 0.f;
+}
+
+__device__ inline void store_from_f32(void* p, DType t, size_t i, float v) {
+  switch (t) {  // round-to-nearest-even, as common/dtype.h on the host
+    case DType::kF32: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case DType::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+  }
+}
+
+__global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) store_from_f32(dst, dt, i, load_as_f32(src, st, i));
+}
+
+__global__ void add_kernel(float* y, const float* x, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* x, float s, size_t n) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+// Grid-stride partial sums in double, one atomicAdd per warp.
+__global__ void sum_squares_kernel(const float* x, size_t n, double* out) {
+  double acc = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    acc += (double)x[i] * x[i];
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+}
+
+}  // namespace
+
+void CudaBackend::convert(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (n == 0) return;
+  if (st == dt) return copy(dst, src, n * dtype_size(st));
+  convert_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(src, st, dst, dt, n);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::add_inplace(float* y, const float* x, size_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, x, n);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::scale(float* x, float s, size_t n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, s, n);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+double CudaBackend::sum_squares(const float* x, size_t n) {
+  ZT_CHECK_CUDA(cudaMemsetAsync(reduce_, 0, sizeof(double), stream_));
+  if (n > 0) {
+    const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
+    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(x, n, reduce_);
+    ZT_CHECK_CUDA(cudaGetLastError());
+  }
+  double out = 0;
+  copy_to_host(&out, reduce_, sizeof(double));
+  return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,18 @@
+// The CUDA backend: same interface and same kernel families as model/cpu/, checked against the
+// CPU backend by tests/unit/cuda_backend_test.cc (skipped without a GPU). GEMM via cuBLASLt.
+// This header is plain C++ so that host code can create the backend without nvcc.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/backend.h"
+
+namespace zt {
+
+// Number of CUDA devices visible to this process (0 when there is no GPU or no driver).
+int cuda_device_count();
+// A backend on CUDA device `device`. Error when the device does not exist or cannot be used.
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device);
+
+}  // namespace zt

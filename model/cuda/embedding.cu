@@ -1,0 +1,42 @@
+// Token (+ GPT-2 position) embeddings; backward scatters with atomicAdd (repeated tokens).
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+namespace {
+
+__global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte,
+                                         const float* wpe, int BT, int T, int C) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)BT * C) return;
+  const int bt = i / C, c = i % C;
+  float v = wte[(size_t)tokens[bt] * C + c];
+  if (wpe) v += wpe[(size_t)(bt % T) * C + c];
+  out[i] = v;
+}
+
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
+                                          const int* tokens, int BT, int T, int C) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)BT * C) return;
+  const int bt = i / C, c = i % C;
+  atomicAdd(&dwte[(size_t)tokens[bt] * C + c], dout[i]);
+  if (dwpe) atomicAdd(&dwpe[(size_t)(bt % T) * C + c], dout[i]);
+}
+
+}  // namespace
+
+void CudaBackend::embedding_forward(float* out, const int* tokens, const float* wte,
+                                    const float* wpe, int B, int T, int C) {
+  embedding_forward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
+      out, tokens, wte, wpe, B * T, T, C);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                     const int* tokens, int B, int T, int C) {
+  embedding_backward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
+      dwte, dwpe, dout, tokens, B * T, T, C);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace zt

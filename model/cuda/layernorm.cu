@@ -1,0 +1,65 @@
+// LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). dw/db accumulate with
+// atomicAdd across rows.
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+namespace {
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* w, const float* b, int N, int C, float eps) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + (size_t)row * C;
+  float s = 0.f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / C;
+  float v = 0.f;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(warp_sum(v) / C + eps);
+  float* y = out + (size_t)row * C;
+  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+__global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, const float* dout,
+                                          const float* inp, const float* w, const float* mean,
+                                          const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + (size_t)row * C;
+  const float* dy = dout + (size_t)row * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0.f, bsum = 0.f;
+  for (int c = lane; c < C; c += 32) {
+    const float xhat = (x[c] - m) * r, dxhat = dy[c] * w[c];
+    a += dxhat;
+    bsum += dxhat * xhat;
+  }
+  const float mean_dxhat = warp_sum(a) / C, mean_dxhat_xhat = warp_sum(bsum) / C;
+  float* dx = dinp + (size_t)row * C;
+  for (int c = lane; c < C; c += 32) {
+    const float xhat = (x[c] - m) * r;
+    atomicAdd(&db[c], dy[c]);
+    atomicAdd(&dw[c], dy[c] * xhat);
+    dx[c] += r * (dy[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* w, const float* b, int N, int C, float eps) {
+  layernorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(
+      out, mean, rstd, inp, w, b, N, C, eps);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                     const float* inp, const float* w, const float* mean,
+                                     const float* rstd, int N, int C) {
+  layernorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(
+      dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace zt

@@ -1,0 +1,34 @@
+// RoPE, HF rotate_half layout (equations in model/cpu/rope.cc); one thread per rotated pair.
+#include "model/cuda/cuda_backend.cuh"
+
+namespace zt {
+namespace {
+
+__global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int hd, float theta,
+                            float sign) {
+  const int half = hd / 2;
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= (size_t)BT * heads * half) return;
+  const int k = i % half, h = (i / half) % heads, bt = i / ((size_t)half * heads);
+  const float inv_freq = powf(theta, -2.f * k / hd);
+  float s, c;
+  sincosf((bt % T) * inv_freq, &s, &c);
+  s *= sign;
+  float* x = qkv + (size_t)bt * row + (size_t)h * hd;
+  const float x1 = x[k], x2 = x[k + half];
+  x[k] = x1 * c - x2 * s;
+  x[k + half] = x2 * c + x1 * s;
+}
+
+}  // namespace
+
+void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
+                       bool inverse) {
+  const size_t n = (size_t)B * T * (NH + KVH) * (hd / 2);
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(qkv, B * T, T, NH + KVH,
+                                                       (NH + 2 * KVH) * hd, hd, theta,
+                                                       inverse ? -1.f : 1.f);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace zt
