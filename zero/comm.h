@@ -1,0 +1,96 @@
+// Communicators (DESIGN.md "Communicator"): the collectives ZeRO needs, blocking and
+// non-blocking, on device buffers. Implementations: single-process (world size 1), MPI (host
+// buffers: the CPU backend's device memory is host memory), NCCL (CUDA device buffers, unique id
+// broadcast over MPI). Every communicator counts what each rank moves per collective kind, in
+// the ZeRO paper's convention (Rajbhandari et al. 2020, section 7): a reduce-scatter or
+// all-gather over a buffer of n elements counts n, an all-reduce 2n. Scalar reductions (loss,
+// norms, overflow flags, checks) are counted apart and excluded from that volume.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+
+namespace zt {
+
+enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kScalar, kCount };
+inline constexpr size_t kNumCollKinds = static_cast<size_t>(CollKind::kCount);
+const char* coll_kind_name(CollKind k);
+
+struct CollCounters {
+  int64_t calls = 0;
+  int64_t elements = 0;  // paper convention: RS/AG over n elements -> n, all-reduce -> 2n
+  int64_t bytes = 0;     // elements x element size
+};
+using CommStats = std::array<CollCounters, kNumCollKinds>;
+
+// Completion of a non-blocking collective. wait() blocks until the buffers may be used; a
+// default-constructed request is already complete.
+class CommRequest {
+ public:
+  CommRequest() = default;
+  explicit CommRequest(std::function<void()> wait) : wait_(std::move(wait)) {}
+  void wait() {
+    if (wait_) wait_();
+    wait_ = nullptr;
+  }
+
+ private:
+  std::function<void()> wait_;
+};
+
+enum class ScalarOp { kSum, kMax, kMin };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Rank within this node and ranks on this node (GPU selection, thread counts).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+
+  // Sum over ranks, in place: buf (n) of dtype t (fp32 on MPI; fp32/bf16/fp16 on NCCL).
+  virtual CommRequest all_reduce(void* buf, size_t n, DType t) = 0;
+  // out (n) on rank r = sum over ranks of in[r*n, (r+1)*n); in holds n * world_size elements.
+  virtual CommRequest reduce_scatter(const void* in, void* out, size_t n, DType t) = 0;
+  // out (n * world_size) = concatenation of every rank's in (n), in rank order.
+  virtual CommRequest all_gather(const void* in, void* out, size_t n, DType t) = 0;
+  // bytes of buf from rank root to every rank; blocking.
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Host scalars reduced over ranks in place; blocking; counted as kScalar.
+  virtual void all_reduce_scalars(double* v, int k, ScalarOp op) = 0;
+
+  // Cumulative counters since construction (or reset_stats()).
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  void count(CollKind k, int64_t elements, size_t elem_bytes) {
+    CollCounters& c = stats_[static_cast<size_t>(k)];
+    ++c.calls;
+    c.elements += elements;
+    c.bytes += elements * static_cast<int64_t>(elem_bytes);
+  }
+  CommStats stats_{};
+};
+
+// World size 1: collectives copy (reduce-scatter / all-gather) or do nothing, and still count,
+// so a single-rank run reports the same volume formula.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// Agrees across ranks that `what` (e.g. a hash of the config and model) is identical; error on
+// every rank naming `label` and the ranks that differ, so misconfigured launches fail fast.
+absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& label,
+                                     const std::string& what);
+
+}  // namespace zt
