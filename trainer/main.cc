@@ -1,5 +1,6 @@
-// zerotrain: subcommands `info`, `prepare`, `train`. Flags live here (absl); library code takes
-// option structs. Every error a user can cause prints "error: ..." and exits with code 2.
+// zerotrain: subcommands `info`, `prepare`, `train`, `estimate`. Flags live here (absl);
+// library code takes option structs. Every error a user can cause prints "error: ..." and
+// exits with code 2.
 #include <cstdio>
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "trainer/estimate.h"
 #include "trainer/train.h"
 
 // info
@@ -41,6 +43,20 @@ ABSL_FLAG(float, temperature, 0.8f, "train: sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 50, "train: sample from the k most likely tokens (0: all)");
 ABSL_FLAG(uint64_t, seed, 1337, "train: seed for initialisation, data order and sampling");
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
+// estimate (also --model, --seq_len)
+ABSL_FLAG(std::string, table, "", "estimate: 'zero-paper' prints Table 1 and Figure 1 of the ZeRO paper");
+ABSL_FLAG(std::string, formula, "", "estimate: 'deepspeed' prints DeepSpeed's estimator formulas");
+ABSL_FLAG(int64_t, params, 0, "estimate: parameter count Psi (instead of --model)");
+ABSL_FLAG(int64_t, largest_layer_params, 0, "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
+ABSL_FLAG(int, stage, -1, "estimate: ZeRO stage 0-3 (-1: every stage)");
+ABSL_FLAG(int, dp, 0, "estimate: data-parallel degree N_d (0: gpus_per_node x nodes)");
+ABSL_FLAG(int, gpus_per_node, 1, "estimate: GPUs per node");
+ABSL_FLAG(int, nodes, 1, "estimate: nodes");
+ABSL_FLAG(std::string, param_dtype, "bf16", "estimate: working parameter dtype (fp32, bf16, fp16)");
+ABSL_FLAG(std::string, grad_dtype, "bf16", "estimate: gradient dtype (fp32, bf16, fp16)");
+ABSL_FLAG(std::string, offload_optimizer, "none", "estimate: none, cpu or nvme");
+ABSL_FLAG(std::string, offload_param, "none", "estimate: none, cpu or nvme (stage 3)");
+ABSL_FLAG(int, micro_batch, 0, "estimate: micro-batch size B for activations (with --model, --seq_len)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
 
 namespace {
@@ -50,6 +66,8 @@ constexpr const char* kUsage =
     "  info     --model PRESET                       parameter counts per unit\n"
     "  prepare  --tokenizer M --input F[,F] --out D  text -> llm.c token shards\n"
     "  train    --deepspeed ds_config.json --train_data GLOB [...]\n"
+    "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
+    "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile. `zerotrain --helpfull` lists every flag.";
 
@@ -103,6 +121,28 @@ int train() {
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
   const absl::Status s = zt::run_train(o);
+  return s.ok() ? 0 : fail(s);
+}
+
+// `model_given`: --model appeared on the command line (its default names a demo preset).
+int estimate(bool model_given) {
+  zt::EstimateOptions o;
+  o.table = absl::GetFlag(FLAGS_table);
+  o.formula = absl::GetFlag(FLAGS_formula);
+  o.params = absl::GetFlag(FLAGS_params);
+  if (model_given || o.params <= 0) o.model = absl::GetFlag(FLAGS_model);
+  o.largest_layer_params = absl::GetFlag(FLAGS_largest_layer_params);
+  o.stage = absl::GetFlag(FLAGS_stage);
+  o.dp = absl::GetFlag(FLAGS_dp);
+  o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  o.nodes = absl::GetFlag(FLAGS_nodes);
+  o.param_dtype = absl::GetFlag(FLAGS_param_dtype);
+  o.grad_dtype = absl::GetFlag(FLAGS_grad_dtype);
+  o.offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
+  o.offload_param = absl::GetFlag(FLAGS_offload_param);
+  o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
+  if (o.micro_batch > 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  const absl::Status s = zt::run_estimate(o);
   return s.ok() ? 0 : fail(s);
 }
 
@@ -196,6 +236,12 @@ int main(int argc, char** argv) {
   if (cmd == "info") return info();
   if (cmd == "prepare") return prepare();
   if (cmd == "train") return train();
+  if (cmd == "estimate") {
+    const bool model_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+      return a == "--model" || a.rfind("--model=", 0) == 0;
+    });
+    return estimate(model_given);
+  }
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
-                                         "'; use info, prepare or train"));
+                                         "'; use info, prepare, train or estimate"));
 }

@@ -1,0 +1,304 @@
+// Memory estimator. References: the ZeRO paper's Table 1 and Figure 1 as printed (typed from
+// REFERENCES.md "ZeRO memory"), DeepSpeed 0.19's own estimator functions
+// (tests/fixtures/deepspeed_estimates.json, written by scripts/make_estimator_reference.py),
+// hand-computed padding arithmetic, and the bytes the engine and the Transformer really
+// allocate on the CPU backend (MemoryTracker).
+#include "zero/estimator.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "model/backend.h"
+#include "model/layout.h"
+#include "model/transformer.h"
+#include "nlohmann/json.hpp"
+#include "zero/engine.h"
+
+namespace zt {
+namespace {
+
+using json = nlohmann::json;
+using M = MemCategory;
+
+// Table 1 of Rajbhandari et al. (SC20), GB per device, os / os+g / os+g+p, as printed.
+struct PaperRow {
+  int nd;
+  const char* cells[3][3];  // [7.5B, 128B, 1T][os, os+g, os+g+p]
+};
+constexpr PaperRow kTable1[] = {
+    {1, {{"120", "120", "120"}, {"2048", "2048", "2048"}, {"16000", "16000", "16000"}}},
+    {4, {{"52.5", "41.3", "30"}, {"896", "704", "512"}, {"7000", "5500", "4000"}}},
+    {16, {{"35.6", "21.6", "7.5"}, {"608", "368", "128"}, {"4750", "2875", "1000"}}},
+    {64, {{"31.4", "16.6", "1.88"}, {"536", "284", "32"}, {"4187", "2218", "250"}}},
+    {256, {{"30.4", "15.4", "0.47"}, {"518", "263", "8"}, {"4046", "2054", "62.5"}}},
+    {1024, {{"30.1", "15.1", "0.12"}, {"513", "257", "2"}, {"4011", "2013", "15.6"}}},
+};
+
+TEST(ZeroPaper, Table1AllFiftyFourCellsEqualThePaper) {
+  const double psis[] = {7.5e9, 128e9, 1e12};
+  int checked = 0;
+  for (const PaperRow& row : kTable1)
+    for (int p = 0; p < 3; ++p)
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_EQ(format_paper_gb(zero_paper_bytes(psis[p], row.nd, s + 1) / 1e9),
+                  row.cells[p][s])
+            << "psi " << psis[p] << " N_d " << row.nd << " stage " << s + 1;
+        ++checked;
+      }
+  EXPECT_EQ(checked, 54);
+}
+
+TEST(ZeroPaper, PrintedTableHoldsEveryRowAsThePaper) {
+  const std::string t = zero_paper_table();
+  for (const PaperRow& row : kTable1) {
+    bool found = false;
+    std::istringstream in(t);
+    for (std::string l; std::getline(in, l);) {
+      std::istringstream first(l);
+      int nd = 0;
+      if (!(first >> nd) || nd != row.nd) continue;
+      size_t pos = 0;
+      found = true;
+      for (int p = 0; p < 3; ++p) {
+        const std::string cell = std::string("| ") + row.cells[p][0] + " / " + row.cells[p][1] +
+                                 " / " + row.cells[p][2] + " ";
+        pos = (l + " ").find(cell, pos);
+        if (pos == std::string::npos) found = false;
+        if (!found) break;
+      }
+    }
+    EXPECT_TRUE(found) << "row N_d=" << row.nd << " in\n" << t;
+  }
+}
+
+TEST(ZeroPaper, Figure1Example) {
+  const auto f = zero_paper_figure1();
+  EXPECT_EQ(f[0], "120");
+  EXPECT_EQ(f[1], "31.4");
+  EXPECT_EQ(f[2], "16.6");
+  EXPECT_EQ(f[3], "1.9");
+  const std::string t = zero_paper_table();
+  for (const char* v : {"120", "31.4", "16.6", "1.9"}) EXPECT_NE(t.find(v), std::string::npos);
+}
+
+TEST(ZeroPaper, FormatRule) {
+  EXPECT_EQ(format_paper_gb(4187.5), "4187");  // truncated, as REFERENCES.md notes
+  EXPECT_EQ(format_paper_gb(513.5), "513");
+  EXPECT_EQ(format_paper_gb(41.25), "41.3");  // half-up, not half-even
+  EXPECT_EQ(format_paper_gb(7.5), "7.5");
+  EXPECT_EQ(format_paper_gb(30.0), "30");
+}
+
+json load_fixture() {
+  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/deepspeed_estimates.json");
+  EXPECT_TRUE(in.good()) << "run scripts/make_estimator_reference.py";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str());
+}
+
+void expect_rel(int64_t ours, int64_t theirs, const std::string& what) {
+  const double d = std::abs(static_cast<double>(ours) - static_cast<double>(theirs));
+  EXPECT_LE(d, 1e-9 * std::max<double>(1, std::abs(static_cast<double>(theirs))))
+      << what << ": ours " << ours << " DeepSpeed " << theirs;
+}
+
+TEST(DeepSpeedEstimator, MatchesDeepSpeedZero2AndZero3Functions) {
+  const json fx = load_fixture();
+  ASSERT_GE(fx["cases"].size(), 5u);
+  for (const json& c : fx["cases"]) {
+    DeepSpeedSetup s;
+    s.total_params = c["total_params"];
+    s.largest_layer_params = c["largest_layer_params"];
+    s.gpus_per_node = c["gpus_per_node"];
+    s.nodes = c["nodes"];
+    SCOPED_TRACE(c.dump().substr(0, 120));
+    const auto z2 = deepspeed_zero2_estimates(s);
+    ASSERT_EQ(z2.size(), c["zero2"].size());
+    for (size_t i = 0; i < z2.size(); ++i) {
+      expect_rel(z2[i].cpu_bytes, c["zero2"][i]["cpu_bytes"], "zero2 cpu " + std::to_string(i));
+      expect_rel(z2[i].gpu_bytes, c["zero2"][i]["gpu_bytes"], "zero2 gpu " + std::to_string(i));
+    }
+    const auto z3 = deepspeed_zero3_estimates(s);
+    ASSERT_EQ(z3.size(), c["zero3"].size());
+    for (size_t i = 0; i < z3.size(); ++i) {
+      expect_rel(z3[i].cpu_bytes, c["zero3"][i]["cpu_bytes"], "zero3 cpu " + std::to_string(i));
+      expect_rel(z3[i].gpu_bytes, c["zero3"][i]["gpu_bytes"], "zero3 gpu " + std::to_string(i));
+    }
+    // The printout equals DeepSpeed's, with its Python-version-dependent enum spelling
+    // ("OffloadDeviceEnum.cpu" on Python >= 3.11) read as the intended "cpu ".
+    for (int stage : {2, 3}) {
+      const std::string theirs = absl::StrReplaceAll(
+          c[stage == 2 ? "zero2_printout" : "zero3_printout"].get<std::string>(),
+          {{"OffloadDeviceEnum.cpu", "cpu "}});
+      EXPECT_EQ(deepspeed_report(stage, s), theirs);
+    }
+  }
+}
+
+TEST(DeepSpeedEstimator, LiveModelParamsMatchModelToParams) {
+  const json fx = load_fixture();
+  ASSERT_GE(fx["live"].size(), 3u);
+  for (const json& l : fx["live"]) {
+    const std::string name = l["preset"];
+    SCOPED_TRACE(name);
+    auto c = preset(name);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(deepspeed_total_params(*c), l["total_params"].get<int64_t>());
+    EXPECT_EQ(deepspeed_largest_layer_params(*c), l["largest_layer_params"].get<int64_t>());
+    DeepSpeedSetup s{deepspeed_total_params(*c), deepspeed_largest_layer_params(*c), 2, 1};
+    EXPECT_EQ(deepspeed_report(3, s),
+              absl::StrReplaceAll(l["zero3_live_printout"].get<std::string>(),
+                                  {{"OffloadDeviceEnum.cpu", "cpu "}}));
+  }
+}
+
+// Hand-computed: units of 10, 7, 1 elements on N_d = 4 -> shards 3, 2, 1; padded 12, 8, 4
+// (Σ 24, Ψ = 18); shards Σ 6. bf16 params and grads, K = 12.
+EstimateInput small(int stage) {
+  EstimateInput in;
+  in.unit_numel = {10, 7, 1};
+  in.stage = stage;
+  in.dp = 4;
+  in.live_units = 1;
+  return in;
+}
+
+TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
+  struct Want { int64_t params, grads, optim, ws; };
+  // Workspace: largest padded unit 12 (stage 0: 10 unpadded): fp32 view 4*12 + fp32 grad
+  // accumulator 4*12, stage 3 also the gathered bf16 unit 2*12.
+  const Want want[4] = {{2 * 18, 2 * 18, 12 * 18, 40 + 40},
+                        {2 * 24, 2 * 24, 12 * 6, 48 + 48},
+                        {2 * 24, 2 * 6, 12 * 6, 48 + 48},
+                        {2 * 6, 2 * 6, 12 * 6, 24 + 48 + 48}};
+  for (int stage = 0; stage < 4; ++stage) {
+    SCOPED_TRACE(stage);
+    auto e = estimate_memory(small(stage));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->psi, 18);
+    EXPECT_EQ(e->padded_psi, stage == 0 ? 18 : 24);
+    EXPECT_EQ(e->dev(M::kParams), want[stage].params);
+    EXPECT_EQ(e->dev(M::kGrads), want[stage].grads);
+    EXPECT_EQ(e->dev(M::kOptimizer), want[stage].optim);
+    EXPECT_EQ(e->dev(M::kWorkspace), want[stage].ws);
+    EXPECT_EQ(e->host_total(), 0);
+    EXPECT_EQ(e->nvme(), 0);
+  }
+  // fp32 params: K = 8, no fp32 views.
+  EstimateInput in = small(1);
+  in.param_dtype = in.grad_dtype = DType::kF32;
+  auto e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->optimizer_k, 8);
+  EXPECT_EQ(e->dev(M::kParams), 4 * 24);
+  EXPECT_EQ(e->dev(M::kOptimizer), 8 * 6);
+  EXPECT_EQ(e->dev(M::kWorkspace), 0);
+}
+
+TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
+  const int64_t psi = 1 << 20;
+  const int64_t want[4] = {16 * psi, 4 * psi + 12 * psi / 8, 2 * psi + 14 * psi / 8,
+                           16 * psi / 8};
+  for (int stage = 0; stage < 4; ++stage) {
+    EstimateInput in;
+    in.psi = psi;
+    in.stage = stage;
+    in.dp = 8;
+    auto e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->device_model_states(), want[stage]) << stage;
+  }
+}
+
+TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
+  EstimateInput in = small(2);
+  in.offload_optimizer = OffloadDevice::kCpu;
+  auto e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->dev(M::kParams), 2 * 24);  // ZeRO-Offload: the GPU keeps the 2Ψ params
+  EXPECT_EQ(e->dev(M::kGrads), 0);
+  EXPECT_EQ(e->dev(M::kOptimizer), 0);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6 + 12 * 6);
+  EXPECT_EQ(e->nvme(), 0);
+
+  in.offload_optimizer = OffloadDevice::kNvme;
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->nvme(), 12 * 6);
+
+  in = small(3);
+  in.offload_optimizer = OffloadDevice::kNvme;
+  in.offload_param = OffloadDevice::kNvme;
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->device_model_states(), 0);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->nvme(), 12 * 6 + 2 * 6);
+
+  in.offload_param = OffloadDevice::kCpu;
+  in.offload_optimizer = OffloadDevice::kNone;
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->dev(M::kParams), 0);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->dev(M::kOptimizer), 12 * 6);
+
+  in = small(2);
+  in.offload_param = OffloadDevice::kCpu;
+  EXPECT_FALSE(estimate_memory(in).ok());  // stage 3 only
+}
+
+TEST(Estimator, RejectsBadInput) {
+  EstimateInput in = small(4);
+  EXPECT_FALSE(estimate_memory(in).ok());
+  in = small(1);
+  in.dp = 0;
+  EXPECT_FALSE(estimate_memory(in).ok());
+  EXPECT_FALSE(parse_offload_device("gpu").ok());
+}
+
+// The engine on one rank (stage 0) allocates exactly the predicted model states.
+TEST(Estimator, MatchesEngineAllocationStage0) {
+  auto c = preset("tiny-llama");
+  ASSERT_TRUE(c.ok());
+  const ParamLayout layout(*c);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    auto be = make_cpu_backend(1);
+    EngineOptions eo;
+    eo.param_dtype = eo.grad_dtype = dt;
+    Engine engine(layout, be.get(), eo);
+    EstimateInput in;
+    in.unit_numel = unit_numels(*c);
+    in.stage = 0;
+    in.param_dtype = in.grad_dtype = dt;
+    auto e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    for (M m : {M::kParams, M::kGrads, M::kOptimizer})
+      EXPECT_EQ(static_cast<int64_t>(be->tracker().current(m)), e->dev(m))
+          << mem_category_name(m) << " " << dtype_name(dt);
+  }
+}
+
+// transformer_activation_bytes equals what the Transformer allocates as activations.
+TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
+  for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
+    auto c = preset(name);
+    ASSERT_TRUE(c.ok());
+    for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
+      auto be = make_cpu_backend(1);
+      Transformer tr(*c, be.get(), B, T);
+      EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
+                transformer_activation_bytes(*c, B, T))
+          << name << " B=" << B << " T=" << T;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,181 @@
+#include "trainer/estimate.h"
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/memory.h"
+#include "common/status.h"
+#include "model/config.h"
+#include "zero/estimator.h"
+
+namespace zt {
+namespace {
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return v < 0 ? "-" + s : s;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / 1073741824.0);
+  return buf;
+}
+
+absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
+  DeepSpeedSetup s;
+  s.gpus_per_node = o.gpus_per_node;
+  s.nodes = o.nodes;
+  std::string head;
+  if (!o.model.empty()) {
+    ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+    s.total_params = deepspeed_total_params(c);
+    s.largest_layer_params = deepspeed_largest_layer_params(c);
+    head = "DeepSpeed estimate_zero{2,3}_model_states_mem_needs_all_live for " + o.model +
+           ": P = " + with_commas(s.total_params) + " (tied weights once), largest layer L = " +
+           with_commas(s.largest_layer_params) +
+           " (the most parameters one nn.Module of the Hugging Face model holds directly).\n\n";
+  } else {
+    s.total_params = o.params;
+    s.largest_layer_params = o.largest_layer_params;
+    head = "DeepSpeed estimate_zero{2,3}_model_states_mem_needs_all_cold (GiB = 2^30).\n\n";
+  }
+  const bool want2 = o.stage == -1 || o.stage == 2, want3 = o.stage == -1 || o.stage == 3;
+  if (!want2 && !want3)
+    return absl::InvalidArgumentError("--formula deepspeed covers --stage 2 and 3, got --stage " +
+                                      std::to_string(o.stage));
+  if (want3 && s.largest_layer_params <= 0 && o.stage == 3)
+    return absl::InvalidArgumentError(
+        "the ZeRO-3 formula needs --largest_layer_params N (or --model PRESET)");
+  std::string out = head;
+  if (want2) out += "ZeRO-2:\n" + deepspeed_report(2, s);
+  if (want3 && s.largest_layer_params > 0)
+    out += std::string(want2 ? "\n" : "") + "ZeRO-3:\n" + deepspeed_report(3, s);
+  else if (want3)
+    out += "\n(ZeRO-3 skipped: give --largest_layer_params N)\n";
+  return out;
+}
+
+absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
+  EstimateInput in;
+  std::string what;
+  if (!o.model.empty()) {
+    ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+    in.unit_numel = unit_numels(c);
+    in.model = c;
+    what = o.model;
+  } else {
+    in.psi = o.params;
+    what = "a model";
+  }
+  in.dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
+  ZT_ASSIGN_OR_RETURN(in.param_dtype, parse_dtype(o.param_dtype));
+  ZT_ASSIGN_OR_RETURN(in.grad_dtype, parse_dtype(o.grad_dtype));
+  ZT_ASSIGN_OR_RETURN(in.offload_optimizer, parse_offload_device(o.offload_optimizer));
+  ZT_ASSIGN_OR_RETURN(in.offload_param, parse_offload_device(o.offload_param));
+  in.micro_batch = o.micro_batch;
+  in.seq_len = o.seq_len;
+  if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
+    return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
+                                      o.model + "'s " + std::to_string(in.model->max_seq_len) +
+                                      " positions");
+  std::vector<int> stages;
+  if (o.stage == -1) {
+    // offload_param only exists in stage 3; show that stage alone then.
+    stages = in.offload_param != OffloadDevice::kNone ? std::vector<int>{3}
+                                                       : std::vector<int>{0, 1, 2, 3};
+  } else {
+    stages = {o.stage};
+  }
+  std::vector<MemoryEstimate> es;
+  for (int s : stages) {
+    in.stage = s;
+    ZT_ASSIGN_OR_RETURN(MemoryEstimate e, estimate_memory(in));
+    es.push_back(e);
+  }
+  const MemoryEstimate& e0 = es.front();
+  std::string out = "Memory per rank for " + what + ": Psi = " + with_commas(e0.psi);
+  if (in.unit_numel.size() > 1)
+    out += " in " + std::to_string(in.unit_numel.size()) + " units";
+  out += ", N_d = " + std::to_string(in.dp) + "; params " + std::string(dtype_name(in.param_dtype)) +
+         ", grads " + std::string(dtype_name(in.grad_dtype)) + ", optimizer K = " +
+         std::to_string(e0.optimizer_k) + "; offload_optimizer " +
+         std::string(offload_device_name(in.offload_optimizer)) + ", offload_param " +
+         std::string(offload_device_name(in.offload_param)) + ".\n";
+  if (in.model && in.micro_batch > 0 && in.seq_len > 0)
+    out += "Activations: micro-batch " + std::to_string(in.micro_batch) + " x seq " +
+           std::to_string(in.seq_len) + ", fp32, as the Transformer allocates them.\n";
+  out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n"
+         "workspace is the transient peak estimate (gathered / fp32 views of " +
+         std::to_string(in.live_units) + " live units).\n\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-22s", "GiB per rank");
+  out += buf;
+  for (int s : stages) {
+    std::snprintf(buf, sizeof buf, " %12s", ("stage " + std::to_string(s)).c_str());
+    out += buf;
+  }
+  out += "\n";
+  auto row = [&](const std::string& name, auto get) {
+    std::snprintf(buf, sizeof buf, "%-22s", name.c_str());
+    out += buf;
+    for (const MemoryEstimate& e : es) {
+      std::snprintf(buf, sizeof buf, " %12s", gib(get(e)).c_str());
+      out += buf;
+    }
+    out += "\n";
+  };
+  using M = MemCategory;
+  for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kActivations, M::kCommBuffers,
+              M::kWorkspace})
+    row("device " + std::string(mem_category_name(c)),
+        [c](const MemoryEstimate& e) { return e.dev(c); });
+  row("device model states", [](const MemoryEstimate& e) { return e.device_model_states(); });
+  row("device total", [](const MemoryEstimate& e) { return e.device_total(); });
+  row("host pinned_host", [](const MemoryEstimate& e) { return e.hst(M::kPinnedHost); });
+  row("nvme", [](const MemoryEstimate& e) { return e.nvme(); });
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
+  if (!o.table.empty()) {
+    if (o.table != "zero-paper")
+      return absl::InvalidArgumentError("--table " + o.table + " is unknown; use --table zero-paper");
+    return zero_paper_table();
+  }
+  if (o.gpus_per_node < 1 || o.nodes < 1)
+    return absl::InvalidArgumentError("--gpus_per_node and --nodes must be >= 1");
+  if (o.dp < 0) return absl::InvalidArgumentError("--dp must be >= 1 (0: gpus_per_node x nodes)");
+  if (o.stage < -1 || o.stage > 3)
+    return absl::InvalidArgumentError("--stage " + std::to_string(o.stage) +
+                                      " is not a ZeRO stage; use 0, 1, 2 or 3");
+  if (o.micro_batch < 0 || o.seq_len < 0)
+    return absl::InvalidArgumentError("--micro_batch and --seq_len must be >= 0");
+  if (o.model.empty() && o.params <= 0)
+    return absl::InvalidArgumentError("estimate needs --model PRESET or --params N (N > 0)");
+  if (!o.model.empty() && o.params > 0)
+    return absl::InvalidArgumentError("give --model or --params, not both");
+  if (o.largest_layer_params < 0)
+    return absl::InvalidArgumentError("--largest_layer_params must be >= 0");
+  if (!o.formula.empty()) {
+    if (o.formula != "deepspeed")
+      return absl::InvalidArgumentError("--formula " + o.formula +
+                                        " is unknown; use --formula deepspeed");
+    return deepspeed_text(o);
+  }
+  return memory_text(o);
+}
+
+absl::Status run_estimate(const EstimateOptions& o) {
+  ZT_ASSIGN_OR_RETURN(const std::string text, estimate_text(o));
+  std::fputs(text.c_str(), stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace zt

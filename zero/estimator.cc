@@ -1,0 +1,314 @@
+#include "zero/estimator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "common/status.h"
+#include "model/layout.h"
+
+namespace zt {
+
+std::string_view offload_device_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone: return "none";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+absl::StatusOr<OffloadDevice> parse_offload_device(std::string_view s) {
+  if (s == "none" || s.empty()) return OffloadDevice::kNone;
+  if (s == "cpu") return OffloadDevice::kCpu;
+  if (s == "nvme") return OffloadDevice::kNvme;
+  return absl::InvalidArgumentError("offload device '" + std::string(s) +
+                                    "' is not one of none, cpu, nvme");
+}
+
+int64_t MemoryEstimate::device_model_states() const {
+  return dev(MemCategory::kParams) + dev(MemCategory::kGrads) + dev(MemCategory::kOptimizer);
+}
+int64_t MemoryEstimate::device_total() const {
+  int64_t t = 0;
+  for (int64_t b : device) t += b;
+  return t;
+}
+int64_t MemoryEstimate::host_total() const {
+  int64_t t = 0;
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    if (c != static_cast<size_t>(MemCategory::kNvme)) t += host[c];
+  return t;
+}
+
+std::vector<int64_t> unit_numels(const ModelConfig& c) {
+  const ParamLayout layout(c);
+  std::vector<int64_t> v;
+  for (const Unit& u : layout.units()) v.push_back(static_cast<int64_t>(u.numel));
+  return v;
+}
+
+absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
+  if (in.stage < 0 || in.stage > 3)
+    return absl::InvalidArgumentError("stage " + std::to_string(in.stage) +
+                                      " is not a ZeRO stage; use 0, 1, 2 or 3");
+  if (in.dp < 1)
+    return absl::InvalidArgumentError("data-parallel degree must be >= 1, got " +
+                                      std::to_string(in.dp));
+  if (in.offload_param != OffloadDevice::kNone && in.stage != 3)
+    return absl::InvalidArgumentError("offload_param needs ZeRO stage 3 (DeepSpeed's rule)");
+  if (in.live_units < 0) return absl::InvalidArgumentError("live_units must be >= 0");
+  std::vector<int64_t> units = in.unit_numel;
+  if (units.empty()) units.push_back(in.psi);
+  for (int64_t n : units)
+    if (n <= 0) return absl::InvalidArgumentError("parameter counts must be > 0");
+
+  MemoryEstimate e;
+  const int64_t N = in.dp;
+  const int64_t P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
+  const bool master = in.fp32_master && in.param_dtype != DType::kF32;
+  const int64_t K = master ? 12 : 8;
+  e.optimizer_k = static_cast<int>(K);
+  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
+  for (int64_t n : units) {
+    const int64_t shard = in.stage == 0 ? n : (n + N - 1) / N;
+    const int64_t padded = in.stage == 0 ? n : shard * N;
+    e.psi += n;
+    e.padded_psi += padded;
+    largest_padded = std::max(largest_padded, padded);
+    params += (in.stage == 3 ? shard : padded) * P;
+    grads += (in.stage >= 2 ? shard : padded) * G;
+    optim += (in.stage >= 1 ? shard : padded) * K;
+  }
+
+  using M = MemCategory;
+  // Parameters: stage-3 shards may live on the host or NVMe.
+  switch (in.offload_param) {
+    case OffloadDevice::kNone: e.dev(M::kParams) = params; break;
+    case OffloadDevice::kCpu: e.hst(M::kPinnedHost) += params; break;
+    case OffloadDevice::kNvme: e.hst(M::kNvme) += params; break;
+  }
+  // Optimizer offload (ZeRO-Offload): the optimizer state leaves the device, and the stored
+  // gradients are reduced into pinned host memory where CPU Adam reads them.
+  switch (in.offload_optimizer) {
+    case OffloadDevice::kNone:
+      e.dev(M::kGrads) = grads;
+      e.dev(M::kOptimizer) = optim;
+      break;
+    case OffloadDevice::kCpu:
+      e.hst(M::kPinnedHost) += grads + optim;
+      break;
+    case OffloadDevice::kNvme:
+      e.hst(M::kPinnedHost) += grads;
+      e.hst(M::kNvme) += optim;
+      break;
+  }
+  // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
+  int64_t ws = 0;
+  if (in.stage == 3) ws += in.live_units * largest_padded * P;
+  if (in.param_dtype != DType::kF32) ws += in.live_units * largest_padded * 4;
+  if (in.grad_dtype != DType::kF32) ws += largest_padded * 4;
+  e.dev(M::kWorkspace) = ws;
+  if (in.model && in.micro_batch > 0 && in.seq_len > 0)
+    e.dev(M::kActivations) = transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len);
+  return e;
+}
+
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T) {
+  const int64_t N = int64_t{B} * T, C = c.hidden, L = c.n_layer, V = c.vocab_size;
+  const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
+  const int64_t fcw = c.is_gpt2() ? I : 2 * I;
+  const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
+  int64_t floats = 0;
+  floats += (L + 1) * N * C;                                   // x[0..L]
+  floats += L * (N * C + 2 * N + N * QKV + B * NH * T * T +   // ln1, stats, qkv, att
+                 N * C + N * C + N * C + 2 * N +               // atty, resid_mid, ln2, stats
+                 N * fcw + N * I);                             // fc, act
+  floats += N * C + 2 * N;                                     // lnf, stats
+  floats += chunk * V + N;                                     // logits chunk, losses
+  floats += N * C;                                             // dlnf
+  floats += 4 * N * C + N * QKV + N * I + N * fcw;             // backward scratch
+  return floats * 4 + 2 * N * 4;                               // + tokens, targets (int32)
+}
+
+// ---- ZeRO paper ----
+
+double zero_paper_bytes(double psi, double n_d, int stage) {
+  constexpr double K = 12;
+  switch (stage) {
+    case 0: return (2 + 2 + K) * psi;
+    case 1: return 4 * psi + K * psi / n_d;
+    case 2: return 2 * psi + (2 + K) * psi / n_d;
+    default: return (2 + 2 + K) * psi / n_d;
+  }
+}
+
+// Rounds half-up to `decimals` places and prints without trailing zeros. The relative nudge
+// keeps exact halves (41.25, 1.875) from falling below .5 through representation error.
+static std::string fixed_trimmed(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  const double r = std::floor(v * scale * (1 + 1e-12) + 0.5) / scale;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, r);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+std::string format_paper_gb(double gb) {
+  if (gb >= 100) return std::to_string(static_cast<int64_t>(std::floor(gb * (1 + 1e-12))));
+  // 3 significant digits, at most 2 decimals.
+  const int int_digits = gb >= 10 ? 2 : 1;
+  return fixed_trimmed(gb, std::min(2, 3 - int_digits));
+}
+
+std::array<std::string, 4> zero_paper_figure1() {
+  std::array<std::string, 4> r;
+  for (int s = 0; s < 4; ++s) r[s] = fixed_trimmed(zero_paper_bytes(7.5e9, 64, s) / 1e9, 1);
+  return r;
+}
+
+std::string zero_paper_table() {
+  const double psis[] = {7.5e9, 128e9, 1e12};
+  const int nds[] = {1, 4, 16, 64, 256, 1024};
+  std::string out =
+      "ZeRO paper (SC20) Table 1: model-state memory per device in GB (1e9 bytes), K = 12,\n"
+      "mixed-precision Adam; columns os / os+g / os+g+p (ZeRO stages 1 / 2 / 3).\n"
+      "Cells are printed as the paper prints them (>= 100 truncated to an integer; below,\n"
+      "3 significant digits, at most 2 decimals).\n\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%6s | %-24s | %-24s | %-24s\n", "N_d", "7.5B", "128B", "1T");
+  out += buf;
+  out += std::string(6, '-') + "-+-" + std::string(24, '-') + "-+-" + std::string(24, '-') +
+         "-+-" + std::string(24, '-') + "\n";
+  for (int nd : nds) {
+    std::snprintf(buf, sizeof buf, "%6d", nd);
+    out += buf;
+    for (double psi : psis) {
+      std::string cell;
+      for (int s = 1; s <= 3; ++s) {
+        if (s > 1) cell += " / ";
+        cell += format_paper_gb(zero_paper_bytes(psi, nd, s) / 1e9);
+      }
+      std::snprintf(buf, sizeof buf, " | %-24s", cell.c_str());
+      out += buf;
+    }
+    out += "\n";
+  }
+  const auto f = zero_paper_figure1();
+  out += "\nFigure 1 (Psi = 7.5B, N_d = 64, K = 12), GB per device:\n";
+  out += "  baseline (2+2+K)Psi         " + f[0] + "\n";
+  out += "  P_os     4Psi + K Psi/N_d      " + f[1] + "\n";
+  out += "  P_os+g   2Psi + (2+K)Psi/N_d   " + f[2] + "\n";
+  out += "  P_os+g+p (2+2+K)Psi/N_d        " + f[3] + "\n";
+  return out;
+}
+
+// ---- DeepSpeed ----
+// Arithmetic mirrors the Python expression order (int products, then float factors), so the
+// int() truncations land on the same integers.
+
+std::vector<DeepSpeedRow> deepspeed_zero2_estimates(const DeepSpeedSetup& s) {
+  const int64_t P = s.total_params, G = s.gpus_per_node, N = s.nodes * G;
+  const double f = s.additional_buffer_factor;
+  std::vector<DeepSpeedRow> rows;
+  for (bool cpu_offload : {true, false}) {
+    DeepSpeedRow r;
+    if (cpu_offload) {
+      r.gpu_bytes = 2 * P;
+      r.cpu_bytes = static_cast<int64_t>(static_cast<double>(P * std::max<int64_t>(4 * N, 16)) * f);
+      r.options = "offload_optimizer=cpu ";
+    } else {
+      r.gpu_bytes = 2 * P + static_cast<int64_t>(static_cast<double>(18 * P) / N);
+      r.cpu_bytes = static_cast<int64_t>(static_cast<double>(P * 4 * G) * f);
+      r.options = "offload_optimizer=none";
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<DeepSpeedRow> deepspeed_zero3_estimates(const DeepSpeedSetup& s) {
+  const int64_t P = s.total_params, L = s.largest_layer_params, G = s.gpus_per_node;
+  const int64_t N = s.nodes * G;
+  const double f = s.additional_buffer_factor, gf = 1.0 / s.nodes;
+  const int64_t lmem = 4 * L;
+  // Python's max(int, float) returns the first argument on ties; the value is the same.
+  auto pmax = [](double a, double b) { return b > a ? b : a; };
+  std::vector<DeepSpeedRow> rows;
+  for (bool opt_cpu : {true, false}) {
+    for (bool param_cpu : {true, false}) {
+      if (!opt_cpu && param_cpu) continue;
+      for (bool zero_init : {true, false}) {
+        DeepSpeedRow r;
+        double cpu = 0;
+        if (opt_cpu && param_cpu) {
+          r.gpu_bytes = lmem;
+          cpu = zero_init ? static_cast<double>(P * 18) * gf * f
+                          : static_cast<double>(P) * pmax(4.0 * G, 18 * gf) * f;
+        } else if (opt_cpu) {
+          r.gpu_bytes = lmem + static_cast<int64_t>(static_cast<double>(2 * P) / N);
+          cpu = zero_init ? static_cast<double>(P * 16) * gf * f
+                          : static_cast<double>(P) * pmax(4.0 * G, 16 * gf) * f;
+        } else {
+          r.gpu_bytes = lmem + static_cast<int64_t>(static_cast<double>(18 * P) / N);
+          cpu = zero_init ? static_cast<double>(L * 4 * G) * f
+                          : static_cast<double>(P * 4 * G) * f;
+        }
+        r.cpu_bytes = static_cast<int64_t>(cpu);
+        r.options = std::string("offload_param=") + (param_cpu ? "cpu " : "none") +
+                    ", offload_optimizer=" + (opt_cpu ? "cpu " : "none") +
+                    ", zero_init=" + (zero_init ? "1" : "0");
+        rows.push_back(r);
+      }
+    }
+  }
+  return rows;
+}
+
+std::string deepspeed_report(int stage, const DeepSpeedSetup& s) {
+  const auto rows = stage == 2 ? deepspeed_zero2_estimates(s) : deepspeed_zero3_estimates(s);
+  std::string out = "Estimated memory needed for params, optim states and gradients for a:\n";
+  out += "HW: Setup with " + std::to_string(s.nodes) + (s.nodes > 1 ? " nodes, " : " node, ") +
+         std::to_string(s.gpus_per_node) + (s.gpus_per_node > 1 ? " GPUs" : " GPU") +
+         " per node.\n";
+  out += "SW: Model with " + std::to_string(static_cast<int64_t>(s.total_params / 1e6)) +
+         "M total params";
+  if (stage == 3)
+    out += ", " + std::to_string(static_cast<int64_t>(s.largest_layer_params / 1e6)) +
+           "M largest layer params";
+  out += ".\n  per CPU  |  per GPU |   Options\n";
+  char buf[200];
+  for (const DeepSpeedRow& r : rows) {
+    std::snprintf(buf, sizeof buf, " %7.2fGB | %6.2fGB | %s\n", r.cpu_bytes / 1073741824.0,
+                  r.gpu_bytes / 1073741824.0, r.options.c_str());
+    out += buf;
+  }
+  return out;
+}
+
+int64_t deepspeed_largest_layer_params(const ModelConfig& c) {
+  // Parameters held directly by each nn.Module of the HF model (GPT2LMHeadModel /
+  // LlamaForCausalLM); the tied GPT-2 lm_head module holds wte's weight, also V x C.
+  const int64_t C = c.hidden, I = c.intermediate, V = c.vocab_size;
+  std::vector<int64_t> m = {V * C};  // wte / embed_tokens, lm_head
+  if (c.is_gpt2()) {
+    const int64_t Q = c.qkv_dim();
+    m.insert(m.end(), {int64_t{c.max_seq_len} * C, 2 * C, C * Q + Q, C * C + C, C * I + I,
+                       I * C + C});
+  } else {
+    const int64_t kv = int64_t{c.n_kv_head} * c.head_dim();
+    m.insert(m.end(), {C * C, kv * C, I * C, C});
+  }
+  return *std::max_element(m.begin(), m.end());
+}
+
+int64_t deepspeed_total_params(const ModelConfig& c) {
+  return static_cast<int64_t>(ParamLayout(c).total_numel());
+}
+
+}  // namespace zt

@@ -1,0 +1,164 @@
+// Memory estimator (DESIGN.md "Layout": zero/ holds the memory/communication estimator).
+// Three things, all analytic:
+//  1. estimate_memory(): per-rank bytes by memory category (common/memory.h), with the same
+//     accounting the ZeRO engine uses when it allocates (per-unit flat buffers padded to a
+//     multiple of N_d, K = 12 or 8 optimizer bytes per parameter, stage decides what is sharded).
+//  2. zero_paper_table(): Table 1 and the Figure 1 example of the ZeRO paper (Rajbhandari et
+//     al., SC20), printed the way the paper prints its cells.
+//  3. deepspeed_zero{2,3}_estimates(): DeepSpeed 0.19's estimate_zero{2,3}_model_states_mem_needs
+//     formulas, byte for byte, so users can compare with numbers they know.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/memory.h"
+#include "model/config.h"
+
+namespace zt {
+
+// Where offloaded state lives (ds_config offload_optimizer.device / offload_param.device).
+enum class OffloadDevice { kNone, kCpu, kNvme };
+std::string_view offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
+absl::StatusOr<OffloadDevice> parse_offload_device(std::string_view s);
+
+struct EstimateInput {
+  // Ψ. When unit_numel is given, Ψ is its sum and this field is ignored.
+  int64_t psi = 0;
+  // Parameters of each unit (embedding, blocks, head; ParamLayout order), so per-unit padding
+  // to a multiple of N_d is predicted exactly. Empty: one unit of psi elements.
+  std::vector<int64_t> unit_numel;
+  int stage = 0;  // ZeRO stage 0-3
+  int dp = 1;     // N_d, data-parallel degree
+  DType param_dtype = DType::kBF16;  // working parameters
+  DType grad_dtype = DType::kBF16;   // stored gradients
+  // The optimizer holds an fp32 master copy when params are not fp32 (K = 12: master, m, v).
+  // With fp32 params the params are the master (K = 8: m, v). false: K = 8 always.
+  bool fp32_master = true;
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
+  // Units whose parameters are materialised at once (the one in use and the one prefetched);
+  // sizes the workspace estimate.
+  int live_units = 2;
+  // Activations: the engine's Transformer at micro-batch B, sequence T (all three optional;
+  // no model -> activations 0).
+  std::optional<ModelConfig> model;
+  int micro_batch = 0;
+  int seq_len = 0;
+};
+
+// Bytes per memory category on the device (GPU, or the CPU backend's device pool) and on the
+// host (pinned host buffers; host[kNvme] counts bytes on NVMe). One rank.
+struct MemoryEstimate {
+  std::array<int64_t, kNumMemCategories> device{};
+  std::array<int64_t, kNumMemCategories> host{};
+  int64_t& dev(MemCategory c) { return device[static_cast<size_t>(c)]; }
+  int64_t& hst(MemCategory c) { return host[static_cast<size_t>(c)]; }
+  int64_t dev(MemCategory c) const { return device[static_cast<size_t>(c)]; }
+  int64_t hst(MemCategory c) const { return host[static_cast<size_t>(c)]; }
+  // Device model states: params + grads + optimizer.
+  int64_t device_model_states() const;
+  int64_t device_total() const;  // every device category
+  int64_t host_total() const;    // every host category except nvme
+  int64_t nvme() const { return hst(MemCategory::kNvme); }
+  int64_t psi = 0;          // Ψ (unpadded)
+  int64_t padded_psi = 0;   // Σ over units of N_d * ceil(numel / N_d)
+  int optimizer_k = 12;     // K, optimizer bytes per parameter
+};
+
+// Per-rank bytes by category. Model states, per unit u with shard s_u = ceil(numel_u / N_d) and
+// padded p_u = N_d s_u (stage 0: p_u = s_u = numel_u, nothing is sharded):
+//   stage | params          | grads           | optimizer
+//   0     | numel_u * P     | numel_u * G     | numel_u * K
+//   1     | p_u * P         | p_u * G         | s_u * K
+//   2     | p_u * P         | s_u * G         | s_u * K
+//   3     | s_u * P         | s_u * G         | s_u * K
+// P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = 12 (fp32 master + m + v) or 8.
+// With bf16 P, G and K = 12 this is the paper's (2+2+K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2+K)Ψ/N_d,
+// (2+2+K)Ψ/N_d (up to padding).
+// Offload (ZeRO-Offload): offload_optimizer cpu moves the optimizer state and the gradient
+// shard (stages 1-2: grads are reduced into host memory for CPU Adam) to host pinned memory
+// (the GPU keeps 2Ψ, the paper's figure); nvme puts the optimizer state on NVMe and the
+// gradient shard in pinned host memory. offload_param (stage 3) moves the parameter shard to
+// pinned host memory or NVMe.
+// Workspace (an estimate of the transient peak, not a model state): live_units x the largest
+// unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
+// an fp32 gradient accumulator of the largest unit when grads are not fp32.
+// Activations: transformer_activation_bytes(*model, micro_batch, seq_len).
+// Errors: stage not in 0-3, dp < 1, psi <= 0, offload_param without stage 3.
+absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
+
+// Bytes the Transformer (model/transformer.cc) allocates as MemCategory::kActivations for
+// micro-batches up to (B, T), all fp32 unless noted, N = B T, C hidden, L layers:
+//   tokens, targets (N) int32
+//   x[0..L] (N,C): residual stream into each block and out of the last
+//   per layer: ln1 (N,C), ln1 mean/rstd (N) x2, qkv (N,qkv_dim), att (B,NH,T,T), atty (N,C),
+//              resid_mid (N,C), ln2 (N,C), ln2 mean/rstd (N) x2, fc (N, I or 2I for SwiGLU),
+//              act (N,I)
+//   lnf (N,C), lnf mean/rstd (N) x2, logits chunk (chunk,V) with chunk = clamp(2^23/V, 1, N),
+//   losses (N), dlnf (N,C)
+//   backward scratch: dx, dresid, dln, datty (N,C) x4, dqkv (N,qkv_dim), dact (N,I), dfc (N,fcw)
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T);
+
+// The parameter counts of c's units in ParamLayout order.
+std::vector<int64_t> unit_numels(const ModelConfig& c);
+
+// ---- ZeRO paper (SC20) ----
+
+// Model-state bytes per device, K = 12, bf16/fp16 params and grads:
+// stage 1 (P_os) 4Ψ + KΨ/N_d, stage 2 (P_os+g) 2Ψ + (2+K)Ψ/N_d, stage 3 (P_os+g+p) (2+2+K)Ψ/N_d,
+// stage 0 (baseline) (2+2+K)Ψ. Real-valued (no padding), as the paper computes.
+double zero_paper_bytes(double psi, double n_d, int stage);
+// A GB (1e9 bytes) value as the paper prints it: values >= 100 are truncated to an integer
+// (4187.5 -> "4187", 257.75 -> "257"); smaller values are rounded half-up to 3 significant
+// digits but at most 2 decimals (41.25 -> "41.3", 1.875 -> "1.88", 0.46875 -> "0.47"),
+// without trailing zeros ("30", "7.5").
+std::string format_paper_gb(double gb);
+// Table 1 (Ψ = 7.5B, 128B, 1T; N_d = 1, 4, 16, 64, 256, 1024; os / os+g / os+g+p) followed by
+// the Figure 1 example (Ψ = 7.5B, N_d = 64: baseline, P_os, P_os+g, P_os+g+p).
+std::string zero_paper_table();
+// The Figure 1 figures: baseline, P_os, P_os+g, P_os+g+p for Ψ = 7.5B, N_d = 64, printed as the
+// figure does (one decimal: 120, 31.4, 16.6, 1.9).
+std::array<std::string, 4> zero_paper_figure1();
+
+// ---- DeepSpeed's estimators (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, 0.19) ----
+
+struct DeepSpeedRow {
+  int64_t cpu_bytes = 0;  // per CPU (node)
+  int64_t gpu_bytes = 0;  // per GPU
+  std::string options;    // e.g. "offload_param=cpu , offload_optimizer=none, zero_init=1"
+};
+struct DeepSpeedSetup {
+  int64_t total_params = 0;          // P
+  int64_t largest_layer_params = 0;  // L (ZeRO-3 only)
+  int gpus_per_node = 1;             // G
+  int nodes = 1;                     // n
+  double additional_buffer_factor = 1.5;
+};
+// ZeRO-2, rows in DeepSpeed's order: offload_optimizer=cpu, none.
+//   cpu:  GPU 2P, CPU int(P * max(4 G n, 16) * f)
+//   none: GPU 2P + int(18 P / (G n)), CPU int(4 P G f)
+std::vector<DeepSpeedRow> deepspeed_zero2_estimates(const DeepSpeedSetup& s);
+// ZeRO-3, rows in DeepSpeed's order: (param cpu, opt cpu, zero_init 1/0), (param none, opt cpu,
+// 1/0), (none, none, 1/0). L_mem = 4L:
+//   params+opt on CPU:  GPU L_mem;                CPU 18 P f / n  or P max(4G, 18/n) f
+//   opt on CPU:         GPU L_mem + int(2P/(Gn)); CPU 16 P f / n  or P max(4G, 16/n) f
+//   none:               GPU L_mem + int(18P/(Gn)); CPU 4 L G f    or 4 P G f
+std::vector<DeepSpeedRow> deepspeed_zero3_estimates(const DeepSpeedSetup& s);
+// DeepSpeed's printout of estimate_zero{2,3}_model_states_mem_needs_all_cold (GiB = 2^30,
+// "{cpu:7.2f}GB | {gpu:6.2f}GB | options").
+std::string deepspeed_report(int stage, const DeepSpeedSetup& s);
+// DeepSpeed's "largest layer" for a model: the most parameters held directly by one
+// nn.Module (model_to_params in stage3.py) of the Hugging Face model for c: the embedding
+// (V x C) or lm_head for every preset; for tiny vocabularies a Conv1D/Linear with its bias.
+int64_t deepspeed_largest_layer_params(const ModelConfig& c);
+// DeepSpeed's total for a model: shared (tied) parameters counted once = ParamLayout total.
+int64_t deepspeed_total_params(const ModelConfig& c);
+
+}  // namespace zt
