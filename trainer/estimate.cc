@@ -109,9 +109,11 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
     out += "Activations: micro-batch " + std::to_string(in.micro_batch) + " x seq " +
            std::to_string(in.seq_len) + ", fp32, as the Transformer allocates them.\n";
-  out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n"
-         "workspace is the transient peak estimate (gathered / fp32 views of " +
-         std::to_string(in.live_units) + " live units).\n\n";
+  out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
+  out += in.unit_numel.empty()
+             ? "workspace and activations need --model (unit sizes, shapes).\n\n"
+             : "workspace is the transient peak estimate (gathered / fp32 views of " +
+                   std::to_string(in.live_units) + " live units).\n\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%-22s", "GiB per rank");
   out += buf;

@@ -105,7 +105,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
+  // Needs unit sizes: with only Ψ there is no "largest unit" to speak of (reported as 0).
   int64_t ws = 0;
+  if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
   if (in.param_dtype != DType::kF32) ws += in.live_units * largest_padded * 4;
   if (in.grad_dtype != DType::kF32) ws += largest_padded * 4;
@@ -181,10 +183,10 @@ std::string zero_paper_table() {
       "Cells are printed as the paper prints them (>= 100 truncated to an integer; below,\n"
       "3 significant digits, at most 2 decimals).\n\n";
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%6s | %-24s | %-24s | %-24s\n", "N_d", "7.5B", "128B", "1T");
+  std::snprintf(buf, sizeof buf, "%6s | %-24s | %-24s | %s\n", "N_d", "7.5B", "128B", "1T");
   out += buf;
   out += std::string(6, '-') + "-+-" + std::string(24, '-') + "-+-" + std::string(24, '-') +
-         "-+-" + std::string(24, '-') + "\n";
+         "-+-" + std::string(21, '-') + "\n";
   for (int nd : nds) {
     std::snprintf(buf, sizeof buf, "%6d", nd);
     out += buf;
@@ -197,6 +199,7 @@ std::string zero_paper_table() {
       std::snprintf(buf, sizeof buf, " | %-24s", cell.c_str());
       out += buf;
     }
+    while (out.back() == ' ') out.pop_back();
     out += "\n";
   }
   const auto f = zero_paper_figure1();

@@ -6,6 +6,7 @@
 #include "zero/estimator.h"
 
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "model/layout.h"
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
+#include "trainer/estimate.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -297,6 +299,57 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
                 transformer_activation_bytes(*c, B, T))
           << name << " B=" << B << " T=" << T;
     }
+  }
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// `zerotrain estimate` text: each mode, and the errors a user can cause.
+TEST(EstimateCommand, ModesAndErrors) {
+  EstimateOptions o;
+  o.table = "zero-paper";
+  auto t = estimate_text(o);
+  ASSERT_TRUE(t.ok());
+  EXPECT_NE(t->find("4187 / 2218 / 250"), std::string::npos);
+
+  o = {};
+  o.formula = "deepspeed";
+  o.model = "tinyllama-1.1b";
+  o.gpus_per_node = 4;
+  o.nodes = 2;
+  t = estimate_text(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->find("1.46GB |   2.55GB | offload_param=none, offload_optimizer=none, zero_init=1"),
+            std::string::npos) << *t;
+
+  o = {};
+  o.params = 7'500'000'000;
+  o.stage = 3;
+  o.dp = 64;
+  t = estimate_text(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->find("device model states"), std::string::npos);
+
+  for (auto bad : std::vector<std::function<void(EstimateOptions&)>>{
+           [](EstimateOptions& x) { x.table = "zero-infinity"; },
+           [](EstimateOptions& x) { x.formula = "megatron"; },
+           [](EstimateOptions& x) { x.stage = 4; },
+           [](EstimateOptions& x) { x.offload_optimizer = "gpu"; },
+           [](EstimateOptions& x) { x.param_dtype = "fp8"; },
+           [](EstimateOptions& x) { x.params = 0; },
+           [](EstimateOptions& x) { x.nodes = 0; },
+           [](EstimateOptions& x) { x.offload_param = "cpu", x.stage = 2; },
+           [](EstimateOptions& x) { x.params = 0, x.model = "gpt5"; },
+           [](EstimateOptions& x) { x.formula = "deepspeed", x.stage = 3; },
+       }) {
+    EstimateOptions x;
+    x.params = 1000;
+    bad(x);
+    EXPECT_FALSE(estimate_text(x).ok());
   }
 }
 
