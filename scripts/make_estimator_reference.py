@@ -107,8 +107,8 @@ def main():
 
     doc = {"deepspeed_version": deepspeed.__version__,
            "python_version": sys.version.split()[0],
-           "note": "printouts are DeepSpeed's stdout; on Python >= 3.11 f'{OffloadDeviceEnum.cpu:4}' "
-                   "prints 'OffloadDeviceEnum.cpu' where older Pythons print 'cpu '",
+           "note": "printouts are DeepSpeed's stdout; f'{OffloadDeviceEnum.cpu:4}' is meant to be 'cpu ' but "
+                   "prints 'OffloadDeviceEnum.cpu' on some Python versions (3.11 here)",
            "cases": cases, "live": live}
     with open(OUT, "w") as f:
         json.dump(doc, f, indent=1)

@@ -132,7 +132,7 @@ TEST(DeepSpeedEstimator, MatchesDeepSpeedZero2AndZero3Functions) {
       expect_rel(z3[i].gpu_bytes, c["zero3"][i]["gpu_bytes"], "zero3 gpu " + std::to_string(i));
     }
     // The printout equals DeepSpeed's, with its Python-version-dependent enum spelling
-    // ("OffloadDeviceEnum.cpu" on Python >= 3.11) read as the intended "cpu ".
+    // ("OffloadDeviceEnum.cpu" on the fixture's Python 3.11) read as the intended "cpu ".
     for (int stage : {2, 3}) {
       const std::string theirs = absl::StrReplaceAll(
           c[stage == 2 ? "zero2_printout" : "zero3_printout"].get<std::string>(),
