@@ -1,3 +1,4 @@
+#include <cstdio>
 #include "data/loader.h"
 
 #include <glob.h>
@@ -74,15 +75,9 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
   DataLoader loader;
   loader.options_ = options;
   loader.window_stride_ = int64_t{options.world_size} * options.B * options.T;
+  std::string too_small;  // shards skipped for being shorter than one batch (a short tail)
   for (const std::string& path : paths) {
     ZT_ASSIGN_OR_RETURN(MappedShard shard, MappedShard::open(path));
-    if (shard.num_tokens() < loader.window_stride_ + 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token shard '", path, "' has ", shard.num_tokens(), " tokens, too few for one batch:"
-          " B*T+1 = ", int64_t{options.B} * options.T + 1, " tokens per rank, W*B*T+1 = ",
-          loader.window_stride_ + 1, " for ", options.world_size, " rank(s) (B=", options.B,
-          " T=", options.T, "). Use a smaller B or T, or more data in this shard."));
-    }
     const uint32_t max_token = shard.max_token();
     if (max_token >= static_cast<uint32_t>(options.vocab_size)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -91,10 +86,25 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
           "vocabulary than the model. Use the model's tokenizer (re-run zerotrain prepare) or "
           "a model whose vocab_size covers it."));
     }
+    if (shard.num_tokens() < loader.window_stride_ + 1) {
+      absl::StrAppend(&too_small, too_small.empty() ? "" : ", ", "'", path, "' (",
+                      shard.num_tokens(), " tokens)");
+      continue;
+    }
     loader.num_tokens_ += shard.num_tokens();
     loader.batches_per_epoch_ += (shard.num_tokens() - 1) / loader.window_stride_;
     loader.shards_.push_back(std::move(shard));
   }
+  if (loader.shards_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "every token shard is too small for one batch: ", too_small, "; one batch needs B*T+1 = ",
+        int64_t{options.B} * options.T + 1, " tokens per rank, W*B*T+1 = ",
+        loader.window_stride_ + 1, " for ", options.world_size, " rank(s) (B=", options.B,
+        " T=", options.T, "). Use a smaller B or T, or more data."));
+  }
+  if (!too_small.empty())
+    std::fprintf(stderr, "warning: skipping token shard(s) shorter than one batch: %s\n",
+                 too_small.c_str());
   loader.reset();
   return loader;
 }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <span>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "data/shard.h"
+#include "common/file.h"
 #include "data/tokenizer.h"
 
 namespace zt {
@@ -20,18 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> read_text(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("input '", path, "' does not exist or is not a file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input '", path, "' cannot be read (check permissions)"));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("input '", path, "': read error"));
+  ZT_ASSIGN_OR_RETURN(std::string text, read_file(path, "input"));
   if (text.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", path, "' is empty; give files that contain text"));

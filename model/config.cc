@@ -1,19 +1,22 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status.h"
 
 namespace zt {
 namespace {
 
-ModelConfig gpt2(int C, int L, int H) {
+ModelConfig gpt2(int C, int L, int H, int V = 50257, int T = 1024) {
   ModelConfig c;
   c.arch = Arch::kGPT2;
-  c.vocab_size = 50257;
-  c.max_seq_len = 1024;
+  c.vocab_size = V;
+  c.max_seq_len = T;
   c.n_layer = L;
   c.n_head = c.n_kv_head = H;
   c.hidden = C;
@@ -55,13 +58,11 @@ const std::vector<Preset>& presets() {
         {"llama-7b", llama(4096, 11008, 32, 32, 32, 32000, 2048, 1e-6f)},
         {"llama2-7b", llama(4096, 11008, 32, 32, 32, 32000, 4096, 1e-5f)},
         // Small sizes for tests and the CPU demo.
-        {"tiny-gpt2", gpt2(64, 2, 4)},
+        {"tiny-gpt2", gpt2(64, 2, 4, 256, 64)},
         {"tiny-llama", llama(64, 128, 2, 4, 2, 256, 64, 1e-5f)},
         // The README demo: a LLaMA small enough to learn TinyShakespeare on 2 cores in minutes.
         {"shakespeare-llama", llama(128, 384, 4, 4, 2, 32000, 256, 1e-5f)},
     };
-    v[7].config.vocab_size = 256;
-    v[7].config.max_seq_len = 64;
     return v;
   }();
   return p;
@@ -98,60 +99,124 @@ absl::Status validate(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
-                                                std::string_view where) {
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": not a JSON object"));
-  const std::string type = j.value("model_type", "");
-  ModelConfig c;
-  try {
-    if (type == "gpt2") {
-      c.arch = Arch::kGPT2;
-      c.vocab_size = j.at("vocab_size");
-      c.max_seq_len = j.value("n_positions", 1024);
-      c.n_layer = j.at("n_layer");
-      c.n_head = c.n_kv_head = j.at("n_head");
-      c.hidden = j.at("n_embd");
-      c.intermediate = j.contains("n_inner") && !j["n_inner"].is_null() ? j["n_inner"].get<int>()
-                                                                         : 4 * c.hidden;
-      c.norm_eps = j.value("layer_norm_epsilon", 1e-5f);
-      c.tied_embeddings = true;
-      const std::string act = j.value("activation_function", "gelu_new");
-      if (act != "gelu_new")
-        return absl::InvalidArgumentError(absl::StrCat(
-            std::string(where), ": activation_function '", act, "' is not supported; use gelu_new"));
-    } else if (type == "llama") {
-      c.arch = Arch::kLLaMA;
-      c.vocab_size = j.at("vocab_size");
-      c.max_seq_len = j.value("max_position_embeddings", 2048);
-      c.n_layer = j.at("num_hidden_layers");
-      c.n_head = j.at("num_attention_heads");
-      c.n_kv_head = j.value("num_key_value_heads", c.n_head);
-      c.hidden = j.at("hidden_size");
-      c.intermediate = j.at("intermediate_size");
-      c.norm_eps = j.value("rms_norm_eps", 1e-6f);
-      c.rope_theta = j.value("rope_theta", 10000.f);
-      c.tied_embeddings = j.value("tie_word_embeddings", false);
-      // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
-      if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-        const auto& rp = j["rope_parameters"];
-        c.rope_theta = rp.value("rope_theta", c.rope_theta);
-        if (rp.value("rope_type", std::string("default")) != "default")
-          return absl::InvalidArgumentError(absl::StrCat(
-              std::string(where), ": rope_parameters.rope_type '",
-              rp.value("rope_type", std::string()), "' is not supported; only 'default' RoPE"));
-      }
-      if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-        return absl::InvalidArgumentError(
-            absl::StrCat(std::string(where), ": rope_scaling is not supported; remove it or use a model "
-                                "without RoPE scaling"));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          std::string(where), ": model_type '", type, "' is not supported; use 'gpt2' or 'llama'"));
+namespace {
+
+// Typed access to config.json fields: wrong type, fraction or range -> an error naming the key.
+class HfFields {
+ public:
+  HfFields(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  // A positive integer below 2^30; `def` when absent (required when def < 0).
+  absl::StatusOr<int> integer(const char* key, int def = -1) const {
+    if (!has(key)) {
+      if (def >= 0) return def;
+      return error(key, "is missing; this model_type needs it");
     }
+    const auto& v = j_[key];
+    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
+      return error(key, absl::StrCat("must be a whole number, got ", v.dump()));
+    const double d = v.get<double>();
+    if (d < 1 || d > (1 << 30)) return error(key, absl::StrCat("must be in [1, 2^30], got ", v.dump()));
+    return static_cast<int>(d);
+  }
+  // A finite number > 0.
+  absl::StatusOr<float> positive(const nlohmann::json& obj, const char* key, float def) const {
+    if (!obj.contains(key) || obj[key].is_null()) return def;
+    const auto& v = obj[key];
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      return error(key, absl::StrCat("must be a finite number > 0, got ", v.dump()));
+    return static_cast<float>(v.get<double>());
+  }
+  absl::StatusOr<float> positive(const char* key, float def) const { return positive(j_, key, def); }
+  absl::StatusOr<std::string> text(const char* key, const char* def) const {
+    if (!has(key)) return std::string(def);
+    if (!j_[key].is_string()) return error(key, "must be a string");
+    return j_[key].get<std::string>();
+  }
+  absl::StatusOr<bool> flag(const char* key, bool def) const {
+    if (!has(key)) return def;
+    if (!j_[key].is_boolean()) return error(key, "must be true or false");
+    return j_[key].get<bool>();
+  }
+  absl::Status error(const std::string& key, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(where_, ": ", key, " ", what));
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
+                                                std::string_view where_sv) {
+  const std::string where(where_sv);
+  ZT_RETURN_IF_ERROR(check_json_nesting(json_text, 64, where));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
+  const HfFields f(j, where);
+  ZT_ASSIGN_OR_RETURN(const std::string type, f.text("model_type", ""));
+  ModelConfig c;
+  if (type == "gpt2") {
+    c.arch = Arch::kGPT2;
+    ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
+    ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("n_positions", 1024));
+    ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("n_layer"));
+    ZT_ASSIGN_OR_RETURN(c.n_head, f.integer("n_head"));
+    c.n_kv_head = c.n_head;
+    ZT_ASSIGN_OR_RETURN(c.hidden, f.integer("n_embd"));
+    ZT_ASSIGN_OR_RETURN(c.intermediate, f.integer("n_inner", 4 * c.hidden));
+    ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("layer_norm_epsilon", 1e-5f));
+    c.tied_embeddings = true;
+    ZT_ASSIGN_OR_RETURN(const std::string act, f.text("activation_function", "gelu_new"));
+    if (act != "gelu_new")
+      return f.error("activation_function", absl::StrCat("'", act, "' is not supported; use gelu_new"));
+  } else if (type == "llama") {
+    c.arch = Arch::kLLaMA;
+    ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
+    ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("max_position_embeddings", 2048));
+    ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("num_hidden_layers"));
+    ZT_ASSIGN_OR_RETURN(c.n_head, f.integer("num_attention_heads"));
+    ZT_ASSIGN_OR_RETURN(c.n_kv_head, f.integer("num_key_value_heads", c.n_head));
+    ZT_ASSIGN_OR_RETURN(c.hidden, f.integer("hidden_size"));
+    ZT_ASSIGN_OR_RETURN(c.intermediate, f.integer("intermediate_size"));
+    ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("rms_norm_eps", 1e-6f));
+    ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive("rope_theta", 10000.f));
+    ZT_ASSIGN_OR_RETURN(c.tied_embeddings, f.flag("tie_word_embeddings", false));
+    // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
+    if (f.has("rope_parameters")) {
+      const auto& rp = j["rope_parameters"];
+      if (!rp.is_object()) return f.error("rope_parameters", "must be an object");
+      ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive(rp, "rope_theta", c.rope_theta));
+      if (rp.contains("rope_type") && rp["rope_type"] != "default")
+        return f.error("rope_parameters.rope_type",
+                       absl::StrCat(rp["rope_type"].dump(), " is not supported; only \"default\""));
+    }
+    // Variants this transformer does not implement would load with wrong results.
+    ZT_ASSIGN_OR_RETURN(const std::string act, f.text("hidden_act", "silu"));
+    if (act != "silu")
+      return f.error("hidden_act", absl::StrCat("'", act, "' is not supported; LLaMA models here "
+                                                "use silu (SwiGLU)"));
+    ZT_ASSIGN_OR_RETURN(const bool attention_bias, f.flag("attention_bias", false));
+    ZT_ASSIGN_OR_RETURN(const bool mlp_bias, f.flag("mlp_bias", false));
+    if (attention_bias || mlp_bias)
+      return f.error("attention_bias/mlp_bias", "true is not supported (no biases in LLaMA here)");
+    if (f.has("head_dim")) {
+      ZT_ASSIGN_OR_RETURN(const int head_dim, f.integer("head_dim"));
+      if ((int64_t)head_dim * c.n_head != c.hidden)
+        return f.error("head_dim", absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ",
+                                                c.hidden, "; only hidden_size / heads is supported"));
+    }
+    if (f.has("rope_scaling"))
+      return f.error("rope_scaling", "is not supported; use a model without RoPE scaling");
+  } else {
+    return f.error("model_type", absl::StrCat("'", type, "' is not supported; use 'gpt2' or 'llama'"));
   }
   ZT_RETURN_IF_ERROR(validate(c));
   return c;

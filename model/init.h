@@ -1,6 +1,7 @@
-// Random initialisation for training from scratch, as GPT-2 / llm.c and HF LLaMA:
-// matrices and embeddings N(0, 0.02^2); residual output projections (attn_out.w, fc_out.w)
-// N(0, (0.02/sqrt(2L))^2) (GPT-2 paper, section 2.3); norm weights 1; biases 0.
+// Random initialisation for training from scratch, as GPT-2 / llm.c: matrices and embeddings
+// N(0, 0.02^2); residual output projections (attn_out.w, fc_out.w) N(0, (0.02/sqrt(2L))^2)
+// (GPT-2 paper, section 2.3; we apply it to LLaMA too, where HF uses plain N(0, 0.02^2));
+// norm weights 1; biases 0.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // safetensors reader/writer; see safetensors.h for the format.
 #include "model/safetensors.h"
 
+#include "common/file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -131,6 +133,7 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
   const char* htext = reinterpret_cast<const char*>(map->data + 8);
   json header;
   try {
+    ZT_RETURN_IF_ERROR(check_json_nesting(std::string_view(htext, header_len), 64, path));
     header = json::parse(htext, htext + header_len);
   } catch (const json::parse_error& e) {
     return bad_file(path, absl::StrCat("bad JSON header: ", e.what()));
@@ -328,16 +331,10 @@ absl::StatusOr<SafeTensorsModel> open_hf_model_dir(const std::string& dir) {
         dir, ": no model.safetensors or model.safetensors.index.json; pass a Hugging Face "
              "model directory"));
 
-  std::FILE* fp = std::fopen(index.c_str(), "rb");
-  if (fp == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat(index, ": cannot open: ", errno_text()));
-  std::string text;
-  char buf[65536];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), fp)) > 0) text.append(buf, got);
-  std::fclose(fp);
+  ZT_ASSIGN_OR_RETURN(std::string text, read_file(index, "safetensors index"));
   json j;
   try {
+    ZT_RETURN_IF_ERROR(check_json_nesting(text, 64, index));
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(index, ": bad JSON: ", e.what()));

@@ -36,6 +36,7 @@ struct Transformer::Acts {
   DeviceBuffer logits, losses;              // (chunk,V), (N)
   DeviceBuffer dlnf;                        // (N,C) gradient into the final norm's output
   DeviceBuffer dx, dresid, dln, datty, dqkv, dact, dfc;  // backward scratch
+  DeviceBuffer datt;  // (B,NH,T,T) attention backward scratch, one layer at a time
   int chunk = 0;
 };
 
@@ -92,9 +93,28 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->dqkv = f32(N * c.qkv_dim());
   a_->dact = f32(N * c.intermediate);
   a_->dfc = f32(N * fcw);
+  a_->datt = f32((size_t)max_B * c.n_head * max_T * max_T);
 }
 
 Transformer::~Transformer() = default;
+
+void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                               const float* b, int N) {
+  const int C = config_.hidden;
+  if (config_.is_gpt2())
+    be_->layernorm_forward(out, mean, rstd, x, w, b, N, C, config_.norm_eps);
+  else
+    be_->rmsnorm_forward(out, rstd, x, w, N, C, config_.norm_eps);
+}
+
+void Transformer::norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                                const float* w, const float* mean, const float* rstd, int N) {
+  const int C = config_.hidden;
+  if (config_.is_gpt2())
+    be_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+  else
+    be_->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+}
 
 void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
   ZT_CHECK(B <= max_B_ && T <= max_T_ && B > 0 && T > 0);
@@ -115,11 +135,7 @@ void Transformer::block_forward(UnitEngine& e, int l) {
   const float* p = e.fetch(u);
   const float* x = a_->x[l].f32();
   float* ln1 = a_->ln1[l].f32();
-  if (c.is_gpt2())
-    be_->layernorm_forward(ln1, a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), x, p + o.ln1w,
-                           p + o.ln1b, N, C, c.norm_eps);
-  else
-    be_->rmsnorm_forward(ln1, a_->ln1_rstd[l].f32(), x, p + o.ln1w, N, C, c.norm_eps);
+  norm_forward(ln1, a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), x, p + o.ln1w, at(p, o.ln1b), N);
   float* qkv = a_->qkv[l].f32();  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
@@ -130,11 +146,8 @@ void Transformer::block_forward(UnitEngine& e, int l) {
   be_->matmul_forward(mid, a_->atty[l].f32(), p + o.attw, at(p, o.attb), N, C, C);
   be_->add_inplace(mid, x, (size_t)N * C);
   float* ln2 = a_->ln2[l].f32();
-  if (c.is_gpt2())
-    be_->layernorm_forward(ln2, a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), mid, p + o.ln2w,
-                           p + o.ln2b, N, C, c.norm_eps);
-  else
-    be_->rmsnorm_forward(ln2, a_->ln2_rstd[l].f32(), mid, p + o.ln2w, N, C, c.norm_eps);
+  norm_forward(ln2, a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), mid, p + o.ln2w, at(p, o.ln2b),
+               N);
   float* fc = a_->fc[l].f32();    // (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA
   float* act = a_->act[l].f32();  // (N, I)
   if (c.is_gpt2()) {
@@ -160,11 +173,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
   const float* x = a_->x[c.n_layer].f32();
   float* lnf = a_->lnf.f32();
-  if (c.is_gpt2())
-    be_->layernorm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw,
-                           ph + o.lnfb, N, C, c.norm_eps);
-  else
-    be_->rmsnorm_forward(lnf, a_->lnf_rstd.f32(), x, ph + o.lnfw, N, C, c.norm_eps);
+  norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
   float* gh = train ? e.grads(hu) : nullptr;
   float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
   if (train) be_->zero(a_->dlnf.data(), sizeof(float) * N * C);
@@ -190,12 +199,8 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   if (train) {  // final norm backward: dx (N,C) = d(norm_f)/dx . dlnf
     float* dx = a_->dx.f32();
     be_->zero(dx, sizeof(float) * N * C);
-    if (c.is_gpt2())
-      be_->layernorm_backward(dx, gh + o.lnfw, gh + o.lnfb, a_->dlnf.f32(), x, ph + o.lnfw,
-                              a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N, C);
-    else
-      be_->rmsnorm_backward(dx, gh + o.lnfw, a_->dlnf.f32(), x, ph + o.lnfw, a_->lnf_rstd.f32(),
-                            N, C);
+    norm_backward(dx, gh + o.lnfw, at(gh, o.lnfb), a_->dlnf.f32(), x, ph + o.lnfw,
+                  a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N);
     e.reduce_gradients(hu);
   }
   if (c.tied_embeddings) e.release(eu);
@@ -243,11 +248,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                        c.is_gpt2() ? I : 2 * I);
   be_->copy(dresid, dx, sizeof(float) * NC);  // residual path
   const float* mid = a_->resid_mid[l].f32();
-  if (c.is_gpt2())
-    be_->layernorm_backward(dresid, g + o.ln2w, g + o.ln2b, dln, mid, p + o.ln2w,
-                            a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), N, C);
-  else
-    be_->rmsnorm_backward(dresid, g + o.ln2w, dln, mid, p + o.ln2w, a_->ln2_rstd[l].f32(), N, C);
+  norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, mid, p + o.ln2w, a_->ln2_mean[l].f32(),
+                a_->ln2_rstd[l].f32(), N);
   // Attention: mid = x + atty @ Wo^T
   float* datty = a_->datty.f32();
   be_->zero(datty, sizeof(float) * NC);
@@ -255,7 +257,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                        N, C, C);
   float* dqkv = a_->dqkv.f32();
   be_->zero(dqkv, sizeof(float) * N * QKV);
-  be_->attention_backward(dqkv, nullptr, datty, a_->qkv[l].f32(), a_->att[l].f32(), B_, T_,
+  be_->attention_backward(dqkv, a_->datt.f32(), datty, a_->qkv[l].f32(), a_->att[l].f32(), B_, T_,
                           c.n_head, c.n_kv_head, c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true);
@@ -264,11 +266,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                        QKV);
   be_->copy(dx, dresid, sizeof(float) * NC);
   const float* x = a_->x[l].f32();
-  if (c.is_gpt2())
-    be_->layernorm_backward(dx, g + o.ln1w, g + o.ln1b, dln, x, p + o.ln1w,
-                            a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), N, C);
-  else
-    be_->rmsnorm_backward(dx, g + o.ln1w, dln, x, p + o.ln1w, a_->ln1_rstd[l].f32(), N, C);
+  norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, x, p + o.ln1w, a_->ln1_mean[l].f32(),
+                a_->ln1_rstd[l].f32(), N);
   e.reduce_gradients(u);
   e.release(u);
 }

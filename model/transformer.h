@@ -43,6 +43,11 @@ class Transformer {
  private:
   struct Acts;
   void embed(UnitEngine& e, const int* tokens, int B, int T);
+  // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                    const float* b, int N);
+  void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                     const float* w, const float* mean, const float* rstd, int N);
   void block_forward(UnitEngine& e, int l);
   void block_backward(UnitEngine& e, int l);
   // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.

@@ -3,13 +3,13 @@
 // other key is reported with the closest known one.
 #include "trainer/ds_config.h"
 
+#include "common/file.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -313,9 +313,12 @@ absl::StatusOr<const json*> section(ObjectReader& r, std::initializer_list<const
 // only micro -> gas 1; otherwise an error.
 absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t world,
                            BatchConfig* b) {
-  ZT_ASSIGN_OR_RETURN(auto tbs, top.get_opt_int({"train_batch_size"}, 1));
-  ZT_ASSIGN_OR_RETURN(auto micro, top.get_opt_int({"train_micro_batch_size_per_gpu"}, 1));
-  ZT_ASSIGN_OR_RETURN(auto gas, top.get_opt_int({"gradient_accumulation_steps"}, 1));
+  // Bounds keep every product below int64 overflow and every derived count an int.
+  constexpr int64_t kMaxBatch = 1 << 24;
+  ZT_ASSIGN_OR_RETURN(auto tbs, top.get_opt_int({"train_batch_size"}, 1, int64_t{1} << 40));
+  ZT_ASSIGN_OR_RETURN(auto micro,
+                      top.get_opt_int({"train_micro_batch_size_per_gpu"}, 1, kMaxBatch));
+  ZT_ASSIGN_OR_RETURN(auto gas, top.get_opt_int({"gradient_accumulation_steps"}, 1, kMaxBatch));
   auto err = [&](const std::string& msg) {
     return absl::InvalidArgumentError(absl::StrCat(src, ": batch size: ", msg));
   };
@@ -369,6 +372,10 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
         "with gradient_accumulation_steps); train_batch_size = "
         "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size");
   }
+  if (*micro > kMaxBatch || *gas > kMaxBatch)
+    return err(absl::StrCat("train_batch_size ", *tbs, " gives train_micro_batch_size_per_gpu ",
+                            *micro, " and gradient_accumulation_steps ", *gas, "; each must be at "
+                            "most ", kMaxBatch, ", so give a smaller train_batch_size"));
   b->train_batch_size = *tbs;
   b->train_micro_batch_size_per_gpu = *micro;
   b->gradient_accumulation_steps = *gas;
@@ -421,6 +428,10 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
       }
     }
     ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
+    if (o->eps <= 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": optimizer.params.eps must be > 0 (with 0, Adam divides 0 by 0 wherever a "
+               "gradient is 0); DeepSpeed's default is 1e-8"));
     ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
     ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
     ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
@@ -776,6 +787,7 @@ absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_s
         absl::StrCat(src, ": world size ", world_size, " must be >= 1"));
   }
   json root;
+  ZT_RETURN_IF_ERROR(check_json_nesting(json_text, 64, std::string(source_name)));
   try {
     root = json::parse(json_text);
   } catch (const json::parse_error& e) {
@@ -800,18 +812,8 @@ absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_s
 }
 
 absl::StatusOr<DsConfig> load_ds_config(const std::string& path, int world_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path,
-                                            ": cannot open the DeepSpeed config file "
-                                            "(missing or unreadable); check --ds_config"));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": error while reading the file"));
-  }
-  return parse_ds_config(ss.str(), world_size, path);
+  ZT_ASSIGN_OR_RETURN(std::string text, read_file(path, "the DeepSpeed config (--deepspeed)"));
+  return parse_ds_config(text, world_size, path);
 }
 
 }  // namespace zt

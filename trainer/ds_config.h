@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "zero/offload_device.h"
 
 namespace zt {
 
@@ -89,9 +90,6 @@ struct Fp16Config {
 struct Bf16Config {
   bool enabled = false;  // bf16 mixed precision (no loss scaling)
 };
-
-// Where an offloaded state lives.
-enum class OffloadDevice { kNone, kCpu, kNvme };
 
 // zero_optimization.offload_param (stage 3 only; offload_config.py).
 struct OffloadParamConfig {

@@ -6,19 +6,26 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "trainer/ds_config.h"
 #include "trainer/estimate.h"
 #include "trainer/train.h"
+#include "zero/mpi_comm.h"
 
 // info
 ABSL_FLAG(std::string, model, "shakespeare-llama", "model preset (see `zerotrain info`)");
@@ -69,7 +76,8 @@ constexpr const char* kUsage =
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
-    "passed with --flagfile. `zerotrain --helpfull` lists every flag.";
+    "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
+    "lists every flag.";
 
 int fail(const absl::Status& s) {
   std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
@@ -146,64 +154,81 @@ int estimate(bool model_given) {
   return s.ok() ? 0 : fail(s);
 }
 
-// Checks every --name[=value] against the registered flags before absl parses them, so that an
-// unknown flag or a bad value exits with code 2 and names the closest flag (absl would exit 1).
-absl::Status check_flags(const std::vector<std::string>& args) {
-  const auto all = absl::GetAllFlags();
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") break;
-    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
-    const size_t eq = a.find('=');
-    std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name == "flagfile" || name == "help" || name == "helpfull" || name == "helpshort" ||
-        name == "version" || name == "undefok" || name == "fromenv" || name == "tryfromenv") {
-      if (eq == std::string::npos && name == "flagfile") ++i;
+// Rewrites the command line into one absl parses without surprises: --flagfile contents
+// expanded in place (so recipes get the same checks), '-' in flag names read as '_'
+// (--val-fraction), single-dash flags accepted, every flag name checked against the registered
+// flags and every value parsed, so an unknown flag or a bad value exits 2 naming the closest
+// flag (absl itself would exit 1). Values are passed through untouched.
+absl::Status normalize_args(const std::vector<std::string>& in, std::vector<std::string>& out,
+                            int depth = 0) {
+  if (depth > 8) return absl::InvalidArgumentError("--flagfile nesting is deeper than 8 levels");
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string& a = in[i];
+    if (a.size() < 2 || a[0] != '-' || a == "--") {
+      out.push_back(a);
       continue;
     }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (!flag && name.starts_with("no")) {  // --noshuffle
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      if (flag && flag->IsOfType<bool>() && eq == std::string::npos) continue;
-      flag = nullptr;
+    const size_t dashes = a[1] == '-' ? 2 : 1;
+    const size_t eq = a.find('=');
+    std::string name = a.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    std::replace(name.begin(), name.end(), '-', '_');
+    const bool has_value = eq != std::string::npos;
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "version" ||
+        name == "helppackage" || name == "only_check_args") {
+      out.push_back("--" + name);
+      continue;
+    }
+    auto value_of = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return a.substr(eq + 1);
+      if (i + 1 < in.size()) return in[++i];
+      return absl::InvalidArgumentError("flag --" + name + " needs a value");
+    };
+    if (name == "flagfile") {
+      ZT_ASSIGN_OR_RETURN(std::string path, value_of());
+      ZT_ASSIGN_OR_RETURN(std::string text, zt::read_file(path, "--flagfile"));
+      std::vector<std::string> lines;
+      for (absl::string_view line : absl::StrSplit(text, '\n')) {
+        line = absl::StripAsciiWhitespace(line);
+        if (!line.empty() && line[0] != '#' && !absl::StartsWith(line, "//"))
+          lines.emplace_back(line);
+      }
+      ZT_RETURN_IF_ERROR(normalize_args(lines, out, depth + 1));
+      continue;
+    }
+    // Only zerotrain's own flags (absl's --fromenv and friends would exit 1 on misuse).
+    auto ours = [](absl::CommandLineFlag* f) {
+      return f && f->Filename().find("trainer/main.cc") != std::string::npos ? f : nullptr;
+    };
+    absl::CommandLineFlag* flag = ours(absl::FindCommandLineFlag(name));
+    if (!flag && name.starts_with("no") && !has_value) {  // --noshuffle
+      absl::CommandLineFlag* f = ours(absl::FindCommandLineFlag(name.substr(2)));
+      if (f && f->IsOfType<bool>()) {
+        out.push_back("--" + name);
+        continue;
+      }
     }
     if (!flag) {
       std::string best;
-      size_t best_d = SIZE_MAX;
-      for (const auto& [n, f] : all) {
-        if (f->Filename().find("zerotrain") == std::string::npos &&
-            f->Filename().find("trainer/main.cc") == std::string::npos)
-          continue;
-        // Levenshtein distance, two rows.
-        std::vector<size_t> prev(n.size() + 1), cur(n.size() + 1);
-        for (size_t j = 0; j <= n.size(); ++j) prev[j] = j;
-        for (size_t k = 1; k <= name.size(); ++k) {
-          cur[0] = k;
-          for (size_t j = 1; j <= n.size(); ++j)
-            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1,
-                               prev[j - 1] + (name[k - 1] != n[j - 1])});
-          std::swap(prev, cur);
-        }
-        if (prev[n.size()] < best_d) best_d = prev[n.size()], best = std::string(n);
+      int best_d = 1 << 30;
+      for (const auto& [n, f] : absl::GetAllFlags()) {
+        if (!ours(f)) continue;
+        const int d = zt::edit_distance(name, std::string(n));
+        if (d < best_d) best_d = d, best = std::string(n);
       }
       return absl::InvalidArgumentError("unknown flag --" + name + "; did you mean --" + best +
                                         "? (`zerotrain --helpfull` lists every flag)");
     }
-    std::string value;
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-    } else if (flag->IsOfType<bool>()) {
+    if (flag->IsOfType<bool>() && !has_value) {
+      out.push_back("--" + name);
       continue;
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError("flag --" + name + " needs a value");
     }
+    ZT_ASSIGN_OR_RETURN(std::string value, value_of());
     std::string err;
     const std::string saved = flag->CurrentValue();
     if (!flag->ParseFrom(value, &err))
       return absl::InvalidArgumentError("bad value '" + value + "' for --" + name + ": " + err);
     flag->ParseFrom(saved, &err);
+    out.push_back("--" + name + "=" + value);
   }
   return absl::OkStatus();
 }
@@ -211,19 +236,19 @@ absl::Status check_flags(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Accept --val-fraction for --val_fraction: rewrite the name part of every "--flag[=v]".
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
-    const size_t end = std::min(a.find('='), a.size());
-    for (size_t k = 2; k < end; ++k)
-      if (a[k] == '-') a[k] = '_';
+  // Under mpirun, MPI comes up first and goes down last (after every communicator).
+  std::unique_ptr<zt::MpiRuntime> mpi;
+  if (zt::launched_under_mpi()) {
+    auto rt = zt::MpiRuntime::init(&argc, &argv);
+    if (!rt.ok()) return fail(rt.status());
+    mpi = std::move(*rt);
   }
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> args = {argv[0]};
+  if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok())
+    return fail(s);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
-  absl::SetProgramUsageMessage(kUsage);
-  if (const absl::Status s = check_flags(args); !s.ok()) return fail(s);
   std::vector<char*> pos = absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
   if (pos.size() < 2) {
     std::fprintf(stderr, "%s\n", kUsage);
@@ -235,7 +260,15 @@ int main(int argc, char** argv) {
         std::string("unexpected argument '") + pos[2] + "'; flags start with --"));
   if (cmd == "info") return info();
   if (cmd == "prepare") return prepare();
-  if (cmd == "train") return train();
+  if (cmd == "train") {
+    try {
+      return train();
+    } catch (const std::bad_alloc&) {
+      return fail(absl::ResourceExhaustedError(
+          "out of memory allocating the model, optimizer or activations; reduce --seq_len or "
+          "train_micro_batch_size_per_gpu, or use a smaller model"));
+    }
+  }
   if (cmd == "estimate") {
     const bool model_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
       return a == "--model" || a.rfind("--model=", 0) == 0;

@@ -13,7 +13,8 @@ namespace zt {
 
 class MetricsWriter {
  public:
-  // Creates (truncates) dir/metrics.jsonl, creating dir if needed. Error names the path.
+  // Creates dir/metrics.jsonl (a previous one becomes metrics.jsonl.prev), creating dir if
+  // needed. Error names the path.
   static absl::StatusOr<MetricsWriter> open(const std::string& dir);
   MetricsWriter(MetricsWriter&& o) noexcept : f_(o.f_) { o.f_ = nullptr; }
   MetricsWriter& operator=(MetricsWriter&&) = delete;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "common/timer.h"
 #include "data/loader.h"
@@ -23,7 +25,9 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/sampler.h"
+#include "zero/comm.h"
 #include "zero/engine.h"
+#include "zero/mpi_comm.h"
 
 namespace zt {
 namespace {
@@ -31,6 +35,7 @@ namespace {
 // Everything a run builds before its first step; validated up front so that bad input
 // fails before any work.
 struct Run {
+  std::unique_ptr<Communicator> comm;
   DsConfig ds;
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -38,6 +43,7 @@ struct Run {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Transformer> transformer;
   std::unique_ptr<Engine> engine;
+  std::optional<MetricsWriter> metrics;  // rank 0 only
   int B = 0, T = 0, gas = 1;
 };
 
@@ -62,34 +68,64 @@ absl::Status init_params(const TrainOptions& opt, Run& r) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Run> setup(const TrainOptions& opt) {
-  Run r;
+// What every rank must agree on before training: config, model and recipe.
+std::string fingerprint(const TrainOptions& opt, const Run& r) {
+  const ModelConfig& m = r.model;
+  return absl::StrFormat(
+      "model %d %d %d %d %d %d %d %d %g %g %d | ds %lld %lld %lld stage %d bf16 %d clip %g lr %g |"
+      " seq %d steps %lld seed %llu",
+      (int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
+      m.intermediate, m.norm_eps, m.rope_theta, (int)m.tied_embeddings,
+      (long long)r.ds.batch.train_batch_size, (long long)r.ds.batch.train_micro_batch_size_per_gpu,
+      (long long)r.ds.batch.gradient_accumulation_steps, r.ds.zero.stage, (int)r.ds.bf16.enabled,
+      r.ds.gradient_clipping, r.ds.optimizer.lr, opt.seq_len, (long long)opt.steps,
+      (unsigned long long)opt.seed);
+}
+
+// Ranges of the recipe flags (absl checks only their types).
+absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
+  auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
+  if (opt.seq_len < 1 || opt.seq_len > m.max_seq_len)
+    return bad(absl::StrCat("--seq_len ", opt.seq_len, " must be in [1, ", m.max_seq_len,
+                            "] for this model (its max_seq_len)"));
+  if (opt.steps < 1) return bad("--steps must be at least 1");
+  if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
+  if (opt.val_batches < 1) return bad("--val_batches must be at least 1");
+  if (opt.sample_tokens < 0) return bad("--sample_tokens must be >= 0 (0: no sample)");
+  if (opt.top_k < 0) return bad("--top_k must be >= 0 (0: sample from every token)");
+  if (!(opt.temperature >= 0) || !std::isfinite(opt.temperature))
+    return bad("--temperature must be a finite number >= 0 (0: greedy)");
+  if (opt.threads < 0 || opt.threads > 1024)
+    return bad(absl::StrCat("--threads ", opt.threads, " must be in [0, 1024] (0: the cores of "
+                            "this node divided by the ranks on it)"));
+  if (!opt.sample_prompt.empty() && opt.tokenizer.empty())
+    return bad("--sample_prompt needs --tokenizer to encode it");
+  return absl::OkStatus();
+}
+
+absl::Status setup(const TrainOptions& opt, Run& r) {
   if (opt.deepspeed.empty())
     return absl::InvalidArgumentError("--deepspeed is required: pass a ds_config.json "
                                       "(examples in configs/ds/)");
-  ZT_ASSIGN_OR_RETURN(r.ds, load_ds_config(opt.deepspeed, /*world_size=*/1));
+  ZT_ASSIGN_OR_RETURN(r.ds, load_ds_config(opt.deepspeed, r.comm->world_size()));
   if (!opt.init_from.empty()) {
     const std::string path = opt.init_from + "/config.json";
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f)
-      return absl::NotFoundError(absl::StrCat("--init_from: cannot read '", path,
-                                              "'; pass a Hugging Face model directory"));
-    std::string text;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-    std::fclose(f);
+    ZT_ASSIGN_OR_RETURN(std::string text,
+                        read_file(path, "--init_from needs a Hugging Face model directory; file"));
     ZT_ASSIGN_OR_RETURN(r.model, config_from_hf_json(text, path));
   } else {
     ZT_ASSIGN_OR_RETURN(r.model, preset(opt.model));
   }
-  ZT_RETURN_IF_ERROR(validate(r.model));
   r.B = static_cast<int>(r.ds.batch.train_micro_batch_size_per_gpu);
   r.gas = static_cast<int>(r.ds.batch.gradient_accumulation_steps);
   r.T = opt.seq_len;
-  if (r.T < 1 || (r.model.is_gpt2() && r.T > r.model.max_seq_len))
-    return absl::InvalidArgumentError(absl::StrCat("--seq_len ", r.T, " must be in [1, ",
-                                                   r.model.max_seq_len, "] for this model"));
-  if (opt.steps < 1) return absl::InvalidArgumentError("--steps must be at least 1");
+  ZT_RETURN_IF_ERROR(check_options(opt, r.model));
+  const SchedulerConfig& sc = r.ds.scheduler;
+  if ((sc.type == SchedulerType::kWarmupDecayLR || sc.type == SchedulerType::kWarmupCosineLR) &&
+      sc.total_num_steps < sc.warmup_num_steps && r.comm->rank() == 0)
+    std::fprintf(stderr, "warning: scheduler.params.total_num_steps %lld < warmup_num_steps %lld: "
+                 "the learning rate decays to its minimum right after warm-up\n",
+                 (long long)sc.total_num_steps, (long long)sc.warmup_num_steps);
   if (!opt.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(opt.tokenizer));
     if (tok.vocab_size() > r.model.vocab_size)
@@ -106,6 +142,8 @@ absl::StatusOr<Run> setup(const TrainOptions& opt) {
   lo.pattern = opt.train_data;
   lo.B = r.B;
   lo.T = r.T;
+  lo.rank = r.comm->rank();
+  lo.world_size = r.comm->world_size();
   lo.seed = opt.seed;
   lo.shuffle = opt.shuffle;
   lo.vocab_size = r.model.vocab_size;
@@ -117,7 +155,10 @@ absl::StatusOr<Run> setup(const TrainOptions& opt) {
     ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
     r.val = std::make_unique<DataLoader>(std::move(val));
   }
-  r.backend = make_cpu_backend(opt.threads);
+  // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
+  const int threads = opt.threads > 0 ? opt.threads
+                                      : std::max(1, omp_get_num_procs() / r.comm->local_size());
+  r.backend = make_cpu_backend(threads);
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
   EngineOptions eo;
   if (r.ds.bf16.enabled) eo.param_dtype = eo.grad_dtype = DType::kBF16;
@@ -125,14 +166,25 @@ absl::StatusOr<Run> setup(const TrainOptions& opt) {
   eo.adam.beta2 = static_cast<float>(r.ds.optimizer.beta2);
   eo.adam.eps = static_cast<float>(r.ds.optimizer.eps);
   eo.adam.weight_decay = static_cast<float>(r.ds.optimizer.weight_decay);
-  eo.adam.adam_w_mode = r.ds.optimizer.adam_w_mode;
+  eo.adam.adam_w_mode = r.ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
   eo.adam.bias_correction = r.ds.optimizer.bias_correction;
   eo.gradient_clipping = static_cast<float>(r.ds.gradient_clipping);
-  r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), eo);
-  ZT_RETURN_IF_ERROR(init_params(opt, r));
-  return r;
+  const ZeroConfig& z = r.ds.zero;
+  eo.zero.stage = z.stage;
+  eo.zero.overlap_comm = z.overlap_comm;
+  eo.zero.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  eo.zero.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
+  eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;
+  eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
+  r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(), eo);
+  if (r.comm->rank() == 0) {
+    ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
+    r.metrics.emplace(std::move(m));
+  }
+  return init_params(opt, r);
 }
 
+// Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
 double evaluate(Run& r, int batches) {
   r.val->reset();
   const int n = static_cast<int>(std::min<int64_t>(batches, r.val->num_batches_per_epoch()));
@@ -140,52 +192,75 @@ double evaluate(Run& r, int batches) {
   double sum = 0;
   for (int i = 0; i < n; ++i) {
     r.val->next_batch(x.data(), y.data());
+    r.engine->begin_pass();
     sum += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f).loss;
   }
-  return n > 0 ? sum / n : NAN;
+  double v[2] = {sum, (double)n};
+  r.comm->all_reduce_scalars(v, 2, ScalarOp::kSum);
+  return v[1] > 0 ? v[0] / v[1] : NAN;
 }
 
+// Every rank runs the sampler in lockstep (stage 3 forwards are collective); rank 0 prints.
 void print_sample(const TrainOptions& opt, Run& r) {
   if (opt.sample_tokens <= 0 || !r.tokenizer) return;
-  std::vector<int> ctx = {r.tokenizer->bos_id()};
-  if (!opt.sample_prompt.empty()) {
-    std::vector<int> p = r.tokenizer->encode(opt.sample_prompt);
-    ctx.insert(ctx.end(), p.begin(), p.end());
+  const bool root = r.comm->rank() == 0;
+  std::vector<int> ctx;
+  if (r.tokenizer->bos_id() >= 0) ctx.push_back(r.tokenizer->bos_id());
+  const std::vector<int> prompt = r.tokenizer->encode(opt.sample_prompt);
+  ctx.insert(ctx.end(), prompt.begin(), prompt.end());
+  if (ctx.empty()) {
+    if (root) std::printf("sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
+    return;
   }
   std::mt19937_64 rng(opt.seed);
   std::vector<float> logits(r.model.vocab_size);
-  std::printf("sample:\n---\n%s", opt.sample_prompt.c_str());
+  if (root) std::printf("sample:\n---\n%s", opt.sample_prompt.c_str());
   for (int i = 0; i < opt.sample_tokens; ++i) {
     const int T = std::min<int>(static_cast<int>(ctx.size()), r.T);
+    r.engine->begin_pass();
     r.transformer->last_logits(*r.engine, ctx.data() + ctx.size() - T, T, logits.data());
     const int next = sample_token(logits, opt.temperature, opt.top_k, rng);
     if (next == r.tokenizer->eos_id()) break;
     ctx.push_back(next);
-    std::printf("%s", r.tokenizer->decode_token(next).c_str());
+    if (root) std::printf("%s", r.tokenizer->decode_token(next).c_str());
     std::fflush(stdout);
   }
-  std::printf("\n---\n");
+  if (root) std::printf("\n---\n");
 }
 
 }  // namespace
 
 absl::Status run_train(const TrainOptions& opt) {
-  ZT_ASSIGN_OR_RETURN(Run r, setup(opt));
-  ZT_ASSIGN_OR_RETURN(MetricsWriter metrics, MetricsWriter::open(opt.run_dir));
+  Run r;
+  ZT_ASSIGN_OR_RETURN(r.comm, make_host_communicator());
+  // Every rank validates the same inputs; they agree before any collective of the run, so a
+  // rank that failed (say, a file missing on its node) never leaves the others waiting.
+  const absl::Status st = setup(opt, r);
+  double ok = st.ok() ? 1 : 0;
+  r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
+  if (!st.ok()) return st;
+  if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe",
+                                             fingerprint(opt, r)));
+  const bool root = r.comm->rank() == 0;
+  auto log = [&](const nlohmann::json& j) {
+    if (r.metrics) r.metrics->write(j);
+  };
   const ParamLayout& layout = r.transformer->layout();
-  const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas;
-  std::printf("model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
-              "gradient accumulation %d, %lld tokens/step | %s, %d threads | %s\n",
+  const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
+  if (root) std::printf("model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
+              "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s, %d "
+              "threads | %s\n",
               opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
               absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(),
-              r.B, r.T, r.gas, (long long)tokens_per_step,
+              r.B, r.T, r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
               r.ds.bf16.enabled ? "bf16" : "fp32", omp_get_max_threads(),
               absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return;
     const double vl = evaluate(r, opt.val_batches);
-    std::printf("step %lld | val loss %.4f\n", (long long)step, vl);
-    metrics.write({{"step", step}, {"val_loss", vl}});
+    if (root) std::printf("step %lld | val loss %.4f\n", (long long)step, vl);
+    log({{"step", step}, {"val_loss", vl}});
   };
   validate_now(0);
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
@@ -196,6 +271,8 @@ absl::Status run_train(const TrainOptions& opt) {
     double fwd_ms = 0, bwd_ms = 0, loss = 0;
     for (int micro = 0; micro < r.gas; ++micro) {
       r.train->next_batch(x.data(), y.data());
+      r.engine->begin_pass();
+      r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
       Timer tf;
       loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 1.f / r.gas).loss;
       fwd_ms += tf.ms();
@@ -204,6 +281,10 @@ absl::Status run_train(const TrainOptions& opt) {
       bwd_ms += tb.ms();
     }
     loss /= r.gas;
+    if (r.comm->world_size() > 1) {  // the global mean over ranks
+      r.comm->all_reduce_scalars(&loss, 1, ScalarOp::kSum);
+      loss /= r.comm->world_size();
+    }
     // DeepSpeed's schedulers count optimizer steps from 0.
     const double lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, step - 1);
     Timer to;
@@ -213,15 +294,17 @@ absl::Status run_train(const TrainOptions& opt) {
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);
     const double eta = loop_ms / step * (opt.steps - step) / 1e3;
-    std::printf("step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
-                "ETA %s\n",
+    if (root)
+      std::printf("step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
+                  "ETA %s\n",
                 (long long)step, (long long)opt.steps, loss, lr, st.grad_norm, ms, tok_s,
                 format_duration(eta).c_str());
-    if (r.ds.wall_clock_breakdown && step % r.ds.steps_per_print == 0)
+    if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
+        step % r.ds.steps_per_print == 0)
       std::printf("  time (ms) | forward %.1f | backward %.1f | optimizer %.1f\n", fwd_ms,
                   bwd_ms, opt_ms);
     std::fflush(stdout);
-    metrics.write({{"step", step},
+    log({{"step", step},
                    {"loss", loss},
                    {"lr", lr},
                    {"grad_norm", st.grad_norm},
@@ -232,11 +315,13 @@ absl::Status run_train(const TrainOptions& opt) {
                    {"optimizer_ms", opt_ms}});
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
-                                              "; lower the learning rate or enable clipping"));
+                                              "; lower the learning rate, enable "
+                                              "gradient_clipping, or check the data"));
     if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
   }
   validate_now(opt.steps);
-  std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
+  if (root)
+    std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
               format_duration(run_timer.ms() / 1e3).c_str(),
               tokens_per_step * opt.steps / (loop_ms / 1e3));
   print_sample(opt, r);

@@ -1,145 +1,387 @@
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/status.h"
 
 namespace zt {
 
 struct Engine::UnitState {
-  size_t numel = 0;
-  DeviceBuffer params;   // working copy, param_dtype
-  DeviceBuffer master;   // fp32; empty when params are fp32 (params are the master)
-  DeviceBuffer m, v;     // fp32 Adam moments
-  DeviceBuffer grads;    // stored gradients, grad_dtype
-  DeviceBuffer fetched;  // fp32 view while fetched (param_dtype != fp32)
-  DeviceBuffer scratch;  // fp32 gradient accumulator during backward (grad_dtype != fp32)
-  int live = 0;          // nested fetch count
-  float* master_f32() const { return master.data() ? master.f32() : params.f32(); }
+  size_t numel = 0;    // Ψ of the unit
+  size_t shard = 0;    // elements per rank (numel when replicated)
+  size_t padded = 0;   // shard * N_d (numel when replicated)
+  bool replicated = false;  // whole on every rank: stage 0, or stage 3 under the threshold
+  bool sharded_params = false;  // stage 3 and not replicated
+  DeviceBuffer params;    // working dtype: the whole unit (padded), or this rank's shard
+  DeviceBuffer gathered;  // stage 3: the whole unit while gathered (working dtype)
+  CommRequest gather_req;
+  bool gather_pending = false;
+  DeviceBuffer fetched;   // fp32 view while live, when the working dtype is not fp32
+  int live = 0;           // nested fetch count
+  DeviceBuffer master;    // fp32 owned elements; empty when it aliases fp32 working params
+  DeviceBuffer m, v;      // fp32 Adam moments of the owned elements
+  DeviceBuffer grads;     // stored: whole unit (stages 0-1, replicated) or shard (2-3)
+  DeviceBuffer scratch;   // fp32 whole-unit gradient while a backward writes it
+  DeviceBuffer reduced;   // stage 1: fp32 averaged shard after the boundary reduce-scatter
+  bool has_reduced = false;
+
+  size_t owned() const { return replicated ? numel : shard; }
+  // Whole-unit working params on this rank (stages 0-2 and replicated units).
+  void* whole_params() const { return sharded_params ? gathered.data() : params.data(); }
 };
 
-Engine::Engine(const ParamLayout& layout, Backend* be, const EngineOptions& opt)
-    : layout_(layout), be_(be), opt_(opt), units_(layout.num_units()) {
+// A gradient reduction in flight (overlap_comm): its buffers live until it completes.
+struct Engine::PendingReduce {
+  int unit;
+  CommRequest req;
+  DeviceBuffer send;  // fp32 whole-unit gradient being reduced
+  DeviceBuffer recv;  // fp32 shard (reduce-scatter) or empty (all-reduce in place)
+};
+
+Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
+               const EngineOptions& opt)
+    : layout_(layout), be_(be), comm_(comm), opt_(opt), units_(layout.num_units()) {
+  rank_ = comm->rank();
+  world_ = comm->world_size();
+  const int stage = opt.zero.stage;
+  ZT_CHECK(stage >= 0 && stage <= 3);
+  const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
+  const bool fp32_params = opt.param_dtype == DType::kF32;
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     s.numel = layout.units()[u].numel;
-    s.params = DeviceBuffer(be, s.numel * dtype_size(opt.param_dtype), MemCategory::kParams);
-    if (opt.param_dtype != DType::kF32)
-      s.master = DeviceBuffer(be, s.numel * 4, MemCategory::kOptimizer);
-    s.m = DeviceBuffer(be, s.numel * 4, MemCategory::kOptimizer);
-    s.v = DeviceBuffer(be, s.numel * 4, MemCategory::kOptimizer);
-    s.grads = DeviceBuffer(be, s.numel * dtype_size(opt.grad_dtype), MemCategory::kGrads);
+    s.replicated = stage == 0 || world_ == 1 ||
+                   (stage == 3 && (int64_t)s.numel < opt.zero.stage3_param_persistence_threshold);
+    s.sharded_params = stage == 3 && !s.replicated;
+    s.shard = s.replicated ? s.numel : (s.numel + world_ - 1) / world_;
+    s.padded = s.replicated ? s.numel : s.shard * world_;
+    const size_t param_elems = s.sharded_params ? s.shard : s.padded;
+    s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
+    be->zero(s.params.data(), s.params.bytes());
+    const bool whole_grads = s.replicated || stage <= 1;
+    s.grads = DeviceBuffer(be, (whole_grads ? s.padded : s.shard) * gbytes, MemCategory::kGrads);
+    be->zero(s.grads.data(), s.grads.bytes());
+    if (!fp32_params) s.master = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
+    s.m = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
+    s.v = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
     be->zero(s.m.data(), s.m.bytes());
     be->zero(s.v.data(), s.v.bytes());
-    be->zero(s.grads.data(), s.grads.bytes());
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() { drain_reductions(0); }
+
+size_t Engine::shard_numel(int u) const { return units_[u].shard; }
+size_t Engine::padded_numel(int u) const { return units_[u].padded; }
+
+// fp32 master weights of the owned elements: a separate buffer, or the fp32 working params.
+static float* master_of(Engine::UnitState& s, int rank) {
+  if (s.master.data()) return s.master.f32();
+  if (s.replicated || s.sharded_params) return s.params.f32();
+  return s.params.f32() + (size_t)rank * s.shard;
+}
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
-  UnitState& s = units_[u];
+  UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
-  be_->copy_to_device(s.master_f32(), host.data(), s.numel * 4);
-  if (s.master.data()) be_->convert(s.master.f32(), DType::kF32, s.params.data(),
-                                    opt_.param_dtype, s.numel);
-}
-
-void Engine::get_unit_params(int u, std::span<float> host) const {
-  const UnitState& s = units_[u];
-  ZT_CHECK(host.size() == s.numel);
-  be_->copy_to_host(host.data(), s.master_f32(), s.numel * 4);
-}
-
-void Engine::get_unit_grads(int u, std::span<float> host) const {
-  const UnitState& s = units_[u];
-  ZT_CHECK(host.size() == s.numel);
-  if (opt_.grad_dtype == DType::kF32) {
-    be_->copy_to_host(host.data(), s.grads.data(), s.numel * 4);
+  // This rank's owned slice (zero past the end of the unit: padding).
+  std::vector<float> owned(s.owned(), 0.f);
+  const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
+  for (size_t i = 0; i < owned.size() && begin + i < s.numel; ++i) owned[i] = host[begin + i];
+  float* master = master_of(s, rank_);
+  be_->copy_to_device(master, owned.data(), owned.size() * 4);
+  if (s.sharded_params || s.replicated) {
+    if (s.master.data()) be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
     return;
   }
-  DeviceBuffer tmp(be_, s.numel * 4, MemCategory::kWorkspace);
-  be_->convert(s.grads.data(), opt_.grad_dtype, tmp.data(), DType::kF32, s.numel);
-  be_->copy_to_host(host.data(), tmp.data(), s.numel * 4);
+  // Stages 1-2: the whole working unit on every rank.
+  std::vector<float> whole(s.padded, 0.f);
+  std::copy(host.begin(), host.end(), whole.begin());
+  DeviceBuffer tmp(be_, s.padded * 4, MemCategory::kWorkspace);
+  be_->copy_to_device(tmp.data(), whole.data(), s.padded * 4);
+  be_->convert(tmp.data(), DType::kF32, s.params.data(), opt_.param_dtype, s.padded);
 }
 
+void Engine::get_unit_params(int u, std::span<float> host) {
+  UnitState& s = unit(u);
+  ZT_CHECK(host.size() == s.numel);
+  const float* master = master_of(s, rank_);
+  if (s.replicated) {
+    be_->copy_to_host(host.data(), master, s.numel * 4);
+    return;
+  }
+  DeviceBuffer whole(be_, s.padded * 4, MemCategory::kWorkspace);
+  comm_->all_gather(master, whole.data(), s.shard, DType::kF32).wait();
+  be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
+}
+
+void Engine::get_unit_grads(int u, std::span<float> host) {
+  drain_reductions(0);
+  UnitState& s = unit(u);
+  ZT_CHECK(host.size() == s.numel);
+  DeviceBuffer whole(be_, s.padded * 4, MemCategory::kWorkspace);
+  if (s.replicated) {
+    be_->convert(s.grads.data(), opt_.grad_dtype, whole.data(), DType::kF32, s.numel);
+  } else {
+    DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
+    if (opt_.zero.stage == 1) {
+      ZT_CHECK(s.has_reduced);
+      be_->copy(shard.data(), s.reduced.data(), s.shard * 4);
+    } else {
+      be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
+    }
+    comm_->all_gather(shard.data(), whole.data(), s.shard, DType::kF32).wait();
+  }
+  be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
+}
+
+// ---- stage 3 gathering ----
+
+void Engine::check_unit_sequence(int u) {
+  // Ranks that would run different unit sequences would post mismatched all-gathers and hang;
+  // agree on the unit first (a scalar reduction, outside the volume accounting).
+  double v[2] = {(double)u, (double)-u};
+  comm_->all_reduce_scalars(v, 2, ScalarOp::kMax);
+  if (v[0] != u || -v[1] != u) {
+    std::fprintf(stderr,
+                 "error: rank %d: ZeRO stage 3 ranks are executing different unit sequences "
+                 "(this rank fetches unit %d, another rank a different one); every rank must "
+                 "run the same model and batch shape\n",
+                 rank_, u);
+    std::fflush(stderr);
+    std::exit(kUserErrorExitCode);  // every rank sees the mismatch, so none is left waiting
+  }
+}
+
+void Engine::gather(int u) {
+  UnitState& s = unit(u);
+  if (s.gathered.data()) return;
+  // Checked while the sequence is being learnt (first step, or after it changed); afterwards
+  // every rank follows the same validated sequence, and a blocking check here would stall the
+  // prefetches queued ahead of it.
+  if (!trace_valid_) check_unit_sequence(u);
+  make_room((int64_t)s.padded);
+  s.gathered = DeviceBuffer(be_, s.padded * dtype_size(opt_.param_dtype), MemCategory::kWorkspace);
+  s.gather_req = comm_->all_gather(s.params.data(), s.gathered.data(), s.shard, opt_.param_dtype);
+  s.gather_pending = true;
+  gathered_ += (int64_t)s.padded;
+  peak_gathered_ = std::max(peak_gathered_, gathered_);
+}
+
+void Engine::wait_gathered(UnitState& s) {
+  if (s.gather_pending) {
+    s.gather_req.wait();
+    s.gather_pending = false;
+  }
+}
+
+void Engine::free_gathered(UnitState& s) {
+  wait_gathered(s);
+  s.gathered.reset();
+  gathered_ -= (int64_t)s.padded;
+}
+
+void Engine::make_room(int64_t numel) {
+  const int64_t limit = opt_.zero.stage3_max_live_parameters;
+  for (UnitState& s : units_) {
+    if (gathered_ + numel <= limit) return;
+    if (s.gathered.data() && s.live == 0) free_gathered(s);
+  }
+}
+
+// Distance (parameters fetched in between) to this unit's next use in the recorded sequence.
+bool Engine::keep_for_reuse(int u) const {
+  if (!trace_valid_) return false;
+  int64_t between = 0;
+  for (size_t i = recording_.size(); i < trace_.size(); ++i) {
+    if (trace_[i] == u) return between <= opt_.zero.stage3_max_reuse_distance;
+    between += (int64_t)units_[trace_[i]].padded;
+  }
+  return false;  // not used again this step
+}
+
+void Engine::prefetch_after(size_t cursor) {
+  int64_t budget = opt_.zero.stage3_prefetch_bucket_size;
+  for (size_t i = cursor; i < trace_.size() && budget > 0; ++i) {
+    const UnitState& s = units_[trace_[i]];
+    if (!s.sharded_params || s.gathered.data()) continue;
+    if (gathered_ + (int64_t)s.padded > opt_.zero.stage3_max_live_parameters) return;
+    budget -= (int64_t)s.padded;
+    gather(trace_[i]);
+  }
+}
+
+// ---- the transformer's calls ----
+
 const float* Engine::fetch(int u) {
-  UnitState& s = units_[u];
-  if (opt_.param_dtype == DType::kF32) {
-    ++s.live;
-    return s.params.f32();
+  UnitState& s = unit(u);
+  if (s.sharded_params) {
+    if (trace_valid_ && (recording_.size() >= trace_.size() || trace_[recording_.size()] != u))
+      trace_valid_ = false;  // the sequence changed (e.g. evaluation): stop predicting
+    recording_.push_back(u);
+    gather(u);
+    wait_gathered(s);
+    if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
   }
-  if (s.live++ == 0) {  // materialise the fp32 view of the working copy
-    s.fetched = DeviceBuffer(be_, s.numel * 4, MemCategory::kWorkspace);
-    be_->convert(s.params.data(), opt_.param_dtype, s.fetched.data(), DType::kF32, s.numel);
-  }
+  if (s.live++ > 0) return s.fetched.data() ? s.fetched.f32() : static_cast<float*>(s.whole_params());
+  if (opt_.param_dtype == DType::kF32) return static_cast<float*>(s.whole_params());
+  s.fetched = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
+  be_->convert(s.whole_params(), opt_.param_dtype, s.fetched.data(), DType::kF32, s.padded);
   return s.fetched.f32();
 }
 
 void Engine::release(int u) {
-  UnitState& s = units_[u];
+  UnitState& s = unit(u);
   ZT_CHECK(s.live > 0);
-  if (--s.live == 0) s.fetched.reset();
+  if (--s.live > 0) return;
+  s.fetched.reset();
+  if (s.sharded_params && !keep_for_reuse(u)) free_gathered(s);
 }
 
 float* Engine::grads(int u) {
-  UnitState& s = units_[u];
-  if (opt_.grad_dtype == DType::kF32) return s.grads.f32();  // accumulate in place
+  UnitState& s = unit(u);
+  // Stages 0-1 with fp32 gradients accumulate straight into the stored whole-unit buffer.
+  if (opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.zero.stage == 1))
+    return s.grads.f32();
   if (!s.scratch.data()) {
-    s.scratch = DeviceBuffer(be_, s.numel * 4, MemCategory::kWorkspace);
+    s.scratch = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
     be_->zero(s.scratch.data(), s.scratch.bytes());
   }
   return s.scratch.f32();
 }
 
 void Engine::reduce_gradients(int u) {
-  UnitState& s = units_[u];
-  if (opt_.grad_dtype == DType::kF32) return;  // one rank, stage 0: already in place
-  ZT_CHECK(s.scratch.data());
-  // Accumulate the micro-step's fp32 gradient into the stored low-precision gradient.
-  DeviceBuffer acc(be_, s.numel * 4, MemCategory::kWorkspace);
-  be_->convert(s.grads.data(), opt_.grad_dtype, acc.data(), DType::kF32, s.numel);
-  be_->add_inplace(acc.f32(), s.scratch.f32(), s.numel);
-  be_->convert(acc.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.numel);
-  s.scratch.reset();
+  UnitState& s = unit(u);
+  const bool whole = s.replicated || opt_.zero.stage == 1;
+  if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
+    DeviceBuffer acc(be_, s.padded * 4, MemCategory::kWorkspace);
+    be_->convert(s.grads.data(), opt_.grad_dtype, acc.data(), DType::kF32, s.padded);
+    be_->add_inplace(acc.f32(), s.scratch.f32(), s.padded);
+    be_->convert(acc.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.padded);
+    s.scratch.reset();
+  }
+  if (world_ == 1 && whole) return;
+  if (whole && !boundary_) return;  // stages 0-1 reduce once per step
+  PendingReduce p{u, {}, {}, {}};
+  if (whole) {
+    // The stored gradient in fp32 (MPI reduces fp32), reduced in place.
+    p.send = DeviceBuffer(be_, s.padded * 4, MemCategory::kCommBuffers);
+    be_->convert(s.grads.data(), opt_.grad_dtype, p.send.data(), DType::kF32, s.padded);
+    if (s.replicated) {
+      p.req = comm_->all_reduce(p.send.data(), s.padded, DType::kF32);
+    } else {
+      p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+      p.req = comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+    }
+  } else {  // stages 2-3: reduce this micro-step's gradient, accumulate into the shard
+    p.send = std::move(s.scratch);
+    p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+    p.req = comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+  }
+  pending_.push_back(std::move(p));
+  // overlap_comm: keep one reduction in flight behind the next unit's backward.
+  drain_reductions(opt_.zero.overlap_comm ? 1 : 0);
 }
 
+void Engine::finish_reduce(PendingReduce& p) {
+  p.req.wait();
+  UnitState& s = unit(p.unit);
+  const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
+  if (s.replicated) {
+    be_->scale(p.send.f32(), mean, s.padded);
+    be_->convert(p.send.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.padded);
+  } else if (opt_.zero.stage == 1) {
+    be_->scale(p.recv.f32(), mean, s.shard);
+    s.reduced = std::move(p.recv);
+    s.has_reduced = true;
+  } else {
+    be_->scale(p.recv.f32(), mean, s.shard);
+    DeviceBuffer acc(be_, s.shard * 4, MemCategory::kWorkspace);
+    be_->convert(s.grads.data(), opt_.grad_dtype, acc.data(), DType::kF32, s.shard);
+    be_->add_inplace(acc.f32(), p.recv.f32(), s.shard);
+    be_->convert(acc.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.shard);
+  }
+}
+
+void Engine::drain_reductions(size_t keep) {
+  while (pending_.size() > keep) {
+    finish_reduce(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+// ---- the optimizer step ----
+
+void Engine::begin_pass() { recording_.clear(); }
+
 StepStats Engine::step(float lr) {
+  drain_reductions(0);
   StepStats st;
-  // fp32 view of every unit's gradient (the stored buffer itself when grads are fp32).
-  std::vector<DeviceBuffer> g32(units_.size());
-  auto grad_f32 = [&](size_t u) -> float* {
-    UnitState& s = units_[u];
-    if (opt_.grad_dtype == DType::kF32) return s.grads.f32();
-    if (!g32[u].data()) {
-      g32[u] = DeviceBuffer(be_, s.numel * 4, MemCategory::kWorkspace);
-      be_->convert(s.grads.data(), opt_.grad_dtype, g32[u].data(), DType::kF32, s.numel);
-    }
-    return g32[u].f32();
+  const bool fp32_grads = opt_.grad_dtype == DType::kF32;
+  // fp32 view of the gradient of the owned elements.
+  auto owned_grad = [&](UnitState& s, DeviceBuffer& tmp) -> float* {
+    if (!s.replicated && opt_.zero.stage == 1) return s.reduced.f32();
+    if (fp32_grads) return s.grads.f32();
+    tmp = DeviceBuffer(be_, s.owned() * 4, MemCategory::kWorkspace);
+    be_->convert(s.grads.data(), opt_.grad_dtype, tmp.data(), DType::kF32, s.owned());
+    return tmp.f32();
   };
+  // Global norm: every rank sums the squares of what it owns; replicated units count once.
   double ss = 0;
-  for (size_t u = 0; u < units_.size(); ++u) ss += be_->sum_squares(grad_f32(u), units_[u].numel);
+  for (UnitState& s : units_) {
+    if (s.replicated && rank_ != 0) continue;
+    if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;
+    DeviceBuffer tmp;
+    ss += be_->sum_squares(owned_grad(s, tmp), s.owned());
+  }
+  if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   st.grad_norm = std::sqrt(ss);
   if (opt_.gradient_clipping > 0 && st.grad_norm > opt_.gradient_clipping)
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
   const AdamParams& a = opt_.adam;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitState& s = units_[u];
-    be_->adamw_update(s.master_f32(), grad_f32(u), s.m.f32(), s.v.f32(), s.numel, lr, a.beta1,
-                      a.beta2, a.eps, a.weight_decay, t_, static_cast<float>(st.clip_coef),
-                      a.adam_w_mode, a.bias_correction);
-    if (s.master.data())
-      be_->convert(s.master.f32(), DType::kF32, s.params.data(), opt_.param_dtype, s.numel);
-    g32[u].reset();
+  std::vector<CommRequest> gathers;
+  std::vector<DeviceBuffer> sends;
+  for (UnitState& s : units_) {
+    float* master = master_of(s, rank_);
+    {
+      DeviceBuffer tmp;
+      if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;
+      be_->adamw_update(master, owned_grad(s, tmp), s.m.f32(), s.v.f32(), s.owned(), lr, a.beta1,
+                        a.beta2, a.eps, a.weight_decay, t_, static_cast<float>(st.clip_coef),
+                        a.adam_w_mode, a.bias_correction);
+    }
+    if (s.replicated || s.sharded_params) {  // working copy is exactly the owned elements
+      if (s.master.data())
+        be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
+      continue;
+    }
+    // Stages 1-2: the updated shard goes to every rank (all-gather in the working dtype).
+    const size_t eb = dtype_size(opt_.param_dtype);
+    DeviceBuffer send(be_, s.shard * eb, MemCategory::kCommBuffers);
+    be_->convert(master, DType::kF32, send.data(), opt_.param_dtype, s.shard);
+    gathers.push_back(comm_->all_gather(send.data(), s.params.data(), s.shard, opt_.param_dtype));
+    sends.push_back(std::move(send));
   }
-  zero_grad();
+  for (CommRequest& g : gathers) g.wait();
+  for (UnitState& s : units_) {
+    be_->zero(s.grads.data(), s.grads.bytes());
+    s.reduced.reset();
+    s.has_reduced = false;
+  }
+  // Stage 3: the recorded sequence drives prefetch and reuse from the next step on.
+  if (!recording_.empty()) {
+    trace_ = std::move(recording_);
+    trace_valid_ = true;
+    recording_.clear();
+  }
+  for (UnitState& s : units_)  // nothing stays gathered across steps: parameters changed
+    if (s.gathered.data() && s.live == 0) free_gathered(s);
   st.step = t_;
   return st;
-}
-
-void Engine::zero_grad() {
-  for (UnitState& s : units_) be_->zero(s.grads.data(), s.grads.bytes());
 }
 
 }  // namespace zt

@@ -1,13 +1,29 @@
-// The ZeRO engine (DESIGN.md "ZeRO engine"): owns parameters, gradients and optimizer state
-// per unit and implements the transformer's four calls plus step(). This build has stage 0 on
-// one rank: full working params, full gradients, full fp32 optimizer state; the sharded
-// stages and communicators plug in behind the same calls.
+// The ZeRO engine (DESIGN.md "ZeRO engine"; Rajbhandari et al., SC20): owns parameters,
+// gradients and optimizer state per unit and implements the transformer's calls (fetch /
+// release / grads / reduce_gradients) plus step(). The stage decides what each call does:
 //
-// Bytes per parameter (Ψ): working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
-// optimizer K = 12 (fp32 master, m, v) when params are not fp32, else 8 (m, v: the fp32
-// params are the master weights).
+// | stage | kept per rank                    | reduce_gradients            | step                      |
+// |-------|----------------------------------|-----------------------------|---------------------------|
+// | 0     | params, grads, optimizer         | all-reduce at the boundary  | update all                |
+// | 1     | params, grads, optimizer shard   | reduce-scatter at boundary  | update shard, all-gather  |
+// | 2     | params, grad shard, opt. shard   | reduce-scatter every micro  | update shard, all-gather  |
+// | 3     | param shard, grad shard, shard   | reduce-scatter every micro  | update shard              |
+//
+// Each unit's flat buffer is padded to a multiple of N_d and split into equal contiguous shards;
+// rank r owns elements [r*s, (r+1)*s). Stage 3 gathers a unit at fetch() and frees it at
+// release(), except units under stage3_param_persistence_threshold (replicated: kept whole on
+// every rank, gradients all-reduced, updated in full, so they cost no all-gather after the
+// first step) and units fetched again within stage3_max_reuse_distance parameters. With
+// overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
+// stage 3 prefetches upcoming units (from the unit sequence recorded in the first step) up to
+// stage3_prefetch_bucket_size, within stage3_max_live_parameters.
+//
+// Bytes per parameter: working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
+// optimizer K = 12 (fp32 master, m, v) or 8 when params are fp32 (they are the master).
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -15,6 +31,7 @@
 #include "model/backend.h"
 #include "model/layout.h"
 #include "model/unit_engine.h"
+#include "zero/comm.h"
 
 namespace zt {
 
@@ -25,50 +42,94 @@ struct AdamParams {
   bool bias_correction = true;
 };
 
+// The zero_optimization keys the engine uses (DeepSpeed names and defaults).
+struct ZeroOptions {
+  int stage = 0;
+  bool overlap_comm = false;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+};
+
 struct EngineOptions {
   DType param_dtype = DType::kF32;  // working parameters
   DType grad_dtype = DType::kF32;   // stored (accumulated) gradients
   AdamParams adam;
   float gradient_clipping = 0.f;    // max global L2 norm; 0 disables
+  ZeroOptions zero;
 };
 
 struct StepStats {
-  double grad_norm = 0;   // global L2 norm before clipping
+  double grad_norm = 0;   // global L2 norm before clipping (averaged gradients)
   double clip_coef = 1;   // factor applied to the gradients (<= 1)
   int step = 0;           // optimizer steps taken, after this one
 };
 
 class Engine final : public UnitEngine {
  public:
-  Engine(const ParamLayout& layout, Backend* be, const EngineOptions& opt);
+  // comm must outlive the engine; its world size is N_d.
+  Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt);
   ~Engine() override;
 
-  // Host fp32 values of unit u (layout order, numel elements) in / out; sets master weights
-  // and working copy.
+  // Host fp32 values of a whole unit (numel elements, layout order). set: every rank passes
+  // the same values and keeps what it owns. get: collective in stages 1-3 (every rank calls).
   void set_unit_params(int u, std::span<const float> host);
-  void get_unit_params(int u, std::span<float> host) const;
-  // Stored gradients of unit u as fp32 (tests, diagnostics).
-  void get_unit_grads(int u, std::span<float> host) const;
+  void get_unit_params(int u, std::span<float> host);
+  // The averaged gradient the next step() will use, as fp32 (collective in stages 1-3).
+  void get_unit_grads(int u, std::span<float> host);
 
   const float* fetch(int unit) override;
   void release(int unit) override;
   float* grads(int unit) override;
   void reduce_gradients(int unit) override;
 
-  // One optimizer step at learning rate lr: global grad norm, clipping (DeepSpeed:
-  // coef = clip / (norm + 1e-6) when norm > clip), AdamW on the fp32 master weights, refresh of
-  // the working copy, gradients zeroed.
+  // Starts a forward(/backward) pass: stage 3 matches its unit sequence against the recorded
+  // one from the start (call before each micro-step and each evaluation batch).
+  void begin_pass();
+  // DeepSpeed's is_gradient_accumulation_boundary: true for the last micro-batch of a step.
+  void set_gradient_accumulation_boundary(bool last) { boundary_ = last; }
+  // One optimizer step at learning rate lr: finish gradient communication, global grad norm
+  // (assembled from shards), clipping (DeepSpeed: coef = clip / (norm + 1e-6) when norm >
+  // clip), AdamW on the owned fp32 master weights, refresh of the working parameters, zeroed
+  // gradients.
   StepStats step(float lr);
-  void zero_grad();
   int steps_taken() const { return t_; }
+
+  // Measurement: the most parameters (elements) gathered at once in stage 3, and now.
+  int64_t peak_gathered_numel() const { return peak_gathered_; }
+  int64_t gathered_numel() const { return gathered_; }
+  // Shard size and padded size of unit u (elements).
+  size_t shard_numel(int u) const;
+  size_t padded_numel(int u) const;
 
  private:
   struct UnitState;
+  struct PendingReduce;
+  UnitState& unit(int u) { return units_[u]; }
+  void gather(int u);                 // stage 3: issue the all-gather of unit u
+  void wait_gathered(UnitState& s);   // stage 3: complete it (and its fp32 view)
+  void free_gathered(UnitState& s);
+  void prefetch_after(size_t cursor); // stage 3 + overlap_comm
+  bool keep_for_reuse(int u) const;
+  void make_room(int64_t numel);      // evict kept, not-live units above the live limit
+  void finish_reduce(PendingReduce& p);
+  void drain_reductions(size_t keep);
+  void check_unit_sequence(int u);    // every rank fetches the same unit, else abort all
+
   const ParamLayout& layout_;
   Backend* be_;
+  Communicator* comm_;
   EngineOptions opt_;
+  int rank_ = 0, world_ = 1;
   std::vector<UnitState> units_;
+  std::deque<PendingReduce> pending_;
+  bool boundary_ = true;
   int t_ = 0;
+  // Stage 3 schedule: the unit sequence of the previous step and our place in this one.
+  std::vector<int> trace_, recording_;
+  bool trace_valid_ = false;
+  int64_t gathered_ = 0, peak_gathered_ = 0;
 };
 
 }  // namespace zt

@@ -20,13 +20,9 @@
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "model/config.h"
+#include "zero/offload_device.h"
 
 namespace zt {
-
-// Where offloaded state lives (ds_config offload_optimizer.device / offload_param.device).
-enum class OffloadDevice { kNone, kCpu, kNvme };
-std::string_view offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
-absl::StatusOr<OffloadDevice> parse_offload_device(std::string_view s);
 
 struct EstimateInput {
   // Ψ. When unit_numel is given, Ψ is its sum and this field is ignored.

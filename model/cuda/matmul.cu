@@ -38,6 +38,19 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const fl
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
+  // Operands are often interior pointers (a tensor inside a unit, a row chunk): tell the
+  // heuristic their real alignment, or it may pick a kernel that assumes 256 bytes.
+  auto alignment = [](const void* p) {
+    uint32_t a = 256;
+    while (a > 4 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+    return a;
+  };
+  const uint32_t al[4] = {alignment(B), alignment(A), alignment(C), alignment(C)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
   ZT_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc, la, lb, lc, lc, pref, 1, &heur, &found));

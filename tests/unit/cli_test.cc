@@ -163,6 +163,52 @@ TEST_F(Cli, BadDsConfigKeysAndValues) {
   }
 }
 
+TEST_F(Cli, FlagfilesGetTheSameChecks) {
+  expect_user_error(run(train("--flagfile " + path("none.flags"))), {"none.flags"});
+  write(path("garbage.flags"), "this is garbage\n");
+  expect_user_error(run(train("--flagfile " + path("garbage.flags"))), {"this is garbage"});
+  write(path("typo.flags"), "# a recipe\n--stepz=3\n");
+  expect_user_error(run(train("--flagfile " + path("typo.flags"))), {"--stepz", "--steps"});
+  write(path("self.flags"), "--flagfile=" + path("self.flags") + "\n");
+  expect_user_error(run(train("--flagfile " + path("self.flags"))), {"nesting"});
+  write(path("dashes.flags"), "--val-batches=2\n--deepspeed=" + path("ds.json") + "\n");
+  EXPECT_EQ(run(train("--flagfile " + path("dashes.flags"))).code, 0);
+  expect_user_error(run("train --fromenv=steps"), {"unknown flag --fromenv"});
+}
+
+TEST_F(Cli, FlagValuesOutOfRange) {
+  const std::string ds = "--deepspeed " + path("ds.json") + " ";
+  expect_user_error(run(train(ds + "--threads 100000")), {"--threads"});
+  expect_user_error(run(train(ds + "--val_batches 0")), {"--val_batches"});
+  expect_user_error(run(train(ds + "--temperature -1")), {"--temperature"});
+  expect_user_error(run(train(ds + "--top_k -1")), {"--top_k"});
+  expect_user_error(run(train(ds + "--sample_tokens -1")), {"--sample_tokens"});
+  expect_user_error(run(train(ds + "--seq_len 65")), {"--seq_len 65"});  // tiny-llama: 64
+}
+
+TEST_F(Cli, HostileDsConfigs) {
+  write(path("deep.json"), "{\"train_batch_size\": " + std::string(100000, '[') + "1" +
+                               std::string(100000, ']') + "}");
+  expect_user_error(run(train("--deepspeed " + path("deep.json"))), {"nested deeper"});
+  write(path("huge.json"), R"({"train_batch_size": 4294967298, "train_micro_batch_size_per_gpu": 2})");
+  expect_user_error(run(train("--deepspeed " + path("huge.json"))), {"gradient_accumulation_steps"});
+  write(path("eps.json"), R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"eps": 0}}})");
+  expect_user_error(run(train("--deepspeed " + path("eps.json"))), {"eps must be > 0"});
+  expect_user_error(run(train("--deepspeed " + dir_.string())), {"not a regular file"});
+}
+
+TEST_F(Cli, UnsupportedHfVariantsAreRejected) {
+  fs::create_directories(path("hf"));
+  write(path("hf/config.json"), R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "hidden_act": "relu"})");
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --init_from " + path("hf"))),
+                    {"hidden_act", "relu"});
+  write(path("hf/config.json"), R"({"model_type": "llama", "vocab_size": 256.5})");
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --init_from " + path("hf"))),
+                    {"vocab_size", "whole number"});
+}
+
 TEST_F(Cli, SequenceLongerThanGpt2Positions) {
   expect_user_error(run("train --model tiny-gpt2 --seq_len 65 --deepspeed " + path("ds.json") +
                         " --train_data '" + path("train_*.bin") + "'"),

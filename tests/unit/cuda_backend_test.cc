@@ -76,6 +76,15 @@ TEST_F(CudaVsCpu, Matmul) {
   expect_close(db, 1e-5, "matmul dbias");
 }
 
+// Tensors inside a unit start at arbitrary float offsets: GEMM must not assume 256-byte alignment.
+TEST_F(CudaVsCpu, MatmulOnInteriorPointers) {
+  const int N = 9, C = 16, OC = 33;
+  auto out = zeros((size_t)N * OC + 1), inp = make((size_t)N * C + 1), w = make((size_t)OC * C + 1, 1, 2);
+  cpu_->matmul_forward(out.cp() + 1, inp.cp() + 1, w.cp() + 1, nullptr, N, C, OC);
+  gpu_->matmul_forward(out.gp() + 1, inp.gp() + 1, w.gp() + 1, nullptr, N, C, OC);
+  expect_close(out, 1e-5, "matmul forward, offset operands");
+}
+
 TEST_F(CudaVsCpu, NormsForwardBackward) {
   const int N = 29, C = 67;
   auto x = make((size_t)N * C), w = make(C, 1, 2), b = make(C, 1, 3), dy = make((size_t)N * C, 1, 4);

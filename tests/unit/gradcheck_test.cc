@@ -34,7 +34,8 @@ void check(Arch arch) {
   auto be = make_cpu_backend(1);
   const int B = 2, T = 5;
   Transformer model(c, be.get(), B, T);
-  Engine engine(model.layout(), be.get(), EngineOptions{});
+  auto comm = make_single_process_communicator();
+  Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});
   const auto& units = model.layout().units();
   std::vector<std::vector<float>> params(units.size());
   for (size_t u = 0; u < units.size(); ++u) {

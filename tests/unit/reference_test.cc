@@ -50,6 +50,7 @@ Fixture load(const std::string& name) {
 // Model + engine loaded with the fixture's initial weights.
 struct Loaded {
   std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Communicator> comm = make_single_process_communicator();
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Engine> engine;
 };
@@ -57,7 +58,7 @@ struct Loaded {
 Loaded build(const Fixture& fx, EngineOptions opt = {}) {
   Loaded l;
   l.model = std::make_unique<Transformer>(fx.config, l.be.get(), fx.B, fx.T);
-  l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), opt);
+  l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), opt);
   const ParamLayout& layout = l.model->layout();
   for (int u = 0; u < layout.num_units(); ++u) {
     std::vector<float> host(layout.units()[u].numel);
