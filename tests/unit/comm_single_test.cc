@@ -2,11 +2,13 @@
 // the rank's own value, reduce-scatter and all-gather are copies; counters follow the paper's
 // convention with world_size = 1 (all-reduce of n -> 2n, RS/AG -> n).
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "zero/comm.h"
+#include "zero/mpi_comm.h"
 
 namespace zt {
 namespace {
@@ -78,6 +80,29 @@ TEST(CollKindName, NamesEveryKind) {
   EXPECT_STREQ(coll_kind_name(CollKind::kAllGather), "all_gather");
   EXPECT_STREQ(coll_kind_name(CollKind::kBroadcast), "broadcast");
   EXPECT_STREQ(coll_kind_name(CollKind::kScalar), "scalar");
+}
+
+// Without a launcher (this test binary is not run under mpirun) MPI is never initialised: the
+// host communicator is the single-process one and the MPI factory says what is missing.
+TEST(MpiRuntime, PlainRunIsWorldOfOne) {
+  if (launched_under_mpi()) GTEST_SKIP() << "run under an MPI launcher";
+  EXPECT_FALSE(mpi_active());
+  auto host = make_host_communicator();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ((*host)->world_size(), 1);
+  auto mpi = make_mpi_communicator();
+  EXPECT_EQ(mpi.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(mpi.status().message().find("MpiRuntime"), std::string::npos);
+}
+
+TEST(MpiRuntime, DetectsLaunchersByEnvironment) {
+  if (launched_under_mpi()) GTEST_SKIP() << "run under an MPI launcher";
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    setenv(v, "2", 1);
+    EXPECT_TRUE(launched_under_mpi()) << v;
+    unsetenv(v);
+  }
+  EXPECT_FALSE(launched_under_mpi());
 }
 
 }  // namespace
