@@ -1,0 +1,109 @@
+// The single-process communicator (world size 1). Reference: with one rank, a sum over ranks is
+// the rank's own value, reduce-scatter and all-gather are copies; counters follow the paper's
+// convention with world_size = 1 (all-reduce of n -> 2n, RS/AG -> n).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "zero/comm.h"
+#include "zero/mpi_comm.h"
+
+namespace zt {
+namespace {
+
+TEST(SingleProcessComm, WorldOfOne) {
+  auto c = make_single_process_communicator();
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->world_size(), 1);
+  EXPECT_EQ(c->local_rank(), 0);
+  EXPECT_EQ(c->local_size(), 1);
+}
+
+TEST(SingleProcessComm, CollectivesAreIdentityOrCopy) {
+  auto c = make_single_process_communicator();
+  std::vector<float> a = {1.5f, -2.f, 3.f};
+  c->all_reduce(a.data(), a.size(), DType::kF32).wait();
+  EXPECT_EQ(a, (std::vector<float>{1.5f, -2.f, 3.f}));
+
+  std::vector<float> out(3, 0.f);
+  c->reduce_scatter(a.data(), out.data(), 3, DType::kF32).wait();
+  EXPECT_EQ(out, a);
+  c->reduce_scatter(a.data(), a.data(), 3, DType::kF32).wait();  // in place
+  EXPECT_EQ(a, (std::vector<float>{1.5f, -2.f, 3.f}));
+
+  std::vector<uint16_t> h = {0x3f80, 0x7fc1, 0x0001}, g(3, 0);
+  CommRequest req = c->all_gather(h.data(), g.data(), 3, DType::kBF16);
+  req.wait();
+  EXPECT_EQ(g, h);
+
+  char msg[] = "hello";
+  c->broadcast(msg, sizeof msg, 0);
+  EXPECT_STREQ(msg, "hello");
+  c->barrier();
+  double s[2] = {2.5, -1.0};
+  c->all_reduce_scalars(s, 2, ScalarOp::kSum);
+  EXPECT_EQ(s[0], 2.5);
+  EXPECT_EQ(s[1], -1.0);
+}
+
+TEST(SingleProcessComm, CountsInPaperConvention) {
+  auto c = make_single_process_communicator();
+  std::vector<float> a(10), b(10);
+  c->all_reduce(a.data(), 10, DType::kF32);
+  c->reduce_scatter(a.data(), b.data(), 10, DType::kF32);
+  c->all_gather(a.data(), b.data(), 4, DType::kBF16);
+  c->all_gather(a.data(), b.data(), 6, DType::kBF16);
+  double s = 0;
+  c->all_reduce_scalars(&s, 1, ScalarOp::kMax);
+  const CommStats& st = c->stats();
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kAllReduce)].elements, 20);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kAllReduce)].bytes, 80);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kReduceScatter)].elements, 10);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kAllGather)].calls, 2);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kAllGather)].elements, 10);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kAllGather)].bytes, 20);
+  EXPECT_EQ(st[static_cast<size_t>(CollKind::kScalar)].bytes, 8);
+  c->reset_stats();
+  EXPECT_EQ(c->stats()[static_cast<size_t>(CollKind::kAllReduce)].calls, 0);
+}
+
+TEST(SingleProcessComm, CheckSameAlwaysAgreesWithItself) {
+  auto c = make_single_process_communicator();
+  EXPECT_TRUE(check_same_on_all_ranks(*c, "config", "anything").ok());
+}
+
+TEST(CollKindName, NamesEveryKind) {
+  EXPECT_STREQ(coll_kind_name(CollKind::kAllReduce), "all_reduce");
+  EXPECT_STREQ(coll_kind_name(CollKind::kReduceScatter), "reduce_scatter");
+  EXPECT_STREQ(coll_kind_name(CollKind::kAllGather), "all_gather");
+  EXPECT_STREQ(coll_kind_name(CollKind::kBroadcast), "broadcast");
+  EXPECT_STREQ(coll_kind_name(CollKind::kScalar), "scalar");
+}
+
+// Without a launcher (this test binary is not run under mpirun) MPI is never initialised: the
+// host communicator is the single-process one and the MPI factory says what is missing.
+TEST(MpiRuntime, PlainRunIsWorldOfOne) {
+  if (launched_under_mpi()) GTEST_SKIP() << "run under an MPI launcher";
+  EXPECT_FALSE(mpi_active());
+  auto host = make_host_communicator();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ((*host)->world_size(), 1);
+  auto mpi = make_mpi_communicator();
+  EXPECT_EQ(mpi.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(mpi.status().message().find("MpiRuntime"), std::string::npos);
+}
+
+TEST(MpiRuntime, DetectsLaunchersByEnvironment) {
+  if (launched_under_mpi()) GTEST_SKIP() << "run under an MPI launcher";
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    setenv(v, "2", 1);
+    EXPECT_TRUE(launched_under_mpi()) << v;
+    unsetenv(v);
+  }
+  EXPECT_FALSE(launched_under_mpi());
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,115 @@
+// Communicator helpers shared by every implementation, and the single-process communicator.
+#include "zero/comm.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace zt {
+
+const char* coll_kind_name(CollKind k) {
+  switch (k) {
+    case CollKind::kAllReduce: return "all_reduce";
+    case CollKind::kReduceScatter: return "reduce_scatter";
+    case CollKind::kAllGather: return "all_gather";
+    case CollKind::kBroadcast: return "broadcast";
+    case CollKind::kScalar: return "scalar";
+    case CollKind::kCount: break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+// World size 1. Volume in the paper's convention with world_size = 1: all-reduce of n counts 2n,
+// reduce-scatter / all-gather over the full buffer (n * 1 elements) count n.
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+
+  CommRequest all_reduce(void* /*buf*/, size_t n, DType t) override {
+    count(CollKind::kAllReduce, 2 * static_cast<int64_t>(n), dtype_size(t));
+    return {};
+  }
+  CommRequest reduce_scatter(const void* in, void* out, size_t n, DType t) override {
+    count(CollKind::kReduceScatter, static_cast<int64_t>(n), dtype_size(t));
+    if (in != out && n > 0) std::memmove(out, in, n * dtype_size(t));
+    return {};
+  }
+  CommRequest all_gather(const void* in, void* out, size_t n, DType t) override {
+    count(CollKind::kAllGather, static_cast<int64_t>(n), dtype_size(t));
+    if (in != out && n > 0) std::memmove(out, in, n * dtype_size(t));
+    return {};
+  }
+  void broadcast(void* /*buf*/, size_t bytes, int root) override {
+    ZT_CHECK(root == 0);
+    count(CollKind::kBroadcast, static_cast<int64_t>(bytes), 1);
+  }
+  void barrier() override {}
+  void all_reduce_scalars(double* /*v*/, int k, ScalarOp /*op*/) override {
+    count(CollKind::kScalar, k, sizeof(double));
+  }
+};
+
+// 64-bit FNV-1a.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process_communicator() {
+  return std::make_unique<SingleProcessCommunicator>();
+}
+
+// Every rank contributes (hash as four 16-bit parts, length) to its own slot of a zeroed
+// (world_size, 5) table of doubles; one scalar sum gives every rank the whole table (exact: each
+// value < 2^53), so all ranks compare the same data and return the same verdict. One collective
+// on every rank whatever the inputs, so it cannot hang.
+absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& label,
+                                     const std::string& what) {
+  constexpr int kFields = 5;
+  const int world = comm.world_size();
+  const uint64_t h = fnv1a(what);
+  std::vector<double> table(static_cast<size_t>(world) * kFields, 0.0);
+  double* mine = table.data() + static_cast<size_t>(comm.rank()) * kFields;
+  for (int i = 0; i < 4; ++i) mine[i] = static_cast<double>((h >> (16 * i)) & 0xffffu);
+  mine[4] = static_cast<double>(what.size());
+  comm.all_reduce_scalars(table.data(), static_cast<int>(table.size()), ScalarOp::kSum);
+
+  auto row_equal = [&](int a, int b) {
+    for (int i = 0; i < kFields; ++i) {
+      if (table[static_cast<size_t>(a) * kFields + i] != table[static_cast<size_t>(b) * kFields + i])
+        return false;
+    }
+    return true;
+  };
+  std::vector<int> differ;
+  for (int r = 1; r < world; ++r) {
+    if (!row_equal(0, r)) differ.push_back(r);
+  }
+  if (differ.empty()) return absl::OkStatus();
+
+  std::string ranks;
+  constexpr size_t kMaxListed = 16;
+  for (size_t i = 0; i < differ.size() && i < kMaxListed; ++i) {
+    absl::StrAppend(&ranks, i ? ", " : "", differ[i]);
+  }
+  if (differ.size() > kMaxListed) absl::StrAppend(&ranks, ", ... (", differ.size(), " in all)");
+  return absl::InvalidArgumentError(absl::StrCat(
+      label, " differs across ranks: rank(s) ", ranks, " of ", world,
+      " disagree with rank 0 (this rank is ", comm.rank(), "); launch every rank with the same ",
+      label));
+}
+
+}  // namespace zt

@@ -1,0 +1,296 @@
+// MPI communicator: one communication thread runs every MPI call in issue order (see
+// mpi_comm.h). Volume counted in the ZeRO paper's convention: all-reduce of n -> 2n,
+// reduce-scatter / all-gather over the full buffer (n * world_size) -> n * world_size.
+#include "zero/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace zt {
+namespace {
+
+// World rank of this process for messages (set once MPI is up; -1 before).
+std::atomic<int> g_world_rank{-1};
+
+int rank_for_messages() {
+  int r = g_world_rank.load();
+  if (r >= 0) return r;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 0;
+}
+
+// Internal invariant failure on one rank: file:line, then end every rank.
+[[noreturn]] void fail_at(const char* file, int line, const std::string& msg) {
+  abort_all_ranks(1, absl::StrCat("zerotrain internal error at ", file, ":", line, ": ", msg));
+}
+#define ZT_MPI_FAIL(msg) fail_at(__FILE__, __LINE__, (msg))
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    ZT_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ZT_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    ZT_CHECK_MPI(MPI_Comm_size(comm_, &world_));
+    MPI_Comm node;
+    ZT_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+    ZT_CHECK_MPI(MPI_Comm_size(node, &local_size_));
+    ZT_CHECK_MPI(MPI_Comm_free(&node));
+    g_world_rank.store(rank_);
+    // From here on only the communication thread calls MPI (thread start orders the calls above
+    // before it: MPI_THREAD_SERIALIZED).
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_one();
+    thread_.join();  // drains the queue first
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+
+  CommRequest all_reduce(void* buf, size_t n, DType t) override {
+    require_f32("all_reduce", t);
+    count(CollKind::kAllReduce, 2 * static_cast<int64_t>(n), dtype_size(t));
+    return issue([this, buf, n] {
+      auto* p = static_cast<float*>(buf);
+      for (size_t off = 0; off < n;) {  // MPI counts are int: chunk huge buffers
+        const int c = static_cast<int>(std::min<size_t>(n - off, size_t{1} << 30));
+        ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + off, c, MPI_FLOAT, MPI_SUM, comm_));
+        off += static_cast<size_t>(c);
+      }
+    });
+  }
+
+  CommRequest reduce_scatter(const void* in, void* out, size_t n, DType t) override {
+    require_f32("reduce_scatter", t);
+    require_int_count("reduce_scatter", n);
+    count(CollKind::kReduceScatter, static_cast<int64_t>(n) * world_, dtype_size(t));
+    return issue([this, in, out, n] {
+      const int c = static_cast<int>(n);
+      const size_t out_bytes = n * sizeof(float), in_bytes = out_bytes * world_;
+      if (in == out) {  // result lands in the first n elements of the buffer
+        ZT_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, out, c, MPI_FLOAT, MPI_SUM, comm_));
+      } else if (overlaps(in, in_bytes, out, out_bytes)) {  // e.g. out = own shard of in
+        std::vector<float> tmp(n);
+        ZT_CHECK_MPI(
+            MPI_Reduce_scatter_block(in, tmp.data(), c, MPI_FLOAT, MPI_SUM, comm_));
+        std::memcpy(out, tmp.data(), out_bytes);
+      } else {
+        ZT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, c, MPI_FLOAT, MPI_SUM, comm_));
+      }
+    });
+  }
+
+  CommRequest all_gather(const void* in, void* out, size_t n, DType t) override {
+    require_int_count("all_gather", n);
+    count(CollKind::kAllGather, static_cast<int64_t>(n) * world_, dtype_size(t));
+    // Moved as opaque elements of the dtype's size (no arithmetic).
+    MPI_Datatype dt = dtype_size(t) == 4 ? MPI_FLOAT : MPI_UINT16_T;
+    return issue([this, in, out, n, dt, esize = dtype_size(t)] {
+      const int c = static_cast<int>(n);
+      const size_t in_bytes = n * esize, out_bytes = in_bytes * world_;
+      char* own = static_cast<char*>(out) + static_cast<size_t>(rank_) * in_bytes;
+      if (in == own) {  // shard already in place in the full buffer
+        ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+      } else if (overlaps(in, in_bytes, out, out_bytes)) {
+        std::memmove(own, in, in_bytes);
+        ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+      } else {
+        ZT_CHECK_MPI(MPI_Allgather(in, c, dt, out, c, dt, comm_));
+      }
+    });
+  }
+
+  void broadcast(void* buf, size_t bytes, int root) override {
+    if (root < 0 || root >= world_)
+      ZT_MPI_FAIL(absl::StrCat("broadcast root ", root, " outside world of ", world_));
+    count(CollKind::kBroadcast, static_cast<int64_t>(bytes), 1);
+    issue([this, buf, bytes, root] {
+      auto* p = static_cast<char*>(buf);
+      for (size_t off = 0; off < bytes;) {
+        const int c = static_cast<int>(std::min<size_t>(bytes - off, size_t{1} << 30));
+        ZT_CHECK_MPI(MPI_Bcast(p + off, c, MPI_BYTE, root, comm_));
+        off += static_cast<size_t>(c);
+      }
+    }).wait();
+  }
+
+  void barrier() override {
+    issue([this] { ZT_CHECK_MPI(MPI_Barrier(comm_)); }).wait();
+  }
+
+  void all_reduce_scalars(double* v, int k, ScalarOp op) override {
+    count(CollKind::kScalar, k, sizeof(double));
+    MPI_Op mop = op == ScalarOp::kSum ? MPI_SUM : op == ScalarOp::kMax ? MPI_MAX : MPI_MIN;
+    issue([this, v, k, mop] {
+      ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, k, MPI_DOUBLE, mop, comm_));
+    }).wait();
+  }
+
+ private:
+  static void require_f32(const char* what, DType t) {
+    if (t != DType::kF32) {
+      ZT_MPI_FAIL(absl::StrCat("MPI ", what, " sums fp32 only (got ", std::string(dtype_name(t)),
+                               "); MPI has no bf16/fp16 sum, so reduce in fp32"));
+    }
+  }
+  static void require_int_count(const char* what, size_t n) {
+    if (n > static_cast<size_t>(INT_MAX))
+      ZT_MPI_FAIL(absl::StrCat("MPI ", what, " of ", n, " elements per rank exceeds INT_MAX"));
+  }
+
+  // Queues `op` for the communication thread; the request waits until it has run.
+  CommRequest issue(std::function<void()> op) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(std::move(op));
+      seq = ++issued_;
+    }
+    work_cv_.notify_one();
+    return CommRequest([this, seq] {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [&] { return completed_ >= seq; });
+    });
+  }
+
+  void loop() {
+    for (;;) {
+      std::function<void()> op;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop requested and drained
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      op();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++completed_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::function<void()>> queue_;
+  uint64_t issued_ = 0, completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void mpi_fatal(int rc, const char* call, const char* file, int line) {
+  char msg[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) std::snprintf(msg, sizeof msg, "code %d", rc);
+  fail_at(file, line, absl::StrCat("MPI call failed: ", call, ": ", msg));
+}
+
+bool launched_under_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(v) != nullptr) return true;
+  }
+  return false;
+}
+
+bool mpi_active() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** argv) {
+  int provided = 0;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    MPI_Query_thread(&provided);
+  } else if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    return absl::UnavailableError("MPI_Init_thread failed; check the MPI installation and launcher");
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    if (!initialized) MPI_Finalize();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the MPI library provides thread level ", provided,
+        " but zerotrain needs MPI_THREAD_SERIALIZED (its communication thread calls MPI); use an "
+        "MPI built with thread support"));
+  }
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  g_world_rank.store(r);
+  return std::unique_ptr<MpiRuntime>(new MpiRuntime(!initialized));
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (owns_ && mpi_active()) MPI_Finalize();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator() {
+  if (!mpi_active()) {
+    return absl::FailedPreconditionError(
+        "MPI is not initialised: create MpiRuntime in main before the MPI communicator");
+  }
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return absl::FailedPreconditionError(
+        "MPI was initialised below MPI_THREAD_SERIALIZED; the MPI communicator's thread needs it");
+  }
+  return std::unique_ptr<Communicator>(new MpiCommunicator());
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator() {
+  if (mpi_active()) return make_mpi_communicator();
+  return make_single_process_communicator();
+}
+
+void abort_all_ranks(int exit_code, const std::string& message) {
+  std::fprintf(stderr, "[rank %d] %s\n", rank_for_messages(), message.c_str());
+  std::fflush(stderr);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+}  // namespace zt
