@@ -74,11 +74,14 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
 
 Engine::~Engine() { drain_reductions(0); }
 
+Engine::UnitState& Engine::unit(int u) { return units_[u]; }
+
 size_t Engine::shard_numel(int u) const { return units_[u].shard; }
 size_t Engine::padded_numel(int u) const { return units_[u].padded; }
 
 // fp32 master weights of the owned elements: a separate buffer, or the fp32 working params.
-static float* master_of(Engine::UnitState& s, int rank) {
+float* Engine::master_of(UnitState& s) {
+  const int rank = rank_;
   if (s.master.data()) return s.master.f32();
   if (s.replicated || s.sharded_params) return s.params.f32();
   return s.params.f32() + (size_t)rank * s.shard;
@@ -91,7 +94,7 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   std::vector<float> owned(s.owned(), 0.f);
   const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
   for (size_t i = 0; i < owned.size() && begin + i < s.numel; ++i) owned[i] = host[begin + i];
-  float* master = master_of(s, rank_);
+  float* master = master_of(s);
   be_->copy_to_device(master, owned.data(), owned.size() * 4);
   if (s.sharded_params || s.replicated) {
     if (s.master.data()) be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
@@ -108,7 +111,7 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
 void Engine::get_unit_params(int u, std::span<float> host) {
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
-  const float* master = master_of(s, rank_);
+  const float* master = master_of(s);
   if (s.replicated) {
     be_->copy_to_host(host.data(), master, s.numel * 4);
     return;
@@ -346,7 +349,7 @@ StepStats Engine::step(float lr) {
   std::vector<CommRequest> gathers;
   std::vector<DeviceBuffer> sends;
   for (UnitState& s : units_) {
-    float* master = master_of(s, rank_);
+    float* master = master_of(s);
     {
       DeviceBuffer tmp;
       if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;

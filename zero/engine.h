@@ -106,7 +106,8 @@ class Engine final : public UnitEngine {
  private:
   struct UnitState;
   struct PendingReduce;
-  UnitState& unit(int u) { return units_[u]; }
+  UnitState& unit(int u);
+  float* master_of(UnitState& s);  // fp32 master of the owned elements
   void gather(int u);                 // stage 3: issue the all-gather of unit u
   void wait_gathered(UnitState& s);   // stage 3: complete it (and its fp32 view)
   void free_gathered(UnitState& s);

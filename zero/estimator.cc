@@ -131,6 +131,7 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T) {
   floats += chunk * V + N;                                     // logits chunk, losses
   floats += N * C;                                             // dlnf
   floats += 4 * N * C + N * QKV + N * I + N * fcw;             // backward scratch
+  floats += B * NH * T * T;                                    // attention backward scratch
   return floats * 4 + 2 * N * 4;                               // + tokens, targets (int32)
 }
 

@@ -64,7 +64,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas) {
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<float> p(units[u].numel);
     init_unit(c, units[u], (int)u, 5, p);
-    for (float& v : p) v *= 10.f;  // livelier than the training init
+    for (float& v : p) v *= 3.f;  // livelier than the training init
     engine.set_unit_params((int)u, p);
   }
   RunResult res;
@@ -82,7 +82,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas) {
       loss += model.forward(engine, x.data(), y.data(), B, kT, 1.f / gas).loss / gas;
       model.backward(engine);
     }
-    engine.step(1e-2f);
+    engine.step(2e-3f);
     if (step == 1) {
       for (size_t k = 0; k < kNumCollKinds; ++k) {
         res.comm_one_step[k].calls = comm.stats()[k].calls - before[k].calls;

@@ -102,7 +102,7 @@ TEST_F(Cli, UnknownFlagNamesClosest) {
 TEST_F(Cli, MissingFiles) {
   expect_user_error(run(train("--deepspeed " + path("nope.json"))), {"nope.json"});
   expect_user_error(run("train --deepspeed " + path("ds.json") + " --model tiny-llama"
-                        " --train_data '" + path("none_*.bin") + "'"),
+                        " --seq_len 16 --train_data '" + path("none_*.bin") + "'"),
                     {"none_*.bin"});
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " +
                               path("missing.model"))),
@@ -134,11 +134,11 @@ TEST_F(Cli, ShardTokensOutsideModelVocabulary) {
 TEST_F(Cli, TruncatedAndWrongMagicShards) {
   fs::copy_file(path("train_000000.bin"), path("cut_000000.bin"));
   fs::resize_file(path("cut_000000.bin"), 1024 + 100);
-  expect_user_error(run("train --model tiny-llama --deepspeed " + path("ds.json") +
+  expect_user_error(run("train --model tiny-llama --seq_len 16 --deepspeed " + path("ds.json") +
                         " --train_data " + path("cut_000000.bin")),
                     {"cut_000000.bin"});
   write(path("magic_000000.bin"), std::string(2048, 'x'));
-  expect_user_error(run("train --model tiny-llama --deepspeed " + path("ds.json") +
+  expect_user_error(run("train --model tiny-llama --seq_len 16 --deepspeed " + path("ds.json") +
                         " --train_data " + path("magic_000000.bin")),
                     {"magic", "magic_000000.bin"});
 }

@@ -274,7 +274,8 @@ TEST(Estimator, MatchesEngineAllocationStage0) {
     auto be = make_cpu_backend(1);
     EngineOptions eo;
     eo.param_dtype = eo.grad_dtype = dt;
-    Engine engine(layout, be.get(), eo);
+    auto comm = make_single_process_communicator();
+    Engine engine(layout, be.get(), comm.get(), eo);
     EstimateInput in;
     in.unit_numel = unit_numels(*c);
     in.stage = 0;
