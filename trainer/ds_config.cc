@@ -33,17 +33,12 @@ struct NotImplementedRule {
 };
 
 constexpr NotImplementedRule kNotImplementedRules[] = {
-    {"zero_optimization.stage", [](const DsConfig& c) { return c.zero.stage != 0; },
-     "ZeRO stages 1-3 are known but not implemented yet in this build; use stage 0"},
     {"zero_optimization.offload_param.device",
      [](const DsConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
      "parameter offload is known but not implemented yet in this build; use \"none\""},
     {"zero_optimization.offload_optimizer.device",
      [](const DsConfig& c) { return c.zero.offload_optimizer.device != OffloadDevice::kNone; },
      "optimizer offload is known but not implemented yet in this build; use \"none\""},
-    {"fp16.enabled", [](const DsConfig& c) { return c.fp16.enabled; },
-     "fp16 with the dynamic loss scaler is known but not implemented yet in this build; use "
-     "bf16 or fp32"},
     {"prescale_gradients", [](const DsConfig& c) { return c.prescale_gradients; },
      "prescale_gradients is known but not implemented in this build; set it to false"},
     {"gradient_predivide_factor",

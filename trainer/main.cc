@@ -64,6 +64,10 @@ ABSL_FLAG(std::string, grad_dtype, "bf16", "estimate: gradient dtype (fp32, bf16
 ABSL_FLAG(std::string, offload_optimizer, "none", "estimate: none, cpu or nvme");
 ABSL_FLAG(std::string, offload_param, "none", "estimate: none, cpu or nvme (stage 3)");
 ABSL_FLAG(int, micro_batch, 0, "estimate: micro-batch size B for activations (with --model, --seq_len)");
+ABSL_FLAG(bool, memory_report, false,
+          "train: write memory_report_rank<r>.json (measured bytes per category vs the formula)");
+ABSL_FLAG(bool, comm_report, false,
+          "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
 
 namespace {
@@ -128,6 +132,8 @@ int train() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.memory_report = absl::GetFlag(FLAGS_memory_report);
+  o.comm_report = absl::GetFlag(FLAGS_comm_report);
   const absl::Status s = zt::run_train(o);
   return s.ok() ? 0 : fail(s);
 }

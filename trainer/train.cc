@@ -24,6 +24,7 @@
 #include "trainer/ds_config.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/reports.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
 #include "zero/engine.h"
@@ -77,7 +78,7 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
       (int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
       m.intermediate, m.norm_eps, m.rope_theta, (int)m.tied_embeddings,
       (long long)r.ds.batch.train_batch_size, (long long)r.ds.batch.train_micro_batch_size_per_gpu,
-      (long long)r.ds.batch.gradient_accumulation_steps, r.ds.zero.stage, (int)r.ds.bf16.enabled,
+      (long long)r.ds.batch.gradient_accumulation_steps, r.ds.zero.stage, (int)r.ds.bf16.enabled * 2 + (int)r.ds.fp16.enabled,
       r.ds.gradient_clipping, r.ds.optimizer.lr, opt.seq_len, (long long)opt.steps,
       (unsigned long long)opt.seed);
 }
@@ -162,6 +163,13 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
   EngineOptions eo;
   if (r.ds.bf16.enabled) eo.param_dtype = eo.grad_dtype = DType::kBF16;
+  if (r.ds.fp16.enabled) {  // fp16 weights and gradients, DeepSpeed's loss scaler
+    eo.param_dtype = eo.grad_dtype = DType::kF16;
+    eo.loss_scaling = true;
+    const Fp16Config& f = r.ds.fp16;
+    eo.loss_scaler = {f.loss_scale, (int)f.initial_scale_power, (int)f.loss_scale_window,
+                      (int)f.hysteresis, f.consecutive_hysteresis, (double)f.min_loss_scale};
+  }
   eo.adam.beta1 = static_cast<float>(r.ds.optimizer.beta1);
   eo.adam.beta2 = static_cast<float>(r.ds.optimizer.beta2);
   eo.adam.eps = static_cast<float>(r.ds.optimizer.eps);
@@ -228,6 +236,35 @@ void print_sample(const TrainOptions& opt, Run& r) {
   if (root) std::printf("\n---\n");
 }
 
+absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
+                           const std::vector<CommStats>& comm_steps) {
+  const int rank = r.comm->rank();
+  const ParamLayout& layout = r.transformer->layout();
+  if (opt.memory_report) {
+    for (size_t c = 0; c < kNumMemCategories; ++c)
+      mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
+    EstimateInput in;
+    for (const Unit& u : layout.units()) in.unit_numel.push_back((int64_t)u.numel);
+    in.stage = r.ds.zero.stage;
+    in.dp = r.comm->world_size();
+    in.param_dtype = in.grad_dtype =
+        r.ds.bf16.enabled ? DType::kBF16 : r.ds.fp16.enabled ? DType::kF16 : DType::kF32;
+    in.stage3_param_persistence_threshold = r.ds.zero.stage3_param_persistence_threshold;
+    in.model = r.model;
+    in.micro_batch = r.B;
+    in.seq_len = r.T;
+    ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
+    ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
+                                  memory_report(mem, in, predicted, rank)));
+  }
+  if (opt.comm_report)
+    ZT_RETURN_IF_ERROR(write_json(
+        opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
+        comm_report(comm_steps, (int64_t)layout.total_numel(), r.ds.zero.stage,
+                    r.comm->world_size(), rank)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status run_train(const TrainOptions& opt) {
@@ -254,7 +291,7 @@ absl::Status run_train(const TrainOptions& opt) {
               opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
               absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(),
               r.B, r.T, r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
-              r.ds.bf16.enabled ? "bf16" : "fp32", omp_get_max_threads(),
+              r.ds.bf16.enabled ? "bf16" : r.ds.fp16.enabled ? "fp16" : "fp32", omp_get_max_threads(),
               absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return;
@@ -264,17 +301,23 @@ absl::Status run_train(const TrainOptions& opt) {
   };
   validate_now(0);
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
+  std::vector<CommStats> comm_steps;
+  MemorySnapshot mem;
   Timer run_timer;
   double loop_ms = 0;
   for (int64_t step = 1; step <= opt.steps; ++step) {
     Timer t;
+    const CommStats comm_before = r.comm->stats();
+    r.engine->reset_comm_wait();
     double fwd_ms = 0, bwd_ms = 0, loss = 0;
     for (int micro = 0; micro < r.gas; ++micro) {
       r.train->next_batch(x.data(), y.data());
       r.engine->begin_pass();
       r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
       Timer tf;
-      loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 1.f / r.gas).loss;
+      // The seed gradient carries the fp16 loss scale and the accumulation average.
+      const float seed = static_cast<float>(r.engine->loss_scale() / r.gas);
+      loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed).loss;
       fwd_ms += tf.ms();
       Timer tb;
       r.transformer->backward(*r.engine);
@@ -285,24 +328,32 @@ absl::Status run_train(const TrainOptions& opt) {
       r.comm->all_reduce_scalars(&loss, 1, ScalarOp::kSum);
       loss /= r.comm->world_size();
     }
-    // DeepSpeed's schedulers count optimizer steps from 0.
-    const double lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, step - 1);
+    // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
+    const double lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, r.engine->steps_taken());
     Timer to;
-    const StepStats st = r.engine->step(static_cast<float>(lr));
+    ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(lr)));
     const double opt_ms = to.ms();
+    comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
+    if (step == 1)
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        mem.persistent[c] = r.backend->tracker().current(static_cast<MemCategory>(c));
     const double ms = t.ms();
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);
     const double eta = loop_ms / step * (opt.steps - step) / 1e3;
     if (root)
       std::printf("step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
-                  "ETA %s\n",
+                  "ETA %s%s\n",
                 (long long)step, (long long)opt.steps, loss, lr, st.grad_norm, ms, tok_s,
-                format_duration(eta).c_str());
+                format_duration(eta).c_str(),
+                  st.skipped ? absl::StrFormat(" | fp16 overflow: step skipped, loss scale %g",
+                                               r.engine->loss_scale()).c_str()
+                             : "");
     if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
         step % r.ds.steps_per_print == 0)
-      std::printf("  time (ms) | forward %.1f | backward %.1f | optimizer %.1f\n", fwd_ms,
-                  bwd_ms, opt_ms);
+      std::printf("  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
+                  "optimizer %.1f\n",
+                  fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
     std::fflush(stdout);
     log({{"step", step},
                    {"loss", loss},
@@ -312,7 +363,10 @@ absl::Status run_train(const TrainOptions& opt) {
                    {"tokens_per_s", tok_s},
                    {"forward_ms", fwd_ms},
                    {"backward_ms", bwd_ms},
-                   {"optimizer_ms", opt_ms}});
+                   {"optimizer_ms", opt_ms},
+                   {"comm_wait_ms", r.engine->comm_wait_ms()},
+                   {"loss_scale", st.loss_scale},
+                   {"skipped", st.skipped}});
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
                                               "; lower the learning rate, enable "
@@ -320,6 +374,7 @@ absl::Status run_train(const TrainOptions& opt) {
     if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
   }
   validate_now(opt.steps);
+  ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps));
   if (root)
     std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
               format_duration(run_timer.ms() / 1e3).c_str(),

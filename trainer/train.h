@@ -27,6 +27,8 @@ struct TrainOptions {
   uint64_t seed = 1337;        // initialisation, data order and sampling
   bool shuffle = true;         // shuffle training data each epoch
   int threads = 0;             // OpenMP threads (0: cores / ranks on this node)
+  bool memory_report = false;  // write memory_report_rank<r>.json into run_dir
+  bool comm_report = false;    // write comm_report_rank<r>.json into run_dir
 };
 
 // Trains; prints a progress line per step and writes metrics.jsonl. Errors a user can cause

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/status.h"
+#include "common/timer.h"
 
 namespace zt {
 
@@ -46,6 +47,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
     : layout_(layout), be_(be), comm_(comm), opt_(opt), units_(layout.num_units()) {
   rank_ = comm->rank();
   world_ = comm->world_size();
+  if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   const int stage = opt.zero.stage;
   ZT_CHECK(stage >= 0 && stage <= 3);
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
@@ -176,7 +178,9 @@ void Engine::gather(int u) {
 
 void Engine::wait_gathered(UnitState& s) {
   if (s.gather_pending) {
+    Timer t;
     s.gather_req.wait();
+    comm_wait_ms_ += t.ms();
     s.gather_pending = false;
   }
 }
@@ -195,12 +199,13 @@ void Engine::make_room(int64_t numel) {
   }
 }
 
-// Distance (parameters fetched in between) to this unit's next use in the recorded sequence.
+// Keep a released unit when it is fetched again with fewer than stage3_max_reuse_distance
+// parameters gathered in between (0 disables reuse).
 bool Engine::keep_for_reuse(int u) const {
   if (!trace_valid_) return false;
   int64_t between = 0;
   for (size_t i = recording_.size(); i < trace_.size(); ++i) {
-    if (trace_[i] == u) return between <= opt_.zero.stage3_max_reuse_distance;
+    if (trace_[i] == u) return between < opt_.zero.stage3_max_reuse_distance;
     between += (int64_t)units_[trace_[i]].padded;
   }
   return false;  // not used again this step
@@ -290,7 +295,9 @@ void Engine::reduce_gradients(int u) {
 }
 
 void Engine::finish_reduce(PendingReduce& p) {
+  Timer t;
   p.req.wait();
+  comm_wait_ms_ += t.ms();
   UnitState& s = unit(p.unit);
   const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
   if (s.replicated) {
@@ -320,9 +327,10 @@ void Engine::drain_reductions(size_t keep) {
 
 void Engine::begin_pass() { recording_.clear(); }
 
-StepStats Engine::step(float lr) {
+absl::StatusOr<StepStats> Engine::step(float lr) {
   drain_reductions(0);
   StepStats st;
+  st.loss_scale = loss_scale();
   const bool fp32_grads = opt_.grad_dtype == DType::kF32;
   // fp32 view of the gradient of the owned elements.
   auto owned_grad = [&](UnitState& s, DeviceBuffer& tmp) -> float* {
@@ -341,7 +349,16 @@ StepStats Engine::step(float lr) {
     ss += be_->sum_squares(owned_grad(s, tmp), s.owned());
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
-  st.grad_norm = std::sqrt(ss);
+  // A non-finite gradient anywhere makes the sum non-finite on every rank.
+  st.grad_norm = std::sqrt(ss) / st.loss_scale;
+  if (scaler_) {
+    ZT_ASSIGN_OR_RETURN(st.skipped, scaler_->update(!std::isfinite(st.grad_norm)));
+    if (st.skipped) {
+      finish_step();
+      st.step = t_;
+      return st;
+    }
+  }
   if (opt_.gradient_clipping > 0 && st.grad_norm > opt_.gradient_clipping)
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
@@ -354,8 +371,9 @@ StepStats Engine::step(float lr) {
       DeviceBuffer tmp;
       if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;
       be_->adamw_update(master, owned_grad(s, tmp), s.m.f32(), s.v.f32(), s.owned(), lr, a.beta1,
-                        a.beta2, a.eps, a.weight_decay, t_, static_cast<float>(st.clip_coef),
-                        a.adam_w_mode, a.bias_correction);
+                        a.beta2, a.eps, a.weight_decay, t_,
+                        static_cast<float>(st.clip_coef / st.loss_scale), a.adam_w_mode,
+                        a.bias_correction);
     }
     if (s.replicated || s.sharded_params) {  // working copy is exactly the owned elements
       if (s.master.data())
@@ -369,7 +387,15 @@ StepStats Engine::step(float lr) {
     gathers.push_back(comm_->all_gather(send.data(), s.params.data(), s.shard, opt_.param_dtype));
     sends.push_back(std::move(send));
   }
+  Timer t;
   for (CommRequest& g : gathers) g.wait();
+  comm_wait_ms_ += t.ms();
+  finish_step();
+  st.step = t_;
+  return st;
+}
+
+void Engine::finish_step() {
   for (UnitState& s : units_) {
     be_->zero(s.grads.data(), s.grads.bytes());
     s.reduced.reset();
@@ -383,8 +409,6 @@ StepStats Engine::step(float lr) {
   }
   for (UnitState& s : units_)  // nothing stays gathered across steps: parameters changed
     if (s.gathered.data() && s.live == 0) free_gathered(s);
-  st.step = t_;
-  return st;
 }
 
 }  // namespace zt

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "model/layout.h"
 #include "model/unit_engine.h"
 #include "zero/comm.h"
+#include "zero/loss_scaler.h"
 
 namespace zt {
 
@@ -58,12 +60,18 @@ struct EngineOptions {
   AdamParams adam;
   float gradient_clipping = 0.f;    // max global L2 norm; 0 disables
   ZeroOptions zero;
+  // fp16: the loss is scaled by loss_scale() (the caller multiplies its seed gradient), and an
+  // overflow on any rank skips the step on every rank (DeepSpeed's DynamicLossScaler).
+  bool loss_scaling = false;
+  LossScalerConfig loss_scaler;
 };
 
 struct StepStats {
-  double grad_norm = 0;   // global L2 norm before clipping (averaged gradients)
+  double grad_norm = 0;   // global L2 norm before clipping (averaged, unscaled gradients)
   double clip_coef = 1;   // factor applied to the gradients (<= 1)
   int step = 0;           // optimizer steps taken, after this one
+  bool skipped = false;   // fp16 overflow: no update this time
+  double loss_scale = 1;  // the scale this step's gradients carried
 };
 
 class Engine final : public UnitEngine {
@@ -90,13 +98,19 @@ class Engine final : public UnitEngine {
   // DeepSpeed's is_gradient_accumulation_boundary: true for the last micro-batch of a step.
   void set_gradient_accumulation_boundary(bool last) { boundary_ = last; }
   // One optimizer step at learning rate lr: finish gradient communication, global grad norm
-  // (assembled from shards), clipping (DeepSpeed: coef = clip / (norm + 1e-6) when norm >
+  // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip / (norm + 1e-6) when norm >
   // clip), AdamW on the owned fp32 master weights, refresh of the working parameters, zeroed
   // gradients.
-  StepStats step(float lr);
+  // Errors: an fp16 overflow at min_loss_scale (DeepSpeed stops the run there too).
+  absl::StatusOr<StepStats> step(float lr);
   int steps_taken() const { return t_; }
+  // Multiply the loss's seed gradient by this (1 without loss scaling).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
 
-  // Measurement: the most parameters (elements) gathered at once in stage 3, and now.
+  // Measurement: milliseconds spent waiting for communication (gathers, reductions) since the
+  // last reset; the most parameters (elements) gathered at once in stage 3, and now.
+  double comm_wait_ms() const { return comm_wait_ms_; }
+  void reset_comm_wait() { comm_wait_ms_ = 0; }
   int64_t peak_gathered_numel() const { return peak_gathered_; }
   int64_t gathered_numel() const { return gathered_; }
   // Shard size and padded size of unit u (elements).
@@ -117,6 +131,7 @@ class Engine final : public UnitEngine {
   void finish_reduce(PendingReduce& p);
   void drain_reductions(size_t keep);
   void check_unit_sequence(int u);    // every rank fetches the same unit, else abort all
+  void finish_step();                 // zero gradients, keep the unit sequence, free gathers
 
   const ParamLayout& layout_;
   Backend* be_;
@@ -126,11 +141,13 @@ class Engine final : public UnitEngine {
   std::vector<UnitState> units_;
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
+  std::optional<LossScaler> scaler_;
   int t_ = 0;
   // Stage 3 schedule: the unit sequence of the previous step and our place in this one.
   std::vector<int> trace_, recording_;
   bool trace_valid_ = false;
   int64_t gathered_ = 0, peak_gathered_ = 0;
+  double comm_wait_ms_ = 0;
 };
 
 }  // namespace zt

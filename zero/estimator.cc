@@ -72,14 +72,16 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   e.optimizer_k = static_cast<int>(K);
   int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
   for (int64_t n : units) {
-    const int64_t shard = in.stage == 0 ? n : (n + N - 1) / N;
-    const int64_t padded = in.stage == 0 ? n : shard * N;
+    // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
+    const int st = in.stage == 3 && n < in.stage3_param_persistence_threshold ? 0 : in.stage;
+    const int64_t shard = st == 0 ? n : (n + N - 1) / N;
+    const int64_t padded = st == 0 ? n : shard * N;
     e.psi += n;
     e.padded_psi += padded;
     largest_padded = std::max(largest_padded, padded);
-    params += (in.stage == 3 ? shard : padded) * P;
-    grads += (in.stage >= 2 ? shard : padded) * G;
-    optim += (in.stage >= 1 ? shard : padded) * K;
+    params += (st == 3 ? shard : padded) * P;
+    grads += (st >= 2 ? shard : padded) * G;
+    optim += (st >= 1 ? shard : padded) * K;
   }
 
   using M = MemCategory;

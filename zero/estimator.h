@@ -32,6 +32,9 @@ struct EstimateInput {
   std::vector<int64_t> unit_numel;
   int stage = 0;  // ZeRO stage 0-3
   int dp = 1;     // N_d, data-parallel degree
+  // Stage 3: units with fewer parameters stay whole on every rank, as the engine keeps them
+  // (DeepSpeed's stage3_param_persistence_threshold). 0: every unit is sharded.
+  int64_t stage3_param_persistence_threshold = 0;
   DType param_dtype = DType::kBF16;  // working parameters
   DType grad_dtype = DType::kBF16;   // stored gradients
   // The optimizer holds an fp32 master copy when params are not fp32 (K = 12: master, m, v).

@@ -124,7 +124,7 @@ void check_adamw(const std::string& name) {
     const auto r = l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
     l.model->backward(*l.engine);
     EXPECT_NEAR(r.loss, ref[s], 1e-4) << "AdamW step " << s;
-    l.engine->step(hp[0]);
+    ASSERT_TRUE(l.engine->step(hp[0]).ok());
   }
 }
 

@@ -1,0 +1,99 @@
+#include "trainer/reports.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace zt {
+
+nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
+                             const MemoryEstimate& predicted, int rank) {
+  nlohmann::json cats = nlohmann::json::object();
+  for (size_t c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    cats[std::string(mem_category_name(cat))] = {{"persistent_bytes", m.persistent[c]},
+                                                 {"peak_bytes", m.peak[c]},
+                                                 {"predicted_bytes", predicted.dev(cat)}};
+  }
+  const int64_t measured = m.persistent[(size_t)MemCategory::kParams] +
+                           m.persistent[(size_t)MemCategory::kGrads] +
+                           m.persistent[(size_t)MemCategory::kOptimizer];
+  // The paper's formula for these dtypes, without padding: per element P + G + K, of which
+  // the stage shards the optimizer (1), also the gradients (2), also the parameters (3).
+  const double P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
+  const double K = predicted.optimizer_k, N = in.dp, psi = (double)predicted.psi;
+  const double paper[4] = {(P + G + K) * psi, (P + G) * psi + K * psi / N,
+                           P * psi + (G + K) * psi / N, (P + G + K) * psi / N};
+  return {{"rank", rank},
+          {"stage", in.stage},
+          {"world_size", in.dp},
+          {"psi", predicted.psi},
+          {"padded_psi", predicted.padded_psi},
+          {"optimizer_bytes_per_param", predicted.optimizer_k},
+          {"categories", cats},
+          {"model_states",
+           {{"measured_bytes", measured},
+            {"predicted_bytes_with_padding", predicted.device_model_states()},
+            {"paper_formula_bytes", paper[in.stage]},
+            {"measured_over_paper", measured / paper[in.stage]}}}};
+}
+
+CommStats comm_delta(const CommStats& after, const CommStats& before) {
+  CommStats d{};
+  for (size_t k = 0; k < kNumCollKinds; ++k) {
+    d[k].calls = after[k].calls - before[k].calls;
+    d[k].elements = after[k].elements - before[k].elements;
+    d[k].bytes = after[k].bytes - before[k].bytes;
+  }
+  return d;
+}
+
+int64_t comm_volume(const CommStats& step) {
+  return step[(size_t)CollKind::kAllReduce].elements +
+         step[(size_t)CollKind::kReduceScatter].elements +
+         step[(size_t)CollKind::kAllGather].elements;
+}
+
+nlohmann::json comm_report(const std::vector<CommStats>& steps, int64_t psi, int stage, int world,
+                           int rank) {
+  nlohmann::json rows = nlohmann::json::array();
+  double sum = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    nlohmann::json kinds = nlohmann::json::object();
+    for (size_t k = 0; k < kNumCollKinds; ++k) {
+      const CollCounters& c = steps[i][k];
+      if (c.calls == 0) continue;
+      kinds[coll_kind_name(static_cast<CollKind>(k))] = {
+          {"calls", c.calls}, {"elements", c.elements}, {"bytes", c.bytes}};
+    }
+    const double v = (double)comm_volume(steps[i]) / (double)psi;
+    sum += v;
+    rows.push_back({{"step", i + 1}, {"collectives", kinds}, {"volume_over_psi", v}});
+  }
+  return {{"rank", rank},
+          {"stage", stage},
+          {"world_size", world},
+          {"psi", psi},
+          {"convention", "reduce-scatter/all-gather over n elements count n, all-reduce 2n; "
+                         "scalar reductions excluded from the volume"},
+          {"mean_volume_over_psi", steps.empty() ? 0.0 : sum / steps.size()},
+          {"steps", rows}};
+}
+
+absl::Status write_json(const std::string& dir, const std::string& name, const nlohmann::json& j) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = dir + "/" + name, tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return absl::InvalidArgumentError(absl::StrCat("cannot write '", tmp, "'"));
+  const std::string text = j.dump(2);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok)
+    return absl::InvalidArgumentError(absl::StrCat("cannot write '", tmp, "'"));
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot rename to '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace zt
