@@ -12,6 +12,7 @@ PACKAGES=(
   nlohmann-json3-dev
   libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
+  iproute2                          # `ip netns` for the two-namespace multi-node test
   liburing-dev                      # NVMe offload (io_uring)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                           # scripts (reference fixtures are committed)

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Multi-node test on one machine: two network namespaces are the two "nodes".
+#
+#   namespace zt<pid>a  (node a, 10.213.0.1/24) --veth-- namespace zt<pid>b  (node b, 10.213.0.2/24)
+#
+# Each "node" also gets its own hostname (a UTS namespace from `unshare --uts`): with the same
+# hostname in both, Open MPI 4.1's TCP BTL sometimes never completes the connections between
+# the nodes (ranks hang in the first collective), so real nodes are imitated in that too.
+#
+# mpirun runs inside node a with a hostfile naming both addresses (slots=2 each); OpenMPI's
+# rsh launcher (plm_rsh_agent) is a small script that starts the remote orted inside the
+# namespace that owns the address (`ip netns exec`), and the TCP transport (btl and oob) is
+# bound to the test subnet, so ranks 2 and 3 talk to ranks 0 and 1 over the veth pair.
+# The test trains 4 ranks (2 per node) at ZeRO stage 3 and checks that the per-step losses
+# match a plain single-node `mpirun -np 4` run of the same command.
+#
+# No traffic leaves the two namespaces: the subnet exists only on the veth pair between them.
+# Exit 0: PASS, 1: FAIL, 77: SKIP (no root / CAP_NET_ADMIN / `ip` / mpirun).
+#
+# usage: two_node_test.sh [path/to/zerotrain]
+set -uo pipefail
+
+ZT=${1:-$(cd "$(dirname "$0")/../.." && pwd)/build/zerotrain}
+SUBNET=10.213.0.0/24
+ADDR_A=10.213.0.1
+ADDR_B=10.213.0.2
+NS_A=zt$$a
+NS_B=zt$$b
+VETH_A=zt$$va   # interface names must be <= 15 characters
+VETH_B=zt$$vb
+STEPS=6
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: multinode_two_namespaces: $*"; exit 1; }
+
+[[ -x $ZT ]] || fail "zerotrain binary not found at $ZT"
+command -v mpirun >/dev/null || skip "mpirun not found"
+command -v python3 >/dev/null || skip "python3 not found"
+command -v ip >/dev/null || skip "'ip' (iproute2) not found"
+command -v unshare >/dev/null || skip "'unshare' (util-linux) not found"
+[[ $(id -u) -eq 0 ]] || skip "creating network namespaces needs root (CAP_NET_ADMIN); running as uid $(id -u)"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zt_multinode.XXXXXX")
+cleanup() {
+  local ns pids
+  for ns in "$NS_A" "$NS_B"; do   # leftovers of a killed run (orted, ranks) in our namespaces
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [[ -n $pids ]] && kill -9 $pids 2>/dev/null
+  done
+  ip netns del "$NS_A" 2>/dev/null   # deleting a namespace also deletes the veth end in it
+  ip netns del "$NS_B" 2>/dev/null
+  ip link del "$VETH_A" 2>/dev/null  # in case setup stopped before moving it
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if ! err=$(ip netns add "$NS_A" 2>&1); then
+  skip "cannot create a network namespace ($err)"
+fi
+ip netns add "$NS_B" || skip "cannot create a second network namespace"
+if ! err=$(ip link add "$VETH_A" type veth peer name "$VETH_B" 2>&1); then
+  skip "cannot create a veth pair ($err)"
+fi
+set -e
+ip link set "$VETH_A" netns "$NS_A"
+ip link set "$VETH_B" netns "$NS_B"
+ip -n "$NS_A" link set lo up
+ip -n "$NS_B" link set lo up
+ip -n "$NS_A" addr add "$ADDR_A/24" dev "$VETH_A"
+ip -n "$NS_B" addr add "$ADDR_B/24" dev "$VETH_B"
+ip -n "$NS_A" link set "$VETH_A" up
+ip -n "$NS_B" link set "$VETH_B" up
+set +e
+ip netns exec "$NS_A" unshare --uts true 2>/dev/null || skip "cannot create a UTS namespace (unshare --uts)"
+
+# The rsh agent: "agent.sh HOST CMD..." runs CMD inside the namespace of HOST (instead of ssh),
+# with that node's hostname.
+cat >"$WORK/agent.sh" <<EOF
+#!/bin/sh
+host=\$1; shift
+case "\$host" in
+  $ADDR_A) ns=$NS_A ;;
+  $ADDR_B) ns=$NS_B ;;
+  *) echo "agent.sh: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname zt-node-\$ns && \$*"
+EOF
+chmod +x "$WORK/agent.sh"
+printf '%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$WORK/hostfile"
+
+# Tiny data (an llm.c token shard, vocab < 256) and a stage-3 ds_config with a global batch of 8.
+python3 - "$WORK" <<'EOF' || fail "could not write the test data"
+import json, sys, numpy as np
+work = sys.argv[1]
+n = 20000
+rng = np.random.default_rng(0)
+tokens = ((np.arange(n) % 97) * 7 + rng.integers(0, 3, n)) % 256
+header = np.zeros(256, np.int32)
+header[0], header[1], header[2] = 20240520, 1, n
+with open(f"{work}/train_000.bin", "wb") as f:
+    f.write(header.tobytes())
+    f.write(tokens.astype(np.uint16).tobytes())
+json.dump({
+    "train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupCosineLR",
+                  "params": {"total_num_steps": 20, "warmup_num_steps": 2,
+                             "warmup_type": "linear", "cos_min_ratio": 0.1}},
+    "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 3, "overlap_comm": True,
+                          "stage3_prefetch_bucket_size": 5e7,
+                          "stage3_param_persistence_threshold": 1e5,
+                          "stage3_max_live_parameters": 1e9,
+                          "stage3_max_reuse_distance": 1e9,
+                          "stage3_gather_16bit_weights_on_model_save": False},
+    "steps_per_print": 10,
+    "wall_clock_breakdown": False,
+}, open(f"{work}/ds.json", "w"), indent=1)
+EOF
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # reaches the remote orted too
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+TRAIN=(train --model tiny-llama --seq_len 16 --deepspeed "$WORK/ds.json"
+       --train_data "$WORK/train_*.bin" --steps "$STEPS" --sample_tokens 0 --threads 1)
+ON_A=(ip netns exec "$NS_A" unshare --uts sh -c 'hostname "zt-node-$0" && exec "$@"' "$NS_A")
+MULTI=(mpirun --allow-run-as-root --hostfile "$WORK/hostfile" -np 4 --bind-to none
+       --mca plm_rsh_agent "$WORK/agent.sh" --mca plm_rsh_no_tree_spawn 1
+       --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET")
+
+# 1. Placement: ranks 0,1 in node a and 2,3 in node b, each with node-local rank 0/1 of 2.
+placement=$(timeout 60 "${ON_A[@]}" "${MULTI[@]}" sh -c \
+  'echo "$OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_LOCAL_RANK $OMPI_COMM_WORLD_LOCAL_SIZE $(ip netns identify) $(hostname)"' \
+  2>&1 | sort -n)
+want=$(for r in 0 1 2 3; do ns=$NS_A; ((r >= 2)) && ns=$NS_B; echo "$r $((r % 2)) 2 $ns zt-node-$ns"; done)
+echo "placement (rank local_rank local_size namespace hostname):"
+echo "$placement"
+[[ $placement == "$want" ]] || fail "ranks are not placed 2 per namespace; expected:
+$want"
+
+# 2. Train: two "nodes" (over the veth pair) and the single-node reference.
+echo "+ ip netns exec $NS_A unshare --uts ... ${MULTI[*]} $ZT ${TRAIN[*]} --run_dir $WORK/multi"
+timeout 120 "${ON_A[@]}" "${MULTI[@]}" "$ZT" "${TRAIN[@]}" --run_dir "$WORK/multi" \
+  || fail "the two-namespace run failed"
+echo "+ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 $ZT ${TRAIN[*]} --run_dir $WORK/single"
+timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+  "$ZT" "${TRAIN[@]}" --run_dir "$WORK/single" || fail "the single-node run failed"
+
+# 3. Same losses, step by step (relative 1e-5).
+python3 - "$WORK/single/metrics.jsonl" "$WORK/multi/metrics.jsonl" "$STEPS" <<'EOF'
+import json, sys
+def losses(path):
+    return [json.loads(line)["loss"] for line in open(path) if line.strip()]
+single, multi, steps = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+ok = len(single) == len(multi) == steps
+for i, (s, m) in enumerate(zip(single, multi), 1):
+    good = abs(s - m) <= 1e-5 * max(abs(s), 1e-12)
+    ok &= good
+    print(f"step {i}: single-node {s:.9f}  two-namespace {m:.9f}  {'ok' if good else 'MISMATCH'}")
+if not ok:
+    print(f"FAIL: multinode_two_namespaces: losses differ (steps {len(single)} vs {len(multi)}, want {steps})")
+    sys.exit(1)
+print(f"PASS: multinode_two_namespaces: 4 ranks on 2 namespaces at ZeRO stage 3 match the single-node losses over {steps} steps")
+EOF
