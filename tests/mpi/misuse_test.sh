@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Misuse across ranks fails fast on every rank with a clear message and exit code 2, never a
+# hang (ctest's TIMEOUT would catch one): ranks started with different configs or models, a
+# world size that does not divide the batch, and stage-3 ranks fetching different units.
+# Usage: misuse_test.sh ZEROTRAIN SEQUENCE_MISMATCH_DRIVER MPIRUN [MPI FLAGS]
+set -uo pipefail
+BIN=$1; SEQ=$2; MPIRUN=$3; shift 3; MPIFLAGS=("$@")
+DIR=$(mktemp -d); trap 'rm -rf "$DIR"' EXIT
+python3 - "$DIR" <<'PY'
+import struct, sys, random
+random.seed(1)
+toks = [random.randrange(256) for _ in range(4000)]
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1] + "/train_000000.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack(f"<{len(toks)}H", *toks))
+PY
+cat > "$DIR/a.json" <<'JSON'
+{"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 3}}
+JSON
+cat > "$DIR/b.json" <<'JSON'
+{"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3}}, "zero_optimization": {"stage": 3}}
+JSON
+cat > "$DIR/six.json" <<'JSON'
+{"train_batch_size": 6, "zero_optimization": {"stage": 2}}
+JSON
+COMMON=(train --seq_len 16 --steps 2 --sample_tokens 0 --train_data "$DIR/train_000000.bin" --run_dir "$DIR/run")
+fails=0
+# expect NAME NRANKS_WITH_MESSAGE PHRASE -- mpirun arguments...
+expect() {
+  local name=$1 ranks=$2 phrase=$3; shift 4
+  local out rc
+  out=$(timeout 120 "$MPIRUN" "${MPIFLAGS[@]}" "$@" 2>&1); rc=$?
+  local seen; seen=$(grep -c -- "$phrase" <<<"$out")
+  if [[ $rc -eq 2 && $seen -ge $ranks ]]; then
+    echo "PASS $name (exit 2, $seen rank message(s))"
+  else
+    echo "FAIL $name: exit $rc, '$phrase' seen $seen time(s), wanted exit 2 on $ranks rank(s)"
+    echo "$out" | tail -20
+    fails=$((fails + 1))
+  fi
+}
+expect different-configs 2 "differs across ranks" -- \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/a.json" : \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/b.json"
+expect different-models 2 "differs across ranks" -- \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/a.json" : \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-gpt2 --deepspeed "$DIR/a.json"
+expect batch-not-divisible 4 "not divisible" -- \
+  -np 4 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/six.json"
+expect stage3-unit-sequences 2 "different unit sequences" -- -np 2 "$SEQ"
+[[ $fails -eq 0 ]] && echo "misuse: all passed" || echo "misuse: $fails failed"
+exit $(( fails > 0 ))
