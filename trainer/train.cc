@@ -180,6 +180,7 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   const ZeroConfig& z = r.ds.zero;
   eo.zero.stage = z.stage;
   eo.zero.overlap_comm = z.overlap_comm;
+  eo.zero.reduce_scatter = z.reduce_scatter;
   eo.zero.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
   eo.zero.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
   eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;

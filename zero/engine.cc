@@ -40,6 +40,7 @@ struct Engine::PendingReduce {
   CommRequest req;
   DeviceBuffer send;  // fp32 whole-unit gradient being reduced
   DeviceBuffer recv;  // fp32 shard (reduce-scatter) or empty (all-reduce in place)
+  bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
 };
 
 Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
@@ -281,23 +282,34 @@ void Engine::reduce_gradients(int u) {
     if (s.replicated) {
       p.req = comm_->all_reduce(p.send.data(), s.padded, DType::kF32);
     } else {
-      p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
-      p.req = comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+      reduce_to_shard(p, s);
     }
   } else {  // stages 2-3: reduce this micro-step's gradient, accumulate into the shard
     p.send = std::move(s.scratch);
-    p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
-    p.req = comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+    reduce_to_shard(p, s);
   }
   pending_.push_back(std::move(p));
   // overlap_comm: keep one reduction in flight behind the next unit's backward.
   drain_reductions(opt_.zero.overlap_comm ? 1 : 0);
 }
 
+// The averaged shard of this rank from the whole-unit gradient in p.send: a reduce-scatter, or
+// with reduce_scatter false (DeepSpeed's option) an all-reduce of which the shard is kept.
+void Engine::reduce_to_shard(PendingReduce& p, UnitState& s) {
+  p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+  p.shard_of_all_reduce = !opt_.zero.reduce_scatter;
+  p.req = p.shard_of_all_reduce
+              ? comm_->all_reduce(p.send.data(), s.padded, DType::kF32)
+              : comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+}
+
 void Engine::finish_reduce(PendingReduce& p) {
   Timer t;
   p.req.wait();
   comm_wait_ms_ += t.ms();
+  if (p.shard_of_all_reduce)
+    be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * unit(p.unit).shard,
+              unit(p.unit).shard * 4);
   UnitState& s = unit(p.unit);
   const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
   if (s.replicated) {

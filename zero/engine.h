@@ -48,6 +48,7 @@ struct AdamParams {
 struct ZeroOptions {
   int stage = 0;
   bool overlap_comm = false;
+  bool reduce_scatter = true;  // false: stages 1-3 all-reduce gradients and keep their shard
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
   int64_t stage3_max_live_parameters = 1'000'000'000;
@@ -128,6 +129,7 @@ class Engine final : public UnitEngine {
   void prefetch_after(size_t cursor); // stage 3 + overlap_comm
   bool keep_for_reuse(int u) const;
   void make_room(int64_t numel);      // evict kept, not-live units above the live limit
+  void reduce_to_shard(PendingReduce& p, UnitState& s);
   void finish_reduce(PendingReduce& p);
   void drain_reductions(size_t keep);
   void check_unit_sequence(int u);    // every rank fetches the same unit, else abort all
