@@ -112,7 +112,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
   if (in.param_dtype != DType::kF32) ws += in.live_units * largest_padded * 4;
-  if (in.grad_dtype != DType::kF32) ws += largest_padded * 4;
+  // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
+  // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
+  if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;
   e.dev(M::kWorkspace) = ws;
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
     e.dev(M::kActivations) = transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len);

@@ -88,8 +88,8 @@ struct MemoryEstimate {
 // pinned host memory or NVMe.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
-// an fp32 gradient accumulator of the largest unit when grads are not fp32. Only with
-// unit_numel (a bare Ψ has no unit structure: workspace 0).
+// an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is
+// 2-3. Only with unit_numel (a bare Ψ has no unit structure: workspace 0).
 // Activations: transformer_activation_bytes(*model, micro_batch, seq_len).
 // Errors: stage not in 0-3, dp < 1, psi <= 0, offload_param without stage 3.
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);

@@ -1,10 +1,8 @@
-// AdamW (Loshchilov & Hutter 2019, Algorithm 2) with bias correction, as torch.optim.AdamW and
-// DeepSpeed's FusedAdam / CPUAdam (adam_w_mode). The update of one fp32 element:
-//   g = grad * grad_scale  (+ wd p when !adam_w_mode: L2 regularisation)
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr wd p  (adam_w_mode);  p -= lr (m / bc1) / (sqrt(v / bc2) + eps).
+// AdamW with bias correction on fp32 master weights; the element update (and its equation) is
+// model/adamw_math.h, shared with the CUDA kernel.
 #include <cmath>
 
+#include "model/adamw_math.h"
 #include "model/cpu/cpu_backend.h"
 
 namespace zt {
@@ -17,17 +15,9 @@ void CpuBackend::adamw_update(float* param, const float* grad, float* m, float* 
   const float step = lr / bc1;
   const float bc2_sqrt = std::sqrt(bc2);
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    float g = grad[i] * grad_scale;
-    float p = param[i];
-    if (!adam_w_mode) g += weight_decay * p;
-    const float mi = beta1 * m[i] + (1.f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    if (adam_w_mode) p -= lr * weight_decay * p;
-    param[i] = p - step * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-  }
+  for (size_t i = 0; i < n; ++i)
+    param[i] = adamw_element(param[i], grad[i], m[i], v[i], lr, beta1, beta2, eps, weight_decay,
+                             step, bc2_sqrt, grad_scale, adam_w_mode);
 }
 
 }  // namespace zt

@@ -20,40 +20,7 @@ class CpuBackend final : public Backend {
   void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) override;
   void synchronize() override {}
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override;
-  void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
-                         int T, int C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
-                          int T, int C) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int N, int C, float eps) override;
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int N,
-                          int C) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
-                       float eps) override;
-  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                        const float* w, const float* rstd, int N, int C) override;
-  void rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int KVH,
-                         int hd) override;
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int NH, int KVH, int hd) override;
-  void gelu_forward(float* out, const float* inp, size_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
-  void swiglu_forward(float* out, const float* inp, int N, int I) override;
-  void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) override;
-  void add_inplace(float* y, const float* x, size_t n) override;
-  void crossentropy_forward_backward(float* logits, float* losses, const int* targets, int N,
-                                     int V, float dlogits_scale) override;
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t,
-                    float grad_scale, bool adam_w_mode, bool bias_correction) override;
-  double sum_squares(const float* x, size_t n) override;
-  void scale(float* x, float s, size_t n) override;
+#include "model/backend_kernels.inc"  // NOLINT: the kernel overrides
 };
 
 }  // namespace zt

@@ -1,4 +1,5 @@
-// AdamW with bias correction on fp32 master weights (equation in model/cpu/adamw.cc).
+// AdamW with bias correction on fp32 master weights; the element update is model/adamw_math.h.
+#include "model/adamw_math.h"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -9,15 +10,8 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
                              float bc2_sqrt, float grad_scale, bool adam_w_mode) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float g = grad[i] * grad_scale;
-  float p = param[i];
-  if (!adam_w_mode) g += wd * p;
-  const float mi = beta1 * m[i] + (1.f - beta1) * g;
-  const float vi = beta2 * v[i] + (1.f - beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  if (adam_w_mode) p -= lr * wd * p;
-  param[i] = p - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  param[i] = adamw_element(param[i], grad[i], m[i], v[i], lr, beta1, beta2, eps, wd, step,
+                           bc2_sqrt, grad_scale, adam_w_mode);
 }
 
 }  // namespace
