@@ -69,18 +69,19 @@ absl::Status init_params(const TrainOptions& opt, Run& r) {
   return absl::OkStatus();
 }
 
-// What every rank must agree on before training: config, model and recipe.
-std::string fingerprint(const TrainOptions& opt, const Run& r) {
+// What every rank must agree on before training, since it decides the sequence of collectives:
+// the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
+absl::StatusOr<std::string> fingerprint(const TrainOptions& opt, const Run& r) {
+  ZT_ASSIGN_OR_RETURN(std::string text, read_file(opt.deepspeed, "the DeepSpeed config"));
   const ModelConfig& m = r.model;
-  return absl::StrFormat(
-      "model %d %d %d %d %d %d %d %d %g %g %d | ds %lld %lld %lld stage %d bf16 %d clip %g lr %g |"
-      " seq %d steps %lld seed %llu",
-      (int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
-      m.intermediate, m.norm_eps, m.rope_theta, (int)m.tied_embeddings,
-      (long long)r.ds.batch.train_batch_size, (long long)r.ds.batch.train_micro_batch_size_per_gpu,
-      (long long)r.ds.batch.gradient_accumulation_steps, r.ds.zero.stage, (int)r.ds.bf16.enabled * 2 + (int)r.ds.fp16.enabled,
-      r.ds.gradient_clipping, r.ds.optimizer.lr, opt.seq_len, (long long)opt.steps,
-      (unsigned long long)opt.seed);
+  const nlohmann::json j = {
+      {"ds_config", nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)},
+      {"model", {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head,
+                 m.hidden, m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
+      {"recipe", {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
+                  opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed,
+                  opt.shuffle, opt.tokenizer.empty(), opt.init_from.empty()}}};
+  return j.dump();
 }
 
 // Ranges of the recipe flags (absl checks only their types).
@@ -228,7 +229,8 @@ void print_sample(const TrainOptions& opt, Run& r) {
     const int T = std::min<int>(static_cast<int>(ctx.size()), r.T);
     r.engine->begin_pass();
     r.transformer->last_logits(*r.engine, ctx.data() + ctx.size() - T, T, logits.data());
-    const int next = sample_token(logits, opt.temperature, opt.top_k, rng);
+    int next = sample_token(logits, opt.temperature, opt.top_k, rng);
+    r.comm->broadcast(&next, sizeof next, 0);  // ranks must agree on when to stop
     if (next == r.tokenizer->eos_id()) break;
     ctx.push_back(next);
     if (root) std::printf("%s", r.tokenizer->decode_token(next).c_str());
@@ -266,6 +268,22 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
   return absl::OkStatus();
 }
 
+// f() with exceptions (out of memory above all) turned into a Status.
+template <class F>
+absl::Status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "out of memory allocating the model, optimizer or activations; reduce --seq_len or "
+        "train_micro_batch_size_per_gpu, use a higher ZeRO stage, or a smaller model");
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+}
+
+absl::Status train_loop(const TrainOptions& opt, Run& r);
+
 }  // namespace
 
 absl::Status run_train(const TrainOptions& opt) {
@@ -273,13 +291,29 @@ absl::Status run_train(const TrainOptions& opt) {
   ZT_ASSIGN_OR_RETURN(r.comm, make_host_communicator());
   // Every rank validates the same inputs; they agree before any collective of the run, so a
   // rank that failed (say, a file missing on its node) never leaves the others waiting.
-  const absl::Status st = setup(opt, r);
+  absl::Status st = guarded([&] { return setup(opt, r); });
+  std::string fp;
+  if (st.ok()) {
+    auto f = fingerprint(opt, r);
+    st = f.status();
+    if (f.ok()) fp = *f;
+  }
   double ok = st.ok() ? 1 : 0;
   r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
   if (!st.ok()) return st;
   if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
-  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe",
-                                             fingerprint(opt, r)));
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe", fp));
+  // From here collectives are in flight: a rank that stopped alone would leave the others
+  // waiting in one, so an error on any rank ends them all.
+  const absl::Status result = guarded([&] { return train_loop(opt, r); });
+  if (!result.ok() && r.comm->world_size() > 1)
+    abort_all_ranks(kUserErrorExitCode, std::string(result.message()));
+  return result;
+}
+
+namespace {
+
+absl::Status train_loop(const TrainOptions& opt, Run& r) {
   const bool root = r.comm->rank() == 0;
   auto log = [&](const nlohmann::json& j) {
     if (r.metrics) r.metrics->write(j);
@@ -384,4 +418,5 @@ absl::Status run_train(const TrainOptions& opt) {
   return absl::OkStatus();
 }
 
+}  // namespace
 }  // namespace zt

@@ -75,7 +75,11 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
   }
 }
 
-Engine::~Engine() { drain_reductions(0); }
+Engine::~Engine() {
+  // No buffer may go while the communication thread can still write into it.
+  drain_reductions(0);
+  for (UnitState& s : units_) wait_gathered(s);
+}
 
 Engine::UnitState& Engine::unit(int u) { return units_[u]; }
 
@@ -285,6 +289,7 @@ void Engine::reduce_gradients(int u) {
       reduce_to_shard(p, s);
     }
   } else {  // stages 2-3: reduce this micro-step's gradient, accumulate into the shard
+    ZT_CHECK(s.scratch.data());  // grads(u) came first
     p.send = std::move(s.scratch);
     reduce_to_shard(p, s);
   }

@@ -19,6 +19,9 @@ JSON
 cat > "$DIR/b.json" <<'JSON'
 {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3}}, "zero_optimization": {"stage": 3}}
 JSON
+cat > "$DIR/c.json" <<'JSON'
+{"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 3, "overlap_comm": false}}
+JSON
 cat > "$DIR/six.json" <<'JSON'
 {"train_batch_size": 6, "zero_optimization": {"stage": 2}}
 JSON
@@ -41,6 +44,9 @@ expect() {
 expect different-configs 2 "differs across ranks" -- \
   -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/a.json" : \
   -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/b.json"
+expect different-overlap 2 "differs across ranks" -- \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/a.json" : \
+  -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/c.json"
 expect different-models 2 "differs across ranks" -- \
   -np 1 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/a.json" : \
   -np 1 "$BIN" "${COMMON[@]}" --model tiny-gpt2 --deepspeed "$DIR/a.json"

