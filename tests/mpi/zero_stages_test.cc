@@ -35,12 +35,12 @@ ModelConfig tiny() {
 constexpr int kT = 16, kGlobalBatch = 24, kSteps = 20;  // 24: N_d = 2, 3, 4 with GAS 1, 2
 
 // Sequence `row` of step `step`: deterministic tokens, next-token targets.
-void make_row(int step, int row, int* x, int* y) {
+void make_row(int step, int row, int* x, int* y, int vocab = 64) {
   uint32_t h = 2654435761u * (uint32_t)(step * 131 + row + 1);
   std::vector<int> seq(kT + 1);
   for (int t = 0; t <= kT; ++t) {
     h ^= h << 13, h ^= h >> 17, h ^= h << 5;
-    seq[t] = (int)(h % 64);
+    seq[t] = (int)(h % vocab);
   }
   for (int t = 0; t < kT; ++t) x[t] = seq[t], y[t] = seq[t + 1];
 }
@@ -55,8 +55,7 @@ struct RunResult {
 };
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
-RunResult train(Communicator& comm, EngineOptions eo, int gas) {
-  const ModelConfig c = tiny();
+RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny()) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
@@ -78,7 +77,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas) {
     double loss = 0;
     for (int m = 0; m < gas; ++m) {
       for (int b = 0; b < B; ++b)
-        make_row(step, m * (kGlobalBatch / gas) + r * B + b, &x[(size_t)b * kT], &y[(size_t)b * kT]);
+        make_row(step, m * (kGlobalBatch / gas) + r * B + b, &x[(size_t)b * kT], &y[(size_t)b * kT],
+                 c.vocab_size);
       engine.begin_pass();
       engine.set_gradient_accumulation_boundary(m == gas - 1);
       const float seed = static_cast<float>(engine.loss_scale() / gas);
@@ -264,6 +264,25 @@ TEST_F(ZeroStages, CommunicationVolumePerStep) {
   EngineOptions reuse = fp32_clipped(3);
   reuse.zero.stage3_param_persistence_threshold = 0;  // reuse on (default distance 1e9)
   EXPECT_EQ(volume(train(*comm_, reuse, 1).comm_one_step), 2 * padded);
+}
+
+// The paper's 3Ψ for stage 3 (section 7), on a model whose embedding and head (gathered once
+// here, see above) are under 1% of Ψ: a deep, narrow-vocabulary LLaMA.
+TEST_F(ZeroStages, Stage3VolumeIsThreePsiWhenEmbeddingAndHeadAreSmall) {
+  ModelConfig deep = tiny();
+  deep.vocab_size = 16;
+  deep.n_layer = 8;
+  const ParamLayout layout(deep);
+  const int64_t N = comm_->world_size();
+  int64_t psi = 0, padded = 0;
+  for (const Unit& u : layout.units()) psi += (int64_t)u.numel, padded += ((int64_t)u.numel + N - 1) / N * N;
+  EngineOptions eo = fp32_clipped(3);
+  eo.zero.stage3_max_reuse_distance = 0;
+  const RunResult got = train(*comm_, eo, 1, deep);
+  const CommStats& c = got.comm_one_step;
+  const double volume = (double)(c[(size_t)CollKind::kReduceScatter].elements +
+                                 c[(size_t)CollKind::kAllGather].elements) / psi;
+  EXPECT_NEAR(volume, 3.0, 0.03 + 3.0 * (padded - psi) / psi);
 }
 
 // Stage 3: gathered parameters never exceed stage3_max_live_parameters plus one unit, even
