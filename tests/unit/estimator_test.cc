@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "trainer/estimate.h"
 #include "zero/engine.h"
+#include "tests/unit/json_fixture.h"
 
 namespace zt {
 namespace {
@@ -96,11 +97,7 @@ TEST(ZeroPaper, FormatRule) {
 }
 
 json load_fixture() {
-  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/deepspeed_estimates.json");
-  EXPECT_TRUE(in.good()) << "run scripts/make_estimator_reference.py";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str());
+  return load_json_fixture("deepspeed_estimates.json", "make_estimator_reference.py");
 }
 
 void expect_rel(int64_t ours, int64_t theirs, const std::string& what) {

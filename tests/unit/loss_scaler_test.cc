@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/json_fixture.h"
 
 namespace zt {
 namespace {
@@ -16,11 +17,7 @@ namespace {
 using json = nlohmann::json;
 
 json load_fixture() {
-  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/loss_scaler_reference.json");
-  EXPECT_TRUE(in.good()) << "run scripts/make_loss_scaler_reference.py";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str());
+  return load_json_fixture("loss_scaler_reference.json", "make_loss_scaler_reference.py");
 }
 
 TEST(LossScaler, MatchesDeepSpeedDynamicLossScalerPerStep) {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "trainer/ds_config.h"
+#include "tests/unit/json_fixture.h"
 
 namespace zt {
 namespace {
@@ -17,11 +18,7 @@ namespace {
 using json = nlohmann::json;
 
 json load_fixture() {
-  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/lr_reference.json");
-  EXPECT_TRUE(in.good()) << "run scripts/make_lr_reference.py";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str());
+  return load_json_fixture("lr_reference.json", "make_lr_reference.py");
 }
 
 TEST(LrSchedule, MatchesDeepSpeedLrSchedulesPerOptimizerStep) {
