@@ -205,6 +205,7 @@ double evaluate(Run& r, int batches) {
     r.engine->begin_pass();
     sum += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f).loss;
   }
+  r.engine->drop_gathered();
   double v[2] = {sum, (double)n};
   r.comm->all_reduce_scalars(v, 2, ScalarOp::kSum);
   return v[1] > 0 ? v[0] / v[1] : NAN;

@@ -412,6 +412,11 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   return st;
 }
 
+void Engine::drop_gathered() {
+  for (UnitState& s : units_)
+    if (s.gathered.data() && s.live == 0) free_gathered(s);
+}
+
 void Engine::finish_step() {
   for (UnitState& s : units_) {
     be_->zero(s.grads.data(), s.grads.bytes());
@@ -424,8 +429,7 @@ void Engine::finish_step() {
     trace_valid_ = true;
     recording_.clear();
   }
-  for (UnitState& s : units_)  // nothing stays gathered across steps: parameters changed
-    if (s.gathered.data() && s.live == 0) free_gathered(s);
+  drop_gathered();  // nothing stays gathered across steps: parameters changed
 }
 
 }  // namespace zt

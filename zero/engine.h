@@ -96,6 +96,9 @@ class Engine final : public UnitEngine {
   // Starts a forward(/backward) pass: stage 3 matches its unit sequence against the recorded
   // one from the start (call before each micro-step and each evaluation batch).
   void begin_pass();
+  // Stage 3: frees units still gathered (kept for reuse or prefetched) by passes that ended,
+  // e.g. after evaluation, so the next step's traffic is its own.
+  void drop_gathered();
   // DeepSpeed's is_gradient_accumulation_boundary: true for the last micro-batch of a step.
   void set_gradient_accumulation_boundary(bool last) { boundary_ = last; }
   // One optimizer step at learning rate lr: finish gradient communication, global grad norm
