@@ -28,7 +28,7 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (mag < 0x38800000u) {  // subnormal half (or zero): scale into the 2^-24 grid
     float a;
@@ -52,8 +52,8 @@ float f16_to_f32(uint16_t h) {
     if (sign) out = -out;
     return out;
   }
-  uint32_t u = exp == 31 ? (sign | 0x7f800000u | (man << 13))
-                         : (sign | ((exp + 112u) << 23) | (man << 13));
+  uint32_t u =
+      exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112u) << 23) | (man << 13));
   std::memcpy(&out, &u, 4);
   return out;
 }

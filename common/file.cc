@@ -40,15 +40,18 @@ absl::Status check_json_nesting(std::string_view text, int max_depth, const std:
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth)
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": JSON nested deeper than ", max_depth, " levels; this cannot be a valid "
-            "config"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ": JSON nested deeper than ",
+                                                       max_depth,
+                                                       " levels; this cannot be a valid "
+                                                       "config"));
     } else if (c == ']' || c == '}') {
       --depth;
     }

@@ -10,23 +10,23 @@
 #include "absl/strings/str_cat.h"
 
 // Internal invariant: prints the condition with file:line and aborts. Never for user input.
-#define ZT_CHECK(cond)                                                                  \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "zerotrain internal error at %s:%d: check failed: %s\n",     \
-                   __FILE__, __LINE__, #cond);                                          \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define ZT_CHECK(cond)                                                                        \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      std::fprintf(stderr, "zerotrain internal error at %s:%d: check failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                                          \
+      std::abort();                                                                           \
+    }                                                                                         \
   } while (0)
 
 #define ZT_CONCAT_INNER(a, b) a##b
 #define ZT_CONCAT(a, b) ZT_CONCAT_INNER(a, b)
 
 // Returns early from the enclosing function when `expr` (an absl::Status) is not ok.
-#define ZT_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    absl::Status zt_status_ = (expr);         \
-    if (!zt_status_.ok()) return zt_status_;  \
+#define ZT_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    absl::Status zt_status_ = (expr);        \
+    if (!zt_status_.ok()) return zt_status_; \
   } while (0)
 
 // `lhs = value of expr` (an absl::StatusOr<T>), or return its error.

@@ -1,9 +1,9 @@
-#include <cstdio>
 #include "data/loader.h"
 
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <span>
@@ -38,12 +38,12 @@ absl::Status check_options(const DataLoaderOptions& o) {
         " T=", o.T));
   }
   if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("data loader: rank ", o.rank,
-                                                   " is outside world size ", o.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data loader: rank ", o.rank, " is outside world size ", o.world_size));
   }
   if (o.vocab_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data loader: the model's vocab_size must be positive, got ", o.vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data loader: the model's vocab_size must be positive, got ", o.vocab_size));
   }
   return absl::OkStatus();
 }
@@ -57,9 +57,9 @@ absl::StatusOr<std::vector<std::string>> glob_shards(const std::string& pattern)
   if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);
   if (paths.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no token shards match '", pattern,
-        "'. Check the path, or create shards with zerotrain prepare."));
+    return absl::NotFoundError(
+        absl::StrCat("no token shards match '", pattern,
+                     "'. Check the path, or create shards with zerotrain prepare."));
   }
   return paths;
 }
@@ -81,8 +81,11 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
     const uint32_t max_token = shard.max_token();
     if (max_token >= static_cast<uint32_t>(options.vocab_size)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "token shard '", path, "' holds token id ", max_token, " but the model's vocabulary "
-          "has ", options.vocab_size, " tokens: the tokenizer that made the shard has a larger "
+          "token shard '", path, "' holds token id ", max_token,
+          " but the model's vocabulary "
+          "has ",
+          options.vocab_size,
+          " tokens: the tokenizer that made the shard has a larger "
           "vocabulary than the model. Use the model's tokenizer (re-run zerotrain prepare) or "
           "a model whose vocab_size covers it."));
     }
@@ -97,10 +100,10 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
   }
   if (loader.shards_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "every token shard is too small for one batch: ", too_small, "; one batch needs B*T+1 = ",
-        int64_t{options.B} * options.T + 1, " tokens per rank, W*B*T+1 = ",
-        loader.window_stride_ + 1, " for ", options.world_size, " rank(s) (B=", options.B,
-        " T=", options.T, "). Use a smaller B or T, or more data."));
+        "every token shard is too small for one batch: ", too_small,
+        "; one batch needs B*T+1 = ", int64_t{options.B} * options.T + 1,
+        " tokens per rank, W*B*T+1 = ", loader.window_stride_ + 1, " for ", options.world_size,
+        " rank(s) (B=", options.B, " T=", options.T, "). Use a smaller B or T, or more data."));
   }
   if (!too_small.empty())
     std::fprintf(stderr, "warning: skipping token shard(s) shorter than one batch: %s\n",

@@ -76,11 +76,11 @@ class DataLoader {
   void begin_shard(int64_t pos);        // sets sample_order_ for shard_order_[pos]
 
   DataLoaderOptions options_;
-  std::vector<MappedShard> shards_;      // sorted by path
-  std::vector<int64_t> shard_order_;     // this epoch's order of shard indices
-  std::vector<int64_t> sample_order_;    // this shard's sample order (empty: identity)
+  std::vector<MappedShard> shards_;    // sorted by path
+  std::vector<int64_t> shard_order_;   // this epoch's order of shard indices
+  std::vector<int64_t> sample_order_;  // this shard's sample order (empty: identity)
   DataLoaderState state_;
-  int64_t window_stride_ = 0;            // W*B*T
+  int64_t window_stride_ = 0;  // W*B*T
   int64_t batches_per_epoch_ = 0;
   int64_t num_tokens_ = 0;
 };

@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "data/shard.h"
-#include "common/file.h"
 #include "data/tokenizer.h"
 
 namespace zt {
@@ -45,8 +45,8 @@ void remove_stale_train_shards(const fs::path& out_dir, int64_t first) {
 
 absl::Status prepare_text(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0.0 && o.val_fraction <= 0.5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "val_fraction must be in [0, 0.5], got ", o.val_fraction, " (e.g. 0.1 for 10%)"));
+    return absl::InvalidArgumentError(absl::StrCat("val_fraction must be in [0, 0.5], got ",
+                                                   o.val_fraction, " (e.g. 0.1 for 10%)"));
   }
   if (o.inputs.empty()) {
     return absl::InvalidArgumentError("prepare: no input files given (--input FILE[,FILE])");
@@ -57,9 +57,11 @@ absl::Status prepare_text(const PrepareOptions& o) {
   }
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer_path));
   if (o.model_vocab_size && tok.vocab_size() > *o.model_vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer '", o.tokenizer_path, "' has ", tok.vocab_size(), " tokens but the model's "
-        "vocabulary has ", *o.model_vocab_size, "; use the model's own tokenizer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer '", o.tokenizer_path, "' has ", tok.vocab_size(),
+                     " tokens but the model's "
+                     "vocabulary has ",
+                     *o.model_vocab_size, "; use the model's own tokenizer"));
   }
 
   std::vector<uint32_t> tokens;  // (N,) all documents, each [BOS] + its tokens
@@ -72,19 +74,22 @@ absl::Status prepare_text(const PrepareOptions& o) {
   const auto n_val = static_cast<int64_t>(std::llround(o.val_fraction * n));
   const int64_t n_train = n - n_val;
   if (n_train < 2 || (o.val_fraction > 0 && n_val < 2)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prepare: ", n, " tokens split into ", n_train, " train and ", n_val, " val tokens "
-        "(val_fraction ", o.val_fraction, "); each part needs at least 2 tokens. Give more "
-        "text or change --val-fraction."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prepare: ", n, " tokens split into ", n_train, " train and ", n_val,
+                     " val tokens "
+                     "(val_fraction ",
+                     o.val_fraction,
+                     "); each part needs at least 2 tokens. Give more "
+                     "text or change --val-fraction."));
   }
 
   const fs::path out_dir(o.out_dir);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "prepare: cannot create output directory '", o.out_dir, "': ",
-        ec ? ec.message() : std::string("a file of that name exists")));
+    return absl::PermissionDeniedError(
+        absl::StrCat("prepare: cannot create output directory '", o.out_dir,
+                     "': ", ec ? ec.message() : std::string("a file of that name exists")));
   }
   const std::span<const uint32_t> all(tokens);
   int64_t num_train_shards = 0;
@@ -100,11 +105,12 @@ absl::Status prepare_text(const PrepareOptions& o) {
   } else {
     fs::remove(val_path, ec);
   }
-  std::printf("prepare: %lld tokens from %zu file(s): train %lld tokens in %lld shard(s), "
-              "val %lld tokens, %s tokens, in %s\n",
-              static_cast<long long>(n), o.inputs.size(), static_cast<long long>(n_train),
-              static_cast<long long>(num_train_shards), static_cast<long long>(n_val),
-              tok.vocab_size() <= 65536 ? "uint16" : "uint32", o.out_dir.c_str());
+  std::printf(
+      "prepare: %lld tokens from %zu file(s): train %lld tokens in %lld shard(s), "
+      "val %lld tokens, %s tokens, in %s\n",
+      static_cast<long long>(n), o.inputs.size(), static_cast<long long>(n_train),
+      static_cast<long long>(num_train_shards), static_cast<long long>(n_val),
+      tok.vocab_size() <= 65536 ? "uint16" : "uint32", o.out_dir.c_str());
   return absl::OkStatus();
 }
 

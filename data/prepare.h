@@ -11,11 +11,11 @@
 namespace zt {
 
 struct PrepareOptions {
-  std::string tokenizer_path;           // sentencepiece .model
-  std::vector<std::string> inputs;      // UTF-8 text files; each file is one document
-  std::string out_dir;                  // created if missing
-  double val_fraction = 0.1;            // share of tokens (from the end) for validation
-  std::optional<int> model_vocab_size;  // when set, the tokenizer must not exceed it
+  std::string tokenizer_path;              // sentencepiece .model
+  std::vector<std::string> inputs;         // UTF-8 text files; each file is one document
+  std::string out_dir;                     // created if missing
+  double val_fraction = 0.1;               // share of tokens (from the end) for validation
+  std::optional<int> model_vocab_size;     // when set, the tokenizer must not exceed it
   int64_t max_shard_tokens = 100'000'000;  // tokens per train shard at most
 };
 

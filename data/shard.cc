@@ -30,8 +30,8 @@ struct FileCloser {
 };
 
 absl::Status write_error(const std::string& path, const char* what) {
-  return absl::PermissionDeniedError(absl::StrCat("cannot write shard '", path, "': ", what,
-                                                  " (", std::strerror(errno),
+  return absl::PermissionDeniedError(absl::StrCat("cannot write shard '", path, "': ", what, " (",
+                                                  std::strerror(errno),
                                                   "). Check the directory exists and is "
                                                   "writable and the disk is not full."));
 }
@@ -65,9 +65,9 @@ absl::Status write_shard(const std::string& path, std::span<const uint32_t> toke
         absl::StrCat("write_shard '", path, "': vocab_size must be positive, got ", vocab_size));
   }
   if (tokens.size() >= (size_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "write_shard '", path, "': ", tokens.size(),
-        " tokens do not fit one shard (the header holds an int32 count); split them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("write_shard '", path, "': ", tokens.size(),
+                     " tokens do not fit one shard (the header holds an int32 count); split them"));
   }
   const auto max_it = std::max_element(tokens.begin(), tokens.end());
   if (max_it != tokens.end() && *max_it >= static_cast<uint32_t>(vocab_size)) {
@@ -103,8 +103,8 @@ absl::StatusOr<ShardInfo> read_shard_header(const std::string& path) {
   }
   if (file_bytes < kShardHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "token shard '", path, "' has ", file_bytes, " bytes, shorter than the ",
-        kShardHeaderBytes, "-byte header of an llm.c shard; it is empty, truncated or not a "
+        "token shard '", path, "' has ", file_bytes, " bytes, shorter than the ", kShardHeaderBytes,
+        "-byte header of an llm.c shard; it is empty, truncated or not a "
         "shard. Recreate it (zerotrain prepare)."));
   }
   int32_t header[kShardHeaderInts];
@@ -126,22 +126,25 @@ absl::StatusOr<ShardInfo> read_shard_header(const std::string& path) {
     }
     info.bytes_per_token = u16 ? 2 : 4;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token shard '", path, "' has magic ", magic, ", expected ", kShardMagicU16,
-        " (uint16 tokens) or ", kShardMagicU32, " (uint32 tokens); it may not be an llm.c "
-        "token shard. Create shards with zerotrain prepare."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token shard '", path, "' has magic ", magic, ", expected ", kShardMagicU16,
+                     " (uint16 tokens) or ", kShardMagicU32,
+                     " (uint32 tokens); it may not be an llm.c "
+                     "token shard. Create shards with zerotrain prepare."));
   }
   info.num_tokens = header[2];
   if (info.num_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token shard '", path, "' has a negative token count ", info.num_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token shard '", path, "' has a negative token count ", info.num_tokens));
   }
   const int64_t expected_bytes = kShardHeaderBytes + info.num_tokens * info.bytes_per_token;
   if (file_bytes != expected_bytes) {
-    return absl::DataLossError(absl::StrCat(
-        "token shard '", path, "': header says ", info.num_tokens, " tokens of ",
-        info.bytes_per_token, " bytes (", expected_bytes, " bytes with the header) but the "
-        "file has ", file_bytes, " bytes; it is truncated or corrupt. Recreate it."));
+    return absl::DataLossError(
+        absl::StrCat("token shard '", path, "': header says ", info.num_tokens, " tokens of ",
+                     info.bytes_per_token, " bytes (", expected_bytes,
+                     " bytes with the header) but the "
+                     "file has ",
+                     file_bytes, " bytes; it is truncated or corrupt. Recreate it."));
   }
   return info;
 }
@@ -152,16 +155,15 @@ absl::StatusOr<MappedShard> MappedShard::open(const std::string& path) {
   shard.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("token shard '", path,
-                                                   "' cannot be opened: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token shard '", path, "' cannot be opened: ", std::strerror(errno)));
   }
   void* map = ::mmap(nullptr, shard.info_.file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);
   if (map == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("token shard '", path,
-                                                     "' cannot be mapped: ",
-                                                     std::strerror(map_errno)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("token shard '", path, "' cannot be mapped: ", std::strerror(map_errno)));
   }
   shard.map_ = map;
   shard.map_bytes_ = shard.info_.file_bytes;

@@ -24,9 +24,9 @@ inline constexpr int32_t kShardVersionU32 = 7;
 
 // What a shard's header says, checked against its file.
 struct ShardInfo {
-  int64_t num_tokens = 0;     // tokens after the header
-  int bytes_per_token = 0;    // 2 (uint16) or 4 (uint32)
-  int64_t file_bytes = 0;     // = kShardHeaderBytes + num_tokens * bytes_per_token
+  int64_t num_tokens = 0;   // tokens after the header
+  int bytes_per_token = 0;  // 2 (uint16) or 4 (uint32)
+  int64_t file_bytes = 0;   // = kShardHeaderBytes + num_tokens * bytes_per_token
 };
 
 // Writes `tokens` to `path` as an llm.c shard: uint16 when vocab_size <= 65,536, else
@@ -34,8 +34,7 @@ struct ShardInfo {
 // Errors: InvalidArgument when vocab_size <= 0, a token is >= vocab_size (names it), or
 // there are 2^31 tokens or more (the header holds an int32 count); PermissionDenied
 // naming the path when the file cannot be written (missing directory, no space, ...).
-absl::Status write_shard(const std::string& path, std::span<const uint32_t> tokens,
-                         int vocab_size);
+absl::Status write_shard(const std::string& path, std::span<const uint32_t> tokens, int vocab_size);
 
 // Reads and checks the header of the shard at `path` against the file size.
 // Errors (each names the path): NotFound (missing file), InvalidArgument (shorter than the
@@ -71,7 +70,7 @@ class MappedShard {
   MappedShard() = default;
   std::string path_;
   ShardInfo info_;
-  void* map_ = nullptr;   // whole file, header included
+  void* map_ = nullptr;  // whole file, header included
   size_t map_bytes_ = 0;
 };
 

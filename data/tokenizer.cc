@@ -31,8 +31,8 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& path) {
   auto sp = std::make_shared<spm::Processor>();
   const std::string error = sp->load(path);
   if (!error.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer '", path, "' is not a sentencepiece model (", error, "). ", kHint));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer '", path, "' is not a sentencepiece model (", error, "). ", kHint));
   }
   return Tokenizer(std::move(sp));
 }

@@ -19,9 +19,8 @@ namespace zt {
 // Returns the updated parameter; m and v are updated in place. step = lr / bc1 and
 // bc2_sqrt = sqrt(bc2) are the bias corrections of step t (1 when bias_correction is off).
 ZT_HOST_DEVICE inline float adamw_element(float p, float grad, float& m, float& v, float lr,
-                                          float beta1, float beta2, float eps, float wd,
-                                          float step, float bc2_sqrt, float grad_scale,
-                                          bool adam_w_mode) {
+                                          float beta1, float beta2, float eps, float wd, float step,
+                                          float bc2_sqrt, float grad_scale, bool adam_w_mode) {
   float g = grad * grad_scale;
   if (!adam_w_mode) g += wd * p;
   m = beta1 * m + (1.f - beta1) * g;

@@ -42,8 +42,8 @@ class Backend {
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC) = 0;
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on device.
-  virtual void embedding_forward(float* out, const int* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C) = 0;
+  virtual void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
+                                 int B, int T, int C) = 0;
   // dwte[tokens] += dout; dwpe[t] += dout (when dwpe is not null).
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
                                   int B, int T, int C) = 0;
@@ -91,9 +91,9 @@ class Backend {
   //   m^ = m/(1-b1^t), v^ = v/(1-b2^t) (when bias_correction);
   //   p -= lr * (m^/(sqrt(v^)+eps) + wd p)   (adam_w_mode: decoupled decay),
   //   or g += wd p before the moments (adam_w_mode false: L2, DeepSpeed's "Adam").
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay,
-                            int t, float grad_scale, bool adam_w_mode, bool bias_correction) = 0;
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int t,
+                            float grad_scale, bool adam_w_mode, bool bias_correction) = 0;
   // Sum of squares of n fp32 elements, accumulated in double; result on the host.
   virtual double sum_squares(const float* x, size_t n) = 0;
   // x (n) *= s.

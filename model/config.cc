@@ -1,7 +1,6 @@
 #include "model/config.h"
 
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -79,19 +78,20 @@ std::vector<std::string> preset_names() {
 absl::StatusOr<ModelConfig> preset(std::string_view name) {
   for (const auto& p : presets())
     if (name == p.name) return p.config;
-  return absl::InvalidArgumentError(absl::StrCat("unknown model preset '", std::string(name),
-                                                 "'; choose one of: ",
-                                                 absl::StrJoin(preset_names(), ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model preset '", std::string(name),
+                   "'; choose one of: ", absl::StrJoin(preset_names(), ", ")));
 }
 
 absl::Status validate(const ModelConfig& c) {
   auto bad = [](std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("invalid model config: ", std::string(what)));
   };
-  if (c.vocab_size <= 0 || c.max_seq_len <= 0 || c.n_layer <= 0 || c.n_head <= 0 ||
-      c.hidden <= 0 || c.intermediate <= 0 || c.n_kv_head <= 0)
-    return bad("vocab_size, max_seq_len, n_layer, n_head, n_kv_head, hidden and "
-               "intermediate must all be positive");
+  if (c.vocab_size <= 0 || c.max_seq_len <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.hidden <= 0 ||
+      c.intermediate <= 0 || c.n_kv_head <= 0)
+    return bad(
+        "vocab_size, max_seq_len, n_layer, n_head, n_kv_head, hidden and "
+        "intermediate must all be positive");
   if (c.hidden % c.n_head != 0) return bad("hidden must be a multiple of n_head");
   if (c.n_head % c.n_kv_head != 0) return bad("n_head must be a multiple of n_kv_head");
   if (!c.is_gpt2() && c.head_dim() % 2 != 0) return bad("RoPE needs an even head_dim");
@@ -113,10 +113,12 @@ class HfFields {
       return error(key, "is missing; this model_type needs it");
     }
     const auto& v = j_[key];
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
       return error(key, absl::StrCat("must be a whole number, got ", v.dump()));
     const double d = v.get<double>();
-    if (d < 1 || d > (1 << 30)) return error(key, absl::StrCat("must be in [1, 2^30], got ", v.dump()));
+    if (d < 1 || d > (1 << 30))
+      return error(key, absl::StrCat("must be in [1, 2^30], got ", v.dump()));
     return static_cast<int>(d);
   }
   // A finite number > 0.
@@ -127,7 +129,9 @@ class HfFields {
       return error(key, absl::StrCat("must be a finite number > 0, got ", v.dump()));
     return static_cast<float>(v.get<double>());
   }
-  absl::StatusOr<float> positive(const char* key, float def) const { return positive(j_, key, def); }
+  absl::StatusOr<float> positive(const char* key, float def) const {
+    return positive(j_, key, def);
+  }
   absl::StatusOr<std::string> text(const char* key, const char* def) const {
     if (!has(key)) return std::string(def);
     if (!j_[key].is_string()) return error(key, "must be a string");
@@ -176,7 +180,8 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     c.tied_embeddings = true;
     ZT_ASSIGN_OR_RETURN(const std::string act, f.text("activation_function", "gelu_new"));
     if (act != "gelu_new")
-      return f.error("activation_function", absl::StrCat("'", act, "' is not supported; use gelu_new"));
+      return f.error("activation_function",
+                     absl::StrCat("'", act, "' is not supported; use gelu_new"));
   } else if (type == "llama") {
     c.arch = Arch::kLLaMA;
     ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
@@ -201,7 +206,8 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     // Variants this transformer does not implement would load with wrong results.
     ZT_ASSIGN_OR_RETURN(const std::string act, f.text("hidden_act", "silu"));
     if (act != "silu")
-      return f.error("hidden_act", absl::StrCat("'", act, "' is not supported; LLaMA models here "
+      return f.error("hidden_act", absl::StrCat("'", act,
+                                                "' is not supported; LLaMA models here "
                                                 "use silu (SwiGLU)"));
     ZT_ASSIGN_OR_RETURN(const bool attention_bias, f.flag("attention_bias", false));
     ZT_ASSIGN_OR_RETURN(const bool mlp_bias, f.flag("mlp_bias", false));
@@ -210,13 +216,15 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     if (f.has("head_dim")) {
       ZT_ASSIGN_OR_RETURN(const int head_dim, f.integer("head_dim"));
       if ((int64_t)head_dim * c.n_head != c.hidden)
-        return f.error("head_dim", absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ",
-                                                c.hidden, "; only hidden_size / heads is supported"));
+        return f.error("head_dim",
+                       absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ", c.hidden,
+                                    "; only hidden_size / heads is supported"));
     }
     if (f.has("rope_scaling"))
       return f.error("rope_scaling", "is not supported; use a model without RoPE scaling");
   } else {
-    return f.error("model_type", absl::StrCat("'", type, "' is not supported; use 'gpt2' or 'llama'"));
+    return f.error("model_type",
+                   absl::StrCat("'", type, "' is not supported; use 'gpt2' or 'llama'"));
   }
   ZT_RETURN_IF_ERROR(validate(c));
   return c;

@@ -14,15 +14,15 @@ enum class Arch { kGPT2, kLLaMA };
 
 struct ModelConfig {
   Arch arch = Arch::kLLaMA;
-  int vocab_size = 0;        // V
-  int max_seq_len = 0;       // maximum T (GPT-2: learned positions)
-  int n_layer = 0;           // L
-  int n_head = 0;            // query heads
-  int n_kv_head = 0;         // key/value heads (GQA when < n_head)
-  int hidden = 0;            // C
-  int intermediate = 0;      // MLP width (GPT-2: 4C)
-  float norm_eps = 1e-5f;    // LayerNorm / RMSNorm epsilon
-  float rope_theta = 1e4f;   // LLaMA only
+  int vocab_size = 0;            // V
+  int max_seq_len = 0;           // maximum T (GPT-2: learned positions)
+  int n_layer = 0;               // L
+  int n_head = 0;                // query heads
+  int n_kv_head = 0;             // key/value heads (GQA when < n_head)
+  int hidden = 0;                // C
+  int intermediate = 0;          // MLP width (GPT-2: 4C)
+  float norm_eps = 1e-5f;        // LayerNorm / RMSNorm epsilon
+  float rope_theta = 1e4f;       // LLaMA only
   bool tied_embeddings = false;  // lm_head shares wte (GPT-2)
 
   int head_dim() const { return hidden / n_head; }

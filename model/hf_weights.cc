@@ -76,19 +76,24 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
     if (!r.contains(name) && name.starts_with("transformer.") && r.contains(name.substr(12)))
       name = name.substr(12);
     if (!r.contains(name))
-      return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing from the "
-                                              "checkpoint; is it a ", c.is_gpt2() ? "GPT-2" : "LLaMA",
+      return absl::NotFoundError(absl::StrCat("tensor '", name,
+                                              "' is missing from the "
+                                              "checkpoint; is it a ",
+                                              c.is_gpt2() ? "GPT-2" : "LLaMA",
                                               " model matching --model?"));
     ZT_ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.shape(name));
     const bool vec = p.slot->shape.size() == 1;
-    std::vector<int64_t> want = vec ? std::vector<int64_t>{p.rows}
-                                    : p.transposed ? std::vector<int64_t>{p.cols, p.rows}
-                                                   : std::vector<int64_t>{p.rows, p.cols};
+    std::vector<int64_t> want = vec            ? std::vector<int64_t>{p.rows}
+                                : p.transposed ? std::vector<int64_t>{p.cols, p.rows}
+                                               : std::vector<int64_t>{p.rows, p.cols};
     if (shape != want)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "' has shape [", absl::StrJoin(shape, ", "), "] but the model "
-          "config needs [", absl::StrJoin(want, ", "), "]; check that --model matches the "
-          "checkpoint"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape [",
+                                                     absl::StrJoin(shape, ", "),
+                                                     "] but the model "
+                                                     "config needs [",
+                                                     absl::StrJoin(want, ", "),
+                                                     "]; check that --model matches the "
+                                                     "checkpoint"));
     buf.resize(p.rows * p.cols);
     ZT_RETURN_IF_ERROR(r.read_f32(name, buf));
     float* dst = out.data() + p.slot->offset + p.row_offset * p.cols;

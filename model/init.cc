@@ -7,8 +7,7 @@
 
 namespace zt {
 
-void init_unit(const ModelConfig& c, const Unit& unit, int u, uint64_t seed,
-               std::span<float> out) {
+void init_unit(const ModelConfig& c, const Unit& unit, int u, uint64_t seed, std::span<float> out) {
   ZT_CHECK(out.size() == unit.numel);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(u) + 1);
   // Box-Muller on mt19937_64 bits: identical on every platform (std::normal_distribution is not).

@@ -14,9 +14,9 @@
 namespace zt {
 
 struct TensorSlot {
-  std::string name;             // internal name, e.g. "qkv.w"
-  std::vector<int64_t> shape;   // e.g. {qkv_dim, C}
-  size_t offset = 0;            // in elements, from the start of the unit's flat buffer
+  std::string name;            // internal name, e.g. "qkv.w"
+  std::vector<int64_t> shape;  // e.g. {qkv_dim, C}
+  size_t offset = 0;           // in elements, from the start of the unit's flat buffer
   size_t numel = 0;
 };
 

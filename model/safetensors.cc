@@ -1,8 +1,6 @@
 // safetensors reader/writer; see safetensors.h for the format.
 #include "model/safetensors.h"
 
-#include "common/file.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -37,8 +36,7 @@ const std::map<std::string, size_t>& known_dtypes() {
 std::string errno_text() { return std::strerror(errno); }
 
 absl::Status bad_file(const std::string& path, const std::string& what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": not a valid safetensors file: ", what));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid safetensors file: ", what));
 }
 
 // Reads a little-endian u64 from unaligned bytes.
@@ -98,8 +96,7 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
     std::string why = errno_text();
     if (errno == ENOENT)
       return absl::NotFoundError(absl::StrCat(path, ": cannot open safetensors file: ", why));
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot open safetensors file: ", why));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open safetensors file: ", why));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -114,13 +111,14 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return bad_file(path, absl::StrCat("truncated: ", size,
-                                       " bytes, shorter than the 8-byte header length"));
+    return bad_file(
+        path, absl::StrCat("truncated: ", size, " bytes, shorter than the 8-byte header length"));
   }
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   std::string mmap_err = addr == MAP_FAILED ? errno_text() : "";
   ::close(fd);
-  if (addr == MAP_FAILED) return absl::InvalidArgumentError(absl::StrCat(path, ": mmap: ", mmap_err));
+  if (addr == MAP_FAILED)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": mmap: ", mmap_err));
   auto map = std::make_shared<Mapping>();
   map->data = static_cast<const std::byte*>(addr);
   map->size = size;
@@ -151,8 +149,8 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
       if (!v.is_object()) return bad_file(path, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          return bad_file(path, absl::StrCat("__metadata__ value of '", m.key(),
-                                             "' is not a string"));
+          return bad_file(path,
+                          absl::StrCat("__metadata__ value of '", m.key(), "' is not a string"));
         f.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -173,8 +171,8 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
     if (dt == known_dtypes().end()) {
       std::vector<std::string> names;
       for (const auto& [k, unused] : known_dtypes()) names.push_back(k);
-      return where(absl::StrCat("unknown dtype '", e.dtype, "' (known: ",
-                                absl::StrJoin(names, ", "), ")"));
+      return where(
+          absl::StrCat("unknown dtype '", e.dtype, "' (known: ", absl::StrJoin(names, ", "), ")"));
     }
     // numel with overflow check against the file size.
     uint64_t numel = 1;
@@ -188,7 +186,8 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
     }
     const uint64_t begin = v["data_offsets"][0].get<uint64_t>();
     const uint64_t end = v["data_offsets"][1].get<uint64_t>();
-    if (begin > end) return where(absl::StrCat("data_offsets [", begin, ", ", end, "] has begin > end"));
+    if (begin > end)
+      return where(absl::StrCat("data_offsets [", begin, ", ", end, "] has begin > end"));
     if (end > data_size)
       return where(absl::StrCat("data_offsets [", begin, ", ", end,
                                 "] out of range: the data section has ", data_size,
@@ -244,9 +243,9 @@ absl::Status SafeTensorsFile::read_f32(const std::string& name, std::span<float>
                                                    t.dtype, "; expected F32, BF16, F16 or F64"));
   const int64_t n = t.numel();
   if (static_cast<int64_t>(out.size()) != n)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' in ", path_, " has ", n, " elements, but ", out.size(),
-        " were expected (shape mismatch with the model config?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' in ", path_, " has ", n, " elements, but ", out.size(),
+                     " were expected (shape mismatch with the model config?)"));
   const std::byte* p = t.bytes.data();
   if (t.dtype == "F32") {
     std::memcpy(out.data(), p, static_cast<size_t>(n) * 4);
@@ -327,9 +326,10 @@ absl::StatusOr<SafeTensorsModel> open_hf_model_dir(const std::string& dir) {
     return m;
   }
   if (!exists(index))
-    return absl::NotFoundError(absl::StrCat(
-        dir, ": no model.safetensors or model.safetensors.index.json; pass a Hugging Face "
-             "model directory"));
+    return absl::NotFoundError(
+        absl::StrCat(dir,
+                     ": no model.safetensors or model.safetensors.index.json; pass a Hugging Face "
+                     "model directory"));
 
   ZT_ASSIGN_OR_RETURN(std::string text, read_file(index, "safetensors index"));
   json j;
@@ -350,17 +350,17 @@ absl::StatusOr<SafeTensorsModel> open_hf_model_dir(const std::string& dir) {
           absl::StrCat(index, ": weight_map entry '", it.key(), "' is not a file name"));
     const std::string file = it.value().get<std::string>();
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-      return absl::InvalidArgumentError(absl::StrCat(
-          index, ": weight_map entry '", it.key(), "' names '", file,
-          "'; shard files must be plain file names in the same directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index, ": weight_map entry '", it.key(), "' names '", file,
+                       "'; shard files must be plain file names in the same directory"));
     auto [s, inserted] = shard_index.emplace(file, m.shards_.size());
     if (inserted) {
       ZT_ASSIGN_OR_RETURN(SafeTensorsFile f, SafeTensorsFile::open(dir + "/" + file));
       m.shards_.push_back(std::move(f));
     }
     if (!m.shards_[s->second].contains(it.key()))
-      return absl::InvalidArgumentError(absl::StrCat(
-          index, ": weight_map puts tensor '", it.key(), "' in ", file, ", which does not hold it"));
+      return absl::InvalidArgumentError(absl::StrCat(index, ": weight_map puts tensor '", it.key(),
+                                                     "' in ", file, ", which does not hold it"));
     m.where_[it.key()] = s->second;
   }
   // Tensors a shard holds but the index does not list are still served, once.
@@ -368,9 +368,9 @@ absl::StatusOr<SafeTensorsModel> open_hf_model_dir(const std::string& dir) {
     for (const std::string& n : m.shards_[i].names()) {
       auto [w, inserted] = m.where_.emplace(n, i);
       if (!inserted && w->second != i)
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": tensor '", n, "' is in two shards: ", m.shards_[w->second].path(), " and ",
-            m.shards_[i].path()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": tensor '", n, "' is in two shards: ", m.shards_[w->second].path(),
+                         " and ", m.shards_[i].path()));
     }
   }
   return m;
@@ -448,8 +448,7 @@ absl::Status write_safetensors(const std::string& path, const std::vector<NamedT
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     why = errno_text();
     ::unlink(tmp.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
   }
   return absl::OkStatus();
 }

@@ -25,8 +25,8 @@ namespace zt {
 // One tensor of an open file: a view into the mapped file, valid while any copy of the
 // SafeTensorsFile / SafeTensorsModel it came from is alive.
 struct TensorInfo {
-  std::string dtype;                 // safetensors spelling: "F32", "BF16", "F16", "F64", "I64", ...
-  std::vector<int64_t> shape;        // row-major; {} is a scalar (1 element)
+  std::string dtype;           // safetensors spelling: "F32", "BF16", "F16", "F64", "I64", ...
+  std::vector<int64_t> shape;  // row-major; {} is a scalar (1 element)
   std::span<const std::byte> bytes;  // numel() * element size bytes, not necessarily aligned
 
   // Product of shape (1 for a scalar).

@@ -28,13 +28,13 @@ struct Offsets {
 // Activations kept for backward, sized for (max_B, max_T); N = B*T rows.
 struct Transformer::Acts {
   Offsets off;
-  DeviceBuffer tokens, targets;             // (N) int32
-  std::vector<DeviceBuffer> x;              // L+1 x (N,C): residual stream into each block
+  DeviceBuffer tokens, targets;  // (N) int32
+  std::vector<DeviceBuffer> x;   // L+1 x (N,C): residual stream into each block
   std::vector<DeviceBuffer> ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid_mid, ln2, ln2_mean,
-      ln2_rstd, fc, act;                    // per layer
-  DeviceBuffer lnf, lnf_mean, lnf_rstd;     // (N,C), (N), (N)
-  DeviceBuffer logits, losses;              // (chunk,V), (N)
-  DeviceBuffer dlnf;                        // (N,C) gradient into the final norm's output
+      ln2_rstd, fc, act;                 // per layer
+  DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N), (N)
+  DeviceBuffer logits, losses;           // (chunk,V), (N)
+  DeviceBuffer dlnf;                     // (N,C) gradient into the final norm's output
   DeviceBuffer dx, dresid, dln, datty, dqkv, dact, dfc;  // backward scratch
   DeviceBuffer datt;  // (B,NH,T,T) attention backward scratch, one layer at a time
   int chunk = 0;
@@ -51,12 +51,12 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   const Unit& emb = layout_.units()[layout_.embedding_unit()];
   const Unit& blk = layout_.units()[layout_.block_unit(0)];
   const Unit& head = layout_.units()[layout_.head_unit()];
-  a_->off = {offset_of(emb, "wte"),      offset_of(emb, "wpe"),      offset_of(blk, "ln1.w"),
-             offset_of(blk, "ln1.b"),    offset_of(blk, "qkv.w"),    offset_of(blk, "qkv.b"),
+  a_->off = {offset_of(emb, "wte"),        offset_of(emb, "wpe"),        offset_of(blk, "ln1.w"),
+             offset_of(blk, "ln1.b"),      offset_of(blk, "qkv.w"),      offset_of(blk, "qkv.b"),
              offset_of(blk, "attn_out.w"), offset_of(blk, "attn_out.b"), offset_of(blk, "ln2.w"),
-             offset_of(blk, "ln2.b"),    offset_of(blk, "fc.w"),     offset_of(blk, "fc.b"),
-             offset_of(blk, "fc_out.w"), offset_of(blk, "fc_out.b"), offset_of(head, "lnf.w"),
-             offset_of(head, "lnf.b"),   offset_of(head, "lm_head.w")};
+             offset_of(blk, "ln2.b"),      offset_of(blk, "fc.w"),       offset_of(blk, "fc.b"),
+             offset_of(blk, "fc_out.w"),   offset_of(blk, "fc_out.b"),   offset_of(head, "lnf.w"),
+             offset_of(head, "lnf.b"),     offset_of(head, "lm_head.w")};
   const size_t N = (size_t)max_B * max_T, C = c.hidden, L = c.n_layer;
   const size_t fcw = c.is_gpt2() ? c.intermediate : 2 * c.intermediate;
   const auto A = MemCategory::kActivations;
@@ -140,8 +140,8 @@ void Transformer::block_forward(UnitEngine& e, int l) {
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false);
-  be_->attention_forward(a_->atty[l].f32(), a_->att[l].f32(), qkv, B_, T_, c.n_head,
-                         c.n_kv_head, c.head_dim());
+  be_->attention_forward(a_->atty[l].f32(), a_->att[l].f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
+                         c.head_dim());
   float* mid = a_->resid_mid[l].f32();  // (N,C) = x + attn_out
   be_->matmul_forward(mid, a_->atty[l].f32(), p + o.attw, at(p, o.attb), N, C, C);
   be_->add_inplace(mid, x, (size_t)N * C);
@@ -184,8 +184,8 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
     float* logits = a_->logits.f32();  // (nr, V)
     be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V);
-    if (logits_host) be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits,
-                                       sizeof(float) * nr * V);
+    if (logits_host)
+      be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits, sizeof(float) * nr * V);
     if (!targets_host) continue;
     be_->crossentropy_forward_backward(logits, a_->losses.f32() + r0,
                                        static_cast<const int*>(a_->targets.data()) + r0, nr, V,
@@ -235,8 +235,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   // MLP: out = mid + act @ Wfco^T
   float* dact = a_->dact.f32();
   be_->zero(dact, sizeof(float) * N * I);
-  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, a_->act[l].f32(), p + o.fcow, N, I,
-                       C);
+  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, a_->act[l].f32(), p + o.fcow, N, I, C);
   float* dfc = a_->dfc.f32();
   if (c.is_gpt2())
     be_->gelu_backward(dfc, a_->fc[l].f32(), dact, (size_t)N * I);
@@ -253,8 +252,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   // Attention: mid = x + atty @ Wo^T
   float* datty = a_->datty.f32();
   be_->zero(datty, sizeof(float) * NC);
-  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, a_->atty[l].f32(), p + o.attw,
-                       N, C, C);
+  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, a_->atty[l].f32(), p + o.attw, N,
+                       C, C);
   float* dqkv = a_->dqkv.f32();
   be_->zero(dqkv, sizeof(float) * N * QKV);
   be_->attention_backward(dqkv, a_->datt.f32(), datty, a_->qkv[l].f32(), a_->att[l].f32(), B_, T_,

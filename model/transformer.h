@@ -24,8 +24,8 @@ class Transformer {
   const ParamLayout& layout() const { return layout_; }
 
   struct LossResult {
-    double loss = 0;     // mean -log p(target) over non-ignored targets
-    int num_valid = 0;   // targets >= 0
+    double loss = 0;    // mean -log p(target) over non-ignored targets
+    int num_valid = 0;  // targets >= 0
   };
   // Forward on tokens and targets (host, (B,T), targets < 0 ignored). When grad_scale != 0
   // also runs the head's backward (fused with the chunked classifier, as llm.c) with

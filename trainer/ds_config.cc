@@ -3,8 +3,6 @@
 // other key is reported with the closest known one.
 #include "trainer/ds_config.h"
 
-#include "common/file.h"
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -369,8 +368,10 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
   }
   if (*micro > kMaxBatch || *gas > kMaxBatch)
     return err(absl::StrCat("train_batch_size ", *tbs, " gives train_micro_batch_size_per_gpu ",
-                            *micro, " and gradient_accumulation_steps ", *gas, "; each must be at "
-                            "most ", kMaxBatch, ", so give a smaller train_batch_size"));
+                            *micro, " and gradient_accumulation_steps ", *gas,
+                            "; each must be at "
+                            "most ",
+                            kMaxBatch, ", so give a smaller train_batch_size"));
   b->train_batch_size = *tbs;
   b->train_micro_batch_size_per_gpu = *micro;
   b->gradient_accumulation_steps = *gas;
@@ -424,9 +425,10 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
     }
     ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
     if (o->eps <= 0)
-      return absl::InvalidArgumentError(absl::StrCat(
-          src, ": optimizer.params.eps must be > 0 (with 0, Adam divides 0 by 0 wherever a "
-               "gradient is 0); DeepSpeed's default is 1e-8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(src,
+                       ": optimizer.params.eps must be > 0 (with 0, Adam divides 0 by 0 wherever a "
+                       "gradient is 0); DeepSpeed's default is 1e-8"));
     ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
     ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
     ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));

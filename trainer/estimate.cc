@@ -36,8 +36,8 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
     s.total_params = deepspeed_total_params(c);
     s.largest_layer_params = deepspeed_largest_layer_params(c);
     head = "DeepSpeed estimate_zero{2,3}_model_states_mem_needs_all_live for " + o.model +
-           ": P = " + with_commas(s.total_params) + " (tied weights once), largest layer L = " +
-           with_commas(s.largest_layer_params) +
+           ": P = " + with_commas(s.total_params) +
+           " (tied weights once), largest layer L = " + with_commas(s.largest_layer_params) +
            " (the most parameters one nn.Module of the Hugging Face model holds directly).\n\n";
   } else {
     s.total_params = o.params;
@@ -87,7 +87,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   if (o.stage == -1) {
     // offload_param only exists in stage 3; show that stage alone then.
     stages = in.offload_param != OffloadDevice::kNone ? std::vector<int>{3}
-                                                       : std::vector<int>{0, 1, 2, 3};
+                                                      : std::vector<int>{0, 1, 2, 3};
   } else {
     stages = {o.stage};
   }
@@ -99,11 +99,11 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   }
   const MemoryEstimate& e0 = es.front();
   std::string out = "Memory per rank for " + what + ": Psi = " + with_commas(e0.psi);
-  if (in.unit_numel.size() > 1)
-    out += " in " + std::to_string(in.unit_numel.size()) + " units";
-  out += ", N_d = " + std::to_string(in.dp) + "; params " + std::string(dtype_name(in.param_dtype)) +
-         ", grads " + std::string(dtype_name(in.grad_dtype)) + ", optimizer K = " +
-         std::to_string(e0.optimizer_k) + "; offload_optimizer " +
+  if (in.unit_numel.size() > 1) out += " in " + std::to_string(in.unit_numel.size()) + " units";
+  out += ", N_d = " + std::to_string(in.dp) + "; params " +
+         std::string(dtype_name(in.param_dtype)) + ", grads " +
+         std::string(dtype_name(in.grad_dtype)) +
+         ", optimizer K = " + std::to_string(e0.optimizer_k) + "; offload_optimizer " +
          std::string(offload_device_name(in.offload_optimizer)) + ", offload_param " +
          std::string(offload_device_name(in.offload_param)) + ".\n";
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
@@ -132,8 +132,8 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     out += "\n";
   };
   using M = MemCategory;
-  for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kActivations, M::kCommBuffers,
-              M::kWorkspace})
+  for (M c :
+       {M::kParams, M::kGrads, M::kOptimizer, M::kActivations, M::kCommBuffers, M::kWorkspace})
     row("device " + std::string(mem_category_name(c)),
         [c](const MemoryEstimate& e) { return e.dev(c); });
   row("device model states", [](const MemoryEstimate& e) { return e.device_model_states(); });
@@ -148,7 +148,8 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
   if (!o.table.empty()) {
     if (o.table != "zero-paper")
-      return absl::InvalidArgumentError("--table " + o.table + " is unknown; use --table zero-paper");
+      return absl::InvalidArgumentError("--table " + o.table +
+                                        " is unknown; use --table zero-paper");
     return zero_paper_table();
   }
   if (o.gpus_per_node < 1 || o.nodes < 1)

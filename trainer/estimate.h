@@ -11,20 +11,20 @@
 namespace zt {
 
 struct EstimateOptions {
-  std::string table;      // "zero-paper": print Table 1 and Figure 1 of the ZeRO paper
-  std::string formula;    // "deepspeed": DeepSpeed's estimate_zero{2,3}_model_states_mem_needs
-  std::string model;      // preset; empty -> params
-  int64_t params = 0;     // Ψ when no preset
+  std::string table;    // "zero-paper": print Table 1 and Figure 1 of the ZeRO paper
+  std::string formula;  // "deepspeed": DeepSpeed's estimate_zero{2,3}_model_states_mem_needs
+  std::string model;    // preset; empty -> params
+  int64_t params = 0;   // Ψ when no preset
   int64_t largest_layer_params = 0;  // DeepSpeed ZeRO-3 L when no preset (required then)
-  int stage = -1;         // ZeRO stage 0-3; -1: every stage (DeepSpeed: 2 and 3)
-  int dp = 0;             // N_d; 0 -> gpus_per_node * nodes
+  int stage = -1;                    // ZeRO stage 0-3; -1: every stage (DeepSpeed: 2 and 3)
+  int dp = 0;                        // N_d; 0 -> gpus_per_node * nodes
   int gpus_per_node = 1;
   int nodes = 1;
   std::string param_dtype = "bf16";
   std::string grad_dtype = "bf16";
   std::string offload_optimizer = "none";
   std::string offload_param = "none";
-  int micro_batch = 0;    // activations need a preset, micro_batch and seq_len
+  int micro_batch = 0;  // activations need a preset, micro_batch and seq_len
   int seq_len = 0;
 };
 

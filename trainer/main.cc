@@ -1,22 +1,22 @@
 // zerotrain: subcommands `info`, `prepare`, `train`, `estimate`. Flags live here (absl);
 // library code takes option structs. Every error a user can cause prints "error: ..." and
 // exits with code 2.
-#include <cstdio>
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "common/file.h"
 #include "common/status.h"
 #include "data/prepare.h"
@@ -51,10 +51,12 @@ ABSL_FLAG(int, top_k, 50, "train: sample from the k most likely tokens (0: all)"
 ABSL_FLAG(uint64_t, seed, 1337, "train: seed for initialisation, data order and sampling");
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
 // estimate (also --model, --seq_len)
-ABSL_FLAG(std::string, table, "", "estimate: 'zero-paper' prints Table 1 and Figure 1 of the ZeRO paper");
+ABSL_FLAG(std::string, table, "",
+          "estimate: 'zero-paper' prints Table 1 and Figure 1 of the ZeRO paper");
 ABSL_FLAG(std::string, formula, "", "estimate: 'deepspeed' prints DeepSpeed's estimator formulas");
 ABSL_FLAG(int64_t, params, 0, "estimate: parameter count Psi (instead of --model)");
-ABSL_FLAG(int64_t, largest_layer_params, 0, "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
+ABSL_FLAG(int64_t, largest_layer_params, 0,
+          "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
 ABSL_FLAG(int, stage, -1, "estimate: ZeRO stage 0-3 (-1: every stage)");
 ABSL_FLAG(int, dp, 0, "estimate: data-parallel degree N_d (0: gpus_per_node x nodes)");
 ABSL_FLAG(int, gpus_per_node, 1, "estimate: GPUs per node");
@@ -63,7 +65,8 @@ ABSL_FLAG(std::string, param_dtype, "bf16", "estimate: working parameter dtype (
 ABSL_FLAG(std::string, grad_dtype, "bf16", "estimate: gradient dtype (fp32, bf16, fp16)");
 ABSL_FLAG(std::string, offload_optimizer, "none", "estimate: none, cpu or nvme");
 ABSL_FLAG(std::string, offload_param, "none", "estimate: none, cpu or nvme (stage 3)");
-ABSL_FLAG(int, micro_batch, 0, "estimate: micro-batch size B for activations (with --model, --seq_len)");
+ABSL_FLAG(int, micro_batch, 0,
+          "estimate: micro-batch size B for activations (with --model, --seq_len)");
 ABSL_FLAG(bool, memory_report, false,
           "train: write memory_report_rank<r>.json (measured bytes per category vs the formula)");
 ABSL_FLAG(bool, comm_report, false,
@@ -251,8 +254,7 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> args = {argv[0]};
-  if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok())
-    return fail(s);
+  if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok()) return fail(s);
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   std::vector<char*> pos = absl::ParseCommandLine(static_cast<int>(cargv.size()), cargv.data());
@@ -262,8 +264,8 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = pos[1];
   if (pos.size() > 2)
-    return fail(absl::InvalidArgumentError(
-        std::string("unexpected argument '") + pos[2] + "'; flags start with --"));
+    return fail(absl::InvalidArgumentError(std::string("unexpected argument '") + pos[2] +
+                                           "'; flags start with --"));
   if (cmd == "info") return info();
   if (cmd == "prepare") return prepare();
   if (cmd == "train") {

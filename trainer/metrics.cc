@@ -13,17 +13,15 @@ absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
-    return absl::InvalidArgumentError(absl::StrCat("cannot create run directory '", dir,
-                                                   "': ", ec.message(),
-                                                   "; pass a writable --run-dir"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot create run directory '", dir, "': ", ec.message(), "; pass a writable --run-dir"));
   const std::string path = dir + "/metrics.jsonl";
   // A previous run's log is kept as metrics.jsonl.prev rather than truncated.
   if (std::filesystem::exists(path, ec)) std::filesystem::rename(path, path + ".prev", ec);
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f)
-    return absl::InvalidArgumentError(absl::StrCat("cannot write '", path, "': ",
-                                                   std::strerror(errno),
-                                                   "; pass a writable --run-dir"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write '", path, "': ", std::strerror(errno), "; pass a writable --run-dir"));
   return MetricsWriter(f);
 }
 

@@ -75,8 +75,9 @@ nlohmann::json comm_report(const std::vector<CommStats>& steps, int64_t psi, int
           {"stage", stage},
           {"world_size", world},
           {"psi", psi},
-          {"convention", "reduce-scatter/all-gather over n elements count n, all-reduce 2n; "
-                         "scalar reductions excluded from the volume"},
+          {"convention",
+           "reduce-scatter/all-gather over n elements count n, all-reduce 2n; "
+           "scalar reductions excluded from the volume"},
           {"mean_volume_over_psi", steps.empty() ? 0.0 : sum / steps.size()},
           {"steps", rows}};
 }

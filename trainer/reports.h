@@ -2,10 +2,9 @@
 // (ZeRO paper, Rajbhandari et al. 2020: model states per device and communication volume).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "common/memory.h"

@@ -1,5 +1,7 @@
 #include "trainer/train.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -7,8 +9,6 @@
 #include <optional>
 #include <random>
 #include <vector>
-
-#include <omp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -76,11 +76,13 @@ absl::StatusOr<std::string> fingerprint(const TrainOptions& opt, const Run& r) {
   const ModelConfig& m = r.model;
   const nlohmann::json j = {
       {"ds_config", nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)},
-      {"model", {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head,
-                 m.hidden, m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
-      {"recipe", {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
-                  opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed,
-                  opt.shuffle, opt.tokenizer.empty(), opt.init_from.empty()}}};
+      {"model",
+       {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
+        m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
+      {"recipe",
+       {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
+        opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
+        opt.tokenizer.empty(), opt.init_from.empty()}}};
   return j.dump();
 }
 
@@ -98,7 +100,8 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   if (!(opt.temperature >= 0) || !std::isfinite(opt.temperature))
     return bad("--temperature must be a finite number >= 0 (0: greedy)");
   if (opt.threads < 0 || opt.threads > 1024)
-    return bad(absl::StrCat("--threads ", opt.threads, " must be in [0, 1024] (0: the cores of "
+    return bad(absl::StrCat("--threads ", opt.threads,
+                            " must be in [0, 1024] (0: the cores of "
                             "this node divided by the ranks on it)"));
   if (!opt.sample_prompt.empty() && opt.tokenizer.empty())
     return bad("--sample_prompt needs --tokenizer to encode it");
@@ -107,8 +110,9 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
 
 absl::Status setup(const TrainOptions& opt, Run& r) {
   if (opt.deepspeed.empty())
-    return absl::InvalidArgumentError("--deepspeed is required: pass a ds_config.json "
-                                      "(examples in configs/ds/)");
+    return absl::InvalidArgumentError(
+        "--deepspeed is required: pass a ds_config.json "
+        "(examples in configs/ds/)");
   ZT_ASSIGN_OR_RETURN(r.ds, load_ds_config(opt.deepspeed, r.comm->world_size()));
   if (!opt.init_from.empty()) {
     const std::string path = opt.init_from + "/config.json";
@@ -125,21 +129,23 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   const SchedulerConfig& sc = r.ds.scheduler;
   if ((sc.type == SchedulerType::kWarmupDecayLR || sc.type == SchedulerType::kWarmupCosineLR) &&
       sc.total_num_steps < sc.warmup_num_steps && r.comm->rank() == 0)
-    std::fprintf(stderr, "warning: scheduler.params.total_num_steps %lld < warmup_num_steps %lld: "
+    std::fprintf(stderr,
+                 "warning: scheduler.params.total_num_steps %lld < warmup_num_steps %lld: "
                  "the learning rate decays to its minimum right after warm-up\n",
                  (long long)sc.total_num_steps, (long long)sc.warmup_num_steps);
   if (!opt.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(opt.tokenizer));
     if (tok.vocab_size() > r.model.vocab_size)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the tokenizer '", opt.tokenizer, "' has ", tok.vocab_size(),
-          " tokens but the model's vocabulary has only ", r.model.vocab_size,
-          "; use a model whose vocab_size is at least the tokenizer's"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tokenizer '", opt.tokenizer, "' has ", tok.vocab_size(),
+                       " tokens but the model's vocabulary has only ", r.model.vocab_size,
+                       "; use a model whose vocab_size is at least the tokenizer's"));
     r.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   }
   if (opt.train_data.empty())
-    return absl::InvalidArgumentError("--train_data is required: a glob of token shards "
-                                      "written by `zerotrain prepare` or llm.c");
+    return absl::InvalidArgumentError(
+        "--train_data is required: a glob of token shards "
+        "written by `zerotrain prepare` or llm.c");
   DataLoaderOptions lo;
   lo.pattern = opt.train_data;
   lo.B = r.B;
@@ -158,8 +164,8 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     r.val = std::make_unique<DataLoader>(std::move(val));
   }
   // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
-  const int threads = opt.threads > 0 ? opt.threads
-                                      : std::max(1, omp_get_num_procs() / r.comm->local_size());
+  const int threads =
+      opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
   r.backend = make_cpu_backend(threads);
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
   EngineOptions eo;
@@ -168,8 +174,8 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     eo.param_dtype = eo.grad_dtype = DType::kF16;
     eo.loss_scaling = true;
     const Fp16Config& f = r.ds.fp16;
-    eo.loss_scaler = {f.loss_scale, (int)f.initial_scale_power, (int)f.loss_scale_window,
-                      (int)f.hysteresis, f.consecutive_hysteresis, (double)f.min_loss_scale};
+    eo.loss_scaler = {f.loss_scale,      (int)f.initial_scale_power, (int)f.loss_scale_window,
+                      (int)f.hysteresis, f.consecutive_hysteresis,   (double)f.min_loss_scale};
   }
   eo.adam.beta1 = static_cast<float>(r.ds.optimizer.beta1);
   eo.adam.beta2 = static_cast<float>(r.ds.optimizer.beta2);
@@ -251,8 +257,9 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     for (const Unit& u : layout.units()) in.unit_numel.push_back((int64_t)u.numel);
     in.stage = r.ds.zero.stage;
     in.dp = r.comm->world_size();
-    in.param_dtype = in.grad_dtype =
-        r.ds.bf16.enabled ? DType::kBF16 : r.ds.fp16.enabled ? DType::kF16 : DType::kF32;
+    in.param_dtype = in.grad_dtype = r.ds.bf16.enabled   ? DType::kBF16
+                                     : r.ds.fp16.enabled ? DType::kF16
+                                                         : DType::kF32;
     in.stage3_param_persistence_threshold = r.ds.zero.stage3_param_persistence_threshold;
     in.model = r.model;
     in.micro_batch = r.B;
@@ -262,10 +269,9 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
                                   memory_report(mem, in, predicted, rank)));
   }
   if (opt.comm_report)
-    ZT_RETURN_IF_ERROR(write_json(
-        opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
-        comm_report(comm_steps, (int64_t)layout.total_numel(), r.ds.zero.stage,
-                    r.comm->world_size(), rank)));
+    ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
+                                  comm_report(comm_steps, (int64_t)layout.total_numel(),
+                                              r.ds.zero.stage, r.comm->world_size(), rank)));
   return absl::OkStatus();
 }
 
@@ -321,14 +327,18 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   };
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
-  if (root) std::printf("model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
-              "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s, %d "
-              "threads | %s\n",
-              opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
-              absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(),
-              r.B, r.T, r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
-              r.ds.bf16.enabled ? "bf16" : r.ds.fp16.enabled ? "fp16" : "fp32", omp_get_max_threads(),
-              absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
+  if (root)
+    std::printf(
+        "model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
+        "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s, %d "
+        "threads | %s\n",
+        opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
+        absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(), r.B, r.T,
+        r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
+        r.ds.bf16.enabled   ? "bf16"
+        : r.ds.fp16.enabled ? "fp16"
+                            : "fp32",
+        omp_get_max_threads(), absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return;
     const double vl = evaluate(r, opt.val_batches);
@@ -378,31 +388,34 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     const double tok_s = tokens_per_step / (ms / 1e3);
     const double eta = loop_ms / step * (opt.steps - step) / 1e3;
     if (root)
-      std::printf("step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
-                  "ETA %s%s\n",
-                (long long)step, (long long)opt.steps, loss, lr, st.grad_norm, ms, tok_s,
-                format_duration(eta).c_str(),
-                  st.skipped ? absl::StrFormat(" | fp16 overflow: step skipped, loss scale %g",
-                                               r.engine->loss_scale()).c_str()
-                             : "");
+      std::printf(
+          "step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
+          "ETA %s%s\n",
+          (long long)step, (long long)opt.steps, loss, lr, st.grad_norm, ms, tok_s,
+          format_duration(eta).c_str(),
+          st.skipped ? absl::StrFormat(" | fp16 overflow: step skipped, loss scale %g",
+                                       r.engine->loss_scale())
+                           .c_str()
+                     : "");
     if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
         step % r.ds.steps_per_print == 0)
-      std::printf("  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
-                  "optimizer %.1f\n",
-                  fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
+      std::printf(
+          "  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
+          "optimizer %.1f\n",
+          fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
     std::fflush(stdout);
     log({{"step", step},
-                   {"loss", loss},
-                   {"lr", lr},
-                   {"grad_norm", st.grad_norm},
-                   {"step_ms", ms},
-                   {"tokens_per_s", tok_s},
-                   {"forward_ms", fwd_ms},
-                   {"backward_ms", bwd_ms},
-                   {"optimizer_ms", opt_ms},
-                   {"comm_wait_ms", r.engine->comm_wait_ms()},
-                   {"loss_scale", st.loss_scale},
-                   {"skipped", st.skipped}});
+         {"loss", loss},
+         {"lr", lr},
+         {"grad_norm", st.grad_norm},
+         {"step_ms", ms},
+         {"tokens_per_s", tok_s},
+         {"forward_ms", fwd_ms},
+         {"backward_ms", bwd_ms},
+         {"optimizer_ms", opt_ms},
+         {"comm_wait_ms", r.engine->comm_wait_ms()},
+         {"loss_scale", st.loss_scale},
+         {"skipped", st.skipped}});
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
                                               "; lower the learning rate, enable "
@@ -413,8 +426,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps));
   if (root)
     std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
-              format_duration(run_timer.ms() / 1e3).c_str(),
-              tokens_per_step * opt.steps / (loop_ms / 1e3));
+                format_duration(run_timer.ms() / 1e3).c_str(),
+                tokens_per_step * opt.steps / (loop_ms / 1e3));
   print_sample(opt, r);
   return absl::OkStatus();
 }

@@ -10,25 +10,25 @@ namespace zt {
 
 struct TrainOptions {
   std::string model = "shakespeare-llama";  // preset name (zerotrain info lists them)
-  std::string init_from;       // Hugging Face model directory to start from (else random init)
-  std::string deepspeed;       // ds_config.json path (required)
-  std::string train_data;      // glob of training shards
-  std::string val_data;        // glob of validation shards (empty: no validation)
-  std::string tokenizer;       // sentencepiece model: vocab check and decoding samples
+  std::string init_from;   // Hugging Face model directory to start from (else random init)
+  std::string deepspeed;   // ds_config.json path (required)
+  std::string train_data;  // glob of training shards
+  std::string val_data;    // glob of validation shards (empty: no validation)
+  std::string tokenizer;   // sentencepiece model: vocab check and decoding samples
   std::string run_dir = "runs/latest";  // metrics.jsonl goes here
-  int seq_len = 256;           // T
-  int64_t steps = 100;         // optimizer steps
-  int val_every = 50;          // steps between validations (0: only at start and end)
-  int val_batches = 20;        // micro-batches per validation
-  int sample_tokens = 128;     // tokens generated at the end (0: none)
-  std::string sample_prompt;   // text the sample continues (empty: BOS)
-  float temperature = 0.8f;    // sampling temperature (0: greedy)
-  int top_k = 50;              // sampling restricted to the k most likely tokens (0: all)
-  uint64_t seed = 1337;        // initialisation, data order and sampling
-  bool shuffle = true;         // shuffle training data each epoch
-  int threads = 0;             // OpenMP threads (0: cores / ranks on this node)
-  bool memory_report = false;  // write memory_report_rank<r>.json into run_dir
-  bool comm_report = false;    // write comm_report_rank<r>.json into run_dir
+  int seq_len = 256;                    // T
+  int64_t steps = 100;                  // optimizer steps
+  int val_every = 50;                   // steps between validations (0: only at start and end)
+  int val_batches = 20;                 // micro-batches per validation
+  int sample_tokens = 128;              // tokens generated at the end (0: none)
+  std::string sample_prompt;            // text the sample continues (empty: BOS)
+  float temperature = 0.8f;             // sampling temperature (0: greedy)
+  int top_k = 50;                       // sampling restricted to the k most likely tokens (0: all)
+  uint64_t seed = 1337;                 // initialisation, data order and sampling
+  bool shuffle = true;                  // shuffle training data each epoch
+  int threads = 0;                      // OpenMP threads (0: cores / ranks on this node)
+  bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
+  bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
 };
 
 // Trains; prints a progress line per step and writes metrics.jsonl. Errors a user can cause

@@ -89,7 +89,8 @@ absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& labe
 
   auto row_equal = [&](int a, int b) {
     for (int i = 0; i < kFields; ++i) {
-      if (table[static_cast<size_t>(a) * kFields + i] != table[static_cast<size_t>(b) * kFields + i])
+      if (table[static_cast<size_t>(a) * kFields + i] !=
+          table[static_cast<size_t>(b) * kFields + i])
         return false;
     }
     return true;
@@ -106,10 +107,10 @@ absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& labe
     absl::StrAppend(&ranks, i ? ", " : "", differ[i]);
   }
   if (differ.size() > kMaxListed) absl::StrAppend(&ranks, ", ... (", differ.size(), " in all)");
-  return absl::InvalidArgumentError(absl::StrCat(
-      label, " differs across ranks: rank(s) ", ranks, " of ", world,
-      " disagree with rank 0 (this rank is ", comm.rank(), "); launch every rank with the same ",
-      label));
+  return absl::InvalidArgumentError(
+      absl::StrCat(label, " differs across ranks: rank(s) ", ranks, " of ", world,
+                   " disagree with rank 0 (this rank is ", comm.rank(),
+                   "); launch every rank with the same ", label));
 }
 
 }  // namespace zt

@@ -11,22 +11,22 @@
 namespace zt {
 
 struct Engine::UnitState {
-  size_t numel = 0;    // Ψ of the unit
-  size_t shard = 0;    // elements per rank (numel when replicated)
-  size_t padded = 0;   // shard * N_d (numel when replicated)
-  bool replicated = false;  // whole on every rank: stage 0, or stage 3 under the threshold
+  size_t numel = 0;             // Ψ of the unit
+  size_t shard = 0;             // elements per rank (numel when replicated)
+  size_t padded = 0;            // shard * N_d (numel when replicated)
+  bool replicated = false;      // whole on every rank: stage 0, or stage 3 under the threshold
   bool sharded_params = false;  // stage 3 and not replicated
-  DeviceBuffer params;    // working dtype: the whole unit (padded), or this rank's shard
-  DeviceBuffer gathered;  // stage 3: the whole unit while gathered (working dtype)
+  DeviceBuffer params;          // working dtype: the whole unit (padded), or this rank's shard
+  DeviceBuffer gathered;        // stage 3: the whole unit while gathered (working dtype)
   CommRequest gather_req;
   bool gather_pending = false;
-  DeviceBuffer fetched;   // fp32 view while live, when the working dtype is not fp32
-  int live = 0;           // nested fetch count
-  DeviceBuffer master;    // fp32 owned elements; empty when it aliases fp32 working params
-  DeviceBuffer m, v;      // fp32 Adam moments of the owned elements
-  DeviceBuffer grads;     // stored: whole unit (stages 0-1, replicated) or shard (2-3)
-  DeviceBuffer scratch;   // fp32 whole-unit gradient while a backward writes it
-  DeviceBuffer reduced;   // stage 1: fp32 averaged shard after the boundary reduce-scatter
+  DeviceBuffer fetched;  // fp32 view while live, when the working dtype is not fp32
+  int live = 0;          // nested fetch count
+  DeviceBuffer master;   // fp32 owned elements; empty when it aliases fp32 working params
+  DeviceBuffer m, v;     // fp32 Adam moments of the owned elements
+  DeviceBuffer grads;    // stored: whole unit (stages 0-1, replicated) or shard (2-3)
+  DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
+  DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary reduce-scatter
   bool has_reduced = false;
 
   size_t owned() const { return replicated ? numel : shard; }
@@ -38,13 +38,12 @@ struct Engine::UnitState {
 struct Engine::PendingReduce {
   int unit;
   CommRequest req;
-  DeviceBuffer send;  // fp32 whole-unit gradient being reduced
-  DeviceBuffer recv;  // fp32 shard (reduce-scatter) or empty (all-reduce in place)
+  DeviceBuffer send;                 // fp32 whole-unit gradient being reduced
+  DeviceBuffer recv;                 // fp32 shard (reduce-scatter) or empty (all-reduce in place)
   bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
 };
 
-Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm,
-               const EngineOptions& opt)
+Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt)
     : layout_(layout), be_(be), comm_(comm), opt_(opt), units_(layout.num_units()) {
   rank_ = comm->rank();
   world_ = comm->world_size();
@@ -104,7 +103,8 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   float* master = master_of(s);
   be_->copy_to_device(master, owned.data(), owned.size() * 4);
   if (s.sharded_params || s.replicated) {
-    if (s.master.data()) be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
+    if (s.master.data())
+      be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
     return;
   }
   // Stages 1-2: the whole working unit on every rank.
@@ -239,7 +239,8 @@ const float* Engine::fetch(int u) {
     wait_gathered(s);
     if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
   }
-  if (s.live++ > 0) return s.fetched.data() ? s.fetched.f32() : static_cast<float*>(s.whole_params());
+  if (s.live++ > 0)
+    return s.fetched.data() ? s.fetched.f32() : static_cast<float*>(s.whole_params());
   if (opt_.param_dtype == DType::kF32) return static_cast<float*>(s.whole_params());
   s.fetched = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
   be_->convert(s.whole_params(), opt_.param_dtype, s.fetched.data(), DType::kF32, s.padded);

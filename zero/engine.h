@@ -2,12 +2,12 @@
 // gradients and optimizer state per unit and implements the transformer's calls (fetch /
 // release / grads / reduce_gradients) plus step(). The stage decides what each call does:
 //
-// | stage | kept per rank                    | reduce_gradients            | step                      |
+// | stage | kept per rank                    | reduce_gradients            | step |
 // |-------|----------------------------------|-----------------------------|---------------------------|
-// | 0     | params, grads, optimizer         | all-reduce at the boundary  | update all                |
-// | 1     | params, grads, optimizer shard   | reduce-scatter at boundary  | update shard, all-gather  |
-// | 2     | params, grad shard, opt. shard   | reduce-scatter every micro  | update shard, all-gather  |
-// | 3     | param shard, grad shard, shard   | reduce-scatter every micro  | update shard              |
+// | 0     | params, grads, optimizer         | all-reduce at the boundary  | update all | | 1     |
+// params, grads, optimizer shard   | reduce-scatter at boundary  | update shard, all-gather  | | 2
+// | params, grad shard, opt. shard   | reduce-scatter every micro  | update shard, all-gather  | |
+// 3     | param shard, grad shard, shard   | reduce-scatter every micro  | update shard |
 //
 // Each unit's flat buffer is padded to a multiple of N_d and split into equal contiguous shards;
 // rank r owns elements [r*s, (r+1)*s). Stage 3 gathers a unit at fetch() and frees it at
@@ -40,7 +40,7 @@ namespace zt {
 // Adam hyper-parameters (DeepSpeed "optimizer.params"; lr comes per step from the schedule).
 struct AdamParams {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
-  bool adam_w_mode = true;      // decoupled weight decay (AdamW); false: L2 (classic Adam)
+  bool adam_w_mode = true;  // decoupled weight decay (AdamW); false: L2 (classic Adam)
   bool bias_correction = true;
 };
 
@@ -59,7 +59,7 @@ struct EngineOptions {
   DType param_dtype = DType::kF32;  // working parameters
   DType grad_dtype = DType::kF32;   // stored (accumulated) gradients
   AdamParams adam;
-  float gradient_clipping = 0.f;    // max global L2 norm; 0 disables
+  float gradient_clipping = 0.f;  // max global L2 norm; 0 disables
   ZeroOptions zero;
   // fp16: the loss is scaled by loss_scale() (the caller multiplies its seed gradient), and an
   // overflow on any rank skips the step on every rank (DeepSpeed's DynamicLossScaler).
@@ -102,10 +102,10 @@ class Engine final : public UnitEngine {
   // DeepSpeed's is_gradient_accumulation_boundary: true for the last micro-batch of a step.
   void set_gradient_accumulation_boundary(bool last) { boundary_ = last; }
   // One optimizer step at learning rate lr: finish gradient communication, global grad norm
-  // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip / (norm + 1e-6) when norm >
-  // clip), AdamW on the owned fp32 master weights, refresh of the working parameters, zeroed
-  // gradients.
-  // Errors: an fp16 overflow at min_loss_scale (DeepSpeed stops the run there too).
+  // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip /
+  // (norm + 1e-6) when norm > clip), AdamW on the owned fp32 master weights, refresh of the working
+  // parameters, zeroed gradients. Errors: an fp16 overflow at min_loss_scale (DeepSpeed stops the
+  // run there too).
   absl::StatusOr<StepStats> step(float lr);
   int steps_taken() const { return t_; }
   // Multiply the loss's seed gradient by this (1 without loss scaling).
@@ -125,18 +125,18 @@ class Engine final : public UnitEngine {
   struct UnitState;
   struct PendingReduce;
   UnitState& unit(int u);
-  float* master_of(UnitState& s);  // fp32 master of the owned elements
-  void gather(int u);                 // stage 3: issue the all-gather of unit u
-  void wait_gathered(UnitState& s);   // stage 3: complete it (and its fp32 view)
+  float* master_of(UnitState& s);    // fp32 master of the owned elements
+  void gather(int u);                // stage 3: issue the all-gather of unit u
+  void wait_gathered(UnitState& s);  // stage 3: complete it (and its fp32 view)
   void free_gathered(UnitState& s);
-  void prefetch_after(size_t cursor); // stage 3 + overlap_comm
+  void prefetch_after(size_t cursor);  // stage 3 + overlap_comm
   bool keep_for_reuse(int u) const;
-  void make_room(int64_t numel);      // evict kept, not-live units above the live limit
+  void make_room(int64_t numel);  // evict kept, not-live units above the live limit
   void reduce_to_shard(PendingReduce& p, UnitState& s);
   void finish_reduce(PendingReduce& p);
   void drain_reductions(size_t keep);
-  void check_unit_sequence(int u);    // every rank fetches the same unit, else abort all
-  void finish_step();                 // zero gradients, keep the unit sequence, free gathers
+  void check_unit_sequence(int u);  // every rank fetches the same unit, else abort all
+  void finish_step();               // zero gradients, keep the unit sequence, free gathers
 
   const ParamLayout& layout_;
   Backend* be_;

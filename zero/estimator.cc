@@ -98,9 +98,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       e.dev(M::kGrads) = grads;
       e.dev(M::kOptimizer) = optim;
       break;
-    case OffloadDevice::kCpu:
-      e.hst(M::kPinnedHost) += grads + optim;
-      break;
+    case OffloadDevice::kCpu: e.hst(M::kPinnedHost) += grads + optim; break;
     case OffloadDevice::kNvme:
       e.hst(M::kPinnedHost) += grads;
       e.hst(M::kNvme) += optim;
@@ -127,16 +125,16 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T) {
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
   int64_t floats = 0;
-  floats += (L + 1) * N * C;                                   // x[0..L]
-  floats += L * (N * C + 2 * N + N * QKV + B * NH * T * T +   // ln1, stats, qkv, att
-                 N * C + N * C + N * C + 2 * N +               // atty, resid_mid, ln2, stats
-                 N * fcw + N * I);                             // fc, act
-  floats += N * C + 2 * N;                                     // lnf, stats
-  floats += chunk * V + N;                                     // logits chunk, losses
-  floats += N * C;                                             // dlnf
-  floats += 4 * N * C + N * QKV + N * I + N * fcw;             // backward scratch
-  floats += B * NH * T * T;                                    // attention backward scratch
-  return floats * 4 + 2 * N * 4;                               // + tokens, targets (int32)
+  floats += (L + 1) * N * C;                                 // x[0..L]
+  floats += L * (N * C + 2 * N + N * QKV + B * NH * T * T +  // ln1, stats, qkv, att
+                 N * C + N * C + N * C + 2 * N +             // atty, resid_mid, ln2, stats
+                 N * fcw + N * I);                           // fc, act
+  floats += N * C + 2 * N;                                   // lnf, stats
+  floats += chunk * V + N;                                   // logits chunk, losses
+  floats += N * C;                                           // dlnf
+  floats += 4 * N * C + N * QKV + N * I + N * fcw;           // backward scratch
+  floats += B * NH * T * T;                                  // attention backward scratch
+  return floats * 4 + 2 * N * 4;                             // + tokens, targets (int32)
 }
 
 // ---- ZeRO paper ----
@@ -190,8 +188,8 @@ std::string zero_paper_table() {
   char buf[160];
   std::snprintf(buf, sizeof buf, "%6s | %-24s | %-24s | %s\n", "N_d", "7.5B", "128B", "1T");
   out += buf;
-  out += std::string(6, '-') + "-+-" + std::string(24, '-') + "-+-" + std::string(24, '-') +
-         "-+-" + std::string(21, '-') + "\n";
+  out += std::string(6, '-') + "-+-" + std::string(24, '-') + "-+-" + std::string(24, '-') + "-+-" +
+         std::string(21, '-') + "\n";
   for (int nd : nds) {
     std::snprintf(buf, sizeof buf, "%6d", nd);
     out += buf;
@@ -264,8 +262,7 @@ std::vector<DeepSpeedRow> deepspeed_zero3_estimates(const DeepSpeedSetup& s) {
                           : static_cast<double>(P) * pmax(4.0 * G, 16 * gf) * f;
         } else {
           r.gpu_bytes = lmem + static_cast<int64_t>(static_cast<double>(18 * P) / N);
-          cpu = zero_init ? static_cast<double>(L * 4 * G) * f
-                          : static_cast<double>(P * 4 * G) * f;
+          cpu = zero_init ? static_cast<double>(L * 4 * G) * f : static_cast<double>(P * 4 * G) * f;
         }
         r.cpu_bytes = static_cast<int64_t>(cpu);
         r.options = std::string("offload_param=") + (param_cpu ? "cpu " : "none") +
@@ -306,8 +303,8 @@ int64_t deepspeed_largest_layer_params(const ModelConfig& c) {
   std::vector<int64_t> m = {V * C};  // wte / embed_tokens, lm_head
   if (c.is_gpt2()) {
     const int64_t Q = c.qkv_dim();
-    m.insert(m.end(), {int64_t{c.max_seq_len} * C, 2 * C, C * Q + Q, C * C + C, C * I + I,
-                       I * C + C});
+    m.insert(m.end(),
+             {int64_t{c.max_seq_len} * C, 2 * C, C * Q + Q, C * C + C, C * I + I, I * C + C});
   } else {
     const int64_t kv = int64_t{c.n_kv_head} * c.head_dim();
     m.insert(m.end(), {C * C, kv * C, I * C, C});

@@ -66,9 +66,9 @@ struct MemoryEstimate {
   int64_t device_total() const;  // every device category
   int64_t host_total() const;    // every host category except nvme
   int64_t nvme() const { return hst(MemCategory::kNvme); }
-  int64_t psi = 0;          // Ψ (unpadded)
-  int64_t padded_psi = 0;   // Σ over units of N_d * ceil(numel / N_d)
-  int optimizer_k = 12;     // K, optimizer bytes per parameter
+  int64_t psi = 0;         // Ψ (unpadded)
+  int64_t padded_psi = 0;  // Σ over units of N_d * ceil(numel / N_d)
+  int optimizer_k = 12;    // K, optimizer bytes per parameter
 };
 
 // Per-rank bytes by category. Model states, per unit u with shard s_u = ceil(numel_u / N_d) and

@@ -1,7 +1,8 @@
 // fp16 loss scaling with DeepSpeed 0.19's semantics (deepspeed/runtime/fp16/loss_scaler.py:
 // LossScaler for a static scale, DynamicLossScaler as ZeRO stages 1-3 build it through
 // CreateLossScaler, i.e. raise_error_at_min_scale = true). Checked step by step against
-// DeepSpeed itself by tests/unit/loss_scaler_test.cc (fixture: scripts/make_loss_scaler_reference.py).
+// DeepSpeed itself by tests/unit/loss_scaler_test.cc (fixture:
+// scripts/make_loss_scaler_reference.py).
 //
 // Static (loss_scale > 0): the scale never changes; an overflowing step is still skipped.
 // Dynamic (loss_scale == 0): scale starts at 2^initial_scale_power, the hysteresis counter h at
@@ -60,9 +61,9 @@ class LossScaler {
  private:
   LossScalerConfig config_;
   double scale_;
-  int hysteresis_left_;          // DeepSpeed's cur_hysteresis
-  int64_t iter_ = 0;             // cur_iter: update() calls so far
-  int64_t last_overflow_ = -1;   // last_overflow_iter
+  int hysteresis_left_;         // DeepSpeed's cur_hysteresis
+  int64_t iter_ = 0;            // cur_iter: update() calls so far
+  int64_t last_overflow_ = -1;  // last_overflow_iter
   int64_t skipped_steps_ = 0;
 };
 

@@ -106,8 +106,7 @@ class MpiCommunicator final : public Communicator {
         ZT_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, out, c, MPI_FLOAT, MPI_SUM, comm_));
       } else if (overlaps(in, in_bytes, out, out_bytes)) {  // e.g. out = own shard of in
         std::vector<float> tmp(n);
-        ZT_CHECK_MPI(
-            MPI_Reduce_scatter_block(in, tmp.data(), c, MPI_FLOAT, MPI_SUM, comm_));
+        ZT_CHECK_MPI(MPI_Reduce_scatter_block(in, tmp.data(), c, MPI_FLOAT, MPI_SUM, comm_));
         std::memcpy(out, tmp.data(), out_bytes);
       } else {
         ZT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, c, MPI_FLOAT, MPI_SUM, comm_));
@@ -213,7 +212,8 @@ class MpiCommunicator final : public Communicator {
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::function<void()>> queue_;
-  uint64_t issued_ = 0, completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
+  uint64_t issued_ = 0,
+           completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
   bool stop_ = false;
   std::thread thread_;
 };
@@ -248,7 +248,8 @@ absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::init(int* argc, char*** 
   if (initialized) {
     MPI_Query_thread(&provided);
   } else if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-    return absl::UnavailableError("MPI_Init_thread failed; check the MPI installation and launcher");
+    return absl::UnavailableError(
+        "MPI_Init_thread failed; check the MPI installation and launcher");
   }
   if (provided < MPI_THREAD_SERIALIZED) {
     if (!initialized) MPI_Finalize();

@@ -23,11 +23,10 @@ namespace zt {
 // Fails fast on an MPI error code: prints the call, file:line, rank and MPI's message to stderr,
 // then MPI_Abort so that no rank is left hanging. Use around every MPI call (communicators are
 // set to MPI_ERRORS_RETURN so errors come back here).
-#define ZT_CHECK_MPI(call)                                               \
-  do {                                                                   \
-    int zt_mpi_rc_ = (call);                                             \
-    if (zt_mpi_rc_ != 0 /* MPI_SUCCESS */)                               \
-      ::zt::mpi_fatal(zt_mpi_rc_, #call, __FILE__, __LINE__);            \
+#define ZT_CHECK_MPI(call)                                                                         \
+  do {                                                                                             \
+    int zt_mpi_rc_ = (call);                                                                       \
+    if (zt_mpi_rc_ != 0 /* MPI_SUCCESS */) ::zt::mpi_fatal(zt_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 [[noreturn]] void mpi_fatal(int rc, const char* call, const char* file, int line);
 

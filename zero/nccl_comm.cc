@@ -15,21 +15,19 @@ namespace zt {
 namespace {
 
 // Fail fast with file:line on every rank (abort_all_ranks ends the whole job).
-#define ZT_CHECK_NCCL(call)                                                               \
-  do {                                                                                    \
-    ncclResult_t zt_nccl_rc_ = (call);                                                    \
-    if (zt_nccl_rc_ != ncclSuccess)                                                       \
-      ::zt::abort_all_ranks(1, absl::StrCat("zerotrain NCCL error at ", __FILE__, ":",    \
-                                            __LINE__, ": ", #call, ": ",                  \
-                                            ncclGetErrorString(zt_nccl_rc_)));            \
+#define ZT_CHECK_NCCL(call)                                                                       \
+  do {                                                                                            \
+    ncclResult_t zt_nccl_rc_ = (call);                                                            \
+    if (zt_nccl_rc_ != ncclSuccess)                                                               \
+      ::zt::abort_all_ranks(1, absl::StrCat("zerotrain NCCL error at ", __FILE__, ":", __LINE__,  \
+                                            ": ", #call, ": ", ncclGetErrorString(zt_nccl_rc_))); \
   } while (0)
-#define ZT_NCCL_CHECK_CUDA(call)                                                          \
-  do {                                                                                    \
-    cudaError_t zt_cuda_rc_ = (call);                                                     \
-    if (zt_cuda_rc_ != cudaSuccess)                                                       \
-      ::zt::abort_all_ranks(1, absl::StrCat("zerotrain CUDA error at ", __FILE__, ":",    \
-                                            __LINE__, ": ", #call, ": ",                  \
-                                            cudaGetErrorString(zt_cuda_rc_)));            \
+#define ZT_NCCL_CHECK_CUDA(call)                                                                  \
+  do {                                                                                            \
+    cudaError_t zt_cuda_rc_ = (call);                                                             \
+    if (zt_cuda_rc_ != cudaSuccess)                                                               \
+      ::zt::abort_all_ranks(1, absl::StrCat("zerotrain CUDA error at ", __FILE__, ":", __LINE__,  \
+                                            ": ", #call, ": ", cudaGetErrorString(zt_cuda_rc_))); \
   } while (0)
 
 ncclDataType_t nccl_type(DType t) {
@@ -139,12 +137,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Communicato
       return absl::FailedPreconditionError(
           "another rank has no usable CUDA device; launch at most one rank per GPU on each node");
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", bootstrap.rank(), ": CUDA device ", device, " not available (", n,
-        " visible); launch at most one rank per GPU on each node"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", bootstrap.rank(), ": CUDA device ", device, " not available (", n,
+                     " visible); launch at most one rank per GPU on each node"));
   }
-  return std::unique_ptr<Communicator>(new NcclCommunicator(
-      bootstrap, device, static_cast<cudaStream_t>(compute_stream)));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(bootstrap, device, static_cast<cudaStream_t>(compute_stream)));
 }
 
 }  // namespace zt

@@ -2,7 +2,8 @@
 // kv head h / (NH/KVH). Per (b, h, t):
 //   s[t2] = q_t . k_t2 / sqrt(hd) for t2 <= t;  a = softmax(s);  out_t = sum_t2 a[t2] v_t2.
 // Backward: da[t2] = dout_t . v_t2;  dv_t2 += a[t2] dout_t;
-//   ds[t2] = a[t2] (da[t2] - sum_j a[j] da[j]);  dq_t += ds k / sqrt(hd);  dk_t2 += ds q / sqrt(hd).
+//   ds[t2] = a[t2] (da[t2] - sum_j a[j] da[j]);  dq_t += ds k / sqrt(hd);  dk_t2 += ds q /
+//   sqrt(hd).
 #include <cmath>
 #include <vector>
 

@@ -14,8 +14,8 @@ void CpuBackend::embedding_forward(float* out, const int* tokens, const float* w
   }
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                    const int* tokens, int B, int T, int C) {
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                    int B, int T, int C) {
   // Scatter-add: repeated tokens collide, so parallelise over channels instead of rows.
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {

@@ -3,10 +3,10 @@
 //   y = xhat w + b.
 // Backward: dxhat = dy w; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat));
 //   dw += sum_n dy xhat; db += sum_n dy.
+#include <omp.h>
+
 #include <cmath>
 #include <vector>
-
-#include <omp.h>
 
 #include "model/cpu/cpu_backend.h"
 

@@ -21,8 +21,8 @@ void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, cons
                                  const float* inp, const float* weight, int N, int C, int OC) {
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C,
-                1.f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C, 1.f,
+                dinp, C);
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
               dweight, C);

@@ -2,10 +2,10 @@
 //   rstd = 1/sqrt(sum x^2 / C + eps), y = x rstd w.
 // Backward: dxhat = dy w; dx = rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd;
 //   dw += sum_n dy xhat.
+#include <omp.h>
+
 #include <cmath>
 #include <vector>
-
-#include <omp.h>
 
 #include "model/cpu/cpu_backend.h"
 

@@ -56,8 +56,8 @@ void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 void CudaBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) {
-  swiglu_backward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(dinp, dout, inp,
-                                                                                N, I);
+  swiglu_backward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(dinp, dout, inp, N,
+                                                                              I);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

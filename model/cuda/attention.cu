@@ -86,17 +86,16 @@ __global__ void attention_backward_kernel(float* dqkv, float* da_all, const floa
 
 }  // namespace
 
-void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T,
-                                    int NH, int KVH, int hd) {
+void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+                                    int KVH, int hd) {
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
-      out, att, qkv, s);
+  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(out, att,
+                                                                                          qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout,
-                                     const float* qkv, const float* att, int B, int T, int NH,
-                                     int KVH, int hd) {
+void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                     const float* att, int B, int T, int NH, int KVH, int hd) {
   // datt (B,NH,T,T) scratch: the caller's, or one owned here for the call.
   float* scratch = datt;
   const size_t bytes = (size_t)B * NH * T * T * sizeof(float);

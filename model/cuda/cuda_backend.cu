@@ -19,9 +19,10 @@ int cuda_device_count() {
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   const int n = cuda_device_count();
   if (device < 0 || device >= n)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", device, " requested but ", n, " device(s) are visible; check "
-        "CUDA_VISIBLE_DEVICES and the driver, or use the CPU backend"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " requested but ", n,
+                     " device(s) are visible; check "
+                     "CUDA_VISIBLE_DEVICES and the driver, or use the CPU backend"));
   return std::unique_ptr<Backend>(new CudaBackend(device));
 }
 

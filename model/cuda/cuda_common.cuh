@@ -8,24 +8,24 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define ZT_CHECK_CUDA(call)                                                          \
-  do {                                                                               \
-    cudaError_t zt_err_ = (call);                                                    \
-    if (zt_err_ != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "zerotrain CUDA error at %s:%d: %s: %s\n", __FILE__,      \
-                   __LINE__, #call, cudaGetErrorString(zt_err_));                    \
-      std::abort();                                                                  \
-    }                                                                                \
+#define ZT_CHECK_CUDA(call)                                                                      \
+  do {                                                                                           \
+    cudaError_t zt_err_ = (call);                                                                \
+    if (zt_err_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "zerotrain CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(zt_err_));                                                 \
+      std::abort();                                                                              \
+    }                                                                                            \
   } while (0)
 
-#define ZT_CHECK_CUBLAS(call)                                                           \
-  do {                                                                                  \
-    cublasStatus_t zt_st_ = (call);                                                     \
-    if (zt_st_ != CUBLAS_STATUS_SUCCESS) {                                              \
-      std::fprintf(stderr, "zerotrain cuBLAS error at %s:%d: %s: status %d\n", __FILE__, \
-                   __LINE__, #call, static_cast<int>(zt_st_));                          \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define ZT_CHECK_CUBLAS(call)                                                                      \
+  do {                                                                                             \
+    cublasStatus_t zt_st_ = (call);                                                                \
+    if (zt_st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+      std::fprintf(stderr, "zerotrain cuBLAS error at %s:%d: %s: status %d\n", __FILE__, __LINE__, \
+                   #call, static_cast<int>(zt_st_));                                               \
+      std::abort();                                                                                \
+    }                                                                                              \
   } while (0)
 
 namespace zt {

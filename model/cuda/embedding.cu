@@ -32,8 +32,8 @@ void CudaBackend::embedding_forward(float* out, const int* tokens, const float* 
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                     const int* tokens, int B, int T, int C) {
+void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                     int B, int T, int C) {
   embedding_backward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
       dwte, dwpe, dout, tokens, B * T, T, C);
   ZT_CHECK_CUDA(cudaGetLastError());

@@ -28,11 +28,15 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const fl
   const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDesc_t desc;
   ZT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   cublasLtMatrixLayout_t la, lb, lc;
-  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, trans_b ? k : n, trans_b ? n : k, ldb));
-  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, trans_a ? m : k, trans_a ? k : m, lda));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, trans_b ? k : n, trans_b ? n : k, ldb));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, trans_a ? m : k, trans_a ? k : m, lda));
   ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc));
   cublasLtMatmulPreference_t pref;
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -53,14 +57,15 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const fl
     ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
-  ZT_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc, la, lb, lc, lc, pref, 1, &heur, &found));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatmulAlgoGetHeuristic(lt_, desc, la, lb, lc, lc, pref, 1, &heur, &found));
   if (found == 0) {
     std::fprintf(stderr, "zerotrain: cuBLASLt found no algorithm for a %dx%dx%d GEMM\n", m, n, k);
     std::abort();
   }
   const float alpha = 1.f;
-  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc,
-                                 &heur.algo, workspace_, workspace_bytes_, stream_));
+  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
+                                 workspace_, workspace_bytes_, stream_));
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(lc);
   cublasLtMatrixLayoutDestroy(lb);
@@ -80,7 +85,7 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* weig
 void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, int N, int C, int OC) {
   if (dinp) gemm(false, false, N, C, OC, dout, OC, weight, C, dinp, C, 1.f);  // += dout @ W
-  gemm(true, false, OC, C, N, dout, OC, inp, C, dweight, C, 1.f);            // += dout^T @ inp
+  gemm(true, false, OC, C, N, dout, OC, inp, C, dweight, C, 1.f);             // += dout^T @ inp
   if (dbias) {
     bias_grad_kernel<<<blocks_for(OC), kThreads, 0, stream_>>>(dbias, dout, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());

@@ -17,9 +17,8 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   if (lane == 0) rstd[row] = r;
 }
 
-__global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dout,
-                                        const float* inp, const float* w, const float* rstd,
-                                        int N, int C) {
+__global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dout, const float* inp,
+                                        const float* w, const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + (size_t)row * C;
@@ -40,15 +39,15 @@ __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dou
 
 void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
                                   int C, float eps) {
-  rmsnorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(out, rstd, inp, w,
-                                                                                N, C, eps);
+  rmsnorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(out, rstd, inp, w, N,
+                                                                               C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                    const float* w, const float* rstd, int N, int C) {
-  rmsnorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(
-      dinp, dw, dout, inp, w, rstd, N, C);
+  rmsnorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(dinp, dw, dout, inp,
+                                                                                w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -25,9 +25,8 @@ __global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int h
 void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
                        bool inverse) {
   const size_t n = (size_t)B * T * (NH + KVH) * (hd / 2);
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(qkv, B * T, T, NH + KVH,
-                                                       (NH + 2 * KVH) * hd, hd, theta,
-                                                       inverse ? -1.f : 1.f);
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(qkv, B * T, T, NH + KVH, (NH + 2 * KVH) * hd,
+                                                       hd, theta, inverse ? -1.f : 1.f);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -1,5 +1,7 @@
 // Multi-rank tests of the MPI communicator. Reference: every expected value is computed by hand
 // from the rank ids (inputs are small integers, exact in fp32), never by another communicator.
+#include "zero/comm.h"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -9,7 +11,6 @@
 
 #include "common/dtype.h"
 #include "gtest/gtest.h"
-#include "zero/comm.h"
 #include "zero/mpi_comm.h"
 
 namespace zt {
@@ -42,7 +43,8 @@ TEST_F(MpiCommTest, WorldMatchesLaunchAndIsOneNode) {
 TEST_F(MpiCommTest, AllReduceSumsHandComputedValues) {
   for (size_t n : kSizes) {
     std::vector<float> buf(n);
-    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(r + 1) + 0.5f * static_cast<float>(i % 64);
+    for (size_t i = 0; i < n; ++i)
+      buf[i] = static_cast<float>(r + 1) + 0.5f * static_cast<float>(i % 64);
     comm->all_reduce(buf.data(), n, DType::kF32).wait();
     for (size_t i = 0; i < n; ++i) {
       const float want = w * (w + 1) / 2.f + w * 0.5f * static_cast<float>(i % 64);
@@ -257,8 +259,7 @@ TEST_F(MpiCommTest, CheckSameFailsOnEveryRankNamingDifferingRanks) {
   // Only the last rank differs, with a string of the same length.
   st = check_same_on_all_ranks(*comm, "unit order", r == w - 1 ? "abd" : "abc");
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("rank(s) " + std::to_string(w - 1) + " of"), std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find("rank(s) " + std::to_string(w - 1) + " of"), std::string::npos) << st;
 }
 
 }  // namespace

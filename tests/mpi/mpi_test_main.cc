@@ -2,12 +2,12 @@
 // every test on every rank. Rank 0 prints GoogleTest's usual output; other ranks print only
 // their failures, prefixed with the rank, so mpirun's interleaved output stays readable. The
 // exit code is nonzero on every rank if any rank failed.
+#include <mpi.h>
+
 #include <cstdio>
 
 #include "gtest/gtest.h"
 #include "zero/mpi_comm.h"
-
-#include <mpi.h>
 
 namespace {
 

@@ -146,8 +146,8 @@ TEST_F(ZeroStages, EveryStageMatchesSingleRankStage0Fp32) {
     bool overlap, reduce_scatter;
     int64_t persistence;  // stage 3: 2100 keeps the embedding (2048) and head (2080) whole
   };
-  const Variant variants[] = {{false, true, 0}, {true, true, 0}, {false, false, 0},
-                              {true, true, 2100}};
+  const Variant variants[] = {
+      {false, true, 0}, {true, true, 0}, {false, false, 0}, {true, true, 2100}};
   for (int gas : {1, 2}) {
     const RunResult ref = reference(fp32_clipped(0), gas);
     for (int stage = 0; stage <= 3; ++stage) {
@@ -158,10 +158,10 @@ TEST_F(ZeroStages, EveryStageMatchesSingleRankStage0Fp32) {
         eo.zero.reduce_scatter = v.reduce_scatter;
         eo.zero.stage3_param_persistence_threshold = v.persistence;
         const RunResult got = train(*comm_, eo, gas);
-        const std::string what = "stage " + std::to_string(stage) + " gas " +
-                                 std::to_string(gas) + " overlap " + std::to_string(v.overlap) +
-                                 " reduce_scatter " + std::to_string(v.reduce_scatter) +
-                                 " persistence " + std::to_string(v.persistence);
+        const std::string what = "stage " + std::to_string(stage) + " gas " + std::to_string(gas) +
+                                 " overlap " + std::to_string(v.overlap) + " reduce_scatter " +
+                                 std::to_string(v.reduce_scatter) + " persistence " +
+                                 std::to_string(v.persistence);
         for (int s = 0; s < kSteps; ++s)
           EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s]))
               << what << " step " << s;
@@ -207,7 +207,8 @@ TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
     // step where the scale first fits may differ by one; the training itself must not.
     EXPECT_GT(got.skipped, 0) << "stage " << stage;
     EXPECT_LT(got.skipped, kSteps / 2) << "stage " << stage;
-    EXPECT_NEAR(got.losses.back(), ref.losses.back(), 3e-2 * ref.losses.back()) << "stage " << stage;
+    EXPECT_NEAR(got.losses.back(), ref.losses.back(), 3e-2 * ref.losses.back())
+        << "stage " << stage;
   }
 }
 
@@ -226,7 +227,8 @@ TEST_F(ZeroStages, ModelStateBytesMatchPaperFormula) {
     eo.param_dtype = eo.grad_dtype = DType::kBF16;
     eo.zero.stage3_param_persistence_threshold = 0;
     const RunResult got = train(*comm_, eo, 1);
-    const int64_t measured = got.model_state_bytes[0] + got.model_state_bytes[1] + got.model_state_bytes[2];
+    const int64_t measured =
+        got.model_state_bytes[0] + got.model_state_bytes[1] + got.model_state_bytes[2];
     const int64_t P = stage == 0 ? psi : padded;  // stage 0 shards nothing, so pads nothing
     const int64_t expected[4] = {16 * psi, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N};
     const double paper[4] = {16.0 * psi, 4.0 * psi + 12.0 * psi / N, 2.0 * psi + 14.0 * psi / N,
@@ -259,7 +261,8 @@ TEST_F(ZeroStages, CommunicationVolumePerStep) {
     const RunResult got = train(*comm_, eo, 1);
     const int64_t expected = stage == 0 ? 2 * psi : stage < 3 ? 2 * padded : 2 * padded + blocks;
     EXPECT_EQ(volume(got.comm_one_step), expected) << "stage " << stage;
-    if (stage < 3) EXPECT_NEAR((double)volume(got.comm_one_step) / psi, 2.0, 0.01 + 2.0 * (padded - psi) / psi);
+    if (stage < 3)
+      EXPECT_NEAR((double)volume(got.comm_one_step) / psi, 2.0, 0.01 + 2.0 * (padded - psi) / psi);
   }
   EngineOptions reuse = fp32_clipped(3);
   reuse.zero.stage3_param_persistence_threshold = 0;  // reuse on (default distance 1e9)
@@ -275,13 +278,15 @@ TEST_F(ZeroStages, Stage3VolumeIsThreePsiWhenEmbeddingAndHeadAreSmall) {
   const ParamLayout layout(deep);
   const int64_t N = comm_->world_size();
   int64_t psi = 0, padded = 0;
-  for (const Unit& u : layout.units()) psi += (int64_t)u.numel, padded += ((int64_t)u.numel + N - 1) / N * N;
+  for (const Unit& u : layout.units())
+    psi += (int64_t)u.numel, padded += ((int64_t)u.numel + N - 1) / N * N;
   EngineOptions eo = fp32_clipped(3);
   eo.zero.stage3_max_reuse_distance = 0;
   const RunResult got = train(*comm_, eo, 1, deep);
   const CommStats& c = got.comm_one_step;
   const double volume = (double)(c[(size_t)CollKind::kReduceScatter].elements +
-                                 c[(size_t)CollKind::kAllGather].elements) / psi;
+                                 c[(size_t)CollKind::kAllGather].elements) /
+                        psi;
   EXPECT_NEAR(volume, 3.0, 0.03 + 3.0 * (padded - psi) / psi);
 }
 
@@ -291,7 +296,8 @@ TEST_F(ZeroStages, Stage3LiveParametersStayWithinLimit) {
   const ParamLayout layout(tiny());
   const int64_t N = comm_->world_size();
   int64_t largest = 0;
-  for (const Unit& u : layout.units()) largest = std::max(largest, ((int64_t)u.numel + N - 1) / N * N);
+  for (const Unit& u : layout.units())
+    largest = std::max(largest, ((int64_t)u.numel + N - 1) / N * N);
   for (int64_t limit : {int64_t{1}, largest, 2 * largest}) {
     EngineOptions eo = fp32_clipped(3);
     eo.zero.overlap_comm = true;

@@ -6,12 +6,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "data/shard.h"
 
@@ -58,7 +57,8 @@ class Cli : public ::testing::Test {
   // A train command on the tiny model with the good defaults, plus `extra`.
   std::string train(const std::string& extra) const {
     return "train --model tiny-llama --seq_len 16 --steps 3 --sample_tokens 0 --val_every 0"
-           " --run_dir " + path("run") + " --train_data '" + path("train_*.bin") + "' " + extra;
+           " --run_dir " +
+           path("run") + " --train_data '" + path("train_*.bin") + "' " + extra;
   }
   fs::path dir_;
 };
@@ -101,15 +101,17 @@ TEST_F(Cli, UnknownFlagNamesClosest) {
 
 TEST_F(Cli, MissingFiles) {
   expect_user_error(run(train("--deepspeed " + path("nope.json"))), {"nope.json"});
-  expect_user_error(run("train --deepspeed " + path("ds.json") + " --model tiny-llama"
-                        " --seq_len 16 --train_data '" + path("none_*.bin") + "'"),
+  expect_user_error(run("train --deepspeed " + path("ds.json") +
+                        " --model tiny-llama"
+                        " --seq_len 16 --train_data '" +
+                        path("none_*.bin") + "'"),
                     {"none_*.bin"});
-  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " +
-                              path("missing.model"))),
-                    {"missing.model"});
-  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --init_from " +
-                              path("no_model_dir"))),
-                    {"no_model_dir"});
+  expect_user_error(
+      run(train("--deepspeed " + path("ds.json") + " --tokenizer " + path("missing.model"))),
+      {"missing.model"});
+  expect_user_error(
+      run(train("--deepspeed " + path("ds.json") + " --init_from " + path("no_model_dir"))),
+      {"no_model_dir"});
   expect_user_error(run("prepare --tokenizer " + kShared + "llama2_tokenizer.model --input " +
                         path("missing.txt") + " --out " + path("out")),
                     {"missing.txt"});
@@ -150,8 +152,10 @@ TEST_F(Cli, BatchThatDoesNotDivide) {
 
 TEST_F(Cli, BadDsConfigKeysAndValues) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {R"({"train_batch_size": 4, "gradient_clipingg": 1.0})", {"gradient_clipingg", "gradient_clipping"}},
-      {R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lrr": 1}}})", {"lrr", "'lr'"}},
+      {R"({"train_batch_size": 4, "gradient_clipingg": 1.0})",
+       {"gradient_clipingg", "gradient_clipping"}},
+      {R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lrr": 1}}})",
+       {"lrr", "'lr'"}},
       {R"({"train_batch_size": 4, "gradient_clipping": -1})", {"gradient_clipping"}},
       {R"({"train_batch_size": "auto"})", {"auto"}},
       {R"({"train_batch_size": 4, "zero_optimization": {"stage": 7}})", {"stage"}},
@@ -190,9 +194,12 @@ TEST_F(Cli, HostileDsConfigs) {
   write(path("deep.json"), "{\"train_batch_size\": " + std::string(100000, '[') + "1" +
                                std::string(100000, ']') + "}");
   expect_user_error(run(train("--deepspeed " + path("deep.json"))), {"nested deeper"});
-  write(path("huge.json"), R"({"train_batch_size": 4294967298, "train_micro_batch_size_per_gpu": 2})");
-  expect_user_error(run(train("--deepspeed " + path("huge.json"))), {"gradient_accumulation_steps"});
-  write(path("eps.json"), R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"eps": 0}}})");
+  write(path("huge.json"),
+        R"({"train_batch_size": 4294967298, "train_micro_batch_size_per_gpu": 2})");
+  expect_user_error(run(train("--deepspeed " + path("huge.json"))),
+                    {"gradient_accumulation_steps"});
+  write(path("eps.json"),
+        R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"eps": 0}}})");
   expect_user_error(run(train("--deepspeed " + path("eps.json"))), {"eps must be > 0"});
   expect_user_error(run(train("--deepspeed " + dir_.string())), {"not a regular file"});
 }

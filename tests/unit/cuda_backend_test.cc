@@ -79,7 +79,8 @@ TEST_F(CudaVsCpu, Matmul) {
 // Tensors inside a unit start at arbitrary float offsets: GEMM must not assume 256-byte alignment.
 TEST_F(CudaVsCpu, MatmulOnInteriorPointers) {
   const int N = 9, C = 16, OC = 33;
-  auto out = zeros((size_t)N * OC + 1), inp = make((size_t)N * C + 1), w = make((size_t)OC * C + 1, 1, 2);
+  auto out = zeros((size_t)N * OC + 1), inp = make((size_t)N * C + 1),
+       w = make((size_t)OC * C + 1, 1, 2);
   cpu_->matmul_forward(out.cp() + 1, inp.cp() + 1, w.cp() + 1, nullptr, N, C, OC);
   gpu_->matmul_forward(out.gp() + 1, inp.gp() + 1, w.gp() + 1, nullptr, N, C, OC);
   expect_close(out, 1e-5, "matmul forward, offset operands");
@@ -87,14 +88,17 @@ TEST_F(CudaVsCpu, MatmulOnInteriorPointers) {
 
 TEST_F(CudaVsCpu, NormsForwardBackward) {
   const int N = 29, C = 67;
-  auto x = make((size_t)N * C), w = make(C, 1, 2), b = make(C, 1, 3), dy = make((size_t)N * C, 1, 4);
+  auto x = make((size_t)N * C), w = make(C, 1, 2), b = make(C, 1, 3),
+       dy = make((size_t)N * C, 1, 4);
   auto y = zeros((size_t)N * C), mean = zeros(N), rstd = zeros(N), dx = zeros((size_t)N * C),
        dw = zeros(C), db = zeros(C);
   cpu_->layernorm_forward(y.cp(), mean.cp(), rstd.cp(), x.cp(), w.cp(), b.cp(), N, C, 1e-5f);
   gpu_->layernorm_forward(y.gp(), mean.gp(), rstd.gp(), x.gp(), w.gp(), b.gp(), N, C, 1e-5f);
   expect_close(y, 1e-5, "layernorm forward");
-  cpu_->layernorm_backward(dx.cp(), dw.cp(), db.cp(), dy.cp(), x.cp(), w.cp(), mean.cp(), rstd.cp(), N, C);
-  gpu_->layernorm_backward(dx.gp(), dw.gp(), db.gp(), dy.gp(), x.gp(), w.gp(), mean.gp(), rstd.gp(), N, C);
+  cpu_->layernorm_backward(dx.cp(), dw.cp(), db.cp(), dy.cp(), x.cp(), w.cp(), mean.cp(), rstd.cp(),
+                           N, C);
+  gpu_->layernorm_backward(dx.gp(), dw.gp(), db.gp(), dy.gp(), x.gp(), w.gp(), mean.gp(), rstd.gp(),
+                           N, C);
   expect_close(dx, 1e-5, "layernorm dx");
   expect_close(dw, 1e-5, "layernorm dw");
   expect_close(db, 1e-5, "layernorm db");
@@ -132,8 +136,10 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   const int B = 3, T = 11, C = 19, V = 1003, I = 23, N = B * T;
   std::vector<int> tok(N), tgt(N);
   for (int i = 0; i < N; ++i) tok[i] = (i * 7) % 50, tgt[i] = i % 5 == 0 ? -100 : (i * 13) % V;
-  DeviceBuffer tc(cpu_.get(), N * 4, MemCategory::kWorkspace), tg(gpu_.get(), N * 4, MemCategory::kWorkspace),
-      yc(cpu_.get(), N * 4, MemCategory::kWorkspace), yg(gpu_.get(), N * 4, MemCategory::kWorkspace);
+  DeviceBuffer tc(cpu_.get(), N * 4, MemCategory::kWorkspace),
+      tg(gpu_.get(), N * 4, MemCategory::kWorkspace),
+      yc(cpu_.get(), N * 4, MemCategory::kWorkspace),
+      yg(gpu_.get(), N * 4, MemCategory::kWorkspace);
   cpu_->copy_to_device(tc.data(), tok.data(), N * 4);
   gpu_->copy_to_device(tg.data(), tok.data(), N * 4);
   cpu_->copy_to_device(yc.data(), tgt.data(), N * 4);
@@ -168,8 +174,10 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   expect_close(logits, 1e-6, "cross-entropy dlogits");
   auto p = make(1001), g = make(1001, 1, 2), m = zeros(1001), v = zeros(1001);
   for (int t = 1; t <= 3; ++t) {
-    cpu_->adamw_update(p.cp(), g.cp(), m.cp(), v.cp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f, true, true);
-    gpu_->adamw_update(p.gp(), g.gp(), m.gp(), v.gp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f, true, true);
+    cpu_->adamw_update(p.cp(), g.cp(), m.cp(), v.cp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t,
+                       0.5f, true, true);
+    gpu_->adamw_update(p.gp(), g.gp(), m.gp(), v.gp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t,
+                       0.5f, true, true);
   }
   expect_close(p, 1e-6, "adamw params");
   expect_close(v, 1e-6, "adamw v");

@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 const std::string kFixtures = ZT_SOURCE_DIR "/tests/fixtures/";
 const std::string kTokenizer = ZT_SOURCE_DIR "/../shared/data/llama2_tokenizer.model";
 
-#define SKIP_WITHOUT_TOKENIZER()                                                        \
-  if (!fs::exists(kTokenizer))                                                          \
+#define SKIP_WITHOUT_TOKENIZER() \
+  if (!fs::exists(kTokenizer))   \
   GTEST_SKIP() << "tokenizer " << kTokenizer << " is absent (shared/data not populated)"
 
 nlohmann::json read_json(const std::string& path) {
@@ -98,7 +98,9 @@ TEST(Tokenizer, DecodeTokenStreamsTheTextWithItsDummyPrefix) {
   EXPECT_EQ(tok->decode_token(-1), "\xEF\xBF\xBD");
   EXPECT_EQ(tok->decode_token(tok->vocab_size()), "\xEF\xBF\xBD");
   const std::vector<int> ids = {15043, 99999, 3186};  // "Hello", out of range, "world"
-  EXPECT_EQ(tok->decode(ids), "Hello\xEF\xBF\xBD" "world");
+  EXPECT_EQ(tok->decode(ids),
+            "Hello\xEF\xBF\xBD"
+            "world");
 }
 
 TEST_F(DataTest, TokenizerLoadErrorsNameThePath) {
@@ -178,7 +180,8 @@ TEST_F(DataTest, ShardErrorsSayWhatIsWrong) {
   const int32_t v = 3;
   std::memcpy(version.data() + 4, &v, 4);
   write_bytes(path("version.bin"), version);
-  EXPECT_TRUE(Contains(std::string(read_shard_header(path("version.bin")).status().message()), "unknown version 3"));
+  EXPECT_TRUE(Contains(std::string(read_shard_header(path("version.bin")).status().message()),
+                       "unknown version 3"));
 
   write_bytes(path("empty.bin"), "");
   const std::string e(MappedShard::open(path("empty.bin")).status().message());
@@ -189,7 +192,8 @@ TEST_F(DataTest, ShardErrorsSayWhatIsWrong) {
 
 TEST_F(DataTest, WriteShardRejectsBadInputAndLeavesNoPartialFile) {
   const std::vector<uint32_t> tokens = {1, 2, 40000};
-  EXPECT_TRUE(Contains(std::string(write_shard(path("a.bin"), tokens, 32000).message()), "token 40000"));
+  EXPECT_TRUE(
+      Contains(std::string(write_shard(path("a.bin"), tokens, 32000).message()), "token 40000"));
   const auto no_dir = write_shard(path("no/such/dir/a.bin"), tokens, 65536);
   EXPECT_EQ(no_dir.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_FALSE(fs::exists(path("no/such/dir/a.bin.tmp")));
@@ -205,8 +209,8 @@ class LoaderTest : public DataTest {
     for (int k = 0; k < 3; ++k) {
       std::vector<uint32_t> tokens(sizes_[k]);
       std::iota(tokens.begin(), tokens.end(), k * 10000u);
-      ASSERT_TRUE(write_shard(path("train_00000" + std::to_string(k) + ".bin"), tokens, 65536)
-                      .ok());
+      ASSERT_TRUE(
+          write_shard(path("train_00000" + std::to_string(k) + ".bin"), tokens, 65536).ok());
     }
   }
   DataLoaderOptions options(int B, int T, int rank, int world, bool shuffle, uint64_t seed = 1) {
@@ -344,9 +348,10 @@ TEST_F(LoaderTest, OpenErrorsSayWhatToChange) {
 
 TEST_F(DataTest, PrepareWritesShardsThatDecodeBackToTheText) {
   SKIP_WITHOUT_TOKENIZER();
-  const std::string a = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-                        "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to "
-                        "die than to famish?\n";
+  const std::string a =
+      "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+      "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to "
+      "die than to famish?\n";
   const std::string b = "Héllo wörld 🦙\nsecond document, with its own BOS.\n";
   write_bytes(path("a.txt"), a);
   write_bytes(path("b.txt"), b);
@@ -413,8 +418,9 @@ TEST_F(DataTest, PrepareRemovesStaleTrainShards) {
 
 TEST_F(DataTest, PrepareErrorsSayWhatIsWrong) {
   SKIP_WITHOUT_TOKENIZER();
-  write_bytes(path("a.txt"), "Some text that is long enough to split into a train part and a "
-                            "val part of at least two tokens each.");
+  write_bytes(path("a.txt"),
+              "Some text that is long enough to split into a train part and a "
+              "val part of at least two tokens each.");
   write_bytes(path("empty.txt"), "");
   write_bytes(path("tiny.txt"), "a");
   write_bytes(path("file"), "x");

@@ -256,14 +256,16 @@ TEST(DsConfig, AutoIsAHuggingFacePlaceholder) {
 
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
   auto unimpl = absl::StatusCode::kUnimplemented;
-  EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})",
-                              1, "test.json").ok());
+  EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,
+                              "test.json")
+                  .ok());
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
                            "offload_param": {"device": "cpu"}}})",
                                 1, unimpl),
                        {"not implemented"}));
-  EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", 1,
-                              "test.json").ok());
+  EXPECT_TRUE(
+      parse_ds_config(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", 1, "test.json")
+          .ok());
   EXPECT_TRUE(
       Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", 1, unimpl),
                {"optimizer.type", "not implemented in this build", "\"Adam\", \"AdamW\""}));

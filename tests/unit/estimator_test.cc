@@ -6,8 +6,8 @@
 #include "zero/estimator.h"
 
 #include <cmath>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -17,9 +17,9 @@
 #include "model/layout.h"
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/json_fixture.h"
 #include "trainer/estimate.h"
 #include "zero/engine.h"
-#include "tests/unit/json_fixture.h"
 
 namespace zt {
 namespace {
@@ -47,8 +47,7 @@ TEST(ZeroPaper, Table1AllFiftyFourCellsEqualThePaper) {
   for (const PaperRow& row : kTable1)
     for (int p = 0; p < 3; ++p)
       for (int s = 0; s < 3; ++s) {
-        EXPECT_EQ(format_paper_gb(zero_paper_bytes(psis[p], row.nd, s + 1) / 1e9),
-                  row.cells[p][s])
+        EXPECT_EQ(format_paper_gb(zero_paper_bytes(psis[p], row.nd, s + 1) / 1e9), row.cells[p][s])
             << "psi " << psis[p] << " N_d " << row.nd << " stage " << s + 1;
         ++checked;
       }
@@ -168,7 +167,9 @@ EstimateInput small(int stage) {
 }
 
 TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
-  struct Want { int64_t params, grads, optim, ws; };
+  struct Want {
+    int64_t params, grads, optim, ws;
+  };
   // Workspace: largest padded unit 12 (stage 0: 10 unpadded): fp32 view 4*12 + fp32 grad
   // accumulator 4*12, stage 3 also the gathered bf16 unit 2*12.
   const Want want[4] = {{2 * 18, 2 * 18, 12 * 18, 40 + 40},
@@ -201,8 +202,7 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
 
 TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
   const int64_t psi = 1 << 20;
-  const int64_t want[4] = {16 * psi, 4 * psi + 12 * psi / 8, 2 * psi + 14 * psi / 8,
-                           16 * psi / 8};
+  const int64_t want[4] = {16 * psi, 4 * psi + 12 * psi / 8, 2 * psi + 14 * psi / 8, 16 * psi / 8};
   for (int stage = 0; stage < 4; ++stage) {
     EstimateInput in;
     in.psi = psi;
@@ -322,7 +322,8 @@ TEST(EstimateCommand, ModesAndErrors) {
   t = estimate_text(o);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_NE(t->find("1.46GB |   2.55GB | offload_param=none, offload_optimizer=none, zero_init=1"),
-            std::string::npos) << *t;
+            std::string::npos)
+      << *t;
 
   o = {};
   o.params = 7'500'000'000;

@@ -2,10 +2,10 @@
 // named in the failure message (fixtures are never edited by hand).
 #pragma once
 
-#include <string>
-
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/file.h"
 

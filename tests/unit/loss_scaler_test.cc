@@ -79,8 +79,8 @@ TEST(LossScaler, DefaultsAreDeepSpeedFp16Defaults) {
 }
 
 TEST(LossScaler, StaticScaleNeverChangesAndSkipsOverflows) {
-  LossScaler scaler(LossScalerConfig{.loss_scale = 128, .loss_scale_window = 1, .hysteresis = 1,
-                                     .min_loss_scale = 128});
+  LossScaler scaler(LossScalerConfig{
+      .loss_scale = 128, .loss_scale_window = 1, .hysteresis = 1, .min_loss_scale = 128});
   EXPECT_FALSE(scaler.dynamic());
   for (int i = 0; i < 50; ++i) {
     bool overflow = i % 3 == 0;

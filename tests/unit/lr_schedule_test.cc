@@ -9,17 +9,15 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "trainer/ds_config.h"
 #include "tests/unit/json_fixture.h"
+#include "trainer/ds_config.h"
 
 namespace zt {
 namespace {
 
 using json = nlohmann::json;
 
-json load_fixture() {
-  return load_json_fixture("lr_reference.json", "make_lr_reference.py");
-}
+json load_fixture() { return load_json_fixture("lr_reference.json", "make_lr_reference.py"); }
 
 TEST(LrSchedule, MatchesDeepSpeedLrSchedulesPerOptimizerStep) {
   json fixture = load_fixture();

@@ -56,7 +56,8 @@ TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
   EXPECT_EQ(ParamLayout(*c).total_numel(), 1'100'048'384u);
   auto bad = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
       "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
-      "rope_scaling":{"type":"linear","factor":2.0}})", "config.json");
+      "rope_scaling":{"type":"linear","factor":2.0}})",
+                                 "config.json");
   EXPECT_FALSE(bad.ok());
   auto other = config_from_hf_json(R"({"model_type":"bert"})", "config.json");
   ASSERT_FALSE(other.ok());

@@ -81,7 +81,8 @@ void check_forward_backward(const std::string& name) {
     max_diff = std::max(max_diff, (double)std::fabs(logits[i] - ref_logits[i]));
   EXPECT_LE(max_diff, 2e-4) << "logits";
 
-  const auto res = l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
+  const auto res =
+      l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
   l.model->backward(*l.engine);
   float ref_loss;
   ASSERT_TRUE(fx.ref.read_f32("loss", {&ref_loss, 1}).ok());
@@ -121,7 +122,8 @@ void check_adamw(const std::string& name) {
   opt.gradient_clipping = 0.f;
   Loaded l = build(fx, opt);
   for (int s = 0; s < 10; ++s) {
-    const auto r = l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
+    const auto r =
+        l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
     l.model->backward(*l.engine);
     EXPECT_NEAR(r.loss, ref[s], 1e-4) << "AdamW step " << s;
     ASSERT_TRUE(l.engine->step(hp[0]).ok());

@@ -130,9 +130,8 @@ TEST(SafeTensors, ReadF32ConvertsF64AndReadI64ReadsI32) {
   int32_t i[3] = {-100, 0, 70};
   std::memcpy(data.data(), d, 16);
   std::memcpy(data.data() + 16, i, 12);
-  std::string header =
-      R"({"d":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
-      R"("i":{"dtype":"I32","shape":[3],"data_offsets":[16,28]}})";
+  std::string header = R"({"d":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
+                       R"("i":{"dtype":"I32","shape":[3],"data_offsets":[16,28]}})";
   std::string file = raw_file(header, 0) + data;
   write_file(path, file);
   auto f = SafeTensorsFile::open(path);
@@ -186,10 +185,11 @@ TEST(SafeTensors, WriterRejectsBadTensorsAndKeepsTheOldFile) {
   // Byte count does not match shape.
   absl::Status s = write_safetensors(path, {{"w", DType::kF32, {5}, bytes_of(good)}});
   EXPECT_NE(status_text(s).find("has 16 bytes but its shape and dtype F32 need 20"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   // Duplicate name.
-  s = write_safetensors(path, {{"w", DType::kF32, {4}, bytes_of(good)},
-                               {"w", DType::kF32, {4}, bytes_of(good)}});
+  s = write_safetensors(
+      path, {{"w", DType::kF32, {4}, bytes_of(good)}, {"w", DType::kF32, {4}, bytes_of(good)}});
   EXPECT_NE(status_text(s).find("appears twice"), std::string::npos) << s;
   // Unwritable destination: the directory does not exist.
   s = write_safetensors(dir + "/no/such/dir/x.safetensors",
@@ -227,16 +227,14 @@ TEST(SafeTensors, MalformedFilesGiveUsefulErrors) {
       {"overlapping",
        raw_file("{" + ok_entry + R"(,"v":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
        "overlapping"},
-      {"unknown_dtype",
-       raw_file(R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8),
+      {"unknown_dtype", raw_file(R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8),
        "unknown dtype 'F33'"},
-      {"size_mismatch",
-       raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12"},
+      {"size_mismatch", raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+       "need 12"},
       {"negative_offsets",
-       raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", 8),
-       "data_offsets"},
-      {"begin_after_end",
-       raw_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8), "begin > end"},
+       raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", 8), "data_offsets"},
+      {"begin_after_end", raw_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8),
+       "begin > end"},
       {"missing_shape", raw_file(R"({"w":{"dtype":"F32","data_offsets":[0,8]}})", 8), "shape"},
       {"bad_metadata", raw_file(R"({"__metadata__":{"a":1}})", 0), "__metadata__"},
   };
@@ -259,9 +257,11 @@ TEST(SafeTensors, ShardedHfDirectoryServesTensorsAcrossShards) {
   const std::string& dir = dir_tmp.path();
   std::vector<float> a = {1, 2, 3}, b = {4, 5};
   ASSERT_TRUE(write_safetensors(dir + "/model-00001-of-00002.safetensors",
-                                {{"a", DType::kF32, {3}, bytes_of(a)}}).ok());
+                                {{"a", DType::kF32, {3}, bytes_of(a)}})
+                  .ok());
   ASSERT_TRUE(write_safetensors(dir + "/model-00002-of-00002.safetensors",
-                                {{"b", DType::kF32, {1, 2}, bytes_of(b)}}).ok());
+                                {{"b", DType::kF32, {1, 2}, bytes_of(b)}})
+                  .ok());
   write_file(dir + "/model.safetensors.index.json",
              R"({"metadata":{"total_size":20},"weight_map":{)"
              R"("a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
@@ -274,8 +274,7 @@ TEST(SafeTensors, ShardedHfDirectoryServesTensorsAcrossShards) {
   EXPECT_EQ(out, b);
   EXPECT_EQ(m->info("a")->shape, (std::vector<int64_t>{3}));
   absl::Status s = m->info("c").status();
-  EXPECT_NE(status_text(s).find("'c' not found in model directory " + dir), std::string::npos)
-      << s;
+  EXPECT_NE(status_text(s).find("'c' not found in model directory " + dir), std::string::npos) << s;
 
   // The index puts a tensor in a shard that does not hold it.
   write_file(dir + "/model.safetensors.index.json",
@@ -374,8 +373,7 @@ TEST(SafeTensors, ReadsTinyLlamaFixtureFromPythonSafetensors) {
             (std::vector<int64_t>{32, 32}));
   EXPECT_EQ(m->info("model.layers.1.self_attn.k_proj.weight")->shape,
             (std::vector<int64_t>{16, 32}));
-  EXPECT_EQ(m->info("model.layers.0.mlp.down_proj.weight")->shape,
-            (std::vector<int64_t>{32, 40}));
+  EXPECT_EQ(m->info("model.layers.0.mlp.down_proj.weight")->shape, (std::vector<int64_t>{32, 40}));
 
   auto ref = SafeTensorsFile::open(kFixtures + "/tiny_llama/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status();

@@ -1,9 +1,9 @@
 // Reference: std::exp (glibc, correctly rounded to < 1 ulp) over the softmax input range.
+#include "model/cpu/vec_math.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "model/cpu/vec_math.h"
 
 namespace zt {
 namespace {
