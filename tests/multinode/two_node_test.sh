@@ -91,16 +91,15 @@ printf '%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$WORK/hostfile"
 
 # Tiny data (an llm.c token shard, vocab < 256) and a stage-3 ds_config with a global batch of 8.
 python3 - "$WORK" <<'EOF' || fail "could not write the test data"
-import json, sys, numpy as np
+import json, random, struct, sys
 work = sys.argv[1]
 n = 20000
-rng = np.random.default_rng(0)
-tokens = ((np.arange(n) % 97) * 7 + rng.integers(0, 3, n)) % 256
-header = np.zeros(256, np.int32)
-header[0], header[1], header[2] = 20240520, 1, n
+rng = random.Random(0)  # the standard library only: CI machines need no numpy
+tokens = [((i % 97) * 7 + rng.randrange(3)) % 256 for i in range(n)]
+header = [20240520, 1, n] + [0] * 253
 with open(f"{work}/train_000.bin", "wb") as f:
-    f.write(header.tobytes())
-    f.write(tokens.astype(np.uint16).tobytes())
+    f.write(struct.pack("<256i", *header))
+    f.write(struct.pack(f"<{n}H", *tokens))
 json.dump({
     "train_batch_size": 8,
     "gradient_accumulation_steps": 1,
