@@ -37,6 +37,7 @@ namespace {
 // fails before any work.
 struct Run {
   std::unique_ptr<Communicator> comm;
+  std::string ds_text;  // the ds_config file as read (fingerprinted across ranks)
   DsConfig ds;
   ModelConfig model;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -71,11 +72,10 @@ absl::Status init_params(const TrainOptions& opt, Run& r) {
 
 // What every rank must agree on before training, since it decides the sequence of collectives:
 // the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
-absl::StatusOr<std::string> fingerprint(const TrainOptions& opt, const Run& r) {
-  ZT_ASSIGN_OR_RETURN(std::string text, read_file(opt.deepspeed, "the DeepSpeed config"));
+std::string fingerprint(const TrainOptions& opt, const Run& r) {
   const ModelConfig& m = r.model;
   const nlohmann::json j = {
-      {"ds_config", nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)},
+      {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
       {"model",
        {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
         m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
@@ -113,7 +113,8 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     return absl::InvalidArgumentError(
         "--deepspeed is required: pass a ds_config.json "
         "(examples in configs/ds/)");
-  ZT_ASSIGN_OR_RETURN(r.ds, load_ds_config(opt.deepspeed, r.comm->world_size()));
+  ZT_ASSIGN_OR_RETURN(r.ds_text, read_file(opt.deepspeed, "the DeepSpeed config (--deepspeed)"));
+  ZT_ASSIGN_OR_RETURN(r.ds, parse_ds_config(r.ds_text, r.comm->world_size(), opt.deepspeed));
   if (!opt.init_from.empty()) {
     const std::string path = opt.init_from + "/config.json";
     ZT_ASSIGN_OR_RETURN(std::string text,
@@ -299,17 +300,12 @@ absl::Status run_train(const TrainOptions& opt) {
   // Every rank validates the same inputs; they agree before any collective of the run, so a
   // rank that failed (say, a file missing on its node) never leaves the others waiting.
   absl::Status st = guarded([&] { return setup(opt, r); });
-  std::string fp;
-  if (st.ok()) {
-    auto f = fingerprint(opt, r);
-    st = f.status();
-    if (f.ok()) fp = *f;
-  }
   double ok = st.ok() ? 1 : 0;
   r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
   if (!st.ok()) return st;
   if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
-  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe", fp));
+  ZT_RETURN_IF_ERROR(
+      check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe", fingerprint(opt, r)));
   // From here collectives are in flight: a rank that stopped alone would leave the others
   // waiting in one, so an error on any rank ends them all.
   const absl::Status result = guarded([&] { return train_loop(opt, r); });

@@ -13,16 +13,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
   std::string_view name() const override { return "cuda"; }
 
-  void* alloc(size_t bytes, MemCategory c) override;
-  void free(void* p, size_t bytes, MemCategory c) override;
-  void copy_to_host(void* dst, const void* src, size_t bytes) override;
-  void copy_to_device(void* dst, const void* src, size_t bytes) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
-  void zero(void* p, size_t bytes) override;
-  void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) override;
-  void synchronize() override;
-
-#include "model/backend_kernels.inc"  // NOLINT: the kernel overrides
+#include "model/backend_kernels.inc"  // NOLINT: memory and kernel overrides
 
   cudaStream_t stream() const { return stream_; }
 
