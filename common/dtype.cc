@@ -1,6 +1,9 @@
 #include "common/dtype.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "common/simd_kernels.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -28,7 +31,8 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  // NaN: quiet, keeping the top payload bits (what F16C's VCVTPS2PH does).
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (mag < 0x38800000u) {  // subnormal half (or zero): scale into the 2^-24 grid
     float a;
@@ -52,35 +56,111 @@ float f16_to_f32(uint16_t h) {
     if (sign) out = -out;
     return out;
   }
-  uint32_t u =
-      exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112u) << 23) | (man << 13));
+  // Inf, NaN (made quiet, as F16C's VCVTPH2PS does) or a normal number.
+  uint32_t u = exp == 31 ? (sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13))
+                         : (sign | ((exp + 112u) << 23) | (man << 13));
   std::memcpy(&out, &u, 4);
   return out;
 }
 
-void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
-  if (src_t == dst_t) {
-    std::memcpy(dst, src, n * dtype_size(src_t));
-    return;
-  }
-  // Go through fp32: at most one rounding, since fp32 holds every bf16/fp16 value exactly.
+namespace {
+
+// One contiguous run of a conversion at one SIMD level. Pairs without a vector path (fp16 <->
+// bf16, never on a hot path) go element by element through fp32, which is exact.
+void convert_scalar(const void* src, DType st, void* dst, DType dt, size_t n) {
   auto load = [&](size_t i) -> float {
-    switch (src_t) {
+    switch (st) {
       case DType::kF32: return static_cast<const float*>(src)[i];
       case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
       case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
     }
     return 0.f;
   };
-#pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) {
     const float v = load(i);
-    switch (dst_t) {
+    switch (dt) {
       case DType::kF32: static_cast<float*>(dst)[i] = v; break;
       case DType::kBF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
       case DType::kF16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
     }
   }
+}
+
+ZT_TARGET_AVX2 void convert_avx2(const void* src, DType st, void* dst, DType dt, size_t n) {
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  auto* d16 = static_cast<uint16_t*>(dst);
+  auto* d32 = static_cast<float*>(dst);
+  size_t i = 0;
+  if (st == DType::kF32 && dt == DType::kBF16) {
+    for (; i + 8 <= n; i += 8) simd::avx2_store_bf16(d16 + i, _mm256_loadu_ps(s32 + i));
+  } else if (st == DType::kF32 && dt == DType::kF16) {
+    for (; i + 8 <= n; i += 8) simd::avx2_store_f16(d16 + i, _mm256_loadu_ps(s32 + i));
+  } else if (st == DType::kBF16 && dt == DType::kF32) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d32 + i, simd::avx2_load_bf16(s16 + i));
+  } else if (st == DType::kF16 && dt == DType::kF32) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d32 + i, simd::avx2_load_f16(s16 + i));
+  }
+  const size_t es = dtype_size(st), ed = dtype_size(dt);
+  convert_scalar(static_cast<const char*>(src) + i * es, st, static_cast<char*>(dst) + i * ed, dt,
+                 n - i);
+}
+
+template <bool kBf16Instr>
+ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, DType dt, size_t n) {
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  auto* d16 = static_cast<uint16_t*>(dst);
+  auto* d32 = static_cast<float*>(dst);
+  size_t i = 0;
+  if (st == DType::kF32 && dt == DType::kBF16) {
+    for (; i + 16 <= n; i += 16) {
+      if constexpr (kBf16Instr) simd::avx512bf16_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
+      else simd::avx512_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
+    }
+  } else if (st == DType::kF32 && dt == DType::kF16) {
+    for (; i + 16 <= n; i += 16) simd::avx512_store_f16(d16 + i, _mm512_loadu_ps(s32 + i));
+  } else if (st == DType::kBF16 && dt == DType::kF32) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_bf16(s16 + i));
+  } else if (st == DType::kF16 && dt == DType::kF32) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_f16(s16 + i));
+  }
+  const size_t es = dtype_size(st), ed = dtype_size(dt);
+  convert_scalar(static_cast<const char*>(src) + i * es, st, static_cast<char*>(dst) + i * ed, dt,
+                 n - i);
+}
+
+void convert_run(SimdLevel level, const void* src, DType st, void* dst, DType dt, size_t n) {
+  switch (level) {
+    case SimdLevel::kScalar: return convert_scalar(src, st, dst, dt, n);
+    case SimdLevel::kAvx2: return convert_avx2(src, st, dst, dt, n);
+    // Only the bf16 store differs between the two AVX-512 levels; the template keeps the
+    // plain-AVX-512 instantiation free of AVX512_BF16 instructions.
+    case SimdLevel::kAvx512: return convert_avx512<false>(src, st, dst, dt, n);
+    case SimdLevel::kAvx512Bf16: return convert_avx512<true>(src, st, dst, dt, n);
+  }
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, SimdLevel level) {
+  if (src_t == dst_t) {
+    std::memcpy(dst, src, n * dtype_size(src_t));
+    return;
+  }
+  constexpr size_t kChunk = 1 << 15;  // elements per OpenMP work item (a multiple of 16)
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  const size_t es = dtype_size(src_t), ed = dtype_size(dst_t);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
+    convert_run(level, static_cast<const char*>(src) + begin * es, src_t,
+                static_cast<char*>(dst) + begin * ed, dst_t, len);
+  }
+}
+
+void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
+  convert(src, src_t, dst, dst_t, n, cpu_simd_level());
 }
 
 }  // namespace zt

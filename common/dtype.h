@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/simd.h"
 
 namespace zt {
 
@@ -33,11 +34,16 @@ inline float bf16_to_f32(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-// IEEE half conversions (round-to-nearest-even; overflow -> inf), as numpy's float16.
+// IEEE half conversions (round-to-nearest-even; overflow -> inf), as numpy's float16; NaN
+// stays NaN with its sign and top payload bits, quiet (as F16C's VCVTPS2PH).
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
 // Converts n elements between storage formats; `src`/`dst` point at n elements of their dtype.
+// Vectorised at the best SIMD level of this CPU (common/simd.h), or at `level` (which the CPU
+// must support); every level gives the same bits as the scalar functions above. OpenMP over
+// 32K-element chunks.
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n);
+void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, SimdLevel level);
 
 }  // namespace zt

@@ -1,9 +1,11 @@
-// The AdamW update of one fp32 element, shared by the CPU and CUDA kernels so both backends
-// compute the same thing (Loshchilov & Hutter 2019, Algorithm 2; torch.optim.AdamW and
+// The AdamW update of one fp32 element, shared by the CPU kernels (offload/cpu_adam.cc, whose
+// SIMD paths repeat these operations in this order) and the CUDA kernel, so every backend
+// computes the same thing (Loshchilov & Hutter 2019, Algorithm 2; torch.optim.AdamW and
 // DeepSpeed's FusedAdam / CPUAdam with adam_w_mode):
 //   g = grad * grad_scale  (+ wd p when !adam_w_mode: L2 regularisation, classic Adam)
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr wd p  (adam_w_mode);  p -= step m / (sqrt(v) / sqrt(bc2) + eps),  step = lr / bc1
+//   p *= 1 - lr wd  (adam_w_mode);  p -= step m / (sqrt(v) / sqrt(bc2) + eps),  step = lr / bc1
+// bc1 = 1 - b1^t and bc2 = 1 - b2^t are the bias corrections of step t (1 when off).
 #pragma once
 
 #include <cmath>
@@ -16,17 +18,50 @@
 
 namespace zt {
 
-// Returns the updated parameter; m and v are updated in place. step = lr / bc1 and
-// bc2_sqrt = sqrt(bc2) are the bias corrections of step t (1 when bias_correction is off).
-ZT_HOST_DEVICE inline float adamw_element(float p, float grad, float& m, float& v, float lr,
-                                          float beta1, float beta2, float eps, float wd, float step,
-                                          float bc2_sqrt, float grad_scale, bool adam_w_mode) {
-  float g = grad * grad_scale;
-  if (!adam_w_mode) g += wd * p;
-  m = beta1 * m + (1.f - beta1) * g;
-  v = beta2 * v + (1.f - beta2) * g * g;
-  if (adam_w_mode) p -= lr * wd * p;
-  return p - step * m / (sqrtf(v) / bc2_sqrt + eps);
+// One optimizer step's scalars: DeepSpeed's optimizer.params, the step's learning rate, and
+// the factor every gradient is multiplied by first (1/loss_scale times the clip coefficient,
+// so unscaling and clipping cost no pass of their own).
+// Hyper-parameters are doubles, as in the config and in PyTorch, so derived constants such as
+// 1 - beta2 are exact before their one rounding to fp32 (1 - 0.999f is 1.3e-5 off 0.001).
+struct AdamStep {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int t = 1;  // step number, >= 1
+  double grad_scale = 1;
+  bool adam_w_mode = true;  // decoupled weight decay; false: L2 added to the gradient
+  bool bias_correction = true;
+};
+
+// The per-step constants of the element update, each computed in double and rounded once.
+struct AdamCoefs {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, wd, decay, step, bc2_sqrt,
+      grad_scale;
+  bool adam_w_mode;
+};
+
+inline AdamCoefs adam_coefs(const AdamStep& s) {
+  const double bc1 = s.bias_correction ? 1.0 - std::pow(s.beta1, s.t) : 1.0;
+  const double bc2 = s.bias_correction ? 1.0 - std::pow(s.beta2, s.t) : 1.0;
+  AdamCoefs c;
+  c.beta1 = (float)s.beta1, c.beta2 = (float)s.beta2;
+  c.one_minus_beta1 = (float)(1.0 - s.beta1), c.one_minus_beta2 = (float)(1.0 - s.beta2);
+  c.eps = (float)s.eps, c.wd = (float)s.weight_decay;
+  c.decay = (float)(1.0 - s.lr * s.weight_decay);  // torch.optim.AdamW: p *= 1 - lr wd
+  c.step = (float)(s.lr / bc1), c.bc2_sqrt = (float)std::sqrt(bc2);
+  c.grad_scale = (float)s.grad_scale, c.adam_w_mode = s.adam_w_mode;
+  return c;
+}
+
+// Returns the updated parameter; m and v are updated in place. Written without fused
+// multiply-adds (callers compile it with contraction off) so vector paths can match it bit for
+// bit.
+ZT_HOST_DEVICE inline float adamw_element(float p, float grad, float& m, float& v,
+                                          const AdamCoefs& c) {
+  float g = grad * c.grad_scale;
+  if (!c.adam_w_mode) g = g + c.wd * p;
+  m = c.beta1 * m + c.one_minus_beta1 * g;
+  v = c.beta2 * v + (c.one_minus_beta2 * g) * g;
+  if (c.adam_w_mode) p = p * c.decay;
+  return p - (c.step * m) / (sqrtf(v) / c.bc2_sqrt + c.eps);
 }
 
 }  // namespace zt

@@ -13,6 +13,7 @@
 
 #include "common/dtype.h"
 #include "common/memory.h"
+#include "model/adamw_math.h"
 
 namespace zt {
 
@@ -86,18 +87,18 @@ class Backend {
   // != 0, logits are overwritten by their gradient: (softmax - onehot) * dlogits_scale.
   virtual void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
                                              int N, int V, float dlogits_scale) = 0;
-  // AdamW (Loshchilov & Hutter, Alg. 2) on n fp32 elements, step t >= 1:
-  //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-  //   m^ = m/(1-b1^t), v^ = v/(1-b2^t) (when bias_correction);
-  //   p -= lr * (m^/(sqrt(v^)+eps) + wd p)   (adam_w_mode: decoupled decay),
-  //   or g += wd p before the moments (adam_w_mode false: L2, DeepSpeed's "Adam").
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, int t,
-                            float grad_scale, bool adam_w_mode, bool bias_correction) = 0;
-  // Sum of squares of n fp32 elements, accumulated in double; result on the host.
-  virtual double sum_squares(const float* x, size_t n) = 0;
-  // x (n) *= s.
-  virtual void scale(float* x, float s, size_t n) = 0;
+  // One fused AdamW step (Loshchilov & Hutter, Alg. 2; model/adamw_math.h) on n elements:
+  // reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass), updates the
+  // fp32 master (n), m (n) and v (n) in place, and writes the updated master rounded to out_t
+  // into out (n), unless out is null. adam_w_mode false is L2 (DeepSpeed's "Adam").
+  virtual void adamw_update(float* master, const void* grad, DType grad_t, float* m, float* v,
+                            void* out, DType out_t, size_t n, const AdamStep& s) = 0;
+  // Sum of squares of n elements of dtype t, accumulated in double; result on the host.
+  virtual double sum_squares(const void* x, DType t, size_t n) = 0;
+  // y (n, y_t) = alpha * x (n, fp32) + (accumulate ? y : 0), computed in fp32 and rounded once:
+  // gradient averaging and accumulation into a 16-bit buffer in one pass.
+  virtual void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate,
+                         size_t n) = 0;
 
  protected:
   MemoryTracker tracker_;

@@ -178,10 +178,10 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     eo.loss_scaler = {f.loss_scale,      (int)f.initial_scale_power, (int)f.loss_scale_window,
                       (int)f.hysteresis, f.consecutive_hysteresis,   (double)f.min_loss_scale};
   }
-  eo.adam.beta1 = static_cast<float>(r.ds.optimizer.beta1);
-  eo.adam.beta2 = static_cast<float>(r.ds.optimizer.beta2);
-  eo.adam.eps = static_cast<float>(r.ds.optimizer.eps);
-  eo.adam.weight_decay = static_cast<float>(r.ds.optimizer.weight_decay);
+  eo.adam.beta1 = r.ds.optimizer.beta1;
+  eo.adam.beta2 = r.ds.optimizer.beta2;
+  eo.adam.eps = r.ds.optimizer.eps;
+  eo.adam.weight_decay = r.ds.optimizer.weight_decay;
   eo.adam.adam_w_mode = r.ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
   eo.adam.bias_correction = r.ds.optimizer.bias_correction;
   eo.gradient_clipping = static_cast<float>(r.ds.gradient_clipping);

@@ -26,7 +26,8 @@ struct Engine::UnitState {
   DeviceBuffer m, v;     // fp32 Adam moments of the owned elements
   DeviceBuffer grads;    // stored: whole unit (stages 0-1, replicated) or shard (2-3)
   DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
-  DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary reduce-scatter
+  bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
+  DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
   bool has_reduced = false;
 
   size_t owned() const { return replicated ? numel : shard; }
@@ -258,8 +259,10 @@ void Engine::release(int u) {
 float* Engine::grads(int u) {
   UnitState& s = unit(u);
   // Stages 0-1 with fp32 gradients accumulate straight into the stored whole-unit buffer.
-  if (opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.zero.stage == 1))
+  if (opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.zero.stage == 1)) {
+    s.grads_zero = false;
     return s.grads.f32();
+  }
   if (!s.scratch.data()) {
     s.scratch = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
     be_->zero(s.scratch.data(), s.scratch.bytes());
@@ -271,10 +274,8 @@ void Engine::reduce_gradients(int u) {
   UnitState& s = unit(u);
   const bool whole = s.replicated || opt_.zero.stage == 1;
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
-    DeviceBuffer acc(be_, s.padded * 4, MemCategory::kWorkspace);
-    be_->convert(s.grads.data(), opt_.grad_dtype, acc.data(), DType::kF32, s.padded);
-    be_->add_inplace(acc.f32(), s.scratch.f32(), s.padded);
-    be_->convert(acc.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.padded);
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded);
+    s.grads_zero = false;
     s.scratch.reset();
   }
   if (world_ == 1 && whole) return;
@@ -319,18 +320,15 @@ void Engine::finish_reduce(PendingReduce& p) {
   UnitState& s = unit(p.unit);
   const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
   if (s.replicated) {
-    be_->scale(p.send.f32(), mean, s.padded);
-    be_->convert(p.send.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.padded);
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded);
+    s.grads_zero = false;
   } else if (opt_.zero.stage == 1) {
-    be_->scale(p.recv.f32(), mean, s.shard);
+    be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard);
     s.reduced = std::move(p.recv);
     s.has_reduced = true;
-  } else {
-    be_->scale(p.recv.f32(), mean, s.shard);
-    DeviceBuffer acc(be_, s.shard * 4, MemCategory::kWorkspace);
-    be_->convert(s.grads.data(), opt_.grad_dtype, acc.data(), DType::kF32, s.shard);
-    be_->add_inplace(acc.f32(), p.recv.f32(), s.shard);
-    be_->convert(acc.data(), DType::kF32, s.grads.data(), opt_.grad_dtype, s.shard);
+  } else {  // stages 2-3: average and accumulate into the stored shard in one pass
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard);
+    s.grads_zero = false;
   }
 }
 
@@ -349,22 +347,23 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   drain_reductions(0);
   StepStats st;
   st.loss_scale = loss_scale();
-  const bool fp32_grads = opt_.grad_dtype == DType::kF32;
-  // fp32 view of the gradient of the owned elements.
-  auto owned_grad = [&](UnitState& s, DeviceBuffer& tmp) -> float* {
-    if (!s.replicated && opt_.zero.stage == 1) return s.reduced.f32();
-    if (fp32_grads) return s.grads.f32();
-    tmp = DeviceBuffer(be_, s.owned() * 4, MemCategory::kWorkspace);
-    be_->convert(s.grads.data(), opt_.grad_dtype, tmp.data(), DType::kF32, s.owned());
-    return tmp.f32();
+  // The gradient of the owned elements, in its stored dtype (no conversion pass).
+  struct OwnedGrad {
+    const void* data;
+    DType dtype;
+  };
+  auto owned_grad = [&](UnitState& s) -> std::optional<OwnedGrad> {
+    if (!s.replicated && opt_.zero.stage == 1) {
+      if (!s.has_reduced) return std::nullopt;
+      return OwnedGrad{s.reduced.data(), DType::kF32};
+    }
+    return OwnedGrad{s.grads.data(), opt_.grad_dtype};
   };
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
   double ss = 0;
   for (UnitState& s : units_) {
     if (s.replicated && rank_ != 0) continue;
-    if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;
-    DeviceBuffer tmp;
-    ss += be_->sum_squares(owned_grad(s, tmp), s.owned());
+    if (auto g = owned_grad(s)) ss += be_->sum_squares(g->data, g->dtype, s.owned());
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
@@ -381,28 +380,26 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
   const AdamParams& a = opt_.adam;
+  AdamStep as{lr, a.beta1, a.beta2, a.eps, a.weight_decay, t_,
+              st.clip_coef / st.loss_scale, a.adam_w_mode, a.bias_correction};
+  const DType pt = opt_.param_dtype;
   std::vector<CommRequest> gathers;
   std::vector<DeviceBuffer> sends;
   for (UnitState& s : units_) {
+    auto g = owned_grad(s);
+    if (!g) continue;
     float* master = master_of(s);
-    {
-      DeviceBuffer tmp;
-      if (!s.replicated && opt_.zero.stage == 1 && !s.has_reduced) continue;
-      be_->adamw_update(master, owned_grad(s, tmp), s.m.f32(), s.v.f32(), s.owned(), lr, a.beta1,
-                        a.beta2, a.eps, a.weight_decay, t_,
-                        static_cast<float>(st.clip_coef / st.loss_scale), a.adam_w_mode,
-                        a.bias_correction);
-    }
-    if (s.replicated || s.sharded_params) {  // working copy is exactly the owned elements
-      if (s.master.data())
-        be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
+    // One pass: unscale and clip the gradient, AdamW on the master, and the working copy.
+    if (s.replicated || s.sharded_params) {  // the working copy is exactly the owned elements
+      be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(),
+                        s.master.data() ? s.params.data() : nullptr, pt, s.owned(), as);
       continue;
     }
     // Stages 1-2: the updated shard goes to every rank (all-gather in the working dtype).
-    const size_t eb = dtype_size(opt_.param_dtype);
-    DeviceBuffer send(be_, s.shard * eb, MemCategory::kCommBuffers);
-    be_->convert(master, DType::kF32, send.data(), opt_.param_dtype, s.shard);
-    gathers.push_back(comm_->all_gather(send.data(), s.params.data(), s.shard, opt_.param_dtype));
+    DeviceBuffer send(be_, s.shard * dtype_size(pt), MemCategory::kCommBuffers);
+    be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(), send.data(), pt, s.shard,
+                      as);
+    gathers.push_back(comm_->all_gather(send.data(), s.params.data(), s.shard, pt));
     sends.push_back(std::move(send));
   }
   Timer t;
@@ -421,6 +418,7 @@ void Engine::drop_gathered() {
 void Engine::finish_step() {
   for (UnitState& s : units_) {
     be_->zero(s.grads.data(), s.grads.bytes());
+    s.grads_zero = true;
     s.reduced.reset();
     s.has_reduced = false;
   }

@@ -39,7 +39,7 @@ namespace zt {
 
 // Adam hyper-parameters (DeepSpeed "optimizer.params"; lr comes per step from the schedule).
 struct AdamParams {
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool adam_w_mode = true;  // decoupled weight decay (AdamW); false: L2 (classic Adam)
   bool bias_correction = true;
 };

@@ -3,13 +3,16 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 namespace zt {
 
-CpuBackend::CpuBackend(int threads) {
+CpuBackend::CpuBackend(int threads)
+    : cache_(kCacheLimit, [](void* p, size_t) { std::free(p); }) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
@@ -19,14 +22,16 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
 
 void* CpuBackend::alloc(size_t bytes, MemCategory c) {
   // 64-byte alignment for SIMD and cache lines; size rounded up as aligned_alloc requires.
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = cache_.take(rounded);
+  if (!p) p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   tracker_.on_alloc(c, bytes);
   return p;
 }
 
 void CpuBackend::free(void* p, size_t bytes, MemCategory c) {
-  std::free(p);
+  cache_.put(p, (bytes + 63) / 64 * 64);
   tracker_.on_free(c, bytes);
 }
 
@@ -48,16 +53,33 @@ void CpuBackend::add_inplace(float* y, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void CpuBackend::scale(float* x, float s, size_t n) {
+void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
+                           size_t n) {
+  if (yt == DType::kF32) {
+    float* yf = static_cast<float*>(y);
+    if (accumulate) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) x[i] *= s;
-}
-
-double CpuBackend::sum_squares(const float* x, size_t n) {
-  double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) schedule(static)
-  for (size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
-  return acc;
+      for (size_t i = 0; i < n; ++i) yf[i] = alpha * x[i] + yf[i];
+    } else {
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; ++i) yf[i] = alpha * x[i];
+    }
+    return;
+  }
+  // 16-bit y: widen a tile to fp32 on the stack, add, round back (vectorised conversions).
+  constexpr size_t kTile = 4096;
+  const size_t tiles = (n + kTile - 1) / kTile;
+  const SimdLevel level = cpu_simd_level();
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (size_t k = 0; k < tiles; ++k) {
+    const size_t begin = k * kTile, len = std::min(kTile, n - begin);
+    uint16_t* yk = static_cast<uint16_t*>(y) + begin;
+    alignas(64) float tile[kTile];
+    if (accumulate) zt::convert(yk, yt, tile, DType::kF32, len, level);
+    for (size_t i = 0; i < len; ++i)
+      tile[i] = alpha * x[begin + i] + (accumulate ? tile[i] : 0.f);
+    zt::convert(tile, DType::kF32, yk, yt, len, level);
+  }
 }
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 // rows, OpenBLAS for GEMM. One kernel family per file, same names as model/cuda/.
 #pragma once
 
+#include "common/block_cache.h"
 #include "model/backend.h"
 
 namespace zt {
@@ -12,6 +13,11 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
 
 #include "model/backend_kernels.inc"  // NOLINT: memory and kernel overrides
+
+ private:
+  // Freed blocks kept for reuse (common/block_cache.h): no page faults on the step's path.
+  static constexpr size_t kCacheLimit = size_t{1} << 30;
+  BlockCache cache_;
 };
 
 }  // namespace zt

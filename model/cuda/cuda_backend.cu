@@ -1,7 +1,4 @@
 // CUDA backend: device, stream, memory, dtype conversion and small elementwise kernels.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "absl/strings/str_cat.h"
 #include "model/cuda/cuda_backend.cuh"
 
@@ -73,23 +70,6 @@ void CudaBackend::synchronize() { ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));
 
 namespace {
 
-__device__ inline float load_as_f32(const void* p, DType t, size_t i) {
-  switch (t) {
-    case DType::kF32: return static_cast<const float*>(p)[i];
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
-  }
-  return 0.f;
-}
-
-__device__ inline void store_from_f32(void* p, DType t, size_t i, float v) {
-  switch (t) {  // round-to-nearest-even, as common/dtype.h on the host
-    case DType::kF32: static_cast<float*>(p)[i] = v; break;
-    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    case DType::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-  }
-}
-
 __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n) store_from_f32(dst, dt, i, load_as_f32(src, st, i));
@@ -100,17 +80,20 @@ __global__ void add_kernel(float* y, const float* x, size_t n) {
   if (i < n) y[i] += x[i];
 }
 
-__global__ void scale_kernel(float* x, float s, size_t n) {
+__global__ void scale_add_kernel(void* y, DType yt, const float* x, float alpha, bool accumulate,
+                                 size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= s;
+  if (i < n) store_from_f32(y, yt, i, alpha * x[i] + (accumulate ? load_as_f32(y, yt, i) : 0.f));
 }
 
 // Grid-stride partial sums in double, one atomicAdd per warp.
-__global__ void sum_squares_kernel(const float* x, size_t n, double* out) {
+__global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* out) {
   double acc = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    acc += (double)x[i] * x[i];
+       i += (size_t)gridDim.x * blockDim.x) {
+    const double d = load_as_f32(x, t, i);
+    acc += d * d;
+  }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
 }
@@ -130,17 +113,18 @@ void CudaBackend::add_inplace(float* y, const float* x, size_t n) {
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::scale(float* x, float s, size_t n) {
+void CudaBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
+                            size_t n) {
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x, s, n);
+  scale_add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, yt, x, alpha, accumulate, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-double CudaBackend::sum_squares(const float* x, size_t n) {
+double CudaBackend::sum_squares(const void* x, DType t, size_t n) {
   ZT_CHECK_CUDA(cudaMemsetAsync(reduce_, 0, sizeof(double), stream_));
   if (n > 0) {
     const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
-    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(x, n, reduce_);
+    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(x, t, n, reduce_);
     ZT_CHECK_CUDA(cudaGetLastError());
   }
   double out = 0;

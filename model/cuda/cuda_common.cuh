@@ -1,12 +1,16 @@
 // Shared CUDA helpers: the ZT_CHECK_CUDA / ZT_CHECK_CUBLAS macros (fail fast with file:line)
-// and launch-size arithmetic.
+// launch-size arithmetic and typed element access.
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+
+#include "common/dtype.h"
 
 #define ZT_CHECK_CUDA(call)                                                                      \
   do {                                                                                           \
@@ -43,6 +47,24 @@ __device__ inline float warp_sum(float v) {
 __device__ inline float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Element i of a buffer of dtype t, as fp32; and its store, rounding to nearest even.
+__device__ inline float load_as_f32(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
+  }
+  return 0.f;
+}
+
+__device__ inline void store_from_f32(void* p, DType t, size_t i, float v) {
+  switch (t) {  // round-to-nearest-even, as common/dtype.h on the host
+    case DType::kF32: static_cast<float*>(p)[i] = v; break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case DType::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+  }
 }
 
 }  // namespace zt

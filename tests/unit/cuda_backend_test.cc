@@ -174,14 +174,14 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   expect_close(logits, 1e-6, "cross-entropy dlogits");
   auto p = make(1001), g = make(1001, 1, 2), m = zeros(1001), v = zeros(1001);
   for (int t = 1; t <= 3; ++t) {
-    cpu_->adamw_update(p.cp(), g.cp(), m.cp(), v.cp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t,
-                       0.5f, true, true);
-    gpu_->adamw_update(p.gp(), g.gp(), m.gp(), v.gp(), p.n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, t,
-                       0.5f, true, true);
+    const AdamStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
+    cpu_->adamw_update(p.cp(), g.cp(), DType::kF32, m.cp(), v.cp(), nullptr, DType::kF32, p.n, s);
+    gpu_->adamw_update(p.gp(), g.gp(), DType::kF32, m.gp(), v.gp(), nullptr, DType::kF32, p.n, s);
   }
   expect_close(p, 1e-6, "adamw params");
   expect_close(v, 1e-6, "adamw v");
-  EXPECT_NEAR(cpu_->sum_squares(g.cp(), g.n), gpu_->sum_squares(g.gp(), g.n), 1e-6 * g.n);
+  EXPECT_NEAR(cpu_->sum_squares(g.cp(), DType::kF32, g.n),
+              gpu_->sum_squares(g.gp(), DType::kF32, g.n), 1e-6 * g.n);
 }
 
 #endif  // ZT_HAVE_CUDA

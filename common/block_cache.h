@@ -1,0 +1,65 @@
+// A cache of freed blocks keyed by exact size, for backend allocators: training allocates the
+// same sizes every step (a unit's fp32 view, its gradient scratch, communication buffers), so
+// reusing a freed block avoids the allocator and, on the CPU, the page faults of fresh memory
+// (for a 124M-parameter model in bf16 that was most of the step). The memory tracker still
+// counts only live bytes; the cache holds at most `limit` bytes more. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <mutex>
+
+namespace zt {
+
+class BlockCache {
+ public:
+  // release(p, bytes) gives a block back to the system when the cache is over its limit.
+  BlockCache(size_t limit, std::function<void(void*, size_t)> release)
+      : limit_(limit), release_(std::move(release)) {}
+  ~BlockCache() { clear(); }
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+
+  // A cached block of exactly `bytes`, or null.
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(bytes);
+    if (it == blocks_.end()) return nullptr;
+    void* p = it->second;
+    blocks_.erase(it);
+    cached_ -= bytes;
+    return p;
+  }
+  // Keeps a freed block; evicts the largest cached blocks first when over the limit.
+  void put(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.emplace(bytes, p);
+    cached_ += bytes;
+    while (cached_ > limit_ && !blocks_.empty()) {
+      auto last = std::prev(blocks_.end());
+      release_(last->second, last->first);
+      cached_ -= last->first;
+      blocks_.erase(last);
+    }
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [bytes, p] : blocks_) release_(p, bytes);
+    blocks_.clear();
+    cached_ = 0;
+  }
+  size_t cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+ private:
+  size_t limit_;
+  std::function<void(void*, size_t)> release_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> blocks_;
+  size_t cached_ = 0;
+};
+
+}  // namespace zt

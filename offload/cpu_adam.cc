@@ -1,0 +1,248 @@
+// CPU Adam kernels. The scalar path is adamw_element (model/adamw_math.h); the vector paths
+// repeat its operations in the same order without fused multiply-adds, and this file is
+// compiled with -ffp-contract=off, so all paths round identically.
+#include "offload/cpu_adam.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common/simd_kernels.h"
+
+namespace zt {
+namespace {
+
+constexpr size_t kTile = 8192;  // elements: 8K x 28 B = 224 KiB of streams, within L2
+
+// ---- scalar ----
+
+float load_scalar(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0.f;
+}
+
+void store_scalar(void* p, DType t, size_t i, float x) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(p)[i] = x; break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(x); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = f32_to_f16(x); break;
+  }
+}
+
+void adam_scalar(float* p, const void* g, DType gt, float* m, float* v, void* out, DType ot,
+                 size_t begin, size_t end, const AdamCoefs& c) {
+  for (size_t i = begin; i < end; ++i) {
+    p[i] = adamw_element(p[i], load_scalar(g, gt, i), m[i], v[i], c);
+    if (out) store_scalar(out, ot, i, p[i]);
+  }
+}
+
+double sum_squares_scalar(const void* x, DType t, size_t begin, size_t end) {
+  double acc = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const double d = load_scalar(x, t, i);
+    acc += d * d;
+  }
+  return acc;
+}
+
+// ---- AVX2: 8 lanes ----
+
+template <DType G>
+ZT_TARGET_AVX2 __m256 avx2_load(const void* p, size_t i) {
+  if constexpr (G == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  if constexpr (G == DType::kBF16) return simd::avx2_load_bf16(static_cast<const uint16_t*>(p) + i);
+  if constexpr (G == DType::kF16) return simd::avx2_load_f16(static_cast<const uint16_t*>(p) + i);
+}
+
+// kOut: the working-copy dtype, or kF32 for "no working copy".
+template <DType G, DType kOut>
+ZT_TARGET_AVX2 void adam_avx2(float* p, const void* g, float* m, float* v, void* out, size_t begin,
+                              size_t end, const AdamCoefs& c) {
+  const __m256 gs = _mm256_set1_ps(c.grad_scale), wd = _mm256_set1_ps(c.wd);
+  const __m256 b1 = _mm256_set1_ps(c.beta1), omb1 = _mm256_set1_ps(c.one_minus_beta1);
+  const __m256 b2 = _mm256_set1_ps(c.beta2), omb2 = _mm256_set1_ps(c.one_minus_beta2);
+  const __m256 decay = _mm256_set1_ps(c.decay), step = _mm256_set1_ps(c.step);
+  const __m256 bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps);
+  auto* o16 = static_cast<uint16_t*>(out);
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    __m256 gr = _mm256_mul_ps(avx2_load<G>(g, i), gs);
+    __m256 pp = _mm256_loadu_ps(p + i);
+    if (!c.adam_w_mode) gr = _mm256_add_ps(gr, _mm256_mul_ps(wd, pp));
+    const __m256 mm =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gr));
+    const __m256 vv = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+                                    _mm256_mul_ps(_mm256_mul_ps(omb2, gr), gr));
+    if (c.adam_w_mode) pp = _mm256_mul_ps(pp, decay);
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
+    pp = _mm256_sub_ps(pp, _mm256_div_ps(_mm256_mul_ps(step, mm), denom));
+    _mm256_storeu_ps(m + i, mm);
+    _mm256_storeu_ps(v + i, vv);
+    _mm256_storeu_ps(p + i, pp);
+    if constexpr (kOut == DType::kBF16) simd::avx2_store_bf16(o16 + i, pp);
+    if constexpr (kOut == DType::kF16) simd::avx2_store_f16(o16 + i, pp);
+  }
+  adam_scalar(p, g, G, m, v, kOut == DType::kF32 ? nullptr : out, kOut, i, end, c);
+}
+
+template <DType G>
+ZT_TARGET_AVX2 double sum_squares_avx2(const void* x, size_t begin, size_t end) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 f = avx2_load<G>(x, i);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+    a0 = _mm256_add_pd(a0, _mm256_mul_pd(lo, lo));
+    a1 = _mm256_add_pd(a1, _mm256_mul_pd(hi, hi));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + sum_squares_scalar(x, G, i, end);
+}
+
+// ---- AVX-512: 16 lanes ----
+
+template <DType G>
+ZT_TARGET_AVX512 __m512 avx512_load(const void* p, size_t i) {
+  if constexpr (G == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  if constexpr (G == DType::kBF16)
+    return simd::avx512_load_bf16(static_cast<const uint16_t*>(p) + i);
+  if constexpr (G == DType::kF16) return simd::avx512_load_f16(static_cast<const uint16_t*>(p) + i);
+}
+
+template <DType G, DType kOut, bool kBf16Instr>
+ZT_TARGET_AVX512BF16 void adam_avx512(float* p, const void* g, float* m, float* v, void* out,
+                                      size_t begin, size_t end, const AdamCoefs& c) {
+  const __m512 gs = _mm512_set1_ps(c.grad_scale), wd = _mm512_set1_ps(c.wd);
+  const __m512 b1 = _mm512_set1_ps(c.beta1), omb1 = _mm512_set1_ps(c.one_minus_beta1);
+  const __m512 b2 = _mm512_set1_ps(c.beta2), omb2 = _mm512_set1_ps(c.one_minus_beta2);
+  const __m512 decay = _mm512_set1_ps(c.decay), step = _mm512_set1_ps(c.step);
+  const __m512 bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps);
+  auto* o16 = static_cast<uint16_t*>(out);
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    __m512 gr = _mm512_mul_ps(avx512_load<G>(g, i), gs);
+    __m512 pp = _mm512_loadu_ps(p + i);
+    if (!c.adam_w_mode) gr = _mm512_add_ps(gr, _mm512_mul_ps(wd, pp));
+    const __m512 mm =
+        _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, gr));
+    const __m512 vv = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+                                    _mm512_mul_ps(_mm512_mul_ps(omb2, gr), gr));
+    if (c.adam_w_mode) pp = _mm512_mul_ps(pp, decay);
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
+    pp = _mm512_sub_ps(pp, _mm512_div_ps(_mm512_mul_ps(step, mm), denom));
+    _mm512_storeu_ps(m + i, mm);
+    _mm512_storeu_ps(v + i, vv);
+    _mm512_storeu_ps(p + i, pp);
+    if constexpr (kOut == DType::kBF16) {
+      if constexpr (kBf16Instr) simd::avx512bf16_store_bf16(o16 + i, pp);
+      else simd::avx512_store_bf16(o16 + i, pp);
+    }
+    if constexpr (kOut == DType::kF16) simd::avx512_store_f16(o16 + i, pp);
+  }
+  adam_scalar(p, g, G, m, v, kOut == DType::kF32 ? nullptr : out, kOut, i, end, c);
+}
+
+template <DType G>
+ZT_TARGET_AVX512 double sum_squares_avx512(const void* x, size_t begin, size_t end) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 f = avx512_load<G>(x, i);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+    const __m512d hi = _mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+    a0 = _mm512_add_pd(a0, _mm512_mul_pd(lo, lo));
+    a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi, hi));
+  }
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, _mm512_add_pd(a0, a1));
+  double s = 0;
+  for (double l : lanes) s += l;
+  return s + sum_squares_scalar(x, G, i, end);
+}
+
+// ---- dispatch: one function pointer per (level, grad dtype, out dtype) ----
+
+using AdamFn = void (*)(float*, const void*, float*, float*, void*, size_t, size_t,
+                        const AdamCoefs&);
+
+template <DType G, DType O>
+AdamFn adam_fn(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar: break;
+    case SimdLevel::kAvx2: return adam_avx2<G, O>;
+    case SimdLevel::kAvx512: return adam_avx512<G, O, false>;
+    case SimdLevel::kAvx512Bf16: return adam_avx512<G, O, true>;
+  }
+  return [](float* p, const void* g, float* m, float* v, void* out, size_t b, size_t e,
+            const AdamCoefs& c) { adam_scalar(p, g, G, m, v, out, O, b, e, c); };
+}
+
+template <DType G>
+AdamFn adam_fn(SimdLevel level, const void* out, DType ot) {
+  if (!out || ot == DType::kF32) return adam_fn<G, DType::kF32>(level);
+  return ot == DType::kBF16 ? adam_fn<G, DType::kBF16>(level) : adam_fn<G, DType::kF16>(level);
+}
+
+}  // namespace
+
+void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+                   DType out_t, size_t n, const AdamStep& s, SimdLevel level) {
+  const AdamCoefs c = adam_coefs(s);
+  AdamFn fn = grad_t == DType::kF32    ? adam_fn<DType::kF32>(level, out, out_t)
+              : grad_t == DType::kBF16 ? adam_fn<DType::kBF16>(level, out, out_t)
+                                       : adam_fn<DType::kF16>(level, out, out_t);
+  // An fp32 "working copy" is a plain copy of the master weights.
+  const bool copy_out = out && out_t == DType::kF32;
+  const size_t tiles = (n + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (size_t k = 0; k < tiles; ++k) {
+    const size_t begin = k * kTile, end = std::min(n, begin + kTile);
+    fn(master, grad, m, v, out, begin, end, c);
+    if (copy_out)
+      std::copy(master + begin, master + end, static_cast<float*>(out) + begin);
+  }
+}
+
+void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+                   DType out_t, size_t n, const AdamStep& s) {
+  cpu_adam_step(master, grad, grad_t, m, v, out, out_t, n, s, cpu_simd_level());
+}
+
+double cpu_sum_squares(const void* x, DType t, size_t n, SimdLevel level) {
+  using Fn = double (*)(const void*, size_t, size_t);
+  Fn fn = nullptr;
+  auto pick = [&]<DType G>() -> Fn {
+    switch (level) {
+      case SimdLevel::kScalar: break;
+      case SimdLevel::kAvx2: return sum_squares_avx2<G>;
+      case SimdLevel::kAvx512:
+      case SimdLevel::kAvx512Bf16: return sum_squares_avx512<G>;
+    }
+    return [](const void* x, size_t b, size_t e) { return sum_squares_scalar(x, G, b, e); };
+  };
+  fn = t == DType::kF32    ? pick.template operator()<DType::kF32>()
+       : t == DType::kBF16 ? pick.template operator()<DType::kBF16>()
+                           : pick.template operator()<DType::kF16>();
+  // Per-tile partial sums added in tile order: the result does not depend on the threads.
+  const size_t tiles = (n + kTile - 1) / kTile;
+  std::vector<double> partial(tiles);
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (size_t k = 0; k < tiles; ++k) partial[k] = fn(x, k * kTile, std::min(n, (k + 1) * kTile));
+  double acc = 0;
+  for (double p : partial) acc += p;
+  return acc;
+}
+
+double cpu_sum_squares(const void* x, DType t, size_t n) {
+  return cpu_sum_squares(x, t, n, cpu_simd_level());
+}
+
+}  // namespace zt

@@ -1,0 +1,35 @@
+// CPU Adam: the fused optimizer step over fp32 master weights and moments that runs wherever
+// the optimizer state lives in host memory: the CPU backend's step, and optimizer offload
+// (Ren et al., "ZeRO-Offload", USENIX ATC 2021, Section 4.2; DeepSpeed's DeepSpeedCPUAdam).
+//
+// One pass per element reads the gradient in its storage dtype, unscales and clips it (one
+// factor, AdamStep::grad_scale), updates master, m and v (model/adamw_math.h), and writes the
+// rounded 16-bit working copy: 28 bytes per parameter with bf16/fp16 gradients and a 16-bit
+// copy, the least any Adam step can move. AVX-512, AVX2 and scalar paths are chosen at run time
+// (common/simd.h) and give the same bits; OpenMP over 8K-element tiles.
+#pragma once
+
+#include <cstddef>
+
+#include "common/dtype.h"
+#include "common/simd.h"
+#include "model/adamw_math.h"
+
+namespace zt {
+
+// master, m, v: n fp32 elements, updated in place. grad: n elements of grad_t (read only).
+// out: n elements of out_t receiving the updated master rounded to nearest even, or null (then
+// out_t is ignored; e.g. when fp32 master and working parameters are one buffer).
+// `level` must be supported by this CPU (cpu_supports); the overload without it uses the best.
+void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+                   DType out_t, size_t n, const AdamStep& s, SimdLevel level);
+void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+                   DType out_t, size_t n, const AdamStep& s);
+
+// Sum of squares of n elements of dtype t, accumulated in double (the global gradient norm's
+// partial sum). Lanes are summed in a fixed order, so the result depends on n and the SIMD
+// level only, not on the thread count.
+double cpu_sum_squares(const void* x, DType t, size_t n, SimdLevel level);
+double cpu_sum_squares(const void* x, DType t, size_t n);
+
+}  // namespace zt
