@@ -28,6 +28,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_md import write_section  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARD_MAGIC_U16, SHARD_VERSION_U16, HEADER_INTS = 20240520, 1, 256
 
@@ -236,22 +239,7 @@ def table(results, ref_key):
 
 
 def write_markdown(path, a, body):
-    begin, end = (f"<!-- compare_torch:{a.model_preset}:begin -->",
-                  f"<!-- compare_torch:{a.model_preset}:end -->")
-    section = f"{begin}\n{body}\n{end}\n"
-    text = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) + 1:]
-    else:
-        if not text:
-            text = ("# Benchmarks\n\nFigures written by `benchmarks/compare_torch.py`; each section "
-                    "comes from one invocation that measures both sides back to back.\n\n")
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(text)
+    write_section(path, f"compare_torch:{a.model_preset}", body)
 
 
 def main():

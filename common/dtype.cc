@@ -107,7 +107,8 @@ ZT_TARGET_AVX2 void convert_avx2(const void* src, DType st, void* dst, DType dt,
 }
 
 template <bool kBf16Instr>
-ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, DType dt, size_t n) {
+ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, DType dt, size_t n,
+                                         bool stream) {
   const auto* s16 = static_cast<const uint16_t*>(src);
   const auto* s32 = static_cast<const float*>(src);
   auto* d16 = static_cast<uint16_t*>(dst);
@@ -121,6 +122,10 @@ ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, D
   } else if (st == DType::kF32 && dt == DType::kF16) {
     for (; i + 16 <= n; i += 16) simd::avx512_store_f16(d16 + i, _mm512_loadu_ps(s32 + i));
   } else if (st == DType::kBF16 && dt == DType::kF32) {
+    if (stream) {  // non-temporal: no read-for-ownership of a destination larger than the caches
+      for (; i + 16 <= n; i += 16) _mm512_stream_ps(d32 + i, simd::avx512_load_bf16(s16 + i));
+      _mm_sfence();
+    }
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_bf16(s16 + i));
   } else if (st == DType::kF16 && dt == DType::kF32) {
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_f16(s16 + i));
@@ -130,14 +135,15 @@ ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, D
                  n - i);
 }
 
-void convert_run(SimdLevel level, const void* src, DType st, void* dst, DType dt, size_t n) {
+void convert_run(SimdLevel level, const void* src, DType st, void* dst, DType dt, size_t n,
+                 bool stream) {
   switch (level) {
     case SimdLevel::kScalar: return convert_scalar(src, st, dst, dt, n);
     case SimdLevel::kAvx2: return convert_avx2(src, st, dst, dt, n);
     // Only the bf16 store differs between the two AVX-512 levels; the template keeps the
     // plain-AVX-512 instantiation free of AVX512_BF16 instructions.
-    case SimdLevel::kAvx512: return convert_avx512<false>(src, st, dst, dt, n);
-    case SimdLevel::kAvx512Bf16: return convert_avx512<true>(src, st, dst, dt, n);
+    case SimdLevel::kAvx512: return convert_avx512<false>(src, st, dst, dt, n, stream);
+    case SimdLevel::kAvx512Bf16: return convert_avx512<true>(src, st, dst, dt, n, stream);
   }
 }
 
@@ -151,16 +157,111 @@ void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, Sim
   constexpr size_t kChunk = 1 << 15;  // elements per OpenMP work item (a multiple of 16)
   const size_t chunks = (n + kChunk - 1) / kChunk;
   const size_t es = dtype_size(src_t), ed = dtype_size(dst_t);
+  // Streaming stores pay off once the output is well past the last-level cache and aligned.
+  const bool stream = n * ed >= (size_t{64} << 20) && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (size_t c = 0; c < chunks; ++c) {
     const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     convert_run(level, static_cast<const char*>(src) + begin * es, src_t,
-                static_cast<char*>(dst) + begin * ed, dst_t, len);
+                static_cast<char*>(dst) + begin * ed, dst_t, len, stream);
   }
 }
 
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
   convert(src, src_t, dst, dst_t, n, cpu_simd_level());
+}
+
+namespace {
+
+void scale_add_scalar(void* y, DType yt, const float* x, float alpha, bool acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float ax = alpha * x[i];
+    float v = ax;
+    if (acc) {
+      float old = 0.f;
+      convert_scalar(static_cast<const char*>(y) + i * dtype_size(yt), yt, &old, DType::kF32, 1);
+      v = ax + old;
+    }
+    convert_scalar(&v, DType::kF32, static_cast<char*>(y) + i * dtype_size(yt), yt, 1);
+  }
+}
+
+ZT_TARGET_AVX512 void scale_add_avx512(void* y, DType yt, const float* x, float alpha, bool acc,
+                                       size_t n) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  auto* y16 = static_cast<uint16_t*>(y);
+  auto* y32 = static_cast<float*>(y);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_mul_ps(a, _mm512_loadu_ps(x + i));
+    switch (yt) {
+      case DType::kF32:
+        if (acc) v = _mm512_add_ps(v, _mm512_loadu_ps(y32 + i));
+        _mm512_storeu_ps(y32 + i, v);
+        break;
+      case DType::kBF16:
+        if (acc) v = _mm512_add_ps(v, simd::avx512_load_bf16(y16 + i));
+        simd::avx512_store_bf16(y16 + i, v);
+        break;
+      case DType::kF16:
+        if (acc) v = _mm512_add_ps(v, simd::avx512_load_f16(y16 + i));
+        simd::avx512_store_f16(y16 + i, v);
+        break;
+    }
+  }
+  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(yt), yt, x + i, alpha, acc, n - i);
+}
+
+ZT_TARGET_AVX2 void scale_add_avx2(void* y, DType yt, const float* x, float alpha, bool acc,
+                                   size_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  auto* y16 = static_cast<uint16_t*>(y);
+  auto* y32 = static_cast<float*>(y);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_mul_ps(a, _mm256_loadu_ps(x + i));
+    switch (yt) {
+      case DType::kF32:
+        if (acc) v = _mm256_add_ps(v, _mm256_loadu_ps(y32 + i));
+        _mm256_storeu_ps(y32 + i, v);
+        break;
+      case DType::kBF16:
+        if (acc) v = _mm256_add_ps(v, simd::avx2_load_bf16(y16 + i));
+        simd::avx2_store_bf16(y16 + i, v);
+        break;
+      case DType::kF16:
+        if (acc) v = _mm256_add_ps(v, simd::avx2_load_f16(y16 + i));
+        simd::avx2_store_f16(y16 + i, v);
+        break;
+    }
+  }
+  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(yt), yt, x + i, alpha, acc, n - i);
+}
+
+}  // namespace
+
+void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, size_t n) {
+  scale_add(y, yt, x, alpha, accumulate, n, cpu_simd_level());
+}
+
+void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, size_t n,
+               SimdLevel level) {
+  constexpr size_t kChunk = 1 << 15;
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  const size_t ey = dtype_size(yt);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
+    void* yc = static_cast<char*>(y) + begin * ey;
+    switch (level) {
+      case SimdLevel::kScalar: scale_add_scalar(yc, yt, x + begin, alpha, accumulate, len); break;
+      case SimdLevel::kAvx2: scale_add_avx2(yc, yt, x + begin, alpha, accumulate, len); break;
+      case SimdLevel::kAvx512:
+      case SimdLevel::kAvx512Bf16:
+        scale_add_avx512(yc, yt, x + begin, alpha, accumulate, len);
+        break;
+    }
+  }
 }
 
 }  // namespace zt

@@ -46,4 +46,11 @@ float f16_to_f32(uint16_t h);
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n);
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, SimdLevel level);
 
+// y (n, y_t) = alpha * x (n, fp32) + (accumulate ? y : 0), in fp32 (alpha * x rounded, then the
+// sum rounded, no fused multiply-add) and rounded once to y_t. Gradient averaging and
+// accumulation into a 16-bit buffer in one pass; vectorised and OpenMP-parallel as convert().
+void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate, size_t n);
+void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate, size_t n,
+               SimdLevel level);
+
 }  // namespace zt

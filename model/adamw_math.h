@@ -29,13 +29,16 @@ struct AdamStep {
   double grad_scale = 1;
   bool adam_w_mode = true;  // decoupled weight decay; false: L2 added to the gradient
   bool bias_correction = true;
+  // The gradient is consumed: zeros are written back as it is read, which replaces the
+  // separate zeroing pass of the next step's accumulation (the line is already in cache).
+  bool zero_grad = false;
 };
 
 // The per-step constants of the element update, each computed in double and rounded once.
 struct AdamCoefs {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, wd, decay, step, bc2_sqrt,
       grad_scale;
-  bool adam_w_mode;
+  bool adam_w_mode, zero_grad;
 };
 
 inline AdamCoefs adam_coefs(const AdamStep& s) {
@@ -47,7 +50,7 @@ inline AdamCoefs adam_coefs(const AdamStep& s) {
   c.eps = (float)s.eps, c.wd = (float)s.weight_decay;
   c.decay = (float)(1.0 - s.lr * s.weight_decay);  // torch.optim.AdamW: p *= 1 - lr wd
   c.step = (float)(s.lr / bc1), c.bc2_sqrt = (float)std::sqrt(bc2);
-  c.grad_scale = (float)s.grad_scale, c.adam_w_mode = s.adam_w_mode;
+  c.grad_scale = (float)s.grad_scale, c.adam_w_mode = s.adam_w_mode, c.zero_grad = s.zero_grad;
   return c;
 }
 

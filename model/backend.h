@@ -90,8 +90,9 @@ class Backend {
   // One fused AdamW step (Loshchilov & Hutter, Alg. 2; model/adamw_math.h) on n elements:
   // reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass), updates the
   // fp32 master (n), m (n) and v (n) in place, and writes the updated master rounded to out_t
-  // into out (n), unless out is null. adam_w_mode false is L2 (DeepSpeed's "Adam").
-  virtual void adamw_update(float* master, const void* grad, DType grad_t, float* m, float* v,
+  // into out (n), unless out is null. adam_w_mode false is L2 (DeepSpeed's "Adam"). With
+  // s.zero_grad the gradient is left all zeros.
+  virtual void adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
                             void* out, DType out_t, size_t n, const AdamStep& s) = 0;
   // Sum of squares of n elements of dtype t, accumulated in double; result on the host.
   virtual double sum_squares(const void* x, DType t, size_t n) = 0;

@@ -33,10 +33,11 @@ void store_scalar(void* p, DType t, size_t i, float x) {
   }
 }
 
-void adam_scalar(float* p, const void* g, DType gt, float* m, float* v, void* out, DType ot,
+void adam_scalar(float* p, void* g, DType gt, float* m, float* v, void* out, DType ot,
                  size_t begin, size_t end, const AdamCoefs& c) {
   for (size_t i = begin; i < end; ++i) {
     p[i] = adamw_element(p[i], load_scalar(g, gt, i), m[i], v[i], c);
+    if (c.zero_grad) store_scalar(g, gt, i, 0.f);
     if (out) store_scalar(out, ot, i, p[i]);
   }
 }
@@ -59,9 +60,15 @@ ZT_TARGET_AVX2 __m256 avx2_load(const void* p, size_t i) {
   if constexpr (G == DType::kF16) return simd::avx2_load_f16(static_cast<const uint16_t*>(p) + i);
 }
 
+template <DType G>
+ZT_TARGET_AVX2 void avx2_zero(void* p, size_t i) {
+  if constexpr (G == DType::kF32) _mm256_storeu_ps(static_cast<float*>(p) + i, _mm256_setzero_ps());
+  else _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p) + i), _mm_setzero_si128());
+}
+
 // kOut: the working-copy dtype, or kF32 for "no working copy".
 template <DType G, DType kOut>
-ZT_TARGET_AVX2 void adam_avx2(float* p, const void* g, float* m, float* v, void* out, size_t begin,
+ZT_TARGET_AVX2 void adam_avx2(float* p, void* g, float* m, float* v, void* out, size_t begin,
                               size_t end, const AdamCoefs& c) {
   const __m256 gs = _mm256_set1_ps(c.grad_scale), wd = _mm256_set1_ps(c.wd);
   const __m256 b1 = _mm256_set1_ps(c.beta1), omb1 = _mm256_set1_ps(c.one_minus_beta1);
@@ -72,6 +79,7 @@ ZT_TARGET_AVX2 void adam_avx2(float* p, const void* g, float* m, float* v, void*
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
     __m256 gr = _mm256_mul_ps(avx2_load<G>(g, i), gs);
+    if (c.zero_grad) avx2_zero<G>(g, i);
     __m256 pp = _mm256_loadu_ps(p + i);
     if (!c.adam_w_mode) gr = _mm256_add_ps(gr, _mm256_mul_ps(wd, pp));
     const __m256 mm =
@@ -116,8 +124,16 @@ ZT_TARGET_AVX512 __m512 avx512_load(const void* p, size_t i) {
   if constexpr (G == DType::kF16) return simd::avx512_load_f16(static_cast<const uint16_t*>(p) + i);
 }
 
+template <DType G>
+ZT_TARGET_AVX512 void avx512_zero(void* p, size_t i) {
+  if constexpr (G == DType::kF32) _mm512_storeu_ps(static_cast<float*>(p) + i, _mm512_setzero_ps());
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
+                        _mm256_setzero_si256());
+}
+
 template <DType G, DType kOut, bool kBf16Instr>
-ZT_TARGET_AVX512BF16 void adam_avx512(float* p, const void* g, float* m, float* v, void* out,
+ZT_TARGET_AVX512BF16 void adam_avx512(float* p, void* g, float* m, float* v, void* out,
                                       size_t begin, size_t end, const AdamCoefs& c) {
   const __m512 gs = _mm512_set1_ps(c.grad_scale), wd = _mm512_set1_ps(c.wd);
   const __m512 b1 = _mm512_set1_ps(c.beta1), omb1 = _mm512_set1_ps(c.one_minus_beta1);
@@ -128,6 +144,7 @@ ZT_TARGET_AVX512BF16 void adam_avx512(float* p, const void* g, float* m, float* 
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
     __m512 gr = _mm512_mul_ps(avx512_load<G>(g, i), gs);
+    if (c.zero_grad) avx512_zero<G>(g, i);
     __m512 pp = _mm512_loadu_ps(p + i);
     if (!c.adam_w_mode) gr = _mm512_add_ps(gr, _mm512_mul_ps(wd, pp));
     const __m512 mm =
@@ -170,7 +187,7 @@ ZT_TARGET_AVX512 double sum_squares_avx512(const void* x, size_t begin, size_t e
 
 // ---- dispatch: one function pointer per (level, grad dtype, out dtype) ----
 
-using AdamFn = void (*)(float*, const void*, float*, float*, void*, size_t, size_t,
+using AdamFn = void (*)(float*, void*, float*, float*, void*, size_t, size_t,
                         const AdamCoefs&);
 
 template <DType G, DType O>
@@ -181,7 +198,7 @@ AdamFn adam_fn(SimdLevel level) {
     case SimdLevel::kAvx512: return adam_avx512<G, O, false>;
     case SimdLevel::kAvx512Bf16: return adam_avx512<G, O, true>;
   }
-  return [](float* p, const void* g, float* m, float* v, void* out, size_t b, size_t e,
+  return [](float* p, void* g, float* m, float* v, void* out, size_t b, size_t e,
             const AdamCoefs& c) { adam_scalar(p, g, G, m, v, out, O, b, e, c); };
 }
 
@@ -193,7 +210,7 @@ AdamFn adam_fn(SimdLevel level, const void* out, DType ot) {
 
 }  // namespace
 
-void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
                    DType out_t, size_t n, const AdamStep& s, SimdLevel level) {
   const AdamCoefs c = adam_coefs(s);
   AdamFn fn = grad_t == DType::kF32    ? adam_fn<DType::kF32>(level, out, out_t)
@@ -211,7 +228,7 @@ void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, floa
   }
 }
 
-void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
                    DType out_t, size_t n, const AdamStep& s) {
   cpu_adam_step(master, grad, grad_t, m, v, out, out_t, n, s, cpu_simd_level());
 }

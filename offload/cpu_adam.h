@@ -17,13 +17,14 @@
 
 namespace zt {
 
-// master, m, v: n fp32 elements, updated in place. grad: n elements of grad_t (read only).
+// master, m, v: n fp32 elements, updated in place. grad: n elements of grad_t, read (and set to
+// zero when s.zero_grad).
 // out: n elements of out_t receiving the updated master rounded to nearest even, or null (then
 // out_t is ignored; e.g. when fp32 master and working parameters are one buffer).
 // `level` must be supported by this CPU (cpu_supports); the overload without it uses the best.
-void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
                    DType out_t, size_t n, const AdamStep& s, SimdLevel level);
-void cpu_adam_step(float* master, const void* grad, DType grad_t, float* m, float* v, void* out,
+void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
                    DType out_t, size_t n, const AdamStep& s);
 
 // Sum of squares of n elements of dtype t, accumulated in double (the global gradient norm's

@@ -349,15 +349,16 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   st.loss_scale = loss_scale();
   // The gradient of the owned elements, in its stored dtype (no conversion pass).
   struct OwnedGrad {
-    const void* data;
+    void* data;
     DType dtype;
+    bool stored;  // the unit's stored gradient buffer, whole: Adam may consume (zero) it
   };
   auto owned_grad = [&](UnitState& s) -> std::optional<OwnedGrad> {
     if (!s.replicated && opt_.zero.stage == 1) {
       if (!s.has_reduced) return std::nullopt;
-      return OwnedGrad{s.reduced.data(), DType::kF32};
+      return OwnedGrad{s.reduced.data(), DType::kF32, false};
     }
-    return OwnedGrad{s.grads.data(), opt_.grad_dtype};
+    return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};
   };
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
   double ss = 0;
@@ -384,23 +385,32 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
               st.clip_coef / st.loss_scale, a.adam_w_mode, a.bias_correction};
   const DType pt = opt_.param_dtype;
   std::vector<CommRequest> gathers;
-  std::vector<DeviceBuffer> sends;
+  std::vector<UnitState*> gather_units;
   for (UnitState& s : units_) {
     auto g = owned_grad(s);
     if (!g) continue;
     float* master = master_of(s);
-    // One pass: unscale and clip the gradient, AdamW on the master, and the working copy.
+    // One pass: unscale and clip the gradient, AdamW on the master, the working copy, and the
+    // gradient zeroed for the next step.
+    as.zero_grad = g->stored;
+    if (g->stored) s.grads_zero = true;
     if (s.replicated || s.sharded_params) {  // the working copy is exactly the owned elements
       be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(),
                         s.master.data() ? s.params.data() : nullptr, pt, s.owned(), as);
       continue;
     }
-    // Stages 1-2: the updated shard goes to every rank (all-gather in the working dtype).
-    DeviceBuffer send(be_, s.shard * dtype_size(pt), MemCategory::kCommBuffers);
-    be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(), send.data(), pt, s.shard,
-                      as);
-    gathers.push_back(comm_->all_gather(send.data(), s.params.data(), s.shard, pt));
-    sends.push_back(std::move(send));
+    // Stages 1-2: the updated shard is written into this rank's slice of the whole working
+    // copy (with fp32 parameters the master already is that slice), then all-gathered in place.
+    void* own = static_cast<char*>(s.params.data()) + (size_t)rank_ * s.shard * dtype_size(pt);
+    be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(),
+                      s.master.data() ? own : nullptr, pt, s.shard, as);
+    gather_units.push_back(&s);
+  }
+  // The all-gathers go out after every update: issued between updates they would share the
+  // cores and memory bandwidth with them (the communication thread copies while Adam streams).
+  for (UnitState* s : gather_units) {
+    void* own = static_cast<char*>(s->params.data()) + (size_t)rank_ * s->shard * dtype_size(pt);
+    gathers.push_back(comm_->all_gather(own, s->params.data(), s->shard, pt));
   }
   Timer t;
   for (CommRequest& g : gathers) g.wait();
@@ -417,7 +427,7 @@ void Engine::drop_gathered() {
 
 void Engine::finish_step() {
   for (UnitState& s : units_) {
-    be_->zero(s.grads.data(), s.grads.bytes());
+    if (!s.grads_zero) be_->zero(s.grads.data(), s.grads.bytes());
     s.grads_zero = true;
     s.reduced.reset();
     s.has_reduced = false;

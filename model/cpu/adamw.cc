@@ -5,7 +5,7 @@
 
 namespace zt {
 
-void CpuBackend::adamw_update(float* master, const void* grad, DType grad_t, float* m, float* v,
+void CpuBackend::adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
                               void* out, DType out_t, size_t n, const AdamStep& s) {
   cpu_adam_step(master, grad, grad_t, m, v, out, out_t, n, s);
 }

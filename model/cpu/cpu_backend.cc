@@ -55,31 +55,7 @@ void CpuBackend::add_inplace(float* y, const float* x, size_t n) {
 
 void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
                            size_t n) {
-  if (yt == DType::kF32) {
-    float* yf = static_cast<float*>(y);
-    if (accumulate) {
-#pragma omp parallel for simd schedule(static)
-      for (size_t i = 0; i < n; ++i) yf[i] = alpha * x[i] + yf[i];
-    } else {
-#pragma omp parallel for simd schedule(static)
-      for (size_t i = 0; i < n; ++i) yf[i] = alpha * x[i];
-    }
-    return;
-  }
-  // 16-bit y: widen a tile to fp32 on the stack, add, round back (vectorised conversions).
-  constexpr size_t kTile = 4096;
-  const size_t tiles = (n + kTile - 1) / kTile;
-  const SimdLevel level = cpu_simd_level();
-#pragma omp parallel for schedule(static) if (tiles > 1)
-  for (size_t k = 0; k < tiles; ++k) {
-    const size_t begin = k * kTile, len = std::min(kTile, n - begin);
-    uint16_t* yk = static_cast<uint16_t*>(y) + begin;
-    alignas(64) float tile[kTile];
-    if (accumulate) zt::convert(yk, yt, tile, DType::kF32, len, level);
-    for (size_t i = 0; i < len; ++i)
-      tile[i] = alpha * x[begin + i] + (accumulate ? tile[i] : 0.f);
-    zt::convert(tile, DType::kF32, yk, yt, len, level);
-  }
+  zt::scale_add(y, yt, x, alpha, accumulate, n);
 }
 
 }  // namespace zt

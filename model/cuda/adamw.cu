@@ -6,18 +6,19 @@
 namespace zt {
 namespace {
 
-__global__ void adamw_kernel(float* master, const void* grad, DType gt, float* m, float* v,
+__global__ void adamw_kernel(float* master, void* grad, DType gt, float* m, float* v,
                              void* out, DType ot, size_t n, AdamCoefs c) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float p = adamw_element(master[i], load_as_f32(grad, gt, i), m[i], v[i], c);
   master[i] = p;
+  if (c.zero_grad) store_from_f32(grad, gt, i, 0.f);
   if (out) store_from_f32(out, ot, i, p);
 }
 
 }  // namespace
 
-void CudaBackend::adamw_update(float* master, const void* grad, DType grad_t, float* m, float* v,
+void CudaBackend::adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
                                void* out, DType out_t, size_t n, const AdamStep& s) {
   if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(master, grad, grad_t, m, v, out, out_t, n,

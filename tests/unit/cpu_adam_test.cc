@@ -4,6 +4,7 @@
 // the fused 16-bit working copy is the master rounded to nearest even.
 #include "offload/cpu_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,7 +49,7 @@ State run(size_t n, DType grad_t, DType out_t, const AdamStep& base, int steps, 
   for (int t = 1; t <= steps; ++t) {
     AdamStep a = base;
     a.t = t;
-    const auto g = gradient(n, t, grad_t);
+    auto g = gradient(n, t, grad_t);
     cpu_adam_step(s.p.data(), g.data(), grad_t, s.m.data(), s.v.data(),
                   out_t == DType::kF32 ? nullptr : s.out.data(), out_t, n, a, level);
   }
@@ -113,6 +114,26 @@ TEST_P(CpuAdamLevels, SimdPathsMatchScalarBitForBit) {
         ASSERT_EQ(got.out, want.out) << what;
       }
     }
+  }
+}
+
+TEST_P(CpuAdamLevels, ConsumedGradientIsZeroedAndResultUnchanged) {
+  const SimdLevel level = GetParam();
+  if (!cpu_supports(level)) GTEST_SKIP() << "this CPU does not support " << simd_level_name(level);
+  const size_t n = 20'011;
+  for (DType grad_t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    AdamStep a{1e-3, 0.9, 0.999, 1e-8, 0.1, 1, 1.0, true, true};
+    std::vector<float> p1(n, 1.f), m1(n, 0.f), v1(n, 0.f), p2 = p1, m2 = m1, v2 = v1;
+    auto g1 = gradient(n, 1, grad_t), g2 = g1;
+    cpu_adam_step(p1.data(), g1.data(), grad_t, m1.data(), v1.data(), nullptr, DType::kF32, n, a,
+                  level);
+    a.zero_grad = true;
+    cpu_adam_step(p2.data(), g2.data(), grad_t, m2.data(), v2.data(), nullptr, DType::kF32, n, a,
+                  level);
+    EXPECT_EQ(p1, p2) << dtype_name(grad_t);
+    EXPECT_EQ(v1, v2) << dtype_name(grad_t);
+    EXPECT_TRUE(std::all_of(g2.begin(), g2.end(), [](uint8_t b) { return b == 0; }))
+        << dtype_name(grad_t);
   }
 }
 

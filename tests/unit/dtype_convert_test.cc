@@ -131,6 +131,44 @@ TEST_P(EveryLevel, ConversionsMatchScalarBitForBit) {
     convert(all.data() + 3, t, w2.data(), DType::kF32, all.size() - 3, level);
     for (size_t i = 0; i + 3 < all.size(); ++i) ASSERT_EQ(bits(w2[i]), bits(w1[i + 3])) << i;
   }
+  // A widening past 64 MiB of output takes the streaming-store path.
+  const size_t big = (size_t{17} << 20) + 5;
+  std::vector<uint16_t> h(big);
+  for (size_t i = 0; i < big; ++i) h[i] = (uint16_t)(i * 40503u);
+  std::vector<float> want(big), got(big);
+  convert(h.data(), DType::kBF16, want.data(), DType::kF32, big, SimdLevel::kScalar);
+  convert(h.data(), DType::kBF16, got.data(), DType::kF32, big, level);
+  ASSERT_EQ(std::memcmp(want.data(), got.data(), big * 4), 0);
+}
+
+// scale_add against its definition written with the scalar conversions: alpha * x rounded, plus
+// the widened y, rounded once to y's dtype.
+TEST_P(EveryLevel, ScaleAddMatchesScalarDefinition) {
+  const SimdLevel level = GetParam();
+  if (!cpu_supports(level))
+    GTEST_SKIP() << "this CPU does not support " << simd_level_name(level);
+  const size_t n = 100'003;
+  std::vector<float> x(n), y0(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::sin(0.37f * (float)i) * 3.f;
+    y0[i] = std::cos(0.11f * (float)i);
+  }
+  const float alpha = 0.3f;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool acc : {true, false}) {
+      std::vector<uint8_t> y(n * dtype_size(t)), want(n * dtype_size(t));
+      convert(y0.data(), DType::kF32, y.data(), t, n, SimdLevel::kScalar);
+      for (size_t i = 0; i < n; ++i) {
+        const float ax = alpha * x[i];
+        float old;
+        convert(y.data() + i * dtype_size(t), t, &old, DType::kF32, 1, SimdLevel::kScalar);
+        const float v = acc ? ax + old : ax;
+        convert(&v, DType::kF32, want.data() + i * dtype_size(t), t, 1, SimdLevel::kScalar);
+      }
+      scale_add(y.data(), t, x.data(), alpha, acc, n, level);
+      ASSERT_EQ(y, want) << dtype_name(t) << (acc ? " accumulate" : " overwrite");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Simd, EveryLevel,

@@ -1,0 +1,120 @@
+// CPU Adam at memory speed: parameters/s of offload/cpu_adam.h against the machine's bandwidth
+// bound, measured in the same run on the same threads.
+//
+//   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R]
+//
+// Prints one JSON object. The bound is the bytes an Adam step must move per parameter (28: fp32
+// grad read, master/m/v read and written; or bf16 grad read and bf16 copy written) divided by
+//   - triad: a STREAM triad (a = b + s c; 12 bytes per element, STREAM's count) bandwidth;
+//   - pattern: the Adam step's own streams with trivial arithmetic (the same loads and stores,
+//     so the same prefetch and write-allocate behaviour: what this access pattern can reach).
+// benchmarks/cpu_adam_compare.py runs this beside DeepSpeed's CPU Adam and torch.optim.AdamW.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bandwidth.h"
+#include "common/simd.h"
+#include "offload/cpu_adam.h"
+
+namespace zt {
+namespace {
+
+template <class Fn>
+double median_seconds(int reps, Fn fn) {
+  fn();  // warm-up: first touch and caches
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+template <class T>
+T* alloc_array(size_t n, T init) {
+  T* p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) p[i] = init;  // first touch by the threads that use it
+  return p;
+}
+
+int run(size_t n, int threads, int reps) {
+  omp_set_num_threads(threads);
+  float* p = alloc_array<float>(n, 1.f);
+  float* m = alloc_array<float>(n, 0.f);
+  float* v = alloc_array<float>(n, 0.f);
+  float* g32 = alloc_array<float>(n, 1e-3f);
+  uint16_t* g16 = alloc_array<uint16_t>(n, f32_to_bf16(1e-3f));
+  uint16_t* out16 = alloc_array<uint16_t>(n, 0);
+
+  const double triad_s = median_seconds(reps, [&] {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) p[i] = m[i] + 0.5f * v[i];
+  });
+  const double triad_gbs = 12.0 * n / triad_s / 1e9;
+  const double pattern_s =
+      median_seconds(reps, [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, false); });
+  const double pattern16_s =
+      median_seconds(reps, [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, true); });
+
+  std::printf("{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\",\n", n, threads,
+              reps, std::string(simd_level_name(cpu_simd_level())).c_str());
+  std::printf(" \"triad_GBps\": %.2f, \"bound_triad_Gparams\": %.4f,\n", triad_gbs,
+              triad_gbs / 28.0);
+  std::printf(" \"pattern_fp32_GBps\": %.2f, \"pattern_bf16_GBps\": %.2f,\n",
+              28.0 * n / pattern_s / 1e9, 28.0 * n / pattern16_s / 1e9);
+  std::printf(" \"bound_pattern_fp32_Gparams\": %.4f, \"bound_pattern_bf16_Gparams\": %.4f,\n",
+              n / pattern_s / 1e9, n / pattern16_s / 1e9);
+  std::printf(" \"cpu_adam\": [");
+  bool first = true;
+  int t = 0;
+  for (SimdLevel l :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
+    if (!cpu_supports(l)) continue;
+    for (bool bf16 : {false, true}) {
+      const double s = median_seconds(reps, [&] {
+        AdamStep a{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true};
+        if (bf16)
+          cpu_adam_step(p, g16, DType::kBF16, m, v, out16, DType::kBF16, n, a, l);
+        else
+          cpu_adam_step(p, g32, DType::kF32, m, v, nullptr, DType::kF32, n, a, l);
+      });
+      std::printf("%s\n   {\"simd\": \"%s\", \"grads\": \"%s\", \"Gparams\": %.4f}",
+                  first ? "" : ",", std::string(simd_level_name(l)).c_str(),
+                  bf16 ? "bf16 (+bf16 copy)" : "fp32", n / s / 1e9);
+      first = false;
+    }
+  }
+  std::printf("]}\n");
+  for (void* q : {(void*)p, (void*)m, (void*)v, (void*)g32, (void*)g16, (void*)out16}) std::free(q);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zt
+
+int main(int argc, char** argv) {
+  size_t n = 100'000'000;
+  int threads = omp_get_max_threads(), reps = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--params") n = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "error: unknown flag %s (use --params, --threads, --reps)\n", argv[i]);
+      return 2;
+    }
+  }
+  return zt::run(n, threads, reps);
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""CPU Adam side by side: zerotrain's fused kernel vs DeepSpeed's DeepSpeedCPUAdam and
+torch.optim.AdamW (foreach and fused), with the machine's bandwidth bound, in one run.
+
+Every side updates the same number of fp32 parameters (fp32 gradients, AdamW, weight decay 0.1)
+on the same threads. Rounds alternate the order of the sides, each side runs in its own
+process, and each figure is the median over rounds of the median step time, so a busy moment
+cannot favour one side. The bound is 28 bytes per parameter divided by bandwidth measured in
+the same run by build/benchmarks/cpu_adam_bench (see its header for the two bandwidths).
+
+  python3 benchmarks/cpu_adam_compare.py                                  # 100M params, 2 threads
+  python3 benchmarks/cpu_adam_compare.py --markdown docs/benchmarks.md
+
+Needs torch and deepspeed (pip install torch deepspeed ninja); DeepSpeed builds its CPU Adam
+op on first use. Used only by this script, never by the trainer.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_md import load_average, write_section  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child(kind, params, threads, reps):
+    """Runs in its own process: median seconds of one optimizer step of `kind`."""
+    import torch
+    torch.set_num_threads(threads)
+    p = torch.nn.Parameter(torch.ones(params))
+    p.grad = torch.full((params,), 1e-3)
+    hp = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+    if kind == "deepspeed":
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        opt = DeepSpeedCPUAdam([p], adamw_mode=True, **hp)
+    elif kind == "torch-foreach":
+        opt = torch.optim.AdamW([p], foreach=True, **hp)
+    elif kind == "torch-fused":
+        opt = torch.optim.AdamW([p], fused=True, **hp)
+    else:
+        raise ValueError(kind)
+    opt.step()  # warm-up: state allocation and first touch
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def run_child(kind, a):
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--params", str(a.params),
+                          "--threads", str(a.threads), "--reps", str(a.reps)],
+                         env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{kind} failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def run_ours(a):
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    out = subprocess.run([a.binary, "--params", str(a.params), "--threads", str(a.threads),
+                          "--reps", str(a.reps)], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{a.binary} failed:\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", type=int, default=100_000_000)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--reps", type=int, default=7, help="timed steps per process")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "cpu_adam_bench"))
+    ap.add_argument("--markdown", default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(child(a.child, a.params, a.threads, a.reps))
+        return
+
+    others = ["deepspeed", "torch-fused", "torch-foreach"]
+    ours, rates, loads = [], {k: [] for k in others}, []
+    t0 = time.time()
+    for r in range(a.rounds):
+        order = ["ours"] + others
+        order = order[r % len(order):] + order[:r % len(order)]
+        for kind in order:
+            loads.append(load_average())
+            if kind == "ours":
+                ours.append(run_ours(a))
+            else:
+                rates[kind].append(a.params / run_child(kind, a) / 1e9)
+            print(f"round {r + 1}: {kind} done", file=sys.stderr)
+    med = lambda xs: statistics.median(xs)
+    simd = ours[0]["simd"]
+    ours_fp32 = med([next(x["Gparams"] for x in o["cpu_adam"]
+                          if x["simd"] == simd and x["grads"] == "fp32") for o in ours])
+    ours_bf16 = med([next(x["Gparams"] for x in o["cpu_adam"]
+                          if x["simd"] == simd and x["grads"].startswith("bf16")) for o in ours])
+    bound_pat32 = med([o["bound_pattern_fp32_Gparams"] for o in ours])
+    bound_pat16 = med([o["bound_pattern_bf16_Gparams"] for o in ours])
+    bound_triad = med([o["bound_triad_Gparams"] for o in ours])
+    triad = med([o["triad_GBps"] for o in ours])
+    ds = med(rates["deepspeed"])
+
+    import deepspeed
+    import torch
+    lines = [
+        "## CPU Adam: parameters/s against the bandwidth bound, DeepSpeed and PyTorch",
+        "",
+        f"{a.params:,} fp32 parameters, AdamW (weight decay 0.1), {a.threads} threads on every "
+        f"side; median over {a.rounds} alternating rounds of the median of {a.reps} steps. "
+        "The bound is 28 bytes per parameter (gradient read, master weights and both moments "
+        "read and written) over bandwidth measured in the same run: `pattern` runs the step's "
+        "own loads and stores with trivial arithmetic; `triad` is a STREAM triad (12 bytes per "
+        "element as STREAM counts them).",
+        "",
+        "| implementation | G params/s | of pattern bound | vs DeepSpeed |",
+        "|---|---:|---:|---:|",
+        f"| zerotrain CPU Adam, fp32 gradients ({simd}) | {ours_fp32:.3f} | "
+        f"{ours_fp32 / bound_pat32:.0%} | {ours_fp32 / ds:.2f}x |",
+        f"| zerotrain CPU Adam, bf16 gradients + bf16 working copy ({simd}) | {ours_bf16:.3f} | "
+        f"{ours_bf16 / bound_pat16:.0%} (bf16 pattern) | {ours_bf16 / ds:.2f}x |",
+        f"| DeepSpeedCPUAdam {deepspeed.__version__} | {ds:.3f} | {ds / bound_pat32:.0%} | 1.00x |",
+    ]
+    for k in ("torch-fused", "torch-foreach"):
+        v = med(rates[k])
+        lines.append(f"| torch.optim.AdamW({k.split('-')[1]}=True) {torch.__version__} | {v:.3f} | "
+                     f"{v / bound_pat32:.0%} | {v / ds:.2f}x |")
+    lines += [
+        f"| bound: Adam pattern, fp32 / bf16 | {bound_pat32:.3f} / {bound_pat16:.3f} | 100% | |",
+        f"| bound: STREAM triad {triad:.1f} GB/s ÷ 28 B | {bound_triad:.3f} | | |",
+        "",
+        f"Per SIMD level (ours, last round): " + ", ".join(
+            f"{x['simd']} {x['grads']} {x['Gparams']:.2f}" for x in ours[-1]["cpu_adam"]) + ".",
+        "",
+        f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
+        f"cores; load average {min(loads):.2f}-{max(loads):.2f} during the run.",
+        f"- Date: {datetime.datetime.now():%Y-%m-%d %H:%M}; one invocation ({time.time() - t0:.0f} s).",
+        f"- Command: `python3 benchmarks/cpu_adam_compare.py {shlex.join(sys.argv[1:])}`",
+    ]
+    body = "\n".join(lines)
+    print(body)
+    if a.markdown:
+        write_section(a.markdown, "cpu_adam_compare", body)
+        print(f"\nwrote section 'cpu_adam_compare' in {a.markdown}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+// The optimizer phase of a training step at memory speed: Engine::step() (gradient norm, fp16
+// unscale and clipping folded into one factor, AdamW on the master weights, refresh of the
+// working copy, stage 2's all-gather, zeroed gradients) in parameters/s, against the Adam
+// access-pattern bound (benchmarks/bandwidth.h) measured in the same run on the same threads.
+//
+//   build/benchmarks/step_bench --model gpt2-124m --dtype bf16
+//   mpirun -np 2 build/benchmarks/step_bench --model gpt2-124m --dtype bf16 --stage 2
+//   build/benchmarks/step_bench --model tinyllama-1.1b --layers 2 --dtype fp32   # TinyLlama-shaped
+//
+// With N ranks each rank updates its shard while the others update theirs, so the figure is
+// Ψ / step time, and the bound is N × (shard / pattern time) with every rank streaming at once.
+// Prints one JSON line (rank 0).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bandwidth.h"
+#include "model/backend.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "zero/engine.h"
+#include "zero/mpi_comm.h"
+
+namespace zt {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int run(int argc, char** argv) {
+  std::string model = "gpt2-124m", dtype = "bf16";
+  int layers = -1, stage = 0, steps = 5, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--model") model = v;
+    else if (a == "--dtype") dtype = v;
+    else if (a == "--layers") layers = std::stoi(v);
+    else if (a == "--stage") stage = std::stoi(v);
+    else if (a == "--steps") steps = std::stoi(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else {
+      std::fprintf(stderr, "error: unknown flag %s (--model --dtype --layers --stage --steps "
+                   "--threads)\n", a.c_str());
+      return 2;
+    }
+  }
+  auto cfg = preset(model);
+  auto dt = parse_dtype(dtype);
+  if (!cfg.ok() || !dt.ok()) {
+    std::fprintf(stderr, "error: %s\n",
+                 std::string((cfg.ok() ? dt.status() : cfg.status()).message()).c_str());
+    return 2;
+  }
+  if (layers > 0) cfg->n_layer = layers;
+  auto comm = make_host_communicator();
+  if (!comm.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(comm.status().message()).c_str());
+    return 2;
+  }
+  const int world = (*comm)->world_size(), rank = (*comm)->rank();
+  if (threads <= 0) threads = std::max(1, omp_get_num_procs() / world);
+  auto be = make_cpu_backend(threads);
+  const ParamLayout layout(*cfg);
+  EngineOptions eo;
+  eo.param_dtype = eo.grad_dtype = *dt;
+  eo.zero.stage = stage;
+  eo.gradient_clipping = 1.0f;
+  eo.adam.weight_decay = 0.1;
+  Engine engine(layout, be.get(), comm->get(), eo);
+
+  // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter).
+  size_t largest = 0, owned = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    largest = std::max(largest, engine.padded_numel(u));
+    owned += engine.shard_numel(u);
+  }
+  const std::vector<float> host_grad(largest, 1e-4f);
+  auto fill_grads = [&] {
+    engine.begin_pass();
+    engine.set_gradient_accumulation_boundary(true);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      be->copy_to_device(engine.grads(u), host_grad.data(), engine.padded_numel(u) * 4);
+      engine.reduce_gradients(u);
+    }
+  };
+  // The bound: this rank's owned elements through the Adam pattern, every rank at once.
+  std::vector<float> p(owned, 1.f), m(owned, 0.f), v(owned, 0.f), g32(owned, 1e-4f);
+  std::vector<uint16_t> g16(owned, 0x3f80), out16(owned);
+  const bool bf16 = *dt != DType::kF32;
+  // Steps and pattern passes alternate, so a busy moment affects both alike.
+  std::vector<double> times, pattern, waits;
+  for (int s = 0; s <= steps; ++s) {
+    fill_grads();
+    (*comm)->barrier();
+    engine.reset_comm_wait();
+    double t0 = now_s();
+    auto st = engine.step(1e-4f);
+    const double t = now_s() - t0;
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(st.status().message()).c_str());
+      return 2;
+    }
+    (*comm)->barrier();
+    t0 = now_s();
+    bench::adam_pattern(p.data(), m.data(), v.data(), g32.data(), g16.data(), out16.data(), owned,
+                        bf16);
+    const double tp = now_s() - t0;
+    if (s > 0) times.push_back(t), pattern.push_back(tp), waits.push_back(engine.comm_wait_ms());
+  }
+  std::sort(times.begin(), times.end());
+  std::sort(pattern.begin(), pattern.end());
+  std::sort(waits.begin(), waits.end());
+  double step_s = times[times.size() / 2], pattern_s = pattern[pattern.size() / 2];
+  (*comm)->all_reduce_scalars(&step_s, 1, ScalarOp::kMax);
+  (*comm)->all_reduce_scalars(&pattern_s, 1, ScalarOp::kMax);
+
+  const double psi = (double)layout.total_numel();
+  const double rate = psi / step_s / 1e9, bound = world * (owned / pattern_s) / 1e9;
+  if (rank == 0)
+    std::printf("{\"model\": \"%s\", \"layers\": %d, \"params\": %.0f, \"dtype\": \"%s\", "
+                "\"stage\": %d, \"world\": %d, \"threads_per_rank\": %d, \"step_ms\": %.1f, "
+                "\"comm_wait_ms\": %.1f, "
+                "\"Gparams\": %.4f, \"bound_Gparams\": %.4f, \"of_bound\": %.3f}\n",
+                model.c_str(), cfg->n_layer, psi, dtype.c_str(), stage, world, threads,
+                step_s * 1e3, waits[waits.size() / 2], rate, bound, rate / bound);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zt
+
+int main(int argc, char** argv) {
+  std::unique_ptr<zt::MpiRuntime> mpi;
+  if (zt::launched_under_mpi()) {
+    auto rt = zt::MpiRuntime::init(&argc, &argv);
+    if (!rt.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(rt.status().message()).c_str());
+      return 2;
+    }
+    mpi = std::move(*rt);
+  }
+  return zt::run(argc, argv);
+}

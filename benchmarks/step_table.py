@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The optimizer phase at memory speed: build/benchmarks/step_bench on gpt2-124m and a
+TinyLlama-shaped model (TinyLlama-1.1B's widths and vocabulary, 2 layers), fp32 and bf16, at
+stage 0 on one rank and stage 2 on two (mpirun), each against the Adam access-pattern bound
+measured in the same process, alternating with the steps.
+
+  python3 benchmarks/step_table.py [--markdown docs/benchmarks.md]
+
+Besides the 28-byte Adam bound the table gives the bytes the whole phase must move per owned
+parameter: the gradient norm reads the gradient once more, consuming the gradient writes it
+back as zeros, and stage 2's all-gather writes every other rank's updated working copy
+(received and stored: 2 x (N_d - 1) x working bytes).
+"""
+import argparse
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_md import load_average, write_section  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = [("gpt2-124m", []), ("tinyllama-1.1b", ["--layers", "2"])]
+
+
+def run(binary, model, extra, dtype, stage, np_, steps):
+    cmd = [binary, "--model", model, *extra, "--dtype", dtype, "--stage", str(stage),
+           "--steps", str(steps)]
+    if np_ > 1:
+        mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_),
+                  "-x", "OMPI_MCA_mpi_yield_when_idle=1"]
+        if os.geteuid() == 0:
+            mpirun.insert(1, "--allow-run-as-root")
+        cmd = mpirun + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{shlex.join(cmd)} failed:\n{out.stderr}")
+    return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+
+
+def phase_bytes(dtype, stage, world):
+    g = 4 if dtype == "fp32" else 2
+    gather = 2 * (world - 1) * g if stage in (1, 2) else 0
+    return 28 + g + g + gather  # Adam, norm read, zeroed gradient written back, all-gather
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "step_bench"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--markdown", default=None)
+    a = ap.parse_args()
+    rows, loads, t0 = [], [], time.time()
+    for model, extra in MODELS:
+        for stage, np_ in ((0, 1), (2, 2)):
+            for dtype in ("fp32", "bf16"):
+                loads.append(load_average())
+                r = run(a.binary, model, extra, dtype, stage, np_, a.steps)
+                rows.append(r)
+                print(json.dumps(r), file=sys.stderr)
+    lines = [
+        "## The optimizer phase at memory speed (Engine::step)",
+        "",
+        "Gradient norm, unscale and clip (one factor), AdamW on the fp32 master weights, the "
+        "16-bit working copy, stage 2's all-gather and the zeroed gradient: parameters/s = "
+        "Ψ / step time (all ranks at once). The bound is 28 bytes per parameter (Adam's own "
+        "streams) at the bandwidth that access pattern reaches, measured in the same process "
+        "between the steps, with every rank streaming at once; the last column divides it by "
+        "the bytes the whole phase must move per owned parameter, which caps the ratio.",
+        "",
+        "| model | Ψ | dtype | stage, ranks × threads | step ms | comm wait ms | G params/s "
+        "| bound | of bound | bytes/param | cap = 28/bytes |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        name = r["model"] + (f" ({r['layers']} layers)" if r["model"].startswith("tinyllama") else "")
+        b = phase_bytes(r["dtype"], r["stage"], r["world"])
+        lines.append(
+            f"| {name} | {r['params'] / 1e6:.0f}M | {r['dtype']} | {r['stage']}, "
+            f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {r['comm_wait_ms']:.0f} "
+            f"| {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} | **{r['of_bound']:.0%}** | {b} "
+            f"| {28 / b:.0%} |")
+    lines += [
+        "",
+        f"- Load average {min(loads):.2f}-{max(loads):.2f}; {datetime.datetime.now():%Y-%m-%d %H:%M}; "
+        f"one invocation ({time.time() - t0:.0f} s).",
+        f"- Command: `python3 benchmarks/step_table.py {shlex.join(sys.argv[1:])}`",
+    ]
+    body = "\n".join(lines)
+    print(body)
+    if a.markdown:
+        write_section(a.markdown, "step_table", body)
+
+
+if __name__ == "__main__":
+    main()
