@@ -22,8 +22,6 @@ struct Engine::UnitState {
   bool gather_pending = false;
   DeviceBuffer fetched;  // fp32 view while live, when the working dtype is not fp32
   int live = 0;          // nested fetch count
-  DeviceBuffer master;   // fp32 owned elements; empty when it aliases fp32 working params
-  DeviceBuffer m, v;     // fp32 Adam moments of the owned elements
   DeviceBuffer grads;    // stored: whole unit (stages 0-1, replicated) or shard (2-3)
   DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
   bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
@@ -44,8 +42,14 @@ struct Engine::PendingReduce {
   bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
 };
 
-Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt)
-    : layout_(layout), be_(be), comm_(comm), opt_(opt), units_(layout.num_units()) {
+Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
+               std::unique_ptr<OptimizerState> optimizer)
+    : layout_(layout),
+      be_(be),
+      comm_(comm),
+      opt_(opt),
+      units_(layout.num_units()),
+      optimizer_(optimizer ? std::move(optimizer) : make_device_optimizer_state(be)) {
   rank_ = comm->rank();
   world_ = comm->world_size();
   if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
@@ -67,11 +71,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     const bool whole_grads = s.replicated || stage <= 1;
     s.grads = DeviceBuffer(be, (whole_grads ? s.padded : s.shard) * gbytes, MemCategory::kGrads);
     be->zero(s.grads.data(), s.grads.bytes());
-    if (!fp32_params) s.master = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
-    s.m = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
-    s.v = DeviceBuffer(be, s.owned() * 4, MemCategory::kOptimizer);
-    be->zero(s.m.data(), s.m.bytes());
-    be->zero(s.v.data(), s.v.bytes());
+    optimizer_->add_unit(s.owned(), fp32_params ? static_cast<float*>(owned_working(s)) : nullptr);
   }
 }
 
@@ -86,12 +86,11 @@ Engine::UnitState& Engine::unit(int u) { return units_[u]; }
 size_t Engine::shard_numel(int u) const { return units_[u].shard; }
 size_t Engine::padded_numel(int u) const { return units_[u].padded; }
 
-// fp32 master weights of the owned elements: a separate buffer, or the fp32 working params.
-float* Engine::master_of(UnitState& s) {
-  const int rank = rank_;
-  if (s.master.data()) return s.master.f32();
-  if (s.replicated || s.sharded_params) return s.params.f32();
-  return s.params.f32() + (size_t)rank * s.shard;
+// The working copy of the owned elements: all of params (replicated units, stage-3 shards) or
+// this rank's slice of the whole unit (stages 1-2).
+void* Engine::owned_working(UnitState& s) {
+  if (s.replicated || s.sharded_params) return s.params.data();
+  return static_cast<char*>(s.params.data()) + (size_t)rank_ * s.shard * dtype_size(opt_.param_dtype);
 }
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
@@ -101,11 +100,13 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   std::vector<float> owned(s.owned(), 0.f);
   const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
   for (size_t i = 0; i < owned.size() && begin + i < s.numel; ++i) owned[i] = host[begin + i];
-  float* master = master_of(s);
-  be_->copy_to_device(master, owned.data(), owned.size() * 4);
+  optimizer_->set_master(u, owned.data());
   if (s.sharded_params || s.replicated) {
-    if (s.master.data())
-      be_->convert(master, DType::kF32, s.params.data(), opt_.param_dtype, s.owned());
+    if (!optimizer_->master_is_working_copy(u)) {
+      std::vector<uint8_t> working(s.owned() * dtype_size(opt_.param_dtype));
+      convert(owned.data(), DType::kF32, working.data(), opt_.param_dtype, s.owned());
+      be_->copy_to_device(s.params.data(), working.data(), working.size());
+    }
     return;
   }
   // Stages 1-2: the whole working unit on every rank.
@@ -119,13 +120,16 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
 void Engine::get_unit_params(int u, std::span<float> host) {
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
-  const float* master = master_of(s);
   if (s.replicated) {
-    be_->copy_to_host(host.data(), master, s.numel * 4);
+    optimizer_->get_master(u, host.data());
     return;
   }
+  std::vector<float> owned(s.shard);
+  optimizer_->get_master(u, owned.data());
+  DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
+  be_->copy_to_device(shard.data(), owned.data(), s.shard * 4);
   DeviceBuffer whole(be_, s.padded * 4, MemCategory::kWorkspace);
-  comm_->all_gather(master, whole.data(), s.shard, DType::kF32).wait();
+  comm_->all_gather(shard.data(), whole.data(), s.shard, DType::kF32).wait();
   be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
 }
 
@@ -386,32 +390,23 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   const DType pt = opt_.param_dtype;
   std::vector<CommRequest> gathers;
   std::vector<UnitState*> gather_units;
-  for (UnitState& s : units_) {
+  for (int u = 0; u < (int)units_.size(); ++u) {
+    UnitState& s = units_[u];
     auto g = owned_grad(s);
     if (!g) continue;
-    float* master = master_of(s);
-    // One pass: unscale and clip the gradient, AdamW on the master, the working copy, and the
-    // gradient zeroed for the next step.
+    // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
+    // owned elements (unless the master is it), and the gradient zeroed for the next step.
     as.zero_grad = g->stored;
     if (g->stored) s.grads_zero = true;
-    if (s.replicated || s.sharded_params) {  // the working copy is exactly the owned elements
-      be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(),
-                        s.master.data() ? s.params.data() : nullptr, pt, s.owned(), as);
-      continue;
-    }
-    // Stages 1-2: the updated shard is written into this rank's slice of the whole working
-    // copy (with fp32 parameters the master already is that slice), then all-gathered in place.
-    void* own = static_cast<char*>(s.params.data()) + (size_t)rank_ * s.shard * dtype_size(pt);
-    be_->adamw_update(master, g->data, g->dtype, s.m.f32(), s.v.f32(),
-                      s.master.data() ? own : nullptr, pt, s.shard, as);
-    gather_units.push_back(&s);
+    optimizer_->update(u, g->data, g->dtype,
+                       optimizer_->master_is_working_copy(u) ? nullptr : owned_working(s), pt, as);
+    // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
+    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
   // The all-gathers go out after every update: issued between updates they would share the
   // cores and memory bandwidth with them (the communication thread copies while Adam streams).
-  for (UnitState* s : gather_units) {
-    void* own = static_cast<char*>(s->params.data()) + (size_t)rank_ * s->shard * dtype_size(pt);
-    gathers.push_back(comm_->all_gather(own, s->params.data(), s->shard, pt));
-  }
+  for (UnitState* s : gather_units)
+    gathers.push_back(comm_->all_gather(owned_working(*s), s->params.data(), s->shard, pt));
   Timer t;
   for (CommRequest& g : gathers) g.wait();
   comm_wait_ms_ += t.ms();

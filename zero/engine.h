@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "model/unit_engine.h"
 #include "zero/comm.h"
 #include "zero/loss_scaler.h"
+#include "zero/optimizer_state.h"
 
 namespace zt {
 
@@ -77,8 +79,10 @@ struct StepStats {
 
 class Engine final : public UnitEngine {
  public:
-  // comm must outlive the engine; its world size is N_d.
-  Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt);
+  // comm must outlive the engine; its world size is N_d. optimizer: where the master weights and
+  // moments live (zero/optimizer_state.h); null keeps them on the device.
+  Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
+         std::unique_ptr<OptimizerState> optimizer = nullptr);
   ~Engine() override;
 
   // Host fp32 values of a whole unit (numel elements, layout order). set: every rank passes
@@ -120,12 +124,13 @@ class Engine final : public UnitEngine {
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
   size_t padded_numel(int u) const;
+  const OptimizerState& optimizer() const { return *optimizer_; }
 
  private:
   struct UnitState;
   struct PendingReduce;
   UnitState& unit(int u);
-  float* master_of(UnitState& s);    // fp32 master of the owned elements
+  void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
   void gather(int u);                // stage 3: issue the all-gather of unit u
   void wait_gathered(UnitState& s);  // stage 3: complete it (and its fp32 view)
   void free_gathered(UnitState& s);
@@ -144,6 +149,7 @@ class Engine final : public UnitEngine {
   EngineOptions opt_;
   int rank_ = 0, world_ = 1;
   std::vector<UnitState> units_;
+  std::unique_ptr<OptimizerState> optimizer_;
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;

@@ -1,0 +1,56 @@
+#include "zero/optimizer_state.h"
+
+#include <vector>
+
+#include "common/status.h"
+
+namespace zt {
+namespace {
+
+class DeviceOptimizerState final : public OptimizerState {
+ public:
+  explicit DeviceOptimizerState(Backend* be) : be_(be) {}
+
+  void add_unit(size_t owned, float* fp32_working) override {
+    Unit u;
+    u.owned = owned;
+    u.alias = fp32_working;
+    if (!u.alias) u.master = DeviceBuffer(be_, owned * 4, MemCategory::kOptimizer);
+    u.m = DeviceBuffer(be_, owned * 4, MemCategory::kOptimizer);
+    u.v = DeviceBuffer(be_, owned * 4, MemCategory::kOptimizer);
+    be_->zero(u.m.data(), u.m.bytes());
+    be_->zero(u.v.data(), u.v.bytes());
+    units_.push_back(std::move(u));
+  }
+  void set_master(int u, const float* host) override {
+    be_->copy_to_device(master(u), host, units_[u].owned * 4);
+  }
+  void get_master(int u, float* host) override {
+    be_->copy_to_host(host, master(u), units_[u].owned * 4);
+  }
+  bool master_is_working_copy(int u) const override { return units_[u].alias != nullptr; }
+  void update(int u, void* grad, DType grad_t, void* out, DType out_t,
+              const AdamStep& s) override {
+    Unit& x = units_[u];
+    be_->adamw_update(master(u), grad, grad_t, x.m.f32(), x.v.f32(), out, out_t, x.owned, s);
+  }
+
+ private:
+  struct Unit {
+    size_t owned = 0;
+    float* alias = nullptr;  // the fp32 working copy serving as master
+    DeviceBuffer master, m, v;
+  };
+  float* master(int u) { return units_[u].alias ? units_[u].alias : units_[u].master.f32(); }
+
+  Backend* be_;
+  std::vector<Unit> units_;
+};
+
+}  // namespace
+
+std::unique_ptr<OptimizerState> make_device_optimizer_state(Backend* be) {
+  return std::make_unique<DeviceOptimizerState>(be);
+}
+
+}  // namespace zt

@@ -1,0 +1,49 @@
+// Where a rank's optimizer state lives (DESIGN.md "Offload"): the fp32 master weights and Adam
+// moments of the elements it owns, and the AdamW update on them. The engine keeps the stage
+// logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
+// (offload/: host memory, later NVMe) changes no stage code. The device implementation below
+// is the engine's behaviour without offload.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "common/dtype.h"
+#include "common/memory.h"
+#include "model/adamw_math.h"
+#include "model/backend.h"
+
+namespace zt {
+
+class OptimizerState {
+ public:
+  virtual ~OptimizerState() = default;
+
+  // Registers the next unit (0, 1, ... in order) with `owned` elements. fp32_working is the
+  // device fp32 working copy of exactly those elements, which a device state uses as its master
+  // (K = 8 bytes per parameter instead of 12); null when the working copy is 16-bit.
+  virtual void add_unit(size_t owned, float* fp32_working) = 0;
+  // The fp32 master weights of unit u's owned elements, from or to host memory (owned floats).
+  virtual void set_master(int u, const float* host) = 0;
+  virtual void get_master(int u, float* host) = 0;
+  // True when unit u's master is its device working copy, so update() needs no `out`.
+  virtual bool master_is_working_copy(int u) const = 0;
+  // AdamW on unit u (model/adamw_math.h). grad: the device gradient of the owned elements in
+  // grad_t, left all zeros when s.zero_grad. out: device buffer receiving the updated weights
+  // rounded to out_t (owned elements), or null.
+  virtual void update(int u, void* grad, DType grad_t, void* out, DType out_t,
+                      const AdamStep& s) = 0;
+
+  // Host memory of an offloaded state, by category (null when everything is on the device).
+  virtual const MemoryTracker* host_tracker() const { return nullptr; }
+  // Bytes copied device -> host and host -> device since construction (offload traffic).
+  virtual int64_t bytes_to_host() const { return 0; }
+  virtual int64_t bytes_to_device() const { return 0; }
+};
+
+// Master weights (unless aliased) and moments in the backend's memory, category kOptimizer,
+// updated by the backend's fused AdamW.
+std::unique_ptr<OptimizerState> make_device_optimizer_state(Backend* be);
+
+}  // namespace zt
