@@ -36,8 +36,9 @@ constexpr NotImplementedRule kNotImplementedRules[] = {
      [](const DsConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
      "parameter offload is known but not implemented yet in this build; use \"none\""},
     {"zero_optimization.offload_optimizer.device",
-     [](const DsConfig& c) { return c.zero.offload_optimizer.device != OffloadDevice::kNone; },
-     "optimizer offload is known but not implemented yet in this build; use \"none\""},
+     [](const DsConfig& c) { return c.zero.offload_optimizer.device == OffloadDevice::kNvme; },
+     "optimizer offload to nvme is known but not implemented yet in this build; use \"cpu\" "
+     "or \"none\""},
     {"prescale_gradients", [](const DsConfig& c) { return c.prescale_gradients; },
      "prescale_gradients is known but not implemented in this build; set it to false"},
     {"gradient_predivide_factor",

@@ -16,9 +16,19 @@ nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
                                                  {"peak_bytes", m.peak[c]},
                                                  {"predicted_bytes", predicted.dev(cat)}};
   }
-  const int64_t measured = m.persistent[(size_t)MemCategory::kParams] +
-                           m.persistent[(size_t)MemCategory::kGrads] +
-                           m.persistent[(size_t)MemCategory::kOptimizer];
+  nlohmann::json host = nlohmann::json::object();
+  for (size_t c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    host[std::string(mem_category_name(cat))] = {{"persistent_bytes", m.host_persistent[c]},
+                                                 {"peak_bytes", m.host_peak[c]},
+                                                 {"predicted_bytes", predicted.hst(cat)}};
+  }
+  int64_t device = 0, on_host = 0;
+  for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer}) {
+    device += m.persistent[(size_t)c];
+    on_host += m.host_persistent[(size_t)c];
+  }
+  const int64_t measured = device + on_host;
   // The paper's formula for these dtypes, without padding: per element P + G + K, of which
   // the stage shards the optimizer (1), also the gradients (2), also the parameters (3).
   const double P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
@@ -32,9 +42,15 @@ nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
           {"padded_psi", predicted.padded_psi},
           {"optimizer_bytes_per_param", predicted.optimizer_k},
           {"categories", cats},
+          {"host_categories", host},
           {"model_states",
            {{"measured_bytes", measured},
-            {"predicted_bytes_with_padding", predicted.device_model_states()},
+            {"measured_device_bytes", device},
+            {"measured_host_bytes", on_host},
+            {"predicted_bytes_with_padding",
+             predicted.device_model_states() + predicted.hst(MemCategory::kParams) +
+                 predicted.hst(MemCategory::kGrads) + predicted.hst(MemCategory::kOptimizer) +
+                 predicted.nvme()},
             {"paper_formula_bytes", paper[in.stage]},
             {"measured_over_paper", measured / paper[in.stage]}}}};
 }
@@ -55,8 +71,9 @@ int64_t comm_volume(const CommStats& step) {
          step[(size_t)CollKind::kAllGather].elements;
 }
 
-nlohmann::json comm_report(const std::vector<CommStats>& steps, int64_t psi, int stage, int world,
-                           int rank) {
+nlohmann::json comm_report(const std::vector<CommStats>& steps,
+                           const std::vector<OffloadTraffic>& offload, int64_t psi, int stage,
+                           int world, int rank) {
   nlohmann::json rows = nlohmann::json::array();
   double sum = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -70,6 +87,9 @@ nlohmann::json comm_report(const std::vector<CommStats>& steps, int64_t psi, int
     const double v = (double)comm_volume(steps[i]) / (double)psi;
     sum += v;
     rows.push_back({{"step", i + 1}, {"collectives", kinds}, {"volume_over_psi", v}});
+    if (i < offload.size())
+      rows.back()["offload"] = {{"device_to_host_bytes", offload[i].to_host},
+                                {"host_to_device_bytes", offload[i].to_device}};
   }
   return {{"rank", rank},
           {"stage", stage},

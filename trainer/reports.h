@@ -17,11 +17,14 @@ namespace zt {
 // allocated and transient buffers are freed) and peak (whole run).
 struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> persistent{}, peak{};
+  // Host memory of an offloaded optimizer state (zero when nothing is offloaded).
+  std::array<int64_t, kNumMemCategories> host_persistent{}, host_peak{};
 };
 
-// The memory_report.json object: measured bytes per category, the estimator's prediction for
-// the same run, and model states (params + grads + optimizer) measured vs the paper's formula
-// (unpadded) and vs the padded accounting.
+// The memory_report.json object: measured bytes per category on the device and on the host,
+// the estimator's prediction for the same run, and model states (params + grads + optimizer,
+// device and host together) measured vs the paper's formula (unpadded) and vs the padded
+// accounting.
 nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
                              const MemoryEstimate& predicted, int rank);
 
@@ -31,8 +34,14 @@ CommStats comm_delta(const CommStats& after, const CommStats& before);
 int64_t comm_volume(const CommStats& step);
 // The comm_report.json object: per step and collective kind, calls / elements / bytes, and
 // the volume divided by Ψ.
-nlohmann::json comm_report(const std::vector<CommStats>& steps, int64_t psi, int stage, int world,
-                           int rank);
+// offload: per step, bytes copied device -> host and host -> device by an offloaded optimizer
+// (empty, or one pair per step).
+struct OffloadTraffic {
+  int64_t to_host = 0, to_device = 0;
+};
+nlohmann::json comm_report(const std::vector<CommStats>& steps,
+                           const std::vector<OffloadTraffic>& offload, int64_t psi, int stage,
+                           int world, int rank);
 
 // Writes `j` to dir/<name> (via a temporary file and a rename).
 absl::Status write_json(const std::string& dir, const std::string& name, const nlohmann::json& j);

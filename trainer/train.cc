@@ -22,6 +22,7 @@
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "trainer/ds_config.h"
+#include "trainer/engine_options.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/reports.h"
@@ -169,31 +170,9 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
   r.backend = make_cpu_backend(threads);
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
-  EngineOptions eo;
-  if (r.ds.bf16.enabled) eo.param_dtype = eo.grad_dtype = DType::kBF16;
-  if (r.ds.fp16.enabled) {  // fp16 weights and gradients, DeepSpeed's loss scaler
-    eo.param_dtype = eo.grad_dtype = DType::kF16;
-    eo.loss_scaling = true;
-    const Fp16Config& f = r.ds.fp16;
-    eo.loss_scaler = {f.loss_scale,      (int)f.initial_scale_power, (int)f.loss_scale_window,
-                      (int)f.hysteresis, f.consecutive_hysteresis,   (double)f.min_loss_scale};
-  }
-  eo.adam.beta1 = r.ds.optimizer.beta1;
-  eo.adam.beta2 = r.ds.optimizer.beta2;
-  eo.adam.eps = r.ds.optimizer.eps;
-  eo.adam.weight_decay = r.ds.optimizer.weight_decay;
-  eo.adam.adam_w_mode = r.ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
-  eo.adam.bias_correction = r.ds.optimizer.bias_correction;
-  eo.gradient_clipping = static_cast<float>(r.ds.gradient_clipping);
-  const ZeroConfig& z = r.ds.zero;
-  eo.zero.stage = z.stage;
-  eo.zero.overlap_comm = z.overlap_comm;
-  eo.zero.reduce_scatter = z.reduce_scatter;
-  eo.zero.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  eo.zero.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
-  eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;
-  eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
-  r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(), eo);
+  r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
+                                      engine_options(r.ds),
+                                      optimizer_state(r.ds, r.backend.get()));
   if (r.comm->rank() == 0) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
@@ -248,7 +227,8 @@ void print_sample(const TrainOptions& opt, Run& r) {
 }
 
 absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
-                           const std::vector<CommStats>& comm_steps) {
+                           const std::vector<CommStats>& comm_steps,
+                           const std::vector<OffloadTraffic>& offload_steps) {
   const int rank = r.comm->rank();
   const ParamLayout& layout = r.transformer->layout();
   if (opt.memory_report) {
@@ -262,6 +242,11 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
                                      : r.ds.fp16.enabled ? DType::kF16
                                                          : DType::kF32;
     in.stage3_param_persistence_threshold = r.ds.zero.stage3_param_persistence_threshold;
+    in.offload_optimizer = r.ds.zero.offload_optimizer.device;
+    in.sub_group_size = r.ds.zero.sub_group_size;
+    if (const MemoryTracker* h = r.engine->optimizer().host_tracker())
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        mem.host_peak[c] = h->peak(static_cast<MemCategory>(c));
     in.model = r.model;
     in.micro_batch = r.B;
     in.seq_len = r.T;
@@ -271,7 +256,7 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
   }
   if (opt.comm_report)
     ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
-                                  comm_report(comm_steps, (int64_t)layout.total_numel(),
+                                  comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
                                               r.ds.zero.stage, r.comm->world_size(), rank)));
   return absl::OkStatus();
 }
@@ -344,12 +329,15 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   validate_now(0);
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
   std::vector<CommStats> comm_steps;
+  std::vector<OffloadTraffic> offload_steps;
   MemorySnapshot mem;
   Timer run_timer;
   double loop_ms = 0;
   for (int64_t step = 1; step <= opt.steps; ++step) {
     Timer t;
     const CommStats comm_before = r.comm->stats();
+    const OffloadTraffic offload_before{r.engine->optimizer().bytes_to_host(),
+                                        r.engine->optimizer().bytes_to_device()};
     r.engine->reset_comm_wait();
     double fwd_ms = 0, bwd_ms = 0, loss = 0;
     for (int micro = 0; micro < r.gas; ++micro) {
@@ -376,9 +364,16 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(lr)));
     const double opt_ms = to.ms();
     comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
+    const OptimizerState& os = r.engine->optimizer();
+    offload_steps.push_back({os.bytes_to_host() - offload_before.to_host,
+                             os.bytes_to_device() - offload_before.to_device});
     if (step == 1)
       for (size_t c = 0; c < kNumMemCategories; ++c)
         mem.persistent[c] = r.backend->tracker().current(static_cast<MemCategory>(c));
+    if (step == 1 && r.engine->optimizer().host_tracker())
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        mem.host_persistent[c] =
+            r.engine->optimizer().host_tracker()->current(static_cast<MemCategory>(c));
     const double ms = t.ms();
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);
@@ -419,7 +414,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
   }
   validate_now(opt.steps);
-  ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps));
+  ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
   if (root)
     std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
                 format_duration(run_timer.ms() / 1e3).c_str(),

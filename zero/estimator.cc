@@ -67,10 +67,12 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   MemoryEstimate e;
   const int64_t N = in.dp;
   const int64_t P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
-  const bool master = in.fp32_master && in.param_dtype != DType::kF32;
+  // An offloaded state keeps its own fp32 master even when the working params are fp32.
+  const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
+  const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded);
   const int64_t K = master ? 12 : 8;
   e.optimizer_k = static_cast<int>(K);
-  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
+  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0, largest_owned = 0;
   for (int64_t n : units) {
     // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
     const int st = in.stage == 3 && n < in.stage3_param_persistence_threshold ? 0 : in.stage;
@@ -82,6 +84,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     params += (st == 3 ? shard : padded) * P;
     grads += (st >= 2 ? shard : padded) * G;
     optim += (st >= 1 ? shard : padded) * K;
+    largest_owned = std::max(largest_owned, st >= 1 ? shard : padded);
   }
 
   using M = MemCategory;
@@ -91,17 +94,21 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     case OffloadDevice::kCpu: e.hst(M::kPinnedHost) += params; break;
     case OffloadDevice::kNvme: e.hst(M::kNvme) += params; break;
   }
-  // Optimizer offload (ZeRO-Offload): the optimizer state leaves the device, and the stored
-  // gradients are reduced into pinned host memory where CPU Adam reads them.
+  // Optimizer offload: the optimizer state leaves the device; the gradients stay there until
+  // the step copies them, one sub-group at a time, through two host staging buffers.
+  e.dev(M::kGrads) = grads;
+  const int64_t staging =
+      2 * 4 * std::min<int64_t>(in.sub_group_size > 0 ? in.sub_group_size : largest_owned,
+                                largest_owned);
   switch (in.offload_optimizer) {
-    case OffloadDevice::kNone:
-      e.dev(M::kGrads) = grads;
-      e.dev(M::kOptimizer) = optim;
+    case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim; break;
+    case OffloadDevice::kCpu:
+      e.hst(M::kOptimizer) += optim;
+      e.hst(M::kPinnedHost) += staging;
       break;
-    case OffloadDevice::kCpu: e.hst(M::kPinnedHost) += grads + optim; break;
     case OffloadDevice::kNvme:
-      e.hst(M::kPinnedHost) += grads;
       e.hst(M::kNvme) += optim;
+      e.hst(M::kPinnedHost) += staging;
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.

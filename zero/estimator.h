@@ -42,6 +42,8 @@ struct EstimateInput {
   bool fp32_master = true;
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
+  // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
+  int64_t sub_group_size = 1'000'000'000;
   // Units whose parameters are materialised at once (the one in use and the one prefetched);
   // sizes the workspace estimate.
   int live_units = 2;
@@ -81,11 +83,13 @@ struct MemoryEstimate {
 // P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = 12 (fp32 master + m + v) or 8.
 // With bf16 P, G and K = 12 this is the paper's (2+2+K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2+K)Ψ/N_d,
 // (2+2+K)Ψ/N_d (up to padding).
-// Offload (ZeRO-Offload): offload_optimizer cpu moves the optimizer state and the gradient
-// shard (stages 1-2: grads are reduced into host memory for CPU Adam) to host pinned memory
-// (the GPU keeps 2Ψ, the paper's figure); nvme puts the optimizer state on NVMe and the
-// gradient shard in pinned host memory. offload_param (stage 3) moves the parameter shard to
-// pinned host memory or NVMe.
+// Offload (offload/cpu_optimizer.h): offload_optimizer cpu moves the optimizer state (K = 12:
+// the host keeps its own fp32 master even when params are fp32) to host memory (kOptimizer on
+// the host) plus two staging buffers of min(sub_group_size, largest owned unit) fp32 elements
+// (kPinnedHost); the stored gradients stay on the device in their dtype until the step moves
+// them out (ZeRO-Offload's paper and DeepSpeed keep a host gradient partition instead: 2Ψ on
+// the GPU). nvme puts the optimizer state on NVMe. offload_param (stage 3) moves the parameter
+// shard to pinned host memory or NVMe.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is

@@ -263,6 +263,15 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
                            "offload_param": {"device": "cpu"}}})",
                                 1, unimpl),
                        {"not implemented"}));
+  // Optimizer offload to CPU memory is implemented; to NVMe not yet.
+  EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                           "offload_optimizer": {"device": "cpu", "pin_memory": true}}})",
+                              1, "test.json")
+                  .ok());
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                           "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})",
+                                1, unimpl),
+                       {"zero_optimization.offload_optimizer.device", "nvme", "\"cpu\""}));
   EXPECT_TRUE(
       parse_ds_config(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", 1, "test.json")
           .ok());

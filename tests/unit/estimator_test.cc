@@ -214,21 +214,29 @@ TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
   }
 }
 
+// Units {10, 7, 1} over N_d = 4: owned shards 3 + 2 + 1 = 6 elements, padded Ψ 24; the largest
+// owned shard (3) sizes the two fp32 staging buffers of offload/cpu_optimizer.cc: 2 x 4 x 3.
 TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EstimateInput in = small(2);
   in.offload_optimizer = OffloadDevice::kCpu;
   auto e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->dev(M::kParams), 2 * 24);  // ZeRO-Offload: the GPU keeps the 2Ψ params
-  EXPECT_EQ(e->dev(M::kGrads), 0);
+  EXPECT_EQ(e->dev(M::kParams), 2 * 24);
+  EXPECT_EQ(e->dev(M::kGrads), 2 * 6);  // the bf16 gradient shard waits on the device
   EXPECT_EQ(e->dev(M::kOptimizer), 0);
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6 + 12 * 6);
+  EXPECT_EQ(e->hst(M::kOptimizer), 12 * 6);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3);
   EXPECT_EQ(e->nvme(), 0);
+  in.sub_group_size = 2;  // staging shrinks to one sub-group
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 2);
 
+  in = small(2);
   in.offload_optimizer = OffloadDevice::kNvme;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3);
   EXPECT_EQ(e->nvme(), 12 * 6);
 
   in = small(3);
@@ -236,8 +244,8 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   in.offload_param = OffloadDevice::kNvme;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->device_model_states(), 0);
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->device_model_states(), 2 * 6);  // only the gradient shard
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3);
   EXPECT_EQ(e->nvme(), 12 * 6 + 2 * 6);
 
   in.offload_param = OffloadDevice::kCpu;

@@ -1,0 +1,26 @@
+// Optimizer offload to CPU memory (Ren et al., "ZeRO-Offload", USENIX ATC 2021; DeepSpeed's
+// zero_optimization.offload_optimizer.device "cpu"): the fp32 master weights and Adam moments
+// of the owned elements live in host memory and CPU Adam (offload/cpu_adam.h) updates them.
+// Per unit and per sub-group (zero_optimization.sub_group_size elements): the 16-bit (or
+// fp32) gradient moves device -> host, CPU Adam runs, the updated working copy moves host ->
+// device. The device keeps no fp32 state: K = 12 bytes per owned parameter move to the host,
+// and each step moves the owned gradient out and the owned working copy in (the paper's 2Ψ/N_d
+// + 2Ψ/N_d in 16-bit).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "model/backend.h"
+#include "zero/optimizer_state.h"
+
+namespace zt {
+
+struct CpuOffloadOptions {
+  bool pin_memory = true;               // offload_optimizer.pin_memory: page-locked host state
+  int64_t sub_group_size = 1'000'000'000;  // elements per CPU Adam granule (staging buffers)
+};
+
+std::unique_ptr<OptimizerState> make_cpu_optimizer_state(Backend* be, const CpuOffloadOptions& o);
+
+}  // namespace zt
