@@ -1,5 +1,14 @@
 #include "common/memory.h"
 
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace zt {
 
 std::string_view mem_category_name(MemCategory c) {
@@ -31,6 +40,58 @@ void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
 void MemoryTracker::on_free(MemCategory c, size_t bytes) {
   current_[idx(c)].fetch_sub(bytes);
   total_.fetch_sub(bytes);
+}
+
+absl::StatusOr<int64_t> parse_byte_size(std::string_view s) {
+  const std::string text(absl::StripAsciiWhitespace(absl::string_view(s.data(), s.size())));
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit((unsigned char)text[i]) || text[i] == '.')) ++i;
+  double number = 0;
+  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text.substr(i)));
+  struct Unit {
+    const char* name;
+    double factor;
+  };
+  static constexpr Unit kUnits[] = {{"", 1},           {"b", 1},          {"kib", 1024.0},
+                                    {"mib", 1048576.0}, {"gib", 1073741824.0},
+                                    {"tib", 1099511627776.0}, {"kb", 1e3},  {"mb", 1e6},
+                                    {"gb", 1e9},        {"tb", 1e12}};
+  const Unit* found = nullptr;
+  for (const Unit& u : kUnits)
+    if (unit == u.name) found = &u;
+  if (i == 0 || !absl::SimpleAtod(text.substr(0, i), &number) || !found || number < 0 ||
+      !std::isfinite(number * found->factor) || number * found->factor > 9.0e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", std::string(s),
+        "' is not a size: give bytes (e.g. 8589934592) or a number with KiB, MiB, GiB, TiB "
+        "(powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"8GiB\""));
+  }
+  return static_cast<int64_t>(std::llround(number * found->factor));
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int k = 0;
+  while (std::fabs(v) >= 1024 && k < 4) v /= 1024, ++k;
+  return k == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.2f %s", v, units[k]);
+}
+
+void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemCategory c) {
+  if (limit == 0 || t.current_total() + bytes <= limit) return;
+  std::string in_use;
+  for (size_t k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    if (t.current(cat) == 0) continue;
+    absl::StrAppend(&in_use, in_use.empty() ? "" : ", ", std::string(mem_category_name(cat)), " ",
+                    format_bytes((int64_t)t.current(cat)));
+  }
+  throw DeviceMemoryLimitExceeded(
+      absl::StrCat("device memory limit ", format_bytes((int64_t)limit), " exceeded: ",
+                   format_bytes((int64_t)bytes), " more of ", std::string(mem_category_name(c)),
+                   " were asked with ", format_bytes((int64_t)t.current_total()),
+                   " in use (", in_use.empty() ? "nothing" : in_use, ")"),
+      bytes);
 }
 
 }  // namespace zt

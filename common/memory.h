@@ -5,7 +5,12 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <new>
+#include <string>
 #include <string_view>
+
+#include "absl/status/statusor.h"
 
 namespace zt {
 
@@ -40,5 +45,30 @@ class MemoryTracker {
   std::array<std::atomic<size_t>, kNumMemCategories> peak_{};
   std::atomic<size_t> total_{0}, peak_total_{0};
 };
+
+// "8GiB", "512MiB", "1.5GB", "1000000" (bytes): binary suffixes KiB/MiB/GiB/TiB, decimal
+// KB/MB/GB/TB, or B / none; case-insensitive, optional space. Error names the accepted forms.
+absl::StatusOr<int64_t> parse_byte_size(std::string_view s);
+// "7.50 GiB" style, binary units.
+std::string format_bytes(int64_t bytes);
+
+// Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so
+// code that survives running out of memory survives this too). what() says what was asked,
+// the limit, and the bytes in use per category at that moment.
+class DeviceMemoryLimitExceeded : public std::bad_alloc {
+ public:
+  DeviceMemoryLimitExceeded(std::string message, size_t requested)
+      : message_(std::move(message)), requested_(requested) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+  size_t requested() const { return requested_; }
+
+ private:
+  std::string message_;
+  size_t requested_;
+};
+
+// Throws DeviceMemoryLimitExceeded when `bytes` more of category c would take `t` past `limit`
+// (0: no limit).
+void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemCategory c);
 
 }  // namespace zt

@@ -33,6 +33,11 @@ class Backend {
   virtual void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) = 0;
   virtual void synchronize() = 0;
   MemoryTracker& tracker() { return tracker_; }
+  // Caps the bytes allocated on this device (live, every category; 0: no cap, the default).
+  // An allocation past it throws DeviceMemoryLimitExceeded (common/memory.h). This is how a
+  // big machine proves a run fits a small GPU ("zerotrain": {"device_memory_limit": "8GiB"}).
+  void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
+  size_t memory_limit() const { return memory_limit_; }
 
   // ---- kernels ----
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).
@@ -103,6 +108,7 @@ class Backend {
 
  protected:
   MemoryTracker tracker_;
+  size_t memory_limit_ = 0;
 };
 
 // The CPU backend ("device" memory is ordinary host memory, accounted separately from the

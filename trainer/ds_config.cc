@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/file.h"
+#include "common/memory.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -687,6 +688,25 @@ absl::Status parse_aio(const std::string& src, const json& v, AioConfig* a) {
   return r.finish();
 }
 
+absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainConfig* z) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zerotrain"));
+  ZT_ASSIGN_OR_RETURN(const json* limit, r.raw({"device_memory_limit"}));
+  if (limit && !limit->is_null()) {
+    if (limit->is_number_integer() && limit->get<int64_t>() >= 0) {
+      z->device_memory_limit = limit->get<int64_t>();
+    } else if (limit->is_string()) {
+      auto bytes = parse_byte_size(limit->get<std::string>());
+      if (!bytes.ok()) return r.error("device_memory_limit", std::string(bytes.status().message()));
+      z->device_memory_limit = *bytes;
+    } else {
+      return r.error("device_memory_limit",
+                     absl::StrCat("expected bytes (an integer >= 0) or a size such as \"8GiB\", "
+                                  "got ", show(*limit)));
+    }
+  }
+  return r.finish();
+}
+
 // ----- top level ------------------------------------------------------------------------
 
 absl::Status parse_top(const std::string& src, const json& root, int world, DsConfig* c) {
@@ -722,6 +742,8 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
   if (zero) ZT_RETURN_IF_ERROR(parse_zero(src, *zero, &c->zero));
   ZT_ASSIGN_OR_RETURN(const json* aio, section(r, {"aio"}));
   if (aio) ZT_RETURN_IF_ERROR(parse_aio(src, *aio, &c->aio));
+  ZT_ASSIGN_OR_RETURN(const json* zt, section(r, {"zerotrain"}));
+  if (zt) ZT_RETURN_IF_ERROR(parse_zerotrain(src, *zt, &c->zerotrain));
   // DeepSpeed sections and keys this build does not implement: allowed only at defaults
   // where a default is given.
   for (const char* k : {"activation_checkpointing",

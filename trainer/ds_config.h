@@ -142,6 +142,15 @@ struct AioConfig {
   bool overlap_events = true;        // overlap submission and completion
 };
 
+// "zerotrain": {...}: zerotrain's own keys, in the same file so DeepSpeed users keep one
+// config (DeepSpeed itself rejects the block; remove it to run the file under DeepSpeed).
+struct ZerotrainConfig {
+  // Cap on the device pool in bytes, of either backend; 0: none. Given as bytes or a string
+  // with a unit ("8GiB", "7.5GB"). An allocation past it stops the run with the bytes in use
+  // per category and what the estimator says would fit.
+  int64_t device_memory_limit = 0;
+};
+
 // The whole ds_config.json.
 struct DsConfig {
   BatchConfig batch;
@@ -160,6 +169,7 @@ struct DsConfig {
   double gradient_predivide_factor = 1.0;  // pre-divide factor for the all-reduce, > 0
   ZeroConfig zero;
   AioConfig aio;
+  ZerotrainConfig zerotrain;
 };
 
 // Parses `json_text` (a whole ds_config.json) for `world_size` ranks (>= 1), validates every

@@ -1,5 +1,10 @@
 #include "trainer/engine_options.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/memory.h"
 #include "offload/cpu_optimizer.h"
 
 namespace zt {
@@ -37,6 +42,64 @@ std::unique_ptr<OptimizerState> optimizer_state(const DsConfig& ds, Backend* be)
   if (o.device == OffloadDevice::kCpu)
     return make_cpu_optimizer_state(be, {o.pin_memory, ds.zero.sub_group_size});
   return make_device_optimizer_state(be);  // nvme is refused by the config parser until it lands
+}
+
+EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B,
+                             int T) {
+  EstimateInput in;
+  for (int64_t n : unit_numels(model)) in.unit_numel.push_back(n);
+  in.stage = ds.zero.stage;
+  in.dp = world;
+  const EngineOptions eo = engine_options(ds);
+  in.param_dtype = eo.param_dtype;
+  in.grad_dtype = eo.grad_dtype;
+  in.stage3_param_persistence_threshold = ds.zero.stage3_param_persistence_threshold;
+  in.offload_optimizer = ds.zero.offload_optimizer.device;
+  in.sub_group_size = ds.zero.sub_group_size;
+  in.model = model;
+  in.micro_batch = B;
+  in.seq_len = T;
+  return in;
+}
+
+std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
+                           int64_t limit) {
+  struct Try {
+    std::string what;
+    EstimateInput in;
+  };
+  const EstimateInput base = estimate_input(ds, model, world, B, T);
+  std::vector<Try> tries;
+  auto add = [&](int stage, bool offload, int micro_batch) {
+    EstimateInput in = base;
+    in.stage = stage;
+    if (offload) in.offload_optimizer = OffloadDevice::kCpu;
+    in.micro_batch = micro_batch;
+    std::string what = absl::StrCat("zero_optimization.stage ", stage);
+    if (offload) absl::StrAppend(&what, " with offload_optimizer.device \"cpu\"");
+    if (micro_batch != B) absl::StrAppend(&what, " at train_micro_batch_size_per_gpu ", micro_batch);
+    tries.push_back({what, in});
+  };
+  const bool offloaded = base.offload_optimizer != OffloadDevice::kNone;
+  if (!offloaded && base.stage >= 1) add(base.stage, true, B);
+  for (int s = base.stage + 1; s <= 3; ++s) add(s, offloaded, B);
+  for (int s = std::max(base.stage, 1); s <= 3; ++s) add(s, true, B);
+  for (int b = B / 2; b >= 1; b /= 2) add(3, true, b);
+  const Try* smallest = nullptr;
+  int64_t smallest_bytes = 0;
+  for (const Try& t : tries) {
+    auto e = estimate_memory(t.in);
+    if (!e.ok()) continue;
+    if (e->device_total() <= limit)
+      return absl::StrCat("The estimator (zerotrain estimate) predicts ",
+                          format_bytes(e->device_total()), " on the device with ", t.what,
+                          ": try that, or raise the limit");
+    if (!smallest || e->device_total() < smallest_bytes) smallest = &t, smallest_bytes = e->device_total();
+  }
+  if (!smallest) return "Raise the limit or use a smaller model";
+  return absl::StrCat("The estimator finds nothing that fits; the least is ",
+                      format_bytes(smallest_bytes), " with ", smallest->what,
+                      ": raise the limit, shorten --seq_len or use a smaller model");
 }
 
 }  // namespace zt

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "model/backend.h"
 #include "trainer/ds_config.h"
+#include "model/config.h"
 #include "zero/engine.h"
+#include "zero/estimator.h"
 #include "zero/optimizer_state.h"
 
 namespace zt {
@@ -17,5 +20,12 @@ EngineOptions engine_options(const DsConfig& ds);
 // zero_optimization.offload_optimizer.device "cpu": host memory and CPU Adam with pin_memory
 // and sub_group_size; otherwise on the device behind `be`.
 std::unique_ptr<OptimizerState> optimizer_state(const DsConfig& ds, Backend* be);
+// The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
+EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T);
+// What to try when the run does not fit `limit` device bytes, by the estimator: the first of
+// optimizer offload to CPU, a higher stage, both, or a smaller micro-batch that fits, with its
+// predicted bytes; or, if none fits, the smallest it found.
+std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
+                           int64_t limit);
 
 }  // namespace zt

@@ -17,7 +17,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/memory.h"
 #include "common/status.h"
 #include "data/prepare.h"
 #include "model/config.h"
@@ -72,6 +74,9 @@ ABSL_FLAG(bool, memory_report, false,
 ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
+ABSL_FLAG(std::string, device_memory_limit, "",
+          "train: cap on device memory, e.g. 8GiB (as the ds_config key "
+          "zerotrain.device_memory_limit; give one or both equal)");
 
 namespace {
 
@@ -137,6 +142,12 @@ int train() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.memory_report = absl::GetFlag(FLAGS_memory_report);
   o.comm_report = absl::GetFlag(FLAGS_comm_report);
+  if (const std::string lim = absl::GetFlag(FLAGS_device_memory_limit); !lim.empty()) {
+    auto bytes = zt::parse_byte_size(lim);
+    if (!bytes.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(
+                         "--device_memory_limit: ", bytes.status().message())));
+    o.device_memory_limit = *bytes;
+  }
   const absl::Status s = zt::run_train(o);
   return s.ok() ? 0 : fail(s);
 }

@@ -169,6 +169,15 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
   r.backend = make_cpu_backend(threads);
+  // The device-memory limit: the flag, the ds_config key, or both when they agree.
+  const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
+  if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device_memory_limit ", format_bytes(opt.device_memory_limit), " and ", opt.deepspeed,
+        ": zerotrain.device_memory_limit ", format_bytes(key_limit),
+        " disagree; give one of them, or the same value in both"));
+  r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
+                                                                  : key_limit));
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
   r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
                                       engine_options(r.ds),
@@ -234,22 +243,10 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
   if (opt.memory_report) {
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
-    EstimateInput in;
-    for (const Unit& u : layout.units()) in.unit_numel.push_back((int64_t)u.numel);
-    in.stage = r.ds.zero.stage;
-    in.dp = r.comm->world_size();
-    in.param_dtype = in.grad_dtype = r.ds.bf16.enabled   ? DType::kBF16
-                                     : r.ds.fp16.enabled ? DType::kF16
-                                                         : DType::kF32;
-    in.stage3_param_persistence_threshold = r.ds.zero.stage3_param_persistence_threshold;
-    in.offload_optimizer = r.ds.zero.offload_optimizer.device;
-    in.sub_group_size = r.ds.zero.sub_group_size;
+    const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
     if (const MemoryTracker* h = r.engine->optimizer().host_tracker())
       for (size_t c = 0; c < kNumMemCategories; ++c)
         mem.host_peak[c] = h->peak(static_cast<MemCategory>(c));
-    in.model = r.model;
-    in.micro_batch = r.B;
-    in.seq_len = r.T;
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
     ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
                                   memory_report(mem, in, predicted, rank)));
@@ -261,11 +258,17 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
   return absl::OkStatus();
 }
 
-// f() with exceptions (out of memory above all) turned into a Status.
+// f() with exceptions (out of memory above all) turned into a Status. Past the device-memory
+// limit the message adds what the estimator says would fit.
 template <class F>
-absl::Status guarded(F&& f) {
+absl::Status guarded(const Run& r, F&& f) {
   try {
     return f();
+  } catch (const DeviceMemoryLimitExceeded& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(e.what(), ". ",
+                     fit_suggestion(r.ds, r.model, r.comm->world_size(), r.B, r.T,
+                                    (int64_t)r.backend->memory_limit())));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "out of memory allocating the model, optimizer or activations; reduce --seq_len or "
@@ -284,7 +287,7 @@ absl::Status run_train(const TrainOptions& opt) {
   ZT_ASSIGN_OR_RETURN(r.comm, make_host_communicator());
   // Every rank validates the same inputs; they agree before any collective of the run, so a
   // rank that failed (say, a file missing on its node) never leaves the others waiting.
-  absl::Status st = guarded([&] { return setup(opt, r); });
+  absl::Status st = guarded(r, [&] { return setup(opt, r); });
   double ok = st.ok() ? 1 : 0;
   r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
   if (!st.ok()) return st;
@@ -293,7 +296,7 @@ absl::Status run_train(const TrainOptions& opt) {
       check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe", fingerprint(opt, r)));
   // From here collectives are in flight: a rank that stopped alone would leave the others
   // waiting in one, so an error on any rank ends them all.
-  const absl::Status result = guarded([&] { return train_loop(opt, r); });
+  const absl::Status result = guarded(r, [&] { return train_loop(opt, r); });
   if (!result.ok() && r.comm->world_size() > 1)
     abort_all_ranks(kUserErrorExitCode, std::string(result.message()));
   return result;

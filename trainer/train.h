@@ -29,6 +29,7 @@ struct TrainOptions {
   int threads = 0;                      // OpenMP threads (0: cores / ranks on this node)
   bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
+  int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
 };
 
 // Trains; prints a progress line per step and writes metrics.jsonl. Errors a user can cause

@@ -21,6 +21,7 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
 }
 
 void* CpuBackend::alloc(size_t bytes, MemCategory c) {
+  check_memory_limit(tracker_, memory_limit_, bytes, c);
   // 64-byte alignment for SIMD and cache lines; size rounded up as aligned_alloc requires.
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = cache_.take(rounded);

@@ -40,6 +40,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void* CudaBackend::alloc(size_t bytes, MemCategory c) {
+  check_memory_limit(tracker_, memory_limit_, bytes, c);
   void* p = nullptr;
   ZT_CHECK_CUDA(cudaMalloc(&p, bytes));
   tracker_.on_alloc(c, bytes);

@@ -69,6 +69,30 @@ void expect_user_error(const Result& r, std::vector<std::string> phrases) {
   for (const auto& p : phrases) EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
 }
 
+// "zerotrain": {"device_memory_limit": ...} (or the flag) caps the device pool: past it the run
+// stops at once with exit 2, the bytes in use per category, and what the estimator says fits.
+TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
+  write(path("limited.json"), R"({"train_micro_batch_size_per_gpu": 2,
+                                  "gradient_accumulation_steps": 2,
+                                  "zerotrain": {"device_memory_limit": "256KiB"}})");
+  expect_user_error(run(train("--deepspeed " + path("limited.json"))),
+                    {"device memory limit 256.00 KiB exceeded", "in use (", "activations",
+                     "estimator"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 1KB")),
+                    {"device memory limit 1000 B exceeded"});
+  // A limit the run fits in changes nothing.
+  EXPECT_EQ(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 1GiB")).code, 0);
+  // The flag and the key must agree; sizes must parse.
+  expect_user_error(run(train("--deepspeed " + path("limited.json") +
+                              " --device_memory_limit 1GiB")),
+                    {"--device_memory_limit 1.00 GiB", "zerotrain.device_memory_limit", "disagree"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 8GiBs")),
+                    {"--device_memory_limit", "'8GiBs' is not a size"});
+  write(path("bad.json"), R"({"train_batch_size": 4, "zerotrain": {"device_memory_limt": 5}})");
+  expect_user_error(run(train("--deepspeed " + path("bad.json"))),
+                    {"zerotrain.device_memory_limt", "device_memory_limit"});
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));

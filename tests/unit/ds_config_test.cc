@@ -254,6 +254,33 @@ TEST(DsConfig, AutoIsAHuggingFacePlaceholder) {
                        {"optimizer.params.lr", "placeholder"}));
 }
 
+// The "zerotrain" block: device_memory_limit in bytes or with a binary / decimal unit.
+TEST(DsConfig, ZerotrainBlockDeviceMemoryLimit) {
+  auto limit = [](const std::string& v) -> absl::StatusOr<int64_t> {
+    auto c = parse_ds_config(R"({"train_batch_size": 8, "zerotrain": {"device_memory_limit": )" +
+                                 v + "}}",
+                             1, "test.json");
+    if (!c.ok()) return c.status();
+    return c->zerotrain.device_memory_limit;
+  };
+  EXPECT_EQ(*limit(R"("8GiB")"), int64_t{8} << 30);
+  EXPECT_EQ(*limit(R"("512 MiB")"), int64_t{512} << 20);
+  EXPECT_EQ(*limit(R"("7.5GB")"), int64_t{7'500'000'000});
+  EXPECT_EQ(*limit("1000"), 1000);
+  EXPECT_EQ(*limit("0"), 0);
+  for (const char* bad : {R"("8 GiBs")", R"("GiB")", "-5", "1.5", "true", R"("-1GiB")"}) {
+    auto r = limit(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("zerotrain.device_memory_limit"),
+              std::string::npos)
+        << r.status();
+  }
+  auto typo = parse_ds_config(R"({"train_batch_size": 8, "zerotrain": {"device_memory": 1}})", 1,
+                              "test.json");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(std::string(typo.status().message()).find("device_memory_limit"), std::string::npos);
+}
+
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
   auto unimpl = absl::StatusCode::kUnimplemented;
   EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,
