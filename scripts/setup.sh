@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
   iproute2                          # `ip netns` for the two-namespace multi-node test
+  time                              # /usr/bin/time in benchmarks (wall time, max RSS)
   liburing-dev                      # NVMe offload (io_uring)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                           # scripts (reference fixtures are committed)
