@@ -21,6 +21,36 @@ def write_section(path, key, body):
         f.write(text)
 
 
+def publish(lines, loads, t0, markdown, key):
+    """Adds the machine, load, date and command lines to `lines`, prints the section, and
+    writes it into `markdown` under `key` when a path is given."""
+    import datetime
+    import platform
+    import shlex
+    import sys
+    import time
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    body = "\n".join(lines + [
+        "",
+        f"- Machine: {cpu}, {os.cpu_count()} logical cores; load average "
+        f"{min(loads):.2f}-{max(loads):.2f} during the run.",
+        f"- Date: {datetime.datetime.now():%Y-%m-%d %H:%M}; one invocation "
+        f"({time.time() - t0:.0f} s).",
+        f"- Command: `python3 {script} {shlex.join(sys.argv[1:])}`",
+    ])
+    print(body)
+    if markdown:
+        write_section(markdown, key, body)
+        print(f"\nwrote section '{key}' in {markdown}", file=sys.stderr)
+
+
 def load_average():
     """The 1-minute load average, to show how busy the machine was."""
     try:

@@ -9,10 +9,8 @@ Each (B, T) runs fp32 and bf16 back to back, the order flipping every round; a f
 median over rounds of the median over steps (the first step left out).
 """
 import argparse
-import datetime
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -20,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import load_average, write_section  # noqa: E402
+from bench_md import load_average, publish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,16 +86,8 @@ def main():
     for (b, t) in shapes:
         f32, b16 = statistics.median(res[(b, t)][False]), statistics.median(res[(b, t)][True])
         lines.append(f"| {b} × {t} | {f32:.0f} | {b16:.0f} | **{b16 / f32:.2f}x** |")
-    lines += [
-        "",
-        f"- {a.threads} threads; load average {min(loads):.2f}-{max(loads):.2f}; "
-        f"{datetime.datetime.now():%Y-%m-%d %H:%M}; one invocation ({time.time() - t0:.0f} s).",
-        f"- Command: `python3 benchmarks/bf16_overhead.py {shlex.join(sys.argv[1:])}`",
-    ]
-    body = "\n".join(lines)
-    print(body)
-    if a.markdown:
-        write_section(a.markdown, f"bf16_overhead:{a.model}", body)
+    lines.append(f"\n{a.threads} threads.")
+    publish(lines, loads, t0, a.markdown, f"bf16_overhead:{a.model}")
 
 
 if __name__ == "__main__":

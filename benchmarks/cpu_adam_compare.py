@@ -15,18 +15,15 @@ Needs torch and deepspeed (pip install torch deepspeed ninja); DeepSpeed builds 
 op on first use. Used only by this script, never by the trainer.
 """
 import argparse
-import datetime
 import json
 import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import load_average, write_section  # noqa: E402
+from bench_md import load_average, publish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,17 +141,8 @@ def main():
         "",
         f"Per SIMD level (ours, last round): " + ", ".join(
             f"{x['simd']} {x['grads']} {x['Gparams']:.2f}" for x in ours[-1]["cpu_adam"]) + ".",
-        "",
-        f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
-        f"cores; load average {min(loads):.2f}-{max(loads):.2f} during the run.",
-        f"- Date: {datetime.datetime.now():%Y-%m-%d %H:%M}; one invocation ({time.time() - t0:.0f} s).",
-        f"- Command: `python3 benchmarks/cpu_adam_compare.py {shlex.join(sys.argv[1:])}`",
     ]
-    body = "\n".join(lines)
-    print(body)
-    if a.markdown:
-        write_section(a.markdown, "cpu_adam_compare", body)
-        print(f"\nwrote section 'cpu_adam_compare' in {a.markdown}", file=sys.stderr)
+    publish(lines, loads, t0, a.markdown, "cpu_adam_compare")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ back as zeros, and stage 2's all-gather writes every other rank's updated workin
 (received and stored: 2 x (N_d - 1) x working bytes).
 """
 import argparse
-import datetime
 import json
 import os
 import shlex
@@ -21,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import load_average, write_section  # noqa: E402
+from bench_md import load_average, publish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = [("gpt2-124m", []), ("tinyllama-1.1b", ["--layers", "2"])]
@@ -84,16 +83,7 @@ def main():
             f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {r['comm_wait_ms']:.0f} "
             f"| {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} | **{r['of_bound']:.0%}** | {b} "
             f"| {28 / b:.0%} |")
-    lines += [
-        "",
-        f"- Load average {min(loads):.2f}-{max(loads):.2f}; {datetime.datetime.now():%Y-%m-%d %H:%M}; "
-        f"one invocation ({time.time() - t0:.0f} s).",
-        f"- Command: `python3 benchmarks/step_table.py {shlex.join(sys.argv[1:])}`",
-    ]
-    body = "\n".join(lines)
-    print(body)
-    if a.markdown:
-        write_section(a.markdown, "step_table", body)
+    publish(lines, loads, t0, a.markdown, "step_table")
 
 
 if __name__ == "__main__":
