@@ -68,22 +68,7 @@ namespace {
 // One contiguous run of a conversion at one SIMD level. Pairs without a vector path (fp16 <->
 // bf16, never on a hot path) go element by element through fp32, which is exact.
 void convert_scalar(const void* src, DType st, void* dst, DType dt, size_t n) {
-  auto load = [&](size_t i) -> float {
-    switch (st) {
-      case DType::kF32: return static_cast<const float*>(src)[i];
-      case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-      case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    }
-    return 0.f;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const float v = load(i);
-    switch (dt) {
-      case DType::kF32: static_cast<float*>(dst)[i] = v; break;
-      case DType::kBF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
-      case DType::kF16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
-    }
-  }
+  for (size_t i = 0; i < n; ++i) store_f32(dst, dt, i, load_f32(src, st, i));
 }
 
 ZT_TARGET_AVX2 void convert_avx2(const void* src, DType st, void* dst, DType dt, size_t n) {
@@ -176,66 +161,42 @@ namespace {
 void scale_add_scalar(void* y, DType yt, const float* x, float alpha, bool acc, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float ax = alpha * x[i];
-    float v = ax;
-    if (acc) {
-      float old = 0.f;
-      convert_scalar(static_cast<const char*>(y) + i * dtype_size(yt), yt, &old, DType::kF32, 1);
-      v = ax + old;
-    }
-    convert_scalar(&v, DType::kF32, static_cast<char*>(y) + i * dtype_size(yt), yt, 1);
+    store_f32(y, yt, i, acc ? ax + load_f32(y, yt, i) : ax);
   }
 }
 
-ZT_TARGET_AVX512 void scale_add_avx512(void* y, DType yt, const float* x, float alpha, bool acc,
-                                       size_t n) {
+template <DType Y>
+ZT_TARGET_AVX512 void scale_add_avx512(void* y, const float* x, float alpha, bool acc, size_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
-  auto* y16 = static_cast<uint16_t*>(y);
-  auto* y32 = static_cast<float*>(y);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 v = _mm512_mul_ps(a, _mm512_loadu_ps(x + i));
-    switch (yt) {
-      case DType::kF32:
-        if (acc) v = _mm512_add_ps(v, _mm512_loadu_ps(y32 + i));
-        _mm512_storeu_ps(y32 + i, v);
-        break;
-      case DType::kBF16:
-        if (acc) v = _mm512_add_ps(v, simd::avx512_load_bf16(y16 + i));
-        simd::avx512_store_bf16(y16 + i, v);
-        break;
-      case DType::kF16:
-        if (acc) v = _mm512_add_ps(v, simd::avx512_load_f16(y16 + i));
-        simd::avx512_store_f16(y16 + i, v);
-        break;
-    }
+    if (acc) v = _mm512_add_ps(v, simd::avx512_load<Y>(y, i));
+    simd::avx512_store<Y>(y, i, v);
   }
-  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(yt), yt, x + i, alpha, acc, n - i);
+  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(Y), Y, x + i, alpha, acc, n - i);
 }
 
-ZT_TARGET_AVX2 void scale_add_avx2(void* y, DType yt, const float* x, float alpha, bool acc,
-                                   size_t n) {
+template <DType Y>
+ZT_TARGET_AVX2 void scale_add_avx2(void* y, const float* x, float alpha, bool acc, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
-  auto* y16 = static_cast<uint16_t*>(y);
-  auto* y32 = static_cast<float*>(y);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_mul_ps(a, _mm256_loadu_ps(x + i));
-    switch (yt) {
-      case DType::kF32:
-        if (acc) v = _mm256_add_ps(v, _mm256_loadu_ps(y32 + i));
-        _mm256_storeu_ps(y32 + i, v);
-        break;
-      case DType::kBF16:
-        if (acc) v = _mm256_add_ps(v, simd::avx2_load_bf16(y16 + i));
-        simd::avx2_store_bf16(y16 + i, v);
-        break;
-      case DType::kF16:
-        if (acc) v = _mm256_add_ps(v, simd::avx2_load_f16(y16 + i));
-        simd::avx2_store_f16(y16 + i, v);
-        break;
-    }
+    if (acc) v = _mm256_add_ps(v, simd::avx2_load<Y>(y, i));
+    simd::avx2_store<Y>(y, i, v);
   }
-  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(yt), yt, x + i, alpha, acc, n - i);
+  scale_add_scalar(static_cast<char*>(y) + i * dtype_size(Y), Y, x + i, alpha, acc, n - i);
+}
+
+template <DType Y>
+void scale_add_run(SimdLevel level, void* y, const float* x, float alpha, bool acc, size_t n) {
+  switch (level) {
+    case SimdLevel::kScalar: return scale_add_scalar(y, Y, x, alpha, acc, n);
+    case SimdLevel::kAvx2: return scale_add_avx2<Y>(y, x, alpha, acc, n);
+    case SimdLevel::kAvx512:
+    case SimdLevel::kAvx512Bf16: return scale_add_avx512<Y>(y, x, alpha, acc, n);
+  }
 }
 
 }  // namespace
@@ -253,14 +214,10 @@ void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, 
   for (size_t c = 0; c < chunks; ++c) {
     const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     void* yc = static_cast<char*>(y) + begin * ey;
-    switch (level) {
-      case SimdLevel::kScalar: scale_add_scalar(yc, yt, x + begin, alpha, accumulate, len); break;
-      case SimdLevel::kAvx2: scale_add_avx2(yc, yt, x + begin, alpha, accumulate, len); break;
-      case SimdLevel::kAvx512:
-      case SimdLevel::kAvx512Bf16:
-        scale_add_avx512(yc, yt, x + begin, alpha, accumulate, len);
-        break;
-    }
+    auto run = yt == DType::kF32    ? scale_add_run<DType::kF32>
+               : yt == DType::kBF16 ? scale_add_run<DType::kBF16>
+                                    : scale_add_run<DType::kF16>;
+    run(level, yc, x + begin, alpha, accumulate, len);
   }
 }
 

@@ -39,6 +39,24 @@ inline float bf16_to_f32(uint16_t h) {
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
+// Element i of a buffer of dtype t, as fp32 (exact); and its store, rounding to nearest even.
+// The host twins of load_as_f32 / store_from_f32 in model/cuda/cuda_common.cuh.
+inline float load_f32(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0.f;
+}
+inline void store_f32(void* p, DType t, size_t i, float x) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(p)[i] = x; break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(x); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = f32_to_f16(x); break;
+  }
+}
+
 // Converts n elements between storage formats; `src`/`dst` point at n elements of their dtype.
 // Vectorised at the best SIMD level of this CPU (common/simd.h), or at `level` (which the CPU
 // must support); every level gives the same bits as the scalar functions above. OpenMP over

@@ -59,8 +59,11 @@ absl::StatusOr<int64_t> parse_byte_size(std::string_view s) {
   const Unit* found = nullptr;
   for (const Unit& u : kUnits)
     if (unit == u.name) found = &u;
+  // A fraction of a byte, or a non-zero size that rounds to none, is a mistake, not "no limit".
   if (i == 0 || !absl::SimpleAtod(text.substr(0, i), &number) || !found || number < 0 ||
-      !std::isfinite(number * found->factor) || number * found->factor > 9.0e18) {
+      !std::isfinite(number * found->factor) || number * found->factor > 9.0e18 ||
+      (found->factor == 1 && number != std::floor(number)) ||
+      (number > 0 && std::llround(number * found->factor) == 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", std::string(s),
         "' is not a size: give bytes (e.g. 8589934592) or a number with KiB, MiB, GiB, TiB "

@@ -47,7 +47,9 @@ class MemoryTracker {
 };
 
 // "8GiB", "512MiB", "1.5GB", "1000000" (bytes): binary suffixes KiB/MiB/GiB/TiB, decimal
-// KB/MB/GB/TB, or B / none; case-insensitive, optional space. Error names the accepted forms.
+// KB/MB/GB/TB, or B / none (whole bytes then); case-insensitive, optional space. Rounded to
+// whole bytes. Error (naming the accepted forms) on anything else, negative sizes, more than
+// 9e18 bytes, and non-zero sizes under one byte.
 absl::StatusOr<int64_t> parse_byte_size(std::string_view s);
 // "7.50 GiB" style, binary units.
 std::string format_bytes(int64_t bytes);

@@ -1,5 +1,6 @@
 #include "common/simd.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -36,9 +37,18 @@ SimdLevel cpu_simd_level() {
     for (SimdLevel l : {SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16})
       if (cpu_supports(l)) best = l;
     if (const char* env = std::getenv("ZT_SIMD")) {
+      bool known = false;
       for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512,
-                          SimdLevel::kAvx512Bf16})
-        if (simd_level_name(l) == env && l < best) best = l;
+                          SimdLevel::kAvx512Bf16}) {
+        if (simd_level_name(l) != env) continue;
+        known = true;
+        if (l < best) best = l;
+      }
+      if (!known)
+        std::fprintf(stderr,
+                     "warning: ZT_SIMD=%s is not one of scalar, avx2, avx512, avx512bf16; "
+                     "using %s\n",
+                     env, std::string(simd_level_name(best)).c_str());
     }
     return best;
   }();

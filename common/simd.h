@@ -1,6 +1,8 @@
 // The SIMD instruction sets the CPU kernels that touch every parameter (dtype conversions, CPU
-// Adam, norms) choose between at run time, so one binary runs at full speed on AVX2-only and
-// AVX-512 machines alike, and every path is tested on the machine that has it.
+// Adam, norms) choose between at run time. Every path is compiled into every build (GCC target
+// attributes) and tested against the scalar one on the machine that runs the tests; ZT_SIMD
+// selects a lower one. (The rest of the build uses -march=native: a binary built on an AVX-512
+// machine is not meant to run on an AVX2-only one.)
 #pragma once
 
 #include <string_view>
@@ -18,7 +20,8 @@ std::string_view simd_level_name(SimdLevel l);
 // Whether this CPU (cpuid) and the OS (saved vector state) support `l`.
 bool cpu_supports(SimdLevel l);
 // The best supported level, decided once per process. The environment variable ZT_SIMD
-// (scalar, avx2, avx512, avx512bf16) lowers it, e.g. to benchmark or compare paths.
+// (scalar, avx2, avx512, avx512bf16) lowers it, e.g. to benchmark or compare paths; a level
+// above the CPU's is ignored, an unknown name warns once.
 SimdLevel cpu_simd_level();
 
 }  // namespace zt

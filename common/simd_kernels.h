@@ -11,7 +11,10 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "common/dtype.h"
 
 #define ZT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ZT_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
@@ -84,6 +87,34 @@ ZT_TARGET_AVX512BF16 inline void avx512bf16_store_bf16(uint16_t* p, __m512 x) {
   __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
   if (denormal) r = _mm256_mask_blend_epi16(denormal, r, avx512_round_bf16(x));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), r);
+}
+
+// ---- typed access: element i onwards of a buffer of dtype T, as a vector of fp32 ----
+
+template <DType T>
+ZT_TARGET_AVX2 inline __m256 avx2_load(const void* p, size_t i) {
+  if constexpr (T == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  if constexpr (T == DType::kBF16) return avx2_load_bf16(static_cast<const uint16_t*>(p) + i);
+  if constexpr (T == DType::kF16) return avx2_load_f16(static_cast<const uint16_t*>(p) + i);
+}
+template <DType T>
+ZT_TARGET_AVX2 inline void avx2_store(void* p, size_t i, __m256 x) {
+  if constexpr (T == DType::kF32) _mm256_storeu_ps(static_cast<float*>(p) + i, x);
+  if constexpr (T == DType::kBF16) avx2_store_bf16(static_cast<uint16_t*>(p) + i, x);
+  if constexpr (T == DType::kF16) avx2_store_f16(static_cast<uint16_t*>(p) + i, x);
+}
+template <DType T>
+ZT_TARGET_AVX512 inline __m512 avx512_load(const void* p, size_t i) {
+  if constexpr (T == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  if constexpr (T == DType::kBF16) return avx512_load_bf16(static_cast<const uint16_t*>(p) + i);
+  if constexpr (T == DType::kF16) return avx512_load_f16(static_cast<const uint16_t*>(p) + i);
+}
+// bf16 with integer rounding; AVX512_BF16 callers may use avx512bf16_store_bf16 instead.
+template <DType T>
+ZT_TARGET_AVX512 inline void avx512_store(void* p, size_t i, __m512 x) {
+  if constexpr (T == DType::kF32) _mm512_storeu_ps(static_cast<float*>(p) + i, x);
+  if constexpr (T == DType::kBF16) avx512_store_bf16(static_cast<uint16_t*>(p) + i, x);
+  if constexpr (T == DType::kF16) avx512_store_f16(static_cast<uint16_t*>(p) + i, x);
 }
 
 }  // namespace zt::simd

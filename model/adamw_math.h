@@ -54,17 +54,34 @@ inline AdamCoefs adam_coefs(const AdamStep& s) {
   return c;
 }
 
-// Returns the updated parameter; m and v are updated in place. Written without fused
-// multiply-adds (callers compile it with contraction off) so vector paths can match it bit for
-// bit.
+// Single fp32 operations, each rounded to nearest: no fused multiply-add on either side (the
+// CPU files that use them compile with -ffp-contract=off; nvcc would contract a * b + c), so
+// the CPU's vector paths and the CUDA kernel give the scalar path's bits.
+ZT_HOST_DEVICE inline float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ZT_HOST_DEVICE inline float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// Returns the updated parameter; m and v are updated in place. Each operation rounds once, in
+// this order (offload/cpu_adam.cc's vector paths repeat it).
 ZT_HOST_DEVICE inline float adamw_element(float p, float grad, float& m, float& v,
                                           const AdamCoefs& c) {
-  float g = grad * c.grad_scale;
-  if (!c.adam_w_mode) g = g + c.wd * p;
-  m = c.beta1 * m + c.one_minus_beta1 * g;
-  v = c.beta2 * v + (c.one_minus_beta2 * g) * g;
-  if (c.adam_w_mode) p = p * c.decay;
-  return p - (c.step * m) / (sqrtf(v) / c.bc2_sqrt + c.eps);
+  float g = mul_rn(grad, c.grad_scale);
+  if (!c.adam_w_mode) g = add_rn(g, mul_rn(c.wd, p));
+  m = add_rn(mul_rn(c.beta1, m), mul_rn(c.one_minus_beta1, g));
+  v = add_rn(mul_rn(c.beta2, v), mul_rn(mul_rn(c.one_minus_beta2, g), g));
+  if (c.adam_w_mode) p = mul_rn(p, c.decay);
+  return add_rn(p, -(mul_rn(c.step, m) / add_rn(sqrtf(v) / c.bc2_sqrt, c.eps)));
 }
 
 }  // namespace zt

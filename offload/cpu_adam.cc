@@ -16,49 +16,25 @@ constexpr size_t kTile = 8192;  // elements: 8K x 28 B = 224 KiB of streams, wit
 
 // ---- scalar ----
 
-float load_scalar(const void* p, DType t, size_t i) {
-  switch (t) {
-    case DType::kF32: return static_cast<const float*>(p)[i];
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0.f;
-}
-
-void store_scalar(void* p, DType t, size_t i, float x) {
-  switch (t) {
-    case DType::kF32: static_cast<float*>(p)[i] = x; break;
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(x); break;
-    case DType::kF16: static_cast<uint16_t*>(p)[i] = f32_to_f16(x); break;
-  }
-}
-
 void adam_scalar(float* p, void* g, DType gt, float* m, float* v, void* out, DType ot,
                  size_t begin, size_t end, const AdamCoefs& c) {
   for (size_t i = begin; i < end; ++i) {
-    p[i] = adamw_element(p[i], load_scalar(g, gt, i), m[i], v[i], c);
-    if (c.zero_grad) store_scalar(g, gt, i, 0.f);
-    if (out) store_scalar(out, ot, i, p[i]);
+    p[i] = adamw_element(p[i], load_f32(g, gt, i), m[i], v[i], c);
+    if (c.zero_grad) store_f32(g, gt, i, 0.f);
+    if (out) store_f32(out, ot, i, p[i]);
   }
 }
 
 double sum_squares_scalar(const void* x, DType t, size_t begin, size_t end) {
   double acc = 0;
   for (size_t i = begin; i < end; ++i) {
-    const double d = load_scalar(x, t, i);
+    const double d = load_f32(x, t, i);
     acc += d * d;
   }
   return acc;
 }
 
 // ---- AVX2: 8 lanes ----
-
-template <DType G>
-ZT_TARGET_AVX2 __m256 avx2_load(const void* p, size_t i) {
-  if constexpr (G == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-  if constexpr (G == DType::kBF16) return simd::avx2_load_bf16(static_cast<const uint16_t*>(p) + i);
-  if constexpr (G == DType::kF16) return simd::avx2_load_f16(static_cast<const uint16_t*>(p) + i);
-}
 
 template <DType G>
 ZT_TARGET_AVX2 void avx2_zero(void* p, size_t i) {
@@ -75,10 +51,9 @@ ZT_TARGET_AVX2 void adam_avx2(float* p, void* g, float* m, float* v, void* out, 
   const __m256 b2 = _mm256_set1_ps(c.beta2), omb2 = _mm256_set1_ps(c.one_minus_beta2);
   const __m256 decay = _mm256_set1_ps(c.decay), step = _mm256_set1_ps(c.step);
   const __m256 bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps);
-  auto* o16 = static_cast<uint16_t*>(out);
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    __m256 gr = _mm256_mul_ps(avx2_load<G>(g, i), gs);
+    __m256 gr = _mm256_mul_ps(simd::avx2_load<G>(g, i), gs);
     if (c.zero_grad) avx2_zero<G>(g, i);
     __m256 pp = _mm256_loadu_ps(p + i);
     if (!c.adam_w_mode) gr = _mm256_add_ps(gr, _mm256_mul_ps(wd, pp));
@@ -92,8 +67,7 @@ ZT_TARGET_AVX2 void adam_avx2(float* p, void* g, float* m, float* v, void* out, 
     _mm256_storeu_ps(m + i, mm);
     _mm256_storeu_ps(v + i, vv);
     _mm256_storeu_ps(p + i, pp);
-    if constexpr (kOut == DType::kBF16) simd::avx2_store_bf16(o16 + i, pp);
-    if constexpr (kOut == DType::kF16) simd::avx2_store_f16(o16 + i, pp);
+    if constexpr (kOut != DType::kF32) simd::avx2_store<kOut>(out, i, pp);
   }
   adam_scalar(p, g, G, m, v, kOut == DType::kF32 ? nullptr : out, kOut, i, end, c);
 }
@@ -103,7 +77,7 @@ ZT_TARGET_AVX2 double sum_squares_avx2(const void* x, size_t begin, size_t end) 
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    const __m256 f = avx2_load<G>(x, i);
+    const __m256 f = simd::avx2_load<G>(x, i);
     const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
     const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
     a0 = _mm256_add_pd(a0, _mm256_mul_pd(lo, lo));
@@ -115,14 +89,6 @@ ZT_TARGET_AVX2 double sum_squares_avx2(const void* x, size_t begin, size_t end) 
 }
 
 // ---- AVX-512: 16 lanes ----
-
-template <DType G>
-ZT_TARGET_AVX512 __m512 avx512_load(const void* p, size_t i) {
-  if constexpr (G == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-  if constexpr (G == DType::kBF16)
-    return simd::avx512_load_bf16(static_cast<const uint16_t*>(p) + i);
-  if constexpr (G == DType::kF16) return simd::avx512_load_f16(static_cast<const uint16_t*>(p) + i);
-}
 
 template <DType G>
 ZT_TARGET_AVX512 void avx512_zero(void* p, size_t i) {
@@ -140,10 +106,9 @@ ZT_TARGET_AVX512BF16 void adam_avx512(float* p, void* g, float* m, float* v, voi
   const __m512 b2 = _mm512_set1_ps(c.beta2), omb2 = _mm512_set1_ps(c.one_minus_beta2);
   const __m512 decay = _mm512_set1_ps(c.decay), step = _mm512_set1_ps(c.step);
   const __m512 bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps);
-  auto* o16 = static_cast<uint16_t*>(out);
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
-    __m512 gr = _mm512_mul_ps(avx512_load<G>(g, i), gs);
+    __m512 gr = _mm512_mul_ps(simd::avx512_load<G>(g, i), gs);
     if (c.zero_grad) avx512_zero<G>(g, i);
     __m512 pp = _mm512_loadu_ps(p + i);
     if (!c.adam_w_mode) gr = _mm512_add_ps(gr, _mm512_mul_ps(wd, pp));
@@ -157,11 +122,10 @@ ZT_TARGET_AVX512BF16 void adam_avx512(float* p, void* g, float* m, float* v, voi
     _mm512_storeu_ps(m + i, mm);
     _mm512_storeu_ps(v + i, vv);
     _mm512_storeu_ps(p + i, pp);
-    if constexpr (kOut == DType::kBF16) {
-      if constexpr (kBf16Instr) simd::avx512bf16_store_bf16(o16 + i, pp);
-      else simd::avx512_store_bf16(o16 + i, pp);
-    }
-    if constexpr (kOut == DType::kF16) simd::avx512_store_f16(o16 + i, pp);
+    if constexpr (kOut == DType::kBF16 && kBf16Instr)
+      simd::avx512bf16_store_bf16(static_cast<uint16_t*>(out) + i, pp);
+    else if constexpr (kOut != DType::kF32)
+      simd::avx512_store<kOut>(out, i, pp);
   }
   adam_scalar(p, g, G, m, v, kOut == DType::kF32 ? nullptr : out, kOut, i, end, c);
 }
@@ -171,7 +135,7 @@ ZT_TARGET_AVX512 double sum_squares_avx512(const void* x, size_t begin, size_t e
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
-    const __m512 f = avx512_load<G>(x, i);
+    const __m512 f = simd::avx512_load<G>(x, i);
     const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
     const __m512d hi = _mm512_cvtps_pd(
         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));

@@ -21,6 +21,10 @@ struct CpuOffloadOptions {
   int64_t sub_group_size = 1'000'000'000;  // elements per CPU Adam granule (staging buffers)
 };
 
+// The state for `be`'s device: host buffers are allocated as the engine registers units (12
+// bytes per owned element, category kOptimizer of host_tracker()), the two staging buffers of
+// min(sub_group_size, largest owned unit) fp32 elements at the first update (kPinnedHost, also
+// when the OS refused to pin them). Throws std::bad_alloc when host memory runs out.
 std::unique_ptr<OptimizerState> make_cpu_optimizer_state(Backend* be, const CpuOffloadOptions& o);
 
 }  // namespace zt

@@ -559,9 +559,11 @@ absl::Status parse_device(ObjectReader& r, OffloadDevice* d) {
 
 absl::Status require_nvme_path(ObjectReader& r, OffloadDevice d, const std::string& path) {
   if (d == OffloadDevice::kNvme && path.empty()) {
+    // Until NVMe offload lands, say so here too, so a user does not fix the path first only to
+    // be told that nvme is not implemented.
     return r.error("nvme_path",
-                   "required when device is \"nvme\"; give a directory on the "
-                   "NVMe drive");
+                   "required when device is \"nvme\"; give a directory on the NVMe drive "
+                   "(NVMe offload is not implemented yet in this build: use \"cpu\")");
   }
   return absl::OkStatus();
 }
@@ -692,7 +694,10 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zerotrain"));
   ZT_ASSIGN_OR_RETURN(const json* limit, r.raw({"device_memory_limit"}));
   if (limit && !limit->is_null()) {
-    if (limit->is_number_integer() && limit->get<int64_t>() >= 0) {
+    if (limit->is_number_unsigned() || (limit->is_number_integer() && limit->get<int64_t>() >= 0)) {
+      if (!limit->is_number_integer() || limit->get<uint64_t>() > uint64_t{9'000'000'000'000'000'000})
+        return r.error("device_memory_limit",
+                       absl::StrCat(show(*limit), " bytes is more than the 9e18 bytes allowed"));
       z->device_memory_limit = limit->get<int64_t>();
     } else if (limit->is_string()) {
       auto bytes = parse_byte_size(limit->get<std::string>());

@@ -143,7 +143,7 @@ struct AioConfig {
 };
 
 // "zerotrain": {...}: zerotrain's own keys, in the same file so DeepSpeed users keep one
-// config (DeepSpeed itself rejects the block; remove it to run the file under DeepSpeed).
+// config (DeepSpeed does not read the block).
 struct ZerotrainConfig {
   // Cap on the device pool in bytes, of either backend; 0: none. Given as bytes or a string
   // with a unit ("8GiB", "7.5GB"). An allocation past it stops the run with the bytes in use

@@ -56,6 +56,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.stage3_param_persistence_threshold = ds.zero.stage3_param_persistence_threshold;
   in.offload_optimizer = ds.zero.offload_optimizer.device;
   in.sub_group_size = ds.zero.sub_group_size;
+  in.overlap_comm = ds.zero.overlap_comm;
   in.model = model;
   in.micro_batch = B;
   in.seq_len = T;
@@ -77,7 +78,16 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
     in.micro_batch = micro_batch;
     std::string what = absl::StrCat("zero_optimization.stage ", stage);
     if (offload) absl::StrAppend(&what, " with offload_optimizer.device \"cpu\"");
-    if (micro_batch != B) absl::StrAppend(&what, " at train_micro_batch_size_per_gpu ", micro_batch);
+    if (micro_batch != B)
+      absl::StrAppend(&what, " at train_micro_batch_size_per_gpu ", micro_batch,
+                      " (raise gradient_accumulation_steps to keep the global batch)");
+    auto same = [&](const EstimateInput& o) {
+      return o.stage == stage && o.offload_optimizer == in.offload_optimizer &&
+             o.micro_batch == micro_batch;
+    };
+    if (same(base)) return;  // what is running now
+    for (const Try& t : tries)
+      if (same(t.in)) return;  // already a candidate
     tries.push_back({what, in});
   };
   const bool offloaded = base.offload_optimizer != OffloadDevice::kNone;

@@ -62,7 +62,8 @@ class Communicator {
   virtual CommRequest all_reduce(void* buf, size_t n, DType t) = 0;
   // out (n) on rank r = sum over ranks of in[r*n, (r+1)*n); in holds n * world_size elements.
   virtual CommRequest reduce_scatter(const void* in, void* out, size_t n, DType t) = 0;
-  // out (n * world_size) = concatenation of every rank's in (n), in rank order.
+  // out (n * world_size) = concatenation of every rank's in (n), in rank order. in may be this
+  // rank's own slice of out (out + rank * n): the all-gather is then in place.
   virtual CommRequest all_gather(const void* in, void* out, size_t n, DType t) = 0;
   // bytes of buf from rank root to every rank; blocking.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

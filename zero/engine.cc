@@ -355,7 +355,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   struct OwnedGrad {
     void* data;
     DType dtype;
-    bool stored;  // the unit's stored gradient buffer, whole: Adam may consume (zero) it
+    bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
   };
   auto owned_grad = [&](UnitState& s) -> std::optional<OwnedGrad> {
     if (!s.replicated && opt_.zero.stage == 1) {

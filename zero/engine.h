@@ -124,6 +124,8 @@ class Engine final : public UnitEngine {
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
   size_t padded_numel(int u) const;
+  // Where the master weights and moments live (device or offloaded), for reports: host bytes
+  // and device<->host traffic.
   const OptimizerState& optimizer() const { return *optimizer_; }
 
  private:

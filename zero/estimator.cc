@@ -73,6 +73,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const int64_t K = master ? 12 : 8;
   e.optimizer_k = static_cast<int>(K);
   int64_t params = 0, grads = 0, optim = 0, largest_padded = 0, largest_owned = 0;
+  int64_t largest_shard = 0, owned_total = 0;
   for (int64_t n : units) {
     // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
     const int st = in.stage == 3 && n < in.stage3_param_persistence_threshold ? 0 : in.stage;
@@ -85,6 +86,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     grads += (st >= 2 ? shard : padded) * G;
     optim += (st >= 1 ? shard : padded) * K;
     largest_owned = std::max(largest_owned, st >= 1 ? shard : padded);
+    if (st >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
   }
 
   using M = MemCategory;
@@ -120,7 +122,18 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
   // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
   if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;
+  // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
+  // before training: the workspace peak is at least that.
+  if ((in.stage == 1 || in.stage == 2) && N > 1) ws = std::max(ws, largest_padded * 4);
   e.dev(M::kWorkspace) = ws;
+  if (N > 1 && !in.unit_numel.empty()) {
+    const int64_t in_flight = in.overlap_comm ? 2 : 1;
+    int64_t comm = 0;
+    if (in.stage <= 1) comm += in_flight * largest_padded * 4;  // fp32 copy being reduced
+    if (in.stage >= 2) comm += in_flight * largest_shard * 4;   // its reduced shard
+    if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
+    e.dev(M::kCommBuffers) = comm;
+  }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
     e.dev(M::kActivations) = transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len);
   return e;

@@ -44,6 +44,9 @@ struct EstimateInput {
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
   // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
   int64_t sub_group_size = 1'000'000'000;
+  // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next
+  // unit's backward, so two sets of communication buffers can be live.
+  bool overlap_comm = false;
   // Units whose parameters are materialised at once (the one in use and the one prefetched);
   // sizes the workspace estimate.
   int live_units = 2;
@@ -93,7 +96,12 @@ struct MemoryEstimate {
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is
-// 2-3. Only with unit_numel (a bare Ψ has no unit structure: workspace 0).
+// 2-3; at stages 1-2 with N_d > 1 at least the fp32 copy of the largest unit that loading
+// parameters goes through. Only with unit_numel (a bare Ψ has no unit structure: workspace 0).
+// Communication buffers (N_d > 1): the fp32 gradient being reduced (stages 0-1: the whole unit,
+// sent from a copy) and the fp32 shard it reduces to (stages 1-3), for the largest unit, twice
+// with overlap_comm; stage 1 also keeps every unit's reduced fp32 shard until the step (4 bytes
+// per owned element).
 // Activations: transformer_activation_bytes(*model, micro_batch, seq_len).
 // Errors: stage not in 0-3, dp < 1, psi <= 0, offload_param without stage 3.
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);

@@ -288,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator() {
 }
 
 void abort_all_ranks(int exit_code, const std::string& message) {
-  std::fprintf(stderr, "[rank %d] %s\n", rank_for_messages(), message.c_str());
+  std::fprintf(stderr, "error: [rank %d] %s\n", rank_for_messages(), message.c_str());
   std::fflush(stderr);
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator();
 absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator();
 
 // For a user error found by one rank mid-run (the others cannot be told in a collective):
-// prints "[rank r] message" to stderr and ends every rank with exit_code (MPI_Abort), or
+// prints "error: [rank r] message" to stderr and ends every rank with exit_code (MPI_Abort), or
 // std::exit(exit_code) when MPI is not running. Callable from any thread.
 [[noreturn]] void abort_all_ranks(int exit_code, const std::string& message);
 

@@ -10,8 +10,4 @@ void CpuBackend::adamw_update(float* master, void* grad, DType grad_t, float* m,
   cpu_adam_step(master, grad, grad_t, m, v, out, out_t, n, s);
 }
 
-double CpuBackend::sum_squares(const void* x, DType t, size_t n) {
-  return cpu_sum_squares(x, t, n);
-}
-
 }  // namespace zt

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <new>
 
+#include "offload/cpu_adam.h"
+
 namespace zt {
 
 CpuBackend::CpuBackend(int threads)
@@ -52,6 +54,10 @@ void CpuBackend::convert(const void* src, DType st, void* dst, DType dt, size_t 
 void CpuBackend::add_inplace(float* y, const float* x, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+double CpuBackend::sum_squares(const void* x, DType t, size_t n) {
+  return cpu_sum_squares(x, t, n);  // offload/cpu_adam.h: vectorised, thread-count independent
 }
 
 void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,

@@ -1,5 +1,6 @@
 // CUDA backend: device, stream, memory, dtype conversion and small elementwise kernels.
 #include "absl/strings/str_cat.h"
+#include "model/adamw_math.h"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -84,7 +85,11 @@ __global__ void add_kernel(float* y, const float* x, size_t n) {
 __global__ void scale_add_kernel(void* y, DType yt, const float* x, float alpha, bool accumulate,
                                  size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) store_from_f32(y, yt, i, alpha * x[i] + (accumulate ? load_as_f32(y, yt, i) : 0.f));
+  // Rounded as the CPU's scale_add: the product, then the sum (no fused multiply-add).
+  if (i < n) {
+    const float ax = __fmul_rn(alpha, x[i]);
+    store_from_f32(y, yt, i, accumulate ? __fadd_rn(ax, load_as_f32(y, yt, i)) : ax);
+  }
 }
 
 // Grid-stride partial sums in double, one atomicAdd per warp.

@@ -197,7 +197,15 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
   EXPECT_EQ(e->optimizer_k, 8);
   EXPECT_EQ(e->dev(M::kParams), 4 * 24);
   EXPECT_EQ(e->dev(M::kOptimizer), 8 * 6);
-  EXPECT_EQ(e->dev(M::kWorkspace), 0);
+  EXPECT_EQ(e->dev(M::kWorkspace), 4 * 12);  // parameters load through an fp32 unit copy
+  // Communication buffers at N_d = 4: stage 1 sends an fp32 copy of the largest unit (12) and
+  // keeps every reduced fp32 shard (6 elements) until the step; stage 2 receives the largest
+  // shard (3); overlap_comm doubles what is in flight.
+  EXPECT_EQ(e->dev(M::kCommBuffers), 4 * 12 + 4 * 6);
+  in = small(2);
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 4 * 3);
+  in.overlap_comm = true;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * 4 * 3);
 }
 
 TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
