@@ -13,9 +13,11 @@
 
 namespace zt::bench {
 
-// One pass of the Adam access pattern over n elements; bf16 selects the 16-bit variant.
-inline void adam_pattern(float* p, float* m, float* v, const float* g32, const uint16_t* g16,
-                         uint16_t* out16, size_t n, bool bf16) {
+// One pass of the Adam access pattern over n elements; bf16 selects the 16-bit variant. The
+// streams are declared unaliased so the compiler vectorises the loops without run-time checks.
+inline void adam_pattern(float* __restrict p, float* __restrict m, float* __restrict v,
+                         const float* __restrict g32, const uint16_t* __restrict g16,
+                         uint16_t* __restrict out16, size_t n, bool bf16) {
   if (!bf16) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; ++i) {
