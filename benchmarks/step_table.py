@@ -69,7 +69,7 @@ def main():
         "Ψ / step time (all ranks at once). The bound is 28 bytes per parameter (Adam's own "
         "streams) at the bandwidth that access pattern reaches, measured in the same process "
         "between the steps, with every rank streaming at once; the last column divides it by "
-        "the bytes the whole phase must move per owned parameter, which caps the ratio.",
+        "the bytes the whole phase must move per owned parameter, which caps the ratio (up to the noise of measuring the bound separately).",
         "",
         "| model | Ψ | dtype | stage, ranks × threads | step ms | comm wait ms | G params/s "
         "| bound | of bound | bytes/param | cap = 28/bytes |",

@@ -138,6 +138,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
         [c](const MemoryEstimate& e) { return e.dev(c); });
   row("device model states", [](const MemoryEstimate& e) { return e.device_model_states(); });
   row("device total", [](const MemoryEstimate& e) { return e.device_total(); });
+  row("host optimizer", [](const MemoryEstimate& e) { return e.hst(M::kOptimizer); });
   row("host pinned_host", [](const MemoryEstimate& e) { return e.hst(M::kPinnedHost); });
   row("nvme", [](const MemoryEstimate& e) { return e.nvme(); });
   return out;
