@@ -8,7 +8,10 @@
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "common/status.h"
+#include "absl/strings/str_cat.h"
 #include "model/config.h"
+#include "trainer/ds_config.h"
+#include "trainer/engine_options.h"
 #include "zero/estimator.h"
 
 namespace zt {
@@ -60,10 +63,29 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
   return out;
 }
 
+std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
+
 absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   EstimateInput in;
   std::string what;
-  if (!o.model.empty()) {
+  std::optional<DsConfig> ds;
+  if (!o.deepspeed.empty()) {
+    if (o.model.empty())
+      return absl::InvalidArgumentError("estimate --deepspeed needs --model PRESET");
+    if (o.stage != -1 || o.micro_batch != 0 || o.offload_optimizer != "none" ||
+        o.offload_param != "none" || o.param_dtype != "bf16" || o.grad_dtype != "bf16")
+      return absl::InvalidArgumentError(
+          "with --deepspeed the stage, micro-batch, dtypes and offload come from the ds_config; "
+          "drop --stage, --micro_batch, --param_dtype, --grad_dtype and --offload_*");
+    ZT_ASSIGN_OR_RETURN(ds, load_ds_config(o.deepspeed, o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes));
+    ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+    in = estimate_input(*ds, c, o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes,
+                        (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
+    what = o.model + " with " + o.deepspeed;
+  }
+  if (ds) {
+    // in is the run's (estimate_input)
+  } else if (!o.model.empty()) {
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
     in.unit_numel = unit_numels(c);
     in.model = c;
@@ -72,19 +94,23 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     in.psi = o.params;
     what = "a model";
   }
-  in.dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
-  ZT_ASSIGN_OR_RETURN(in.param_dtype, parse_dtype(o.param_dtype));
-  ZT_ASSIGN_OR_RETURN(in.grad_dtype, parse_dtype(o.grad_dtype));
-  ZT_ASSIGN_OR_RETURN(in.offload_optimizer, parse_offload_device(o.offload_optimizer));
-  ZT_ASSIGN_OR_RETURN(in.offload_param, parse_offload_device(o.offload_param));
-  in.micro_batch = o.micro_batch;
-  in.seq_len = o.seq_len;
+  if (!ds) {
+    in.dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
+    ZT_ASSIGN_OR_RETURN(in.param_dtype, parse_dtype(o.param_dtype));
+    ZT_ASSIGN_OR_RETURN(in.grad_dtype, parse_dtype(o.grad_dtype));
+    ZT_ASSIGN_OR_RETURN(in.offload_optimizer, parse_offload_device(o.offload_optimizer));
+    ZT_ASSIGN_OR_RETURN(in.offload_param, parse_offload_device(o.offload_param));
+    in.micro_batch = o.micro_batch;
+    in.seq_len = o.seq_len;
+  }
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
                                       " positions");
   std::vector<int> stages;
-  if (o.stage == -1) {
+  if (ds) {
+    stages = {in.stage};
+  } else if (o.stage == -1) {
     // offload_param only exists in stage 3; show that stage alone then.
     stages = in.offload_param != OffloadDevice::kNone ? std::vector<int>{3}
                                                       : std::vector<int>{0, 1, 2, 3};
@@ -141,6 +167,27 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   row("host optimizer", [](const MemoryEstimate& e) { return e.hst(M::kOptimizer); });
   row("host pinned_host", [](const MemoryEstimate& e) { return e.hst(M::kPinnedHost); });
   row("nvme", [](const MemoryEstimate& e) { return e.nvme(); });
+  const int64_t device =
+      o.device_memory > 0 ? o.device_memory : (ds ? ds->zerotrain.device_memory_limit : 0);
+  if (device > 0 || o.host_memory > 0) {
+    out += "\n";
+    for (size_t k = 0; k < es.size(); ++k) {
+      if (es.size() > 1) out += "stage " + std::to_string(stages[k]) + " ";
+      out += fit_text(es[k], device, o.host_memory);
+    }
+  }
+  return out;
+}
+
+// "fits" lines for --device_memory / --host_memory (or the ds_config's device limit).
+std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
+  std::string out;
+  auto line = [&](const char* pool, int64_t need, int64_t have) {
+    out += absl::StrCat(pool, ": ", format_bytes(need), " of ", format_bytes(have), " -> ",
+                        need <= have ? "fits" : "does NOT fit", "\n");
+  };
+  if (device > 0) line("device", e.device_total(), device);
+  if (host > 0) line("host", e.host_total(), host);
   return out;
 }
 

@@ -26,6 +26,12 @@ struct EstimateOptions {
   std::string offload_param = "none";
   int micro_batch = 0;  // activations need a preset, micro_batch and seq_len
   int seq_len = 0;
+  // A ds_config.json: precision, stage, offload and micro-batch come from it (as `train` reads
+  // it), for N_d = dp ranks; the dtype, offload, stage and micro_batch options must be unset.
+  std::string deepspeed;
+  // Bytes available per rank (0: not checked): the estimate then says whether it fits. The
+  // ds_config's zerotrain.device_memory_limit serves when device_memory is 0.
+  int64_t device_memory = 0, host_memory = 0;
 };
 
 // Prints the estimate to stdout. Errors name the flag to change.

@@ -61,6 +61,11 @@ ABSL_FLAG(int64_t, largest_layer_params, 0,
           "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
 ABSL_FLAG(int, stage, -1, "estimate: ZeRO stage 0-3 (-1: every stage)");
 ABSL_FLAG(int, dp, 0, "estimate: data-parallel degree N_d (0: gpus_per_node x nodes)");
+ABSL_FLAG(int, world_size, 0, "estimate: ranks N_d (the same as --dp)");
+ABSL_FLAG(std::string, device_memory, "",
+          "estimate: device memory per rank, e.g. 8GiB: say whether the estimate fits");
+ABSL_FLAG(std::string, host_memory, "",
+          "estimate: host memory per rank, e.g. 32GiB: say whether the estimate fits");
 ABSL_FLAG(int, gpus_per_node, 1, "estimate: GPUs per node");
 ABSL_FLAG(int, nodes, 1, "estimate: nodes");
 ABSL_FLAG(std::string, param_dtype, "bf16", "estimate: working parameter dtype (fp32, bf16, fp16)");
@@ -169,7 +174,20 @@ int estimate(bool model_given) {
   o.offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
   o.offload_param = absl::GetFlag(FLAGS_offload_param);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
-  if (o.micro_batch > 0) o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
+  if (o.micro_batch > 0 || !o.deepspeed.empty()) o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (const int w = absl::GetFlag(FLAGS_world_size); w != 0) {
+    if (o.dp != 0 && o.dp != w)
+      return fail(absl::InvalidArgumentError("--world_size and --dp disagree; give one"));
+    o.dp = w;
+  }
+  for (auto [flag, out] : {std::pair{absl::GetFlag(FLAGS_device_memory), &o.device_memory},
+                           std::pair{absl::GetFlag(FLAGS_host_memory), &o.host_memory}}) {
+    if (flag.empty()) continue;
+    auto bytes = zt::parse_byte_size(flag);
+    if (!bytes.ok()) return fail(bytes.status());
+    *out = *bytes;
+  }
   const absl::Status s = zt::run_estimate(o);
   return s.ok() ? 0 : fail(s);
 }

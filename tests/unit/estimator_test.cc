@@ -322,6 +322,37 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
 namespace zt {
 namespace {
 
+// `zerotrain estimate --deepspeed cfg --model M`: the run's own estimate (what `train` writes
+// into memory_report predicted_bytes), and whether it fits the memory given or the config's
+// zerotrain.device_memory_limit. The numbers follow from the formulas above: TinyLlama in bf16
+// at stage 2 with the optimizer on the CPU keeps 2Ψ + 2Ψ of model states on the device and 12Ψ
+// on the host.
+TEST(EstimateCommand, ReadsADsConfig) {
+  const std::string cfg = ::testing::TempDir() + "/est_ds.json";
+  std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+    "bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+    "offload_optimizer": {"device": "cpu"}}, "zerotrain": {"device_memory_limit": "4GiB"}})";
+  EstimateOptions o;
+  o.deepspeed = cfg;
+  o.model = "tinyllama-1.1b";
+  o.seq_len = 512;
+  o.host_memory = int64_t{16} << 30;
+  auto t = estimate_text(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->find("offload_optimizer cpu"), std::string::npos) << *t;
+  EXPECT_NE(t->find("stage 2"), std::string::npos) << *t;
+  EXPECT_NE(t->find("device model states           4.098"), std::string::npos) << *t;
+  EXPECT_NE(t->find("host optimizer               12.294"), std::string::npos) << *t;
+  EXPECT_NE(t->find("of 4.00 GiB -> does NOT fit"), std::string::npos) << *t;
+  EXPECT_NE(t->find("of 16.00 GiB -> fits"), std::string::npos) << *t;
+  o.stage = 3;  // the config decides the stage
+  EXPECT_FALSE(estimate_text(o).ok());
+  o.stage = -1;
+  o.model = "";
+  o.params = 1000;
+  EXPECT_FALSE(estimate_text(o).ok());  // a ds_config estimate needs the model's shapes
+}
+
 // `zerotrain estimate` text: each mode, and the errors a user can cause.
 TEST(EstimateCommand, ModesAndErrors) {
   EstimateOptions o;
