@@ -2,6 +2,7 @@
 // never a crash; a tiny run writes metrics.jsonl with the documented fields.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -91,6 +92,30 @@ TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
   write(path("bad.json"), R"({"train_batch_size": 4, "zerotrain": {"device_memory_limt": 5}})");
   expect_user_error(run(train("--deepspeed " + path("bad.json"))),
                     {"zerotrain.device_memory_limt", "device_memory_limit"});
+}
+
+// Optimizer offload with pin_memory where the OS refuses to lock memory (ulimit -l 0; as root
+// also without CAP_IPC_LOCK, which would bypass the limit): training goes on in pageable
+// memory after exactly one warning saying what to change.
+TEST_F(Cli, RefusedPinningFallsBackToPageableWithOneWarning) {
+  write(path("offload.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}, "sub_group_size": 100}})");
+  const std::string cmd = "ulimit -l 0; " + kBin + " " + train("--deepspeed " + path("offload.json"));
+  const std::string wrapper =
+      ::geteuid() == 0 ? "setpriv --bounding-set -ipc_lock --inh-caps -ipc_lock bash -c " : "bash -c ";
+  std::FILE* p = popen((wrapper + "'" + cmd + "' 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  if (out.find("setpriv:") != std::string::npos) GTEST_SKIP() << "setpriv cannot drop CAP_IPC_LOCK here: " << out;
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  size_t warnings = 0;
+  for (size_t at = 0; (at = out.find("warning: could not page-lock", at)) != std::string::npos; ++at)
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << out;
+  EXPECT_NE(out.find("ulimit -l"), std::string::npos) << out;
 }
 
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
