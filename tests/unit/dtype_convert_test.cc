@@ -133,7 +133,7 @@ TEST_P(EveryLevel, ConversionsMatchScalarBitForBit) {
     convert(all.data() + 3, t, w2.data(), DType::kF32, all.size() - 3, level);
     for (size_t i = 0; i + 3 < all.size(); ++i) ASSERT_EQ(bits(w2[i]), bits(w1[i + 3])) << i;
   }
-  // A widening past 8 MiB of output into 64-byte-aligned memory (as the backends allocate)
+  // A widening past 64 MiB of output into 64-byte-aligned memory (as the backends allocate)
   // takes the streaming-store path; the odd length leaves a tail for the normal stores.
   const size_t big = (size_t{17} << 20) + 5;
   std::vector<uint16_t> h(big);
