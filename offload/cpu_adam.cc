@@ -16,8 +16,8 @@ constexpr size_t kTile = 8192;  // elements: 8K x 28 B = 224 KiB of streams, wit
 
 // ---- scalar ----
 
-void adam_scalar(float* p, void* g, DType gt, float* m, float* v, void* out, DType ot,
-                 size_t begin, size_t end, const AdamCoefs& c) {
+void adam_scalar(float* p, void* g, DType gt, float* m, float* v, void* out, DType ot, size_t begin,
+                 size_t end, const AdamCoefs& c) {
   for (size_t i = begin; i < end; ++i) {
     p[i] = adamw_element(p[i], load_f32(g, gt, i), m[i], v[i], c);
     if (c.zero_grad) store_f32(g, gt, i, 0.f);
@@ -38,8 +38,11 @@ double sum_squares_scalar(const void* x, DType t, size_t begin, size_t end) {
 
 template <DType G>
 ZT_TARGET_AVX2 void avx2_zero(void* p, size_t i) {
-  if constexpr (G == DType::kF32) _mm256_storeu_ps(static_cast<float*>(p) + i, _mm256_setzero_ps());
-  else _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p) + i), _mm_setzero_si128());
+  if constexpr (G == DType::kF32)
+    _mm256_storeu_ps(static_cast<float*>(p) + i, _mm256_setzero_ps());
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p) + i),
+                     _mm_setzero_si128());
 }
 
 // kOut: the working-copy dtype, or kF32 for "no working copy".
@@ -92,7 +95,8 @@ ZT_TARGET_AVX2 double sum_squares_avx2(const void* x, size_t begin, size_t end) 
 
 template <DType G>
 ZT_TARGET_AVX512 void avx512_zero(void* p, size_t i) {
-  if constexpr (G == DType::kF32) _mm512_storeu_ps(static_cast<float*>(p) + i, _mm512_setzero_ps());
+  if constexpr (G == DType::kF32)
+    _mm512_storeu_ps(static_cast<float*>(p) + i, _mm512_setzero_ps());
   else
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
                         _mm256_setzero_si256());
@@ -137,8 +141,8 @@ ZT_TARGET_AVX512 double sum_squares_avx512(const void* x, size_t begin, size_t e
   for (; i + 16 <= end; i += 16) {
     const __m512 f = simd::avx512_load<G>(x, i);
     const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-    const __m512d hi = _mm512_cvtps_pd(
-        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+    const __m512d hi =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
     a0 = _mm512_add_pd(a0, _mm512_mul_pd(lo, lo));
     a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi, hi));
   }
@@ -151,8 +155,7 @@ ZT_TARGET_AVX512 double sum_squares_avx512(const void* x, size_t begin, size_t e
 
 // ---- dispatch: one function pointer per (level, grad dtype, out dtype) ----
 
-using AdamFn = void (*)(float*, void*, float*, float*, void*, size_t, size_t,
-                        const AdamCoefs&);
+using AdamFn = void (*)(float*, void*, float*, float*, void*, size_t, size_t, const AdamCoefs&);
 
 template <DType G, DType O>
 AdamFn adam_fn(SimdLevel level) {
@@ -187,8 +190,7 @@ void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, 
   for (size_t k = 0; k < tiles; ++k) {
     const size_t begin = k * kTile, end = std::min(n, begin + kTile);
     fn(master, grad, m, v, out, begin, end, c);
-    if (copy_out)
-      std::copy(master + begin, master + end, static_cast<float*>(out) + begin);
+    if (copy_out) std::copy(master + begin, master + end, static_cast<float*>(out) + begin);
   }
 }
 

@@ -6,8 +6,8 @@
 // factor, AdamStep::grad_scale), updates master, m and v (model/adamw_math.h), and writes the
 // rounded 16-bit working copy: 28 bytes per parameter with bf16/fp16 gradients and a 16-bit
 // copy, the least any Adam step can move (30 when it also zeroes the gradient it consumed,
-// AdamStep::zero_grad, which replaces a separate zeroing pass). AVX-512, AVX2 and scalar paths are chosen at run time
-// (common/simd.h) and give the same bits; OpenMP over 8K-element tiles.
+// AdamStep::zero_grad, which replaces a separate zeroing pass). AVX-512, AVX2 and scalar paths are
+// chosen at run time (common/simd.h) and give the same bits; OpenMP over 8K-element tiles.
 #pragma once
 
 #include <cstddef>

@@ -1,55 +1,88 @@
 #include "offload/cpu_optimizer.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "offload/cpu_adam.h"
 #include "offload/host_buffer.h"
 
 namespace zt {
 namespace {
 
+constexpr size_t kAlign = NvmeSwapper::kAlign;
+size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Master weights and moments in host memory, or (with a swapper) in one file per unit that CPU
+// Adam reads and writes one sub-group at a time through a host window. A file holds, per
+// sub-group of g elements, [master | m | v], each region g * 4 bytes rounded up to kAlign.
 class CpuOptimizerState final : public OptimizerState {
  public:
-  CpuOptimizerState(Backend* be, const CpuOffloadOptions& o) : be_(be), opt_(o) {
+  CpuOptimizerState(Backend* be, const CpuOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
+      : be_(be), opt_(o), nvme_(std::move(nvme)) {
     if (opt_.sub_group_size <= 0) opt_.sub_group_size = 1'000'000'000;
   }
 
-  void add_unit(size_t owned, float* /*fp32_working: the master lives on the host*/) override {
+  void add_unit(size_t owned, float* /*fp32_working: the master lives off the device*/) override {
     Unit u;
     u.owned = owned;
-    for (HostBuffer* b : {&u.master, &u.m, &u.v})
-      *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, opt_.pin_memory);
+    u.granule = std::min<size_t>(std::max<size_t>(owned, 1), (size_t)opt_.sub_group_size);
+    if (nvme_) {
+      u.region = round_up(u.granule * 4);
+      const size_t groups = (owned + u.granule - 1) / u.granule;
+      auto h = nvme_->create(groups * 3 * u.region);
+      if (!h.ok()) throw_status(h.status());
+      u.file = *h;
+      host_.on_alloc(MemCategory::kNvme, groups * 3 * u.region);
+    } else {
+      for (HostBuffer* b : {&u.master, &u.m, &u.v})
+        *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, opt_.pin_memory);
+    }
+    granule_ = std::max(granule_, u.granule);
     units_.push_back(std::move(u));
-    granule_ = std::max(granule_, std::min<size_t>(owned, (size_t)opt_.sub_group_size));
   }
+
   void set_master(int u, const float* host) override {
-    std::copy(host, host + units_[u].owned, units_[u].master.f32());
+    Unit& x = units_[u];
+    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
+      const size_t n = std::min(x.granule, x.owned - begin);
+      State st = window(x, begin, /*read=*/false);
+      std::copy(host + begin, host + begin + n, st.master);
+      if (nvme_) {
+        std::fill(st.m, st.m + n, 0.f);
+        std::fill(st.v, st.v + n, 0.f);
+        store(x, begin);
+      }
+    }
   }
   void get_master(int u, float* host) override {
-    const float* m = units_[u].master.f32();
-    std::copy(m, m + units_[u].owned, host);
+    Unit& x = units_[u];
+    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
+      const size_t n = std::min(x.granule, x.owned - begin);
+      const State st = window(x, begin, /*read=*/true);
+      std::copy(st.master, st.master + n, host + begin);
+    }
   }
   bool master_is_working_copy(int) const override { return false; }
 
-  void update(int u, void* grad, DType grad_t, void* out, DType out_t,
-              const AdamStep& s) override {
+  void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s) override {
     Unit& x = units_[u];
     const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
-    if (!grad_stage_.data()) {  // one sub-group of gradient and of working copy, fp32 at most
-      grad_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
-      out_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
-    }
+    ensure_staging();
     AdamStep host_step = s;
     host_step.zero_grad = false;  // the host copy is scratch; the device gradient is zeroed below
-    for (size_t begin = 0; begin < x.owned; begin += (size_t)opt_.sub_group_size) {
-      const size_t n = std::min(x.owned - begin, (size_t)opt_.sub_group_size);
+    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
+      const size_t n = std::min(x.granule, x.owned - begin);
+      const State st = window(x, begin, /*read=*/true);  // NVMe: read the sub-group in
       void* g = static_cast<char*>(grad) + begin * gb;
       be_->copy_to_host(grad_stage_.data(), g, n * gb);
       to_host_ += (int64_t)(n * gb);
       if (s.zero_grad) be_->zero(g, n * gb);
-      cpu_adam_step(x.master.f32() + begin, grad_stage_.data(), grad_t, x.m.f32() + begin,
-                    x.v.f32() + begin, out ? out_stage_.data() : nullptr, out_t, n, host_step);
+      cpu_adam_step(st.master, grad_stage_.data(), grad_t, st.m, st.v,
+                    out ? out_stage_.data() : nullptr, out_t, n, host_step);
+      if (nvme_) store(x, begin);  // and written back
       if (out) {
         be_->copy_to_device(static_cast<char*>(out) + begin * ob, out_stage_.data(), n * ob);
         to_device_ += (int64_t)(n * ob);
@@ -63,22 +96,68 @@ class CpuOptimizerState final : public OptimizerState {
 
  private:
   struct Unit {
-    size_t owned = 0;
-    HostBuffer master, m, v;
+    size_t owned = 0, granule = 0;
+    HostBuffer master, m, v;  // host memory
+    int file = -1;            // NVMe
+    size_t region = 0;        // NVMe: bytes of one of master / m / v per sub-group
   };
+  struct State {
+    float *master, *m, *v;
+  };
+
+  // Errors past setup have no Status path through the engine's calls; they end the run with
+  // the message (the trainer turns exceptions into an error and, on several ranks, stops all).
+  [[noreturn]] static void throw_status(const absl::Status& s) {
+    throw std::runtime_error(std::string(s.message()));
+  }
+
+  void ensure_staging() {
+    if (grad_stage_.data()) return;  // one sub-group of gradient and of working copy
+    grad_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+    out_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+  }
+
+  // The state of the sub-group starting at element `begin`: the unit's host buffers, or the
+  // NVMe window (read from the file first when `read`).
+  State window(Unit& x, size_t begin, bool read) {
+    if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin};
+    if (!window_.data())
+      window_ = HostBuffer(3 * round_up(granule_ * 4), MemCategory::kPinnedHost, &host_,
+                           opt_.pin_memory, kAlign);
+    char* w = static_cast<char*>(window_.data());
+    if (read) {
+      const absl::Status st = nvme_->read(x.file, w, 3 * x.region, offset(x, begin));
+      if (!st.ok()) throw_status(st);
+    }
+    return {reinterpret_cast<float*>(w), reinterpret_cast<float*>(w + x.region),
+            reinterpret_cast<float*>(w + 2 * x.region)};
+  }
+  void store(Unit& x, size_t begin) {
+    const absl::Status st = nvme_->write(x.file, window_.data(), 3 * x.region, offset(x, begin));
+    if (!st.ok()) throw_status(st);
+  }
+  static size_t offset(const Unit& x, size_t begin) { return begin / x.granule * 3 * x.region; }
+
   Backend* be_;
   CpuOffloadOptions opt_;
+  std::unique_ptr<NvmeSwapper> nvme_;
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Unit> units_;
   size_t granule_ = 0;  // elements per staging buffer: the largest sub-group of any unit
-  HostBuffer grad_stage_, out_stage_;
+  HostBuffer grad_stage_, out_stage_, window_;
   int64_t to_host_ = 0, to_device_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<OptimizerState> make_cpu_optimizer_state(Backend* be, const CpuOffloadOptions& o) {
-  return std::make_unique<CpuOptimizerState>(be, o);
+  return std::make_unique<CpuOptimizerState>(be, o, nullptr);
+}
+
+std::unique_ptr<OptimizerState> make_nvme_optimizer_state(Backend* be, const CpuOffloadOptions& o,
+                                                          std::unique_ptr<NvmeSwapper> swapper) {
+  ZT_CHECK(swapper != nullptr);
+  return std::make_unique<CpuOptimizerState>(be, o, std::move(swapper));
 }
 
 }  // namespace zt

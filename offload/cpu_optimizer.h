@@ -12,12 +12,13 @@
 #include <memory>
 
 #include "model/backend.h"
+#include "offload/nvme_swapper.h"
 #include "zero/optimizer_state.h"
 
 namespace zt {
 
 struct CpuOffloadOptions {
-  bool pin_memory = true;               // offload_optimizer.pin_memory: page-locked host state
+  bool pin_memory = true;                  // offload_optimizer.pin_memory: page-locked host state
   int64_t sub_group_size = 1'000'000'000;  // elements per CPU Adam granule (staging buffers)
 };
 
@@ -26,5 +27,13 @@ struct CpuOffloadOptions {
 // min(sub_group_size, largest owned unit) fp32 elements at the first update (kPinnedHost, also
 // when the OS refused to pin them). Throws std::bad_alloc when host memory runs out.
 std::unique_ptr<OptimizerState> make_cpu_optimizer_state(Backend* be, const CpuOffloadOptions& o);
+
+// offload_optimizer.device "nvme" (ZeRO-Infinity): the same update, with master weights and
+// moments in one file per unit on `swapper`'s drive (12 bytes per owned element, rounded to
+// 4 KiB per sub-group region, counted as kNvme in host_tracker()). Each sub-group is read into
+// a host window, updated, and written back; host memory holds only the window and staging.
+// A failed read or write (e.g. the drive is full) throws std::runtime_error with the OS error.
+std::unique_ptr<OptimizerState> make_nvme_optimizer_state(Backend* be, const CpuOffloadOptions& o,
+                                                          std::unique_ptr<NvmeSwapper> swapper);
 
 }  // namespace zt

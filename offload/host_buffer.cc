@@ -11,10 +11,10 @@
 
 namespace zt {
 
-HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin)
+HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin, size_t align)
     : bytes_(bytes), cat_(c), tracker_(tracker) {
   if (bytes == 0) return;
-  ptr_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  ptr_ = std::aligned_alloc(align, (bytes + align - 1) / align * align);
   if (!ptr_) throw std::bad_alloc();
   std::memset(ptr_, 0, bytes);  // first touch now, not on the step's path
   if (pin) {

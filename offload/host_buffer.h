@@ -14,8 +14,9 @@ namespace zt {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  // bytes (>= 0) of 64-byte-aligned host memory; throws std::bad_alloc when there is none.
-  HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin);
+  // bytes (>= 0) of `align`-aligned host memory (a power of two >= 64; 4096 for O_DIRECT);
+  // throws std::bad_alloc when there is none.
+  HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin, size_t align = 64);
   ~HostBuffer() { reset(); }
   HostBuffer(HostBuffer&& o) noexcept { *this = static_cast<HostBuffer&&>(o); }
   HostBuffer& operator=(HostBuffer&& o) noexcept;

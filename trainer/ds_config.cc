@@ -36,10 +36,6 @@ constexpr NotImplementedRule kNotImplementedRules[] = {
     {"zero_optimization.offload_param.device",
      [](const DsConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
      "parameter offload is known but not implemented yet in this build; use \"none\""},
-    {"zero_optimization.offload_optimizer.device",
-     [](const DsConfig& c) { return c.zero.offload_optimizer.device == OffloadDevice::kNvme; },
-     "optimizer offload to nvme is known but not implemented yet in this build; use \"cpu\" "
-     "or \"none\""},
     {"prescale_gradients", [](const DsConfig& c) { return c.prescale_gradients; },
      "prescale_gradients is known but not implemented in this build; set it to false"},
     {"gradient_predivide_factor",
@@ -559,11 +555,8 @@ absl::Status parse_device(ObjectReader& r, OffloadDevice* d) {
 
 absl::Status require_nvme_path(ObjectReader& r, OffloadDevice d, const std::string& path) {
   if (d == OffloadDevice::kNvme && path.empty()) {
-    // Until NVMe offload lands, say so here too, so a user does not fix the path first only to
-    // be told that nvme is not implemented.
     return r.error("nvme_path",
-                   "required when device is \"nvme\"; give a directory on the NVMe drive "
-                   "(NVMe offload is not implemented yet in this build: use \"cpu\")");
+                   "required when device is \"nvme\"; give a directory on the NVMe drive");
   }
   return absl::OkStatus();
 }

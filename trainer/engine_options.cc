@@ -37,11 +37,23 @@ EngineOptions engine_options(const DsConfig& ds) {
   return eo;
 }
 
-std::unique_ptr<OptimizerState> optimizer_state(const DsConfig& ds, Backend* be) {
+absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be) {
   const OffloadOptimizerConfig& o = ds.zero.offload_optimizer;
-  if (o.device == OffloadDevice::kCpu)
-    return make_cpu_optimizer_state(be, {o.pin_memory, ds.zero.sub_group_size});
-  return make_device_optimizer_state(be);  // nvme is refused by the config parser until it lands
+  const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size};
+  switch (o.device) {
+    case OffloadDevice::kNone: return make_device_optimizer_state(be);
+    case OffloadDevice::kCpu: return make_cpu_optimizer_state(be, host);
+    case OffloadDevice::kNvme: {
+      AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
+      auto swapper = NvmeSwapper::open(o.nvme_path, aio);
+      if (!swapper.ok())
+        return absl::Status(swapper.status().code(),
+                            absl::StrCat("zero_optimization.offload_optimizer.nvme_path: ",
+                                         swapper.status().message()));
+      return make_nvme_optimizer_state(be, host, std::move(*swapper));
+    }
+  }
+  return make_device_optimizer_state(be);
 }
 
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B,
@@ -104,7 +116,8 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
       return absl::StrCat("The estimator (zerotrain estimate) predicts ",
                           format_bytes(e->device_total()), " on the device with ", t.what,
                           ": try that, or raise the limit");
-    if (!smallest || e->device_total() < smallest_bytes) smallest = &t, smallest_bytes = e->device_total();
+    if (!smallest || e->device_total() < smallest_bytes)
+      smallest = &t, smallest_bytes = e->device_total();
   }
   if (!smallest) return "Raise the limit or use a smaller model";
   return absl::StrCat("The estimator finds nothing that fits; the least is ",

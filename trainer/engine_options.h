@@ -18,8 +18,10 @@ namespace zt {
 // the zero_optimization keys the engine honours.
 EngineOptions engine_options(const DsConfig& ds);
 // zero_optimization.offload_optimizer.device "cpu": host memory and CPU Adam with pin_memory
-// and sub_group_size; otherwise on the device behind `be`.
-std::unique_ptr<OptimizerState> optimizer_state(const DsConfig& ds, Backend* be);
+// and sub_group_size; "none": on the device behind `be`.
+// "nvme": the same with the state in files under offload_optimizer.nvme_path (the "aio" keys).
+// Errors: nvme_path missing or not writable, io_uring unavailable.
+absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be);
 // The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of

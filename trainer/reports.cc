@@ -28,6 +28,7 @@ nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
     device += m.persistent[(size_t)c];
     on_host += m.host_persistent[(size_t)c];
   }
+  on_host += m.host_persistent[(size_t)MemCategory::kNvme];  // offloaded to NVMe
   const int64_t measured = device + on_host;
   // The paper's formula for these dtypes, without padding: per element P + G + K, of which
   // the stage shards the optimizer (1), also the gradients (2), also the parameters (3).

@@ -21,7 +21,8 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> host_persistent{}, host_peak{};
 };
 
-// The memory_report.json object: measured bytes per category on the device and on the host,
+// The memory_report.json object: measured bytes per category on the device and on the host
+// (host_categories.nvme: bytes on NVMe),
 // the estimator's prediction for the same run, and model states (params + grads + optimizer,
 // device and host together) measured vs the paper's formula (unpadded) and vs the padded
 // accounting.

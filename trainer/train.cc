@@ -179,9 +179,10 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
                                                                   : key_limit));
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
+                      optimizer_state(r.ds, r.backend.get()));
   r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
-                                      engine_options(r.ds),
-                                      optimizer_state(r.ds, r.backend.get()));
+                                      engine_options(r.ds), std::move(optimizer));
   if (r.comm->rank() == 0) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));

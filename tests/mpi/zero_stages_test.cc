@@ -56,25 +56,39 @@ struct RunResult {
   int64_t peak_gathered = 0;
   int skipped = 0;  // fp16 overflow steps
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
-  int64_t host_optimizer_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
+  int64_t host_optimizer_bytes = 0, nvme_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
   size_t owned = 0;  // elements this rank owns (sum of its shards)
 };
 
 // Where the optimizer state lives in a run: on the device, or in host memory (CPU Adam) with
 // sub-groups small enough that every unit is updated in several pieces.
-enum class Optimizer { kDevice, kCpuOffload };
+enum class Optimizer { kDevice, kCpuOffload, kNvmeOffload };
+
+// The optimizer state for `where`; NVMe swap files go to a private directory under the test's
+// temporary directory.
+std::unique_ptr<OptimizerState> optimizer_for(Optimizer where, Backend* be) {
+  const CpuOffloadOptions host{.pin_memory = true, .sub_group_size = 500};
+  switch (where) {
+    case Optimizer::kDevice: return nullptr;
+    case Optimizer::kCpuOffload: return make_cpu_optimizer_state(be, host);
+    case Optimizer::kNvmeOffload: {
+      auto swapper =
+          NvmeSwapper::open(::testing::TempDir(), {.block_size = 8192, .queue_depth = 4});
+      EXPECT_TRUE(swapper.ok()) << swapper.status();
+      return swapper.ok() ? make_nvme_optimizer_state(be, host, std::move(*swapper)) : nullptr;
+    }
+  }
+  return nullptr;
+}
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
-               Optimizer where = Optimizer::kDevice) {
+                Optimizer where = Optimizer::kDevice) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
   Transformer model(c, be.get(), B, kT);
-  Engine engine(model.layout(), be.get(), &comm, eo,
-                where == Optimizer::kCpuOffload
-                    ? make_cpu_optimizer_state(be.get(), {.pin_memory = true, .sub_group_size = 500})
-                    : nullptr);
+  Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()));
   const auto& units = model.layout().units();
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<float> p(units[u].numel);
@@ -118,8 +132,10 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     res.losses.push_back(loss / W);
   }
   res.peak_gathered = engine.peak_gathered_numel();
-  if (const MemoryTracker* h = engine.optimizer().host_tracker())
+  if (const MemoryTracker* h = engine.optimizer().host_tracker()) {
     res.host_optimizer_bytes = (int64_t)h->current(MemCategory::kOptimizer);
+    res.nvme_bytes = (int64_t)h->current(MemCategory::kNvme);
+  }
   for (size_t u = 0; u < units.size(); ++u) res.owned += engine.shard_numel((int)u);
   for (size_t u = 0; u < units.size(); ++u) {
     res.params.emplace_back(units[u].numel);
@@ -346,23 +362,30 @@ TEST_F(ZeroStages, Stage3PersistentUnitsAreNotGathered) {
   EXPECT_EQ(got.comm_one_step[(size_t)CollKind::kAllGather].elements, 2 * blocks);
 }
 
-// ZeRO-Offload (Ren et al. 2021): the optimizer state in host memory, updated by CPU Adam,
-// gives the same run as on the device, at N_d = 1 (single-process communicator) and at this
-// world size, for stages 1-3 (fp32: both run the same kernel on the same values, so the
-// results agree to rounding, here exactly).
-TEST_F(ZeroStages, CpuOptimizerOffloadChangesNoResult) {
+// ZeRO-Offload (Ren et al. 2021) and ZeRO-Infinity (2021): the optimizer state in host memory
+// or on NVMe, updated by CPU Adam, gives the same run as on the device, at N_d = 1
+// (single-process communicator) and at this world size, for stages 1-3 (fp32: the same kernel
+// on the same values, so the results agree to rounding, here exactly).
+TEST_F(ZeroStages, CpuAndNvmeOptimizerOffloadChangeNoResult) {
   auto single = make_single_process_communicator();
   for (Communicator* comm : {single.get(), comm_.get()}) {
     for (int stage = 1; stage <= 3; ++stage) {
-      const RunResult dev = train(*comm, fp32_clipped(stage), 1);
-      const RunResult off = train(*comm, fp32_clipped(stage), 1, tiny(), Optimizer::kCpuOffload);
-      const std::string what =
-          absl::StrCat("stage ", stage, ", N_d = ", comm->world_size());
-      ASSERT_EQ(off.losses.size(), dev.losses.size()) << what;
-      for (size_t s = 0; s < dev.losses.size(); ++s)
-        EXPECT_NEAR(off.losses[s], dev.losses[s], 1e-6 * std::fabs(dev.losses[s]))
-            << what << " step " << s;
-      EXPECT_LE(rel_param_diff(off, dev), 1e-6) << what;
+      for (Optimizer where : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload}) {
+        const RunResult dev = train(*comm, fp32_clipped(stage), 1);
+        const RunResult off = train(*comm, fp32_clipped(stage), 1, tiny(), where);
+        const std::string what =
+            absl::StrCat("stage ", stage, ", N_d = ", comm->world_size(),
+                         where == Optimizer::kNvmeOffload ? ", nvme" : ", cpu");
+        ASSERT_EQ(off.losses.size(), dev.losses.size()) << what;
+        for (size_t s = 0; s < dev.losses.size(); ++s)
+          EXPECT_NEAR(off.losses[s], dev.losses[s], 1e-6 * std::fabs(dev.losses[s]))
+              << what << " step " << s;
+        EXPECT_LE(rel_param_diff(off, dev), 1e-6) << what;
+        if (where == Optimizer::kNvmeOffload) {  // the state is on the drive, not in host memory
+          EXPECT_EQ(off.host_optimizer_bytes, 0) << what;
+          EXPECT_GE(off.nvme_bytes, (int64_t)(12 * off.owned)) << what;
+        }
+      }
     }
   }
 }

@@ -118,6 +118,23 @@ TEST_F(Cli, RefusedPinningFallsBackToPageableWithOneWarning) {
   EXPECT_NE(out.find("ulimit -l"), std::string::npos) << out;
 }
 
+// Optimizer offload to NVMe: a missing nvme_path stops the run before training with exit 2 and
+// the path; a good one trains and leaves no swap file behind.
+TEST_F(Cli, NvmeOffloadChecksItsPathAndCleansUp) {
+  auto cfg = [&](const std::string& nvme_path) {
+    write(path("nvme.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2,
+        "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("}}})");
+    return "--deepspeed " + path("nvme.json");
+  };
+  expect_user_error(run(train(cfg(path("no_such_dir")))),
+                    {"offload_optimizer.nvme_path", "no_such_dir", "not an existing directory"});
+  fs::create_directories(path("swap"));
+  const Result r = run(train(cfg(path("swap"))));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived the run";
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));

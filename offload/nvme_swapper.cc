@@ -1,0 +1,160 @@
+#include "offload/nvme_swapper.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace zt {
+
+struct NvmeSwapper::Ring {
+  io_uring ring;
+};
+
+absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string& nvme_path,
+                                                               const AioOptions& aio) {
+  struct stat st;
+  if (nvme_path.empty() || ::stat(nvme_path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return absl::NotFoundError(absl::StrCat(
+        "nvme_path '", nvme_path,
+        "' is not an existing directory; create it on the NVMe drive or fix the path"));
+  std::string templ = nvme_path + "/zerotrain_swap_XXXXXX";
+  if (!::mkdtemp(templ.data()))  // mode 0700
+    return absl::PermissionDeniedError(absl::StrCat("cannot create a swap directory in nvme_path '",
+                                                    nvme_path, "': ", std::strerror(errno),
+                                                    "; give a directory this user can write"));
+  std::unique_ptr<NvmeSwapper> s(new NvmeSwapper());
+  s->dir_ = templ;
+  s->aio_ = aio;
+  s->aio_.block_size = std::max<int64_t>(kAlign, aio.block_size / kAlign * kAlign);
+  s->aio_.queue_depth = std::max<int64_t>(1, aio.queue_depth);
+  s->ring_ = std::make_unique<Ring>();
+  const int rc = io_uring_queue_init((unsigned)s->aio_.queue_depth, &s->ring_->ring, 0);
+  if (rc < 0) {
+    s->ring_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("io_uring is not available (", std::strerror(-rc),
+                     "); NVMe offload needs Linux 5.1+ with io_uring allowed"));
+  }
+  return s;
+}
+
+NvmeSwapper::~NvmeSwapper() {
+  if (ring_) io_uring_queue_exit(&ring_->ring);
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    ::close(fds_[i]);
+    ::unlink(paths_[i].c_str());
+  }
+  if (!dir_.empty()) ::rmdir(dir_.c_str());
+}
+
+absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
+  const std::string path = absl::StrCat(dir_, "/t", fds_.size());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | (direct_ ? O_DIRECT : 0), 0600);
+  if (fd < 0 && direct_ && errno == EINVAL) {  // no O_DIRECT on this file system
+    direct_ = false;
+    std::fprintf(stderr,
+                 "warning: %s does not support O_DIRECT; NVMe offload uses buffered I/O (the "
+                 "page cache) there, which is slower and uses host memory\n",
+                 dir_.c_str());
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  }
+  if (fd < 0)
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create swap file ", path, ": ", std::strerror(errno)));
+  fds_.push_back(fd);
+  paths_.push_back(path);
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (rounded > 0 && ::posix_fallocate(fd, 0, (off_t)rounded) != 0)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", rounded, " bytes for swap file ", path,
+                     " (the drive is full?); free space on nvme_path or offload less"));
+  return (int)fds_.size() - 1;
+}
+
+absl::Status NvmeSwapper::write(int h, const void* buf, size_t bytes, size_t offset) {
+  return transfer(h, const_cast<void*>(buf), bytes, offset, true);
+}
+absl::Status NvmeSwapper::read(int h, void* buf, size_t bytes, size_t offset) {
+  return transfer(h, buf, bytes, offset, false);
+}
+
+// Splits [offset, offset + bytes) into block_size requests and keeps up to queue_depth in
+// flight; a short transfer is resubmitted for its remainder.
+absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset, bool write) {
+  if (h < 0 || h >= (int)fds_.size()) return absl::InvalidArgumentError("bad swap handle");
+  if (reinterpret_cast<uintptr_t>(buf) % kAlign || offset % kAlign)
+    return absl::InvalidArgumentError("swap buffers and offsets must be 4096-byte aligned");
+  io_uring* ring = &ring_->ring;
+  const size_t block = (size_t)aio_.block_size;
+  size_t next = 0;  // bytes queued so far
+  int in_flight = 0;
+  struct Pending {
+    size_t at, len;
+  };
+  std::vector<Pending> pending((size_t)aio_.queue_depth);
+  std::vector<int> free_slots;
+  for (int i = (int)aio_.queue_depth - 1; i >= 0; --i) free_slots.push_back(i);
+  auto queue = [&](size_t at, size_t len) {
+    const int slot = free_slots.back();
+    free_slots.pop_back();
+    pending[slot] = {at, len};
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    char* p = static_cast<char*>(buf) + at;
+    if (write)
+      io_uring_prep_write(sqe, fds_[h], p, (unsigned)len, offset + at);
+    else
+      io_uring_prep_read(sqe, fds_[h], p, (unsigned)len, offset + at);
+    io_uring_sqe_set_data64(sqe, (uint64_t)slot);
+    ++in_flight;
+    if (aio_.single_submit) io_uring_submit(ring);
+  };
+  while (next < bytes || in_flight > 0) {
+    while (next < bytes && !free_slots.empty()) {
+      const size_t len = std::min(block, bytes - next);
+      queue(next, len);
+      next += len;
+    }
+    io_uring_submit(ring);
+    io_uring_cqe* cqe = nullptr;
+    const int rc = io_uring_wait_cqe(ring, &cqe);
+    if (rc < 0) return absl::InternalError(absl::StrCat("io_uring wait: ", std::strerror(-rc)));
+    const int slot = (int)io_uring_cqe_get_data64(cqe);
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    --in_flight;
+    free_slots.push_back(slot);
+    const Pending p = pending[slot];
+    if (res < 0) {
+      // Let the others land before returning: their buffers belong to the caller.
+      while (in_flight > 0 && io_uring_wait_cqe(ring, &cqe) == 0) {
+        io_uring_cqe_seen(ring, cqe);
+        --in_flight;
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          write ? "writing" : "reading", " swap file ", paths_[h], " failed: ", std::strerror(-res),
+          -res == ENOSPC ? "; the NVMe drive is full" : ""));
+    }
+    if (res == 0) {  // no progress: a read past the end, or a write the drive took none of
+      while (in_flight > 0 && io_uring_wait_cqe(ring, &cqe) == 0) {
+        io_uring_cqe_seen(ring, cqe);
+        --in_flight;
+      }
+      return absl::DataLossError(absl::StrCat(write ? "writing" : "reading", " swap file ",
+                                              paths_[h], " made no progress"));
+    }
+    if ((size_t)res < p.len) queue(p.at + res, p.len - res);  // short: the rest again
+  }
+  (write ? written_ : read_) += (int64_t)bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace zt

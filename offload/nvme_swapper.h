@@ -1,0 +1,67 @@
+// The NVMe swapper (ZeRO-Infinity, Rajbhandari et al. SC21, Section 6; DeepSpeed's
+// AsyncIOHandle): tensors in files on a fast drive, read and written with io_uring (liburing)
+// and O_DIRECT in block_size requests, queue_depth of them in flight (DeepSpeed's "aio" keys).
+// Files live in a private directory under nvme_path (mode 0700, files 0600) that the swapper
+// removes with its files when destroyed; a file system without O_DIRECT falls back to
+// buffered I/O with one warning.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace zt {
+
+// ds_config "aio" (DeepSpeed's defaults).
+struct AioOptions {
+  int64_t block_size = 1'048'576;  // bytes per request
+  int64_t queue_depth = 8;         // requests in flight
+  bool single_submit = false;      // submit each request on its own (else all queued at once)
+};
+
+class NvmeSwapper {
+ public:
+  // Buffers and offsets given to read/write must be multiples of this (O_DIRECT's rule).
+  static constexpr size_t kAlign = 4096;
+
+  // Creates the private directory under nvme_path. Errors: the path is missing, not a
+  // directory, or not writable (naming it and what to do); io_uring unavailable.
+  static absl::StatusOr<std::unique_ptr<NvmeSwapper>> open(const std::string& nvme_path,
+                                                           const AioOptions& aio);
+  ~NvmeSwapper();  // removes every file and the directory
+  NvmeSwapper(const NvmeSwapper&) = delete;
+  NvmeSwapper& operator=(const NvmeSwapper&) = delete;
+
+  // A new file of `bytes` (rounded up to kAlign); returns its handle.
+  absl::StatusOr<int> create(size_t bytes);
+  // bytes from/to [offset, offset + bytes) of file h. buf, offset and bytes: multiples of
+  // kAlign (bytes may end at the file's rounded end). Errors carry the OS error (ENOSPC: the
+  // drive is full) and the file.
+  absl::Status write(int h, const void* buf, size_t bytes, size_t offset);
+  absl::Status read(int h, void* buf, size_t bytes, size_t offset);
+
+  const std::string& directory() const { return dir_; }
+  bool direct_io() const { return direct_; }
+  int64_t bytes_written() const { return written_; }
+  int64_t bytes_read() const { return read_; }
+
+ private:
+  NvmeSwapper() = default;
+  absl::Status transfer(int h, void* buf, size_t bytes, size_t offset, bool write);
+
+  struct Ring;
+  std::unique_ptr<Ring> ring_;
+  AioOptions aio_;
+  std::string dir_;
+  std::vector<int> fds_;
+  std::vector<std::string> paths_;
+  bool direct_ = true;
+  int64_t written_ = 0, read_ = 0;
+};
+
+}  // namespace zt
