@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/cleanup.h"
 
 namespace zt {
 
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
                                                     "; give a directory this user can write"));
   std::unique_ptr<NvmeSwapper> s(new NvmeSwapper());
   s->dir_ = templ;
+  s->cleanup_slot_ = register_cleanup_dir(s->dir_.c_str(), "t");  // SIGTERM, aborts
   s->aio_ = aio;
   s->aio_.block_size = std::max<int64_t>(kAlign, aio.block_size / kAlign * kAlign);
   s->aio_.queue_depth = std::max<int64_t>(1, aio.queue_depth);
@@ -48,6 +50,7 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
 }
 
 NvmeSwapper::~NvmeSwapper() {
+  unregister_cleanup_dir(cleanup_slot_);
   if (ring_) io_uring_queue_exit(&ring_->ring);
   for (size_t i = 0; i < fds_.size(); ++i) {
     ::close(fds_[i]);
@@ -72,6 +75,7 @@ absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
         absl::StrCat("cannot create swap file ", path, ": ", std::strerror(errno)));
   fds_.push_back(fd);
   paths_.push_back(path);
+  set_cleanup_count(cleanup_slot_, (int)fds_.size());
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   if (rounded > 0 && ::posix_fallocate(fd, 0, (off_t)rounded) != 0)
     return absl::ResourceExhaustedError(

@@ -2,8 +2,9 @@
 // AsyncIOHandle): tensors in files on a fast drive, read and written with io_uring (liburing)
 // and O_DIRECT in block_size requests, queue_depth of them in flight (DeepSpeed's "aio" keys).
 // Files live in a private directory under nvme_path (mode 0700, files 0600) that the swapper
-// removes with its files when destroyed; a file system without O_DIRECT falls back to
-// buffered I/O with one warning.
+// removes with its files when destroyed, and common/cleanup.h removes when the process is
+// ended by SIGTERM/SIGINT/SIGHUP or a multi-rank abort; a file system without O_DIRECT falls
+// back to buffered I/O with one warning.
 #pragma once
 
 #include <cstddef>
@@ -61,6 +62,7 @@ class NvmeSwapper {
   std::vector<int> fds_;
   std::vector<std::string> paths_;
   bool direct_ = true;
+  int cleanup_slot_ = -1;  // common/cleanup.h: removal on SIGTERM or a multi-rank abort
   int64_t written_ = 0, read_ = 0;
 };
 

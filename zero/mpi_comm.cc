@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cleanup.h"
 #include "common/status.h"
 
 namespace zt {
@@ -290,6 +291,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator() {
 void abort_all_ranks(int exit_code, const std::string& message) {
   std::fprintf(stderr, "error: [rank %d] %s\n", rank_for_messages(), message.c_str());
   std::fflush(stderr);
+  run_cleanups();  // no destructor runs past MPI_Abort: swap files go now
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);
 }

@@ -76,17 +76,17 @@ TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
   write(path("limited.json"), R"({"train_micro_batch_size_per_gpu": 2,
                                   "gradient_accumulation_steps": 2,
                                   "zerotrain": {"device_memory_limit": "256KiB"}})");
-  expect_user_error(run(train("--deepspeed " + path("limited.json"))),
-                    {"device memory limit 256.00 KiB exceeded", "in use (", "activations",
-                     "estimator"});
+  expect_user_error(
+      run(train("--deepspeed " + path("limited.json"))),
+      {"device memory limit 256.00 KiB exceeded", "in use (", "activations", "estimator"});
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 1KB")),
                     {"device memory limit 1000 B exceeded"});
   // A limit the run fits in changes nothing.
   EXPECT_EQ(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 1GiB")).code, 0);
   // The flag and the key must agree; sizes must parse.
-  expect_user_error(run(train("--deepspeed " + path("limited.json") +
-                              " --device_memory_limit 1GiB")),
-                    {"--device_memory_limit 1.00 GiB", "zerotrain.device_memory_limit", "disagree"});
+  expect_user_error(
+      run(train("--deepspeed " + path("limited.json") + " --device_memory_limit 1GiB")),
+      {"--device_memory_limit 1.00 GiB", "zerotrain.device_memory_limit", "disagree"});
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --device_memory_limit 8GiBs")),
                     {"--device_memory_limit", "'8GiBs' is not a size"});
   write(path("bad.json"), R"({"train_batch_size": 4, "zerotrain": {"device_memory_limt": 5}})");
@@ -101,18 +101,22 @@ TEST_F(Cli, RefusedPinningFallsBackToPageableWithOneWarning) {
   write(path("offload.json"), R"({"train_micro_batch_size_per_gpu": 2,
       "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1,
       "offload_optimizer": {"device": "cpu", "pin_memory": true}, "sub_group_size": 100}})");
-  const std::string cmd = "ulimit -l 0; " + kBin + " " + train("--deepspeed " + path("offload.json"));
-  const std::string wrapper =
-      ::geteuid() == 0 ? "setpriv --bounding-set -ipc_lock --inh-caps -ipc_lock bash -c " : "bash -c ";
+  const std::string cmd =
+      "ulimit -l 0; " + kBin + " " + train("--deepspeed " + path("offload.json"));
+  const std::string wrapper = ::geteuid() == 0
+                                  ? "setpriv --bounding-set -ipc_lock --inh-caps -ipc_lock bash -c "
+                                  : "bash -c ";
   std::FILE* p = popen((wrapper + "'" + cmd + "' 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int status = pclose(p);
-  if (out.find("setpriv:") != std::string::npos) GTEST_SKIP() << "setpriv cannot drop CAP_IPC_LOCK here: " << out;
+  if (out.find("setpriv:") != std::string::npos)
+    GTEST_SKIP() << "setpriv cannot drop CAP_IPC_LOCK here: " << out;
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
   size_t warnings = 0;
-  for (size_t at = 0; (at = out.find("warning: could not page-lock", at)) != std::string::npos; ++at)
+  for (size_t at = 0; (at = out.find("warning: could not page-lock", at)) != std::string::npos;
+       ++at)
     ++warnings;
   EXPECT_EQ(warnings, 1u) << out;
   EXPECT_NE(out.find("ulimit -l"), std::string::npos) << out;
@@ -124,7 +128,8 @@ TEST_F(Cli, NvmeOffloadChecksItsPathAndCleansUp) {
   auto cfg = [&](const std::string& nvme_path) {
     write(path("nvme.json"), R"({"train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2,
-        "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("}}})");
+        "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+                                 nvme_path + R"("}}})");
     return "--deepspeed " + path("nvme.json");
   };
   expect_user_error(run(train(cfg(path("no_such_dir")))),
@@ -133,6 +138,20 @@ TEST_F(Cli, NvmeOffloadChecksItsPathAndCleansUp) {
   const Result r = run(train(cfg(path("swap"))));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived the run";
+  // Ended by SIGTERM part-way (as a scheduler or mpirun ends a job): nothing left either.
+  const std::string long_run =
+      kBin + " " +
+      train(cfg(path("swap"))).replace(train("").find("--steps 3"), 9, "--steps 100000");
+  std::FILE* p = popen(("(" + long_run +
+                        " > /dev/null 2>&1 & pid=$!; sleep 2; kill -TERM $pid; "
+                        "wait $pid; echo $?)")
+                           .c_str(),
+                       "r");
+  char buf[64] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, p);
+  pclose(p);
+  EXPECT_EQ(std::string(buf, n).substr(0, 3), "143") << "not ended by SIGTERM: " << buf;
+  EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived a SIGTERM";
 }
 
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
