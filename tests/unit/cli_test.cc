@@ -154,6 +154,33 @@ TEST_F(Cli, NvmeOffloadChecksItsPathAndCleansUp) {
   EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived a SIGTERM";
 }
 
+// NVMe offload onto a drive too small for the optimizer state (a 1 MiB tmpfs in a private
+// mount namespace): the space is reserved up front, so the run stops before training with
+// exit 2 and the file, not part-way through a swap; nothing is left on the drive.
+TEST_F(Cli, NvmeOffloadOnAFullDriveStopsBeforeTraining) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
+  fs::create_directories(path("small"));
+  write(path("nvme.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+                               path("small") + R"("}}})");
+  const std::string cmd = "unshare -m bash -c 'mount -t tmpfs -o size=1m tmpfs " + path("small") +
+                          " || exit 77; " + kBin + " " + train("--deepspeed " + path("nvme.json")) +
+                          "; code=$?; echo LEFT:$(ls -A " + path("small") + "); exit $code' 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77) GTEST_SKIP() << "cannot mount a tmpfs here: " << out;
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("error: cannot reserve"), std::string::npos) << out;
+  EXPECT_NE(out.find("free space on nvme_path"), std::string::npos) << out;
+  EXPECT_NE(out.find("LEFT:\n"), std::string::npos) << "swap files left on the drive: " << out;
+  EXPECT_EQ(out.find("step "), std::string::npos) << "trained on a full drive: " << out;
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));
