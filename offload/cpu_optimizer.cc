@@ -140,12 +140,13 @@ class CpuOptimizerState final : public OptimizerState {
 
   Backend* be_;
   CpuOffloadOptions opt_;
-  std::unique_ptr<NvmeSwapper> nvme_;
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Unit> units_;
   size_t granule_ = 0;  // elements per staging buffer: the largest sub-group of any unit
   HostBuffer grad_stage_, out_stage_, window_;
   int64_t to_host_ = 0, to_device_ = 0;
+  // Last: destroyed first, so its ring is closed before the window it reads into is freed.
+  std::unique_ptr<NvmeSwapper> nvme_;
 };
 
 }  // namespace

@@ -34,10 +34,12 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
                                                     "; give a directory this user can write"));
   std::unique_ptr<NvmeSwapper> s(new NvmeSwapper());
   s->dir_ = templ;
-  s->cleanup_slot_ = register_cleanup_dir(s->dir_.c_str(), "t");  // SIGTERM, aborts
+  s->cleanup_slot_ = register_cleanup_dir(s->dir_.c_str());  // SIGTERM, aborts
   s->aio_ = aio;
-  s->aio_.block_size = std::max<int64_t>(kAlign, aio.block_size / kAlign * kAlign);
-  s->aio_.queue_depth = std::max<int64_t>(1, aio.queue_depth);
+  // Requests of 4 KiB to 1 GiB (io_uring lengths are 32-bit), at most 4096 in flight.
+  s->aio_.block_size =
+      std::clamp<int64_t>(aio.block_size / kAlign * kAlign, kAlign, int64_t{1} << 30);
+  s->aio_.queue_depth = std::clamp<int64_t>(aio.queue_depth, 1, 4096);
   s->ring_ = std::make_unique<Ring>();
   const int rc = io_uring_queue_init((unsigned)s->aio_.queue_depth, &s->ring_->ring, 0);
   if (rc < 0) {
@@ -50,19 +52,17 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
 }
 
 NvmeSwapper::~NvmeSwapper() {
-  unregister_cleanup_dir(cleanup_slot_);
   if (ring_) io_uring_queue_exit(&ring_->ring);
-  for (size_t i = 0; i < fds_.size(); ++i) {
-    ::close(fds_[i]);
-    ::unlink(paths_[i].c_str());
-  }
+  for (int fd : fds_) ::close(fd);  // the files were unlinked at creation
   if (!dir_.empty()) ::rmdir(dir_.c_str());
+  unregister_cleanup_dir(cleanup_slot_);
 }
 
 absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
   const std::string path = absl::StrCat(dir_, "/t", fds_.size());
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | (direct_ ? O_DIRECT : 0), 0600);
   if (fd < 0 && direct_ && errno == EINVAL) {  // no O_DIRECT on this file system
+    ::unlink(path.c_str());                    // the failed open may have created it
     direct_ = false;
     std::fprintf(stderr,
                  "warning: %s does not support O_DIRECT; NVMe offload uses buffered I/O (the "
@@ -73,14 +73,23 @@ absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
   if (fd < 0)
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create swap file ", path, ": ", std::strerror(errno)));
+  // Unlinked at once: the data lives as long as the descriptor, so no way the process ends
+  // (even SIGKILL) leaves a swap file behind; only the empty directory needs removing.
+  ::unlink(path.c_str());
   fds_.push_back(fd);
   paths_.push_back(path);
-  set_cleanup_count(cleanup_slot_, (int)fds_.size());
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (rounded > 0 && ::posix_fallocate(fd, 0, (off_t)rounded) != 0)
+  // Reserve the space now, so a drive too small fails here, before training, and not in the
+  // middle of a swap (copy-on-write file systems can still run out later: that error is
+  // reported with the file). File systems without fallocate just get the size.
+  const int rc = rounded > 0 ? ::posix_fallocate(fd, 0, (off_t)rounded) : 0;
+  if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG)
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot reserve ", rounded, " bytes for swap file ", path,
-                     " (the drive is full?); free space on nvme_path or offload less"));
+        absl::StrCat("cannot reserve ", rounded, " bytes for swap file ", path, " (",
+                     std::strerror(rc), "); free space on nvme_path or offload less"));
+  if (rc != 0 && ::ftruncate(fd, (off_t)rounded) != 0)
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size swap file ", path, " to ",
+                                                     rounded, " bytes: ", std::strerror(errno)));
   return (int)fds_.size() - 1;
 }
 
@@ -121,16 +130,37 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
     ++in_flight;
     if (aio_.single_submit) io_uring_submit(ring);
   };
+  // Every request queued must complete before returning: the kernel writes into `buf`.
+  auto wait_one = [&](io_uring_cqe** cqe) {
+    int rc;
+    do rc = io_uring_wait_cqe(ring, cqe);
+    while (rc == -EINTR);
+    return rc;
+  };
+  auto drain = [&] {
+    io_uring_cqe* cqe = nullptr;
+    while (in_flight > 0 && wait_one(&cqe) == 0) {
+      io_uring_cqe_seen(ring, cqe);
+      --in_flight;
+    }
+  };
   while (next < bytes || in_flight > 0) {
     while (next < bytes && !free_slots.empty()) {
       const size_t len = std::min(block, bytes - next);
       queue(next, len);
       next += len;
     }
-    io_uring_submit(ring);
+    const int submitted = io_uring_submit(ring);
+    if (submitted < 0 && submitted != -EAGAIN && submitted != -EBUSY && submitted != -EINTR) {
+      drain();
+      return absl::InternalError(absl::StrCat("io_uring submit: ", std::strerror(-submitted)));
+    }
     io_uring_cqe* cqe = nullptr;
-    const int rc = io_uring_wait_cqe(ring, &cqe);
-    if (rc < 0) return absl::InternalError(absl::StrCat("io_uring wait: ", std::strerror(-rc)));
+    const int rc = wait_one(&cqe);
+    if (rc < 0) {
+      drain();
+      return absl::InternalError(absl::StrCat("io_uring wait: ", std::strerror(-rc)));
+    }
     const int slot = (int)io_uring_cqe_get_data64(cqe);
     const int res = cqe->res;
     io_uring_cqe_seen(ring, cqe);
@@ -138,20 +168,13 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
     free_slots.push_back(slot);
     const Pending p = pending[slot];
     if (res < 0) {
-      // Let the others land before returning: their buffers belong to the caller.
-      while (in_flight > 0 && io_uring_wait_cqe(ring, &cqe) == 0) {
-        io_uring_cqe_seen(ring, cqe);
-        --in_flight;
-      }
+      drain();
       return absl::ResourceExhaustedError(absl::StrCat(
           write ? "writing" : "reading", " swap file ", paths_[h], " failed: ", std::strerror(-res),
           -res == ENOSPC ? "; the NVMe drive is full" : ""));
     }
     if (res == 0) {  // no progress: a read past the end, or a write the drive took none of
-      while (in_flight > 0 && io_uring_wait_cqe(ring, &cqe) == 0) {
-        io_uring_cqe_seen(ring, cqe);
-        --in_flight;
-      }
+      drain();
       return absl::DataLossError(absl::StrCat(write ? "writing" : "reading", " swap file ",
                                               paths_[h], " made no progress"));
     }

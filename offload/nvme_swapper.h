@@ -1,10 +1,11 @@
 // The NVMe swapper (ZeRO-Infinity, Rajbhandari et al. SC21, Section 6; DeepSpeed's
 // AsyncIOHandle): tensors in files on a fast drive, read and written with io_uring (liburing)
 // and O_DIRECT in block_size requests, queue_depth of them in flight (DeepSpeed's "aio" keys).
-// Files live in a private directory under nvme_path (mode 0700, files 0600) that the swapper
-// removes with its files when destroyed, and common/cleanup.h removes when the process is
-// ended by SIGTERM/SIGINT/SIGHUP or a multi-rank abort; a file system without O_DIRECT falls
-// back to buffered I/O with one warning.
+// Files are created in a private directory under nvme_path (mode 0700, files 0600) and
+// unlinked as soon as they are open, so no way the process ends leaves their data behind; the
+// empty directory goes with the swapper, or through common/cleanup.h on SIGTERM / SIGINT /
+// SIGHUP or a multi-rank abort. A file system without O_DIRECT falls back to buffered I/O with
+// one warning.
 #pragma once
 
 #include <cstddef>

@@ -14,6 +14,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
   iproute2                          # `ip netns` for the two-namespace multi-node test
   time                              # /usr/bin/time in benchmarks (wall time, max RSS)
+  fio                               # benchmarks/swapper_vs_fio.py: the disk's own limit
   liburing-dev                      # NVMe offload (io_uring)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                           # scripts (reference fixtures are committed)

@@ -110,7 +110,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       break;
     case OffloadDevice::kNvme:  // plus the host window one sub-group is updated in
       e.hst(M::kNvme) += optim;
-      e.hst(M::kPinnedHost) += staging + 3 * (staging / 2 + 4095) / 4096 * 4096;
+      e.hst(M::kPinnedHost) += staging + 3 * ((staging / 2 + 4095) / 4096 * 4096);
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
