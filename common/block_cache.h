@@ -49,15 +49,11 @@ class BlockCache {
     blocks_.clear();
     cached_ = 0;
   }
-  size_t cached_bytes() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
 
  private:
   size_t limit_;
   std::function<void(void*, size_t)> release_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::multimap<size_t, void*> blocks_;
   size_t cached_ = 0;
 };

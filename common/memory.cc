@@ -93,8 +93,7 @@ void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemC
       absl::StrCat("device memory limit ", format_bytes((int64_t)limit), " exceeded: ",
                    format_bytes((int64_t)bytes), " more of ", std::string(mem_category_name(c)),
                    " were asked with ", format_bytes((int64_t)t.current_total()),
-                   " in use (", in_use.empty() ? "nothing" : in_use, ")"),
-      bytes);
+                   " in use (", in_use.empty() ? "nothing" : in_use, ")"));
 }
 
 }  // namespace zt

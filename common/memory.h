@@ -59,14 +59,11 @@ std::string format_bytes(int64_t bytes);
 // the limit, and the bytes in use per category at that moment.
 class DeviceMemoryLimitExceeded : public std::bad_alloc {
  public:
-  DeviceMemoryLimitExceeded(std::string message, size_t requested)
-      : message_(std::move(message)), requested_(requested) {}
+  explicit DeviceMemoryLimitExceeded(std::string message) : message_(std::move(message)) {}
   const char* what() const noexcept override { return message_.c_str(); }
-  size_t requested() const { return requested_; }
 
  private:
   std::string message_;
-  size_t requested_;
 };
 
 // Throws DeviceMemoryLimitExceeded when `bytes` more of category c would take `t` past `limit`
