@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/simd_kernels.h"
-
 #include "absl/strings/str_cat.h"
+#include "common/parallel.h"
+#include "common/simd_kernels.h"
 
 namespace zt {
 
@@ -65,6 +65,8 @@ float f16_to_f32(uint16_t h) {
 
 namespace {
 
+constexpr size_t kChunk = 1 << 15;  // elements per OpenMP piece (a multiple of 16)
+
 // One contiguous run of a conversion at one SIMD level. Pairs without a vector path (fp16 <->
 // bf16, never on a hot path) go element by element through fp32, which is exact.
 void convert_scalar(const void* src, DType st, void* dst, DType dt, size_t n) {
@@ -101,8 +103,10 @@ ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, D
   size_t i = 0;
   if (st == DType::kF32 && dt == DType::kBF16) {
     for (; i + 16 <= n; i += 16) {
-      if constexpr (kBf16Instr) simd::avx512bf16_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
-      else simd::avx512_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
+      if constexpr (kBf16Instr)
+        simd::avx512bf16_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
+      else
+        simd::avx512_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
     }
   } else if (st == DType::kF32 && dt == DType::kF16) {
     for (; i + 16 <= n; i += 16) simd::avx512_store_f16(d16 + i, _mm512_loadu_ps(s32 + i));
@@ -139,17 +143,13 @@ void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, Sim
     std::memcpy(dst, src, n * dtype_size(src_t));
     return;
   }
-  constexpr size_t kChunk = 1 << 15;  // elements per OpenMP work item (a multiple of 16)
-  const size_t chunks = (n + kChunk - 1) / kChunk;
   const size_t es = dtype_size(src_t), ed = dtype_size(dst_t);
   // Streaming stores pay off once the output is well past the last-level cache and aligned.
   const bool stream = n * ed >= (size_t{64} << 20) && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
+  for_each_chunk(n, kChunk, [&](size_t, size_t begin, size_t end) {
     convert_run(level, static_cast<const char*>(src) + begin * es, src_t,
-                static_cast<char*>(dst) + begin * ed, dst_t, len, stream);
-  }
+                static_cast<char*>(dst) + begin * ed, dst_t, end - begin, stream);
+  });
 }
 
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
@@ -207,18 +207,13 @@ void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, 
 
 void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, size_t n,
                SimdLevel level) {
-  constexpr size_t kChunk = 1 << 15;
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  const size_t ey = dtype_size(yt);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t begin = c * kChunk, len = std::min(kChunk, n - begin);
-    void* yc = static_cast<char*>(y) + begin * ey;
-    auto run = yt == DType::kF32    ? scale_add_run<DType::kF32>
-               : yt == DType::kBF16 ? scale_add_run<DType::kBF16>
-                                    : scale_add_run<DType::kF16>;
-    run(level, yc, x + begin, alpha, accumulate, len);
-  }
+  auto run = yt == DType::kF32    ? scale_add_run<DType::kF32>
+             : yt == DType::kBF16 ? scale_add_run<DType::kBF16>
+                                  : scale_add_run<DType::kF16>;
+  for_each_chunk(n, kChunk, [&](size_t, size_t begin, size_t end) {
+    run(level, static_cast<char*>(y) + begin * dtype_size(yt), x + begin, alpha, accumulate,
+        end - begin);
+  });
 }
 
 }  // namespace zt

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/parallel.h"
 #include "common/simd_kernels.h"
 
 namespace zt {
@@ -185,13 +186,10 @@ void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, 
                                        : adam_fn<DType::kF16>(level, out, out_t);
   // An fp32 "working copy" is a plain copy of the master weights.
   const bool copy_out = out && out_t == DType::kF32;
-  const size_t tiles = (n + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (tiles > 1)
-  for (size_t k = 0; k < tiles; ++k) {
-    const size_t begin = k * kTile, end = std::min(n, begin + kTile);
+  for_each_chunk(n, kTile, [&](size_t, size_t begin, size_t end) {
     fn(master, grad, m, v, out, begin, end, c);
     if (copy_out) std::copy(master + begin, master + end, static_cast<float*>(out) + begin);
-  }
+  });
 }
 
 void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
@@ -215,10 +213,9 @@ double cpu_sum_squares(const void* x, DType t, size_t n, SimdLevel level) {
        : t == DType::kBF16 ? pick.template operator()<DType::kBF16>()
                            : pick.template operator()<DType::kF16>();
   // Per-tile partial sums added in tile order: the result does not depend on the threads.
-  const size_t tiles = (n + kTile - 1) / kTile;
-  std::vector<double> partial(tiles);
-#pragma omp parallel for schedule(static) if (tiles > 1)
-  for (size_t k = 0; k < tiles; ++k) partial[k] = fn(x, k * kTile, std::min(n, (k + 1) * kTile));
+  std::vector<double> partial((n + kTile - 1) / kTile);
+  for_each_chunk(n, kTile,
+                 [&](size_t k, size_t begin, size_t end) { partial[k] = fn(x, begin, end); });
   double acc = 0;
   for (double p : partial) acc += p;
   return acc;
