@@ -67,73 +67,66 @@ namespace {
 
 constexpr size_t kChunk = 1 << 15;  // elements per OpenMP piece (a multiple of 16)
 
-// One contiguous run of a conversion at one SIMD level. Pairs without a vector path (fp16 <->
-// bf16, never on a hot path) go element by element through fp32, which is exact.
+// One contiguous run of a conversion, element by element through fp32 (exact).
 void convert_scalar(const void* src, DType st, void* dst, DType dt, size_t n) {
   for (size_t i = 0; i < n; ++i) store_f32(dst, dt, i, load_f32(src, st, i));
 }
 
-ZT_TARGET_AVX2 void convert_avx2(const void* src, DType st, void* dst, DType dt, size_t n) {
-  const auto* s16 = static_cast<const uint16_t*>(src);
-  const auto* s32 = static_cast<const float*>(src);
-  auto* d16 = static_cast<uint16_t*>(dst);
-  auto* d32 = static_cast<float*>(dst);
+// Pairs with a vector path: fp32 <-> bf16 and fp32 <-> fp16 (S source, D destination dtype).
+template <DType S, DType D>
+ZT_TARGET_AVX2 void convert_avx2(const void* src, void* dst, size_t n, bool /*stream*/) {
   size_t i = 0;
-  if (st == DType::kF32 && dt == DType::kBF16) {
-    for (; i + 8 <= n; i += 8) simd::avx2_store_bf16(d16 + i, _mm256_loadu_ps(s32 + i));
-  } else if (st == DType::kF32 && dt == DType::kF16) {
-    for (; i + 8 <= n; i += 8) simd::avx2_store_f16(d16 + i, _mm256_loadu_ps(s32 + i));
-  } else if (st == DType::kBF16 && dt == DType::kF32) {
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d32 + i, simd::avx2_load_bf16(s16 + i));
-  } else if (st == DType::kF16 && dt == DType::kF32) {
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d32 + i, simd::avx2_load_f16(s16 + i));
-  }
-  const size_t es = dtype_size(st), ed = dtype_size(dt);
-  convert_scalar(static_cast<const char*>(src) + i * es, st, static_cast<char*>(dst) + i * ed, dt,
-                 n - i);
+  for (; i + 8 <= n; i += 8) simd::avx2_store<D>(dst, i, simd::avx2_load<S>(src, i));
+  convert_scalar(static_cast<const char*>(src) + i * dtype_size(S), S,
+                 static_cast<char*>(dst) + i * dtype_size(D), D, n - i);
 }
 
-template <bool kBf16Instr>
-ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, DType st, void* dst, DType dt, size_t n,
-                                         bool stream) {
-  const auto* s16 = static_cast<const uint16_t*>(src);
-  const auto* s32 = static_cast<const float*>(src);
-  auto* d16 = static_cast<uint16_t*>(dst);
-  auto* d32 = static_cast<float*>(dst);
+// kBf16Instr: round to bf16 with VCVTNEPS2BF16. The plain-AVX-512 instantiation uses no
+// AVX512_BF16 instruction.
+template <DType S, DType D, bool kBf16Instr>
+ZT_TARGET_AVX512BF16 void convert_avx512(const void* src, void* dst, size_t n, bool stream) {
   size_t i = 0;
-  if (st == DType::kF32 && dt == DType::kBF16) {
-    for (; i + 16 <= n; i += 16) {
-      if constexpr (kBf16Instr)
-        simd::avx512bf16_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
-      else
-        simd::avx512_store_bf16(d16 + i, _mm512_loadu_ps(s32 + i));
-    }
-  } else if (st == DType::kF32 && dt == DType::kF16) {
-    for (; i + 16 <= n; i += 16) simd::avx512_store_f16(d16 + i, _mm512_loadu_ps(s32 + i));
-  } else if (st == DType::kBF16 && dt == DType::kF32) {
+  if constexpr (D == DType::kF32) {
     if (stream) {  // non-temporal: no read-for-ownership of a destination larger than the caches
-      for (; i + 16 <= n; i += 16) _mm512_stream_ps(d32 + i, simd::avx512_load_bf16(s16 + i));
+      for (; i + 16 <= n; i += 16)
+        _mm512_stream_ps(static_cast<float*>(dst) + i, simd::avx512_load<S>(src, i));
       _mm_sfence();
     }
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_bf16(s16 + i));
-  } else if (st == DType::kF16 && dt == DType::kF32) {
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d32 + i, simd::avx512_load_f16(s16 + i));
   }
-  const size_t es = dtype_size(st), ed = dtype_size(dt);
-  convert_scalar(static_cast<const char*>(src) + i * es, st, static_cast<char*>(dst) + i * ed, dt,
-                 n - i);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = simd::avx512_load<S>(src, i);
+    if constexpr (D == DType::kBF16 && kBf16Instr)
+      simd::avx512bf16_store_bf16(static_cast<uint16_t*>(dst) + i, v);
+    else
+      simd::avx512_store<D>(dst, i, v);
+  }
+  convert_scalar(static_cast<const char*>(src) + i * dtype_size(S), S,
+                 static_cast<char*>(dst) + i * dtype_size(D), D, n - i);
 }
 
-void convert_run(SimdLevel level, const void* src, DType st, void* dst, DType dt, size_t n,
-                 bool stream) {
+using ConvertFn = void (*)(const void*, void*, size_t, bool);
+
+template <DType S, DType D>
+ConvertFn convert_fn(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kScalar: return convert_scalar(src, st, dst, dt, n);
-    case SimdLevel::kAvx2: return convert_avx2(src, st, dst, dt, n);
-    // Only the bf16 store differs between the two AVX-512 levels; the template keeps the
-    // plain-AVX-512 instantiation free of AVX512_BF16 instructions.
-    case SimdLevel::kAvx512: return convert_avx512<false>(src, st, dst, dt, n, stream);
-    case SimdLevel::kAvx512Bf16: return convert_avx512<true>(src, st, dst, dt, n, stream);
+    case SimdLevel::kScalar: break;
+    case SimdLevel::kAvx2: return convert_avx2<S, D>;
+    case SimdLevel::kAvx512: return convert_avx512<S, D, false>;
+    case SimdLevel::kAvx512Bf16: return convert_avx512<S, D, true>;
   }
+  return [](const void* src, void* dst, size_t n, bool) { convert_scalar(src, S, dst, D, n); };
+}
+
+// The kernel for one (level, source, destination); pairs without a vector path (fp16 <-> bf16,
+// never on a hot path) go element by element through fp32, which is exact.
+ConvertFn convert_fn(SimdLevel level, DType st, DType dt) {
+  using T = DType;
+  if (st == T::kF32 && dt == T::kBF16) return convert_fn<T::kF32, T::kBF16>(level);
+  if (st == T::kF32 && dt == T::kF16) return convert_fn<T::kF32, T::kF16>(level);
+  if (st == T::kBF16 && dt == T::kF32) return convert_fn<T::kBF16, T::kF32>(level);
+  if (st == T::kF16 && dt == T::kF32) return convert_fn<T::kF16, T::kF32>(level);
+  if (st == T::kBF16) return convert_fn<T::kBF16, T::kF16>(SimdLevel::kScalar);
+  return convert_fn<T::kF16, T::kBF16>(SimdLevel::kScalar);
 }
 
 }  // namespace
@@ -146,9 +139,10 @@ void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, Sim
   const size_t es = dtype_size(src_t), ed = dtype_size(dst_t);
   // Streaming stores pay off once the output is well past the last-level cache and aligned.
   const bool stream = n * ed >= (size_t{64} << 20) && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+  const ConvertFn fn = convert_fn(level, src_t, dst_t);
   for_each_chunk(n, kChunk, [&](size_t, size_t begin, size_t end) {
-    convert_run(level, static_cast<const char*>(src) + begin * es, src_t,
-                static_cast<char*>(dst) + begin * ed, dst_t, end - begin, stream);
+    fn(static_cast<const char*>(src) + begin * es, static_cast<char*>(dst) + begin * ed,
+       end - begin, stream);
   });
 }
 
