@@ -20,10 +20,10 @@ struct Engine::UnitState {
   DeviceBuffer gathered;        // stage 3: the whole unit while gathered (working dtype)
   CommRequest gather_req;
   bool gather_pending = false;
-  DeviceBuffer fetched;  // fp32 view while live, when the working dtype is not fp32
-  int live = 0;          // nested fetch count
-  DeviceBuffer grads;    // stored: whole unit (stages 0-1, replicated) or shard (2-3)
-  DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
+  DeviceBuffer fetched;    // fp32 view while live, when the working dtype is not fp32
+  int live = 0;            // nested fetch count
+  DeviceBuffer grads;      // stored: whole unit (stages 0-1, replicated) or shard (2-3)
+  DeviceBuffer scratch;    // fp32 whole-unit gradient while a backward writes it
   bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
   DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
   bool has_reduced = false;
@@ -90,7 +90,8 @@ size_t Engine::padded_numel(int u) const { return units_[u].padded; }
 // this rank's slice of the whole unit (stages 1-2).
 void* Engine::owned_working(UnitState& s) {
   if (s.replicated || s.sharded_params) return s.params.data();
-  return static_cast<char*>(s.params.data()) + (size_t)rank_ * s.shard * dtype_size(opt_.param_dtype);
+  return static_cast<char*>(s.params.data()) +
+         (size_t)rank_ * s.shard * dtype_size(opt_.param_dtype);
 }
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
@@ -128,8 +129,13 @@ void Engine::get_unit_params(int u, std::span<float> host) {
   optimizer_->get_master(u, owned.data());
   DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
   be_->copy_to_device(shard.data(), owned.data(), s.shard * 4);
+  gather_to_host(s, shard.data(), host);
+}
+
+// Every rank's fp32 shard of unit s (this rank's is `shard`, on the device) into host (numel).
+void Engine::gather_to_host(UnitState& s, const void* shard, std::span<float> host) {
   DeviceBuffer whole(be_, s.padded * 4, MemCategory::kWorkspace);
-  comm_->all_gather(shard.data(), whole.data(), s.shard, DType::kF32).wait();
+  comm_->all_gather(shard, whole.data(), s.shard, DType::kF32).wait();
   be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
 }
 
@@ -137,20 +143,19 @@ void Engine::get_unit_grads(int u, std::span<float> host) {
   drain_reductions(0);
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
-  DeviceBuffer whole(be_, s.padded * 4, MemCategory::kWorkspace);
   if (s.replicated) {
+    DeviceBuffer whole(be_, s.numel * 4, MemCategory::kWorkspace);
     be_->convert(s.grads.data(), opt_.grad_dtype, whole.data(), DType::kF32, s.numel);
-  } else {
-    DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
-    if (opt_.zero.stage == 1) {
-      ZT_CHECK(s.has_reduced);
-      be_->copy(shard.data(), s.reduced.data(), s.shard * 4);
-    } else {
-      be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
-    }
-    comm_->all_gather(shard.data(), whole.data(), s.shard, DType::kF32).wait();
+    be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
+    return;
   }
-  be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
+  if (opt_.zero.stage == 1) {
+    ZT_CHECK(s.has_reduced);
+    return gather_to_host(s, s.reduced.data(), host);
+  }
+  DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
+  be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
+  gather_to_host(s, shard.data(), host);
 }
 
 // ---- stage 3 gathering ----
@@ -385,8 +390,15 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
   const AdamParams& a = opt_.adam;
-  AdamStep as{lr, a.beta1, a.beta2, a.eps, a.weight_decay, t_,
-              st.clip_coef / st.loss_scale, a.adam_w_mode, a.bias_correction};
+  AdamStep as{lr,
+              a.beta1,
+              a.beta2,
+              a.eps,
+              a.weight_decay,
+              t_,
+              st.clip_coef / st.loss_scale,
+              a.adam_w_mode,
+              a.bias_correction};
   const DType pt = opt_.param_dtype;
   std::vector<CommRequest> gathers;
   std::vector<UnitState*> gather_units;

@@ -133,6 +133,7 @@ class Engine final : public UnitEngine {
   struct PendingReduce;
   UnitState& unit(int u);
   void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
+  void gather_to_host(UnitState& s, const void* shard, std::span<float> host);
   void gather(int u);                // stage 3: issue the all-gather of unit u
   void wait_gathered(UnitState& s);  // stage 3: complete it (and its fp32 view)
   void free_gathered(UnitState& s);

@@ -13,8 +13,7 @@
 
 namespace zt {
 
-CpuBackend::CpuBackend(int threads)
-    : cache_(kCacheLimit, [](void* p, size_t) { std::free(p); }) {
+CpuBackend::CpuBackend(int threads) : cache_(kCacheLimit, [](void* p, size_t) { std::free(p); }) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
@@ -22,10 +21,15 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(threads);
 }
 
+namespace {
+// 64-byte alignment for SIMD and cache lines; size rounded up as aligned_alloc requires (and
+// the block cache keys on).
+size_t block_bytes(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
 void* CpuBackend::alloc(size_t bytes, MemCategory c) {
   check_memory_limit(tracker_, memory_limit_, bytes, c);
-  // 64-byte alignment for SIMD and cache lines; size rounded up as aligned_alloc requires.
-  const size_t rounded = (bytes + 63) / 64 * 64;
+  const size_t rounded = block_bytes(bytes);
   void* p = cache_.take(rounded);
   if (!p) p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
@@ -34,7 +38,7 @@ void* CpuBackend::alloc(size_t bytes, MemCategory c) {
 }
 
 void CpuBackend::free(void* p, size_t bytes, MemCategory c) {
-  cache_.put(p, (bytes + 63) / 64 * 64);
+  cache_.put(p, block_bytes(bytes));
   tracker_.on_free(c, bytes);
 }
 
