@@ -9,20 +9,19 @@ namespace zt {
 
 nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
                              const MemoryEstimate& predicted, int rank) {
-  nlohmann::json cats = nlohmann::json::object();
-  for (size_t c = 0; c < kNumMemCategories; ++c) {
-    const auto cat = static_cast<MemCategory>(c);
-    cats[std::string(mem_category_name(cat))] = {{"persistent_bytes", m.persistent[c]},
-                                                 {"peak_bytes", m.peak[c]},
-                                                 {"predicted_bytes", predicted.dev(cat)}};
-  }
-  nlohmann::json host = nlohmann::json::object();
-  for (size_t c = 0; c < kNumMemCategories; ++c) {
-    const auto cat = static_cast<MemCategory>(c);
-    host[std::string(mem_category_name(cat))] = {{"persistent_bytes", m.host_persistent[c]},
-                                                 {"peak_bytes", m.host_peak[c]},
-                                                 {"predicted_bytes", predicted.hst(cat)}};
-  }
+  // One pool's categories: measured persistent and peak bytes beside the prediction.
+  using Bytes = std::array<int64_t, kNumMemCategories>;
+  auto pool = [](const Bytes& persistent, const Bytes& peak, const Bytes& prediction) {
+    nlohmann::json cats = nlohmann::json::object();
+    for (size_t c = 0; c < kNumMemCategories; ++c)
+      cats[std::string(mem_category_name(static_cast<MemCategory>(c)))] = {
+          {"persistent_bytes", persistent[c]},
+          {"peak_bytes", peak[c]},
+          {"predicted_bytes", prediction[c]}};
+    return cats;
+  };
+  const nlohmann::json cats = pool(m.persistent, m.peak, predicted.device);
+  const nlohmann::json host = pool(m.host_persistent, m.host_peak, predicted.host);
   int64_t device = 0, on_host = 0;
   for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer}) {
     device += m.persistent[(size_t)c];
