@@ -99,18 +99,19 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // Optimizer offload: the optimizer state leaves the device; the gradients stay there until
   // the step copies them, one sub-group at a time, through two host staging buffers.
   e.dev(M::kGrads) = grads;
-  const int64_t staging =
-      2 * 4 * std::min<int64_t>(in.sub_group_size > 0 ? in.sub_group_size : largest_owned,
-                                largest_owned);
+  // Elements CPU Adam takes at once: the largest sub-group of any unit.
+  const int64_t granule = std::min<int64_t>(
+      in.sub_group_size > 0 ? in.sub_group_size : largest_owned, largest_owned);
+  const int64_t staging = 2 * 4 * granule;  // one fp32 gradient and one working-copy buffer
   switch (in.offload_optimizer) {
     case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim; break;
     case OffloadDevice::kCpu:
       e.hst(M::kOptimizer) += optim;
       e.hst(M::kPinnedHost) += staging;
       break;
-    case OffloadDevice::kNvme:  // plus the host window one sub-group is updated in
+    case OffloadDevice::kNvme:  // plus the window of master, m, v one sub-group is updated in
       e.hst(M::kNvme) += optim;
-      e.hst(M::kPinnedHost) += staging + 3 * ((staging / 2 + 4095) / 4096 * 4096);
+      e.hst(M::kPinnedHost) += staging + 3 * ((4 * granule + 4095) / 4096 * 4096);
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
