@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "common/status.h"
-#include "absl/strings/str_cat.h"
 #include "model/config.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
@@ -68,8 +68,9 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
 absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   EstimateInput in;
   std::string what;
+  const int dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
   std::optional<DsConfig> ds;
-  if (!o.deepspeed.empty()) {
+  if (!o.deepspeed.empty()) {  // the run the config describes, as `train` would estimate it
     if (o.model.empty())
       return absl::InvalidArgumentError("estimate --deepspeed needs --model PRESET");
     if (o.stage != -1 || o.micro_batch != 0 || o.offload_optimizer != "none" ||
@@ -77,25 +78,21 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
       return absl::InvalidArgumentError(
           "with --deepspeed the stage, micro-batch, dtypes and offload come from the ds_config; "
           "drop --stage, --micro_batch, --param_dtype, --grad_dtype and --offload_*");
-    ZT_ASSIGN_OR_RETURN(ds, load_ds_config(o.deepspeed, o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes));
+    ZT_ASSIGN_OR_RETURN(ds, load_ds_config(o.deepspeed, dp));
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-    in = estimate_input(*ds, c, o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes,
-                        (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
+    in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;
-  }
-  if (ds) {
-    // in is the run's (estimate_input)
-  } else if (!o.model.empty()) {
-    ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-    in.unit_numel = unit_numels(c);
-    in.model = c;
-    what = o.model;
   } else {
-    in.psi = o.params;
-    what = "a model";
-  }
-  if (!ds) {
-    in.dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
+    if (!o.model.empty()) {
+      ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+      in.unit_numel = unit_numels(c);
+      in.model = c;
+      what = o.model;
+    } else {
+      in.psi = o.params;
+      what = "a model";
+    }
+    in.dp = dp;
     ZT_ASSIGN_OR_RETURN(in.param_dtype, parse_dtype(o.param_dtype));
     ZT_ASSIGN_OR_RETURN(in.grad_dtype, parse_dtype(o.grad_dtype));
     ZT_ASSIGN_OR_RETURN(in.offload_optimizer, parse_offload_device(o.offload_optimizer));
