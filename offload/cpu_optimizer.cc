@@ -13,29 +13,27 @@ namespace zt {
 namespace {
 
 constexpr size_t kAlign = NvmeSwapper::kAlign;
-size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Master weights and moments in host memory, or (with a swapper) in one file per unit that CPU
 // Adam reads and writes one sub-group at a time through a host window. A file holds, per
-// sub-group of g elements, [master | m | v], each region g * 4 bytes rounded up to kAlign.
+// sub-group of g elements (offload_granule: a multiple of 1024), [master | m | v], each region
+// g * 4 bytes, whole 4 KiB blocks.
 class CpuOptimizerState final : public OptimizerState {
  public:
   CpuOptimizerState(Backend* be, const CpuOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
-      : be_(be), opt_(o), nvme_(std::move(nvme)) {
-    if (opt_.sub_group_size <= 0) opt_.sub_group_size = 1'000'000'000;
-  }
+      : be_(be), opt_(o), nvme_(std::move(nvme)) {}
 
   void add_unit(size_t owned, float* /*fp32_working: the master lives off the device*/) override {
     Unit u;
     u.owned = owned;
-    u.granule = std::min<size_t>(std::max<size_t>(owned, 1), (size_t)opt_.sub_group_size);
+    u.granule = offload_granule(owned, opt_.sub_group_size, nvme_ ? 1024 : 1);
     if (nvme_) {
-      u.region = round_up(u.granule * 4);
-      const size_t groups = (owned + u.granule - 1) / u.granule;
-      auto h = nvme_->create(groups * 3 * u.region);
+      u.region = u.granule * 4;  // whole 4 KiB blocks: the granule is a multiple of 1024
+      const size_t bytes = nvme_state_bytes(owned, opt_.sub_group_size);
+      auto h = nvme_->create(bytes);
       if (!h.ok()) throw_status(h.status());
       u.file = *h;
-      host_.on_alloc(MemCategory::kNvme, groups * 3 * u.region);
+      host_.on_alloc(MemCategory::kNvme, bytes);
     } else {
       for (HostBuffer* b : {&u.master, &u.m, &u.v})
         *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, opt_.pin_memory);
@@ -122,8 +120,8 @@ class CpuOptimizerState final : public OptimizerState {
   State window(Unit& x, size_t begin, bool read) {
     if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin};
     if (!window_.data())
-      window_ = HostBuffer(3 * round_up(granule_ * 4), MemCategory::kPinnedHost, &host_,
-                           opt_.pin_memory, kAlign);
+      window_ =
+          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory, kAlign);
     char* w = static_cast<char*>(window_.data());
     if (read) {
       const absl::Status st = nvme_->read(x.file, w, 3 * x.region, offset(x, begin));

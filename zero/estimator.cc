@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "model/layout.h"
+#include "zero/optimizer_state.h"
 
 namespace zt {
 
@@ -72,8 +73,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded);
   const int64_t K = master ? 12 : 8;
   e.optimizer_k = static_cast<int>(K);
-  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0, largest_owned = 0;
-  int64_t largest_shard = 0, owned_total = 0;
+  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
+  int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
+  int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   for (int64_t n : units) {
     // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
     const int st = in.stage == 3 && n < in.stage3_param_persistence_threshold ? 0 : in.stage;
@@ -85,8 +87,11 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     params += (st == 3 ? shard : padded) * P;
     grads += (st >= 2 ? shard : padded) * G;
     optim += (st >= 1 ? shard : padded) * K;
-    largest_owned = std::max(largest_owned, st >= 1 ? shard : padded);
     if (st >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
+    const size_t owned = (size_t)(st >= 1 ? shard : padded);
+    granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
+    nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
+    nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size);
   }
 
   using M = MemCategory;
@@ -99,19 +104,17 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // Optimizer offload: the optimizer state leaves the device; the gradients stay there until
   // the step copies them, one sub-group at a time, through two host staging buffers.
   e.dev(M::kGrads) = grads;
-  // Elements CPU Adam takes at once: the largest sub-group of any unit.
-  const int64_t granule = std::min<int64_t>(
-      in.sub_group_size > 0 ? in.sub_group_size : largest_owned, largest_owned);
-  const int64_t staging = 2 * 4 * granule;  // one fp32 gradient and one working-copy buffer
+  // Two fp32 staging buffers of the largest sub-group: the gradient and the working copy.
+  const int64_t staging = 2 * 4 * granule, nvme_staging = 2 * 4 * nvme_granule;
   switch (in.offload_optimizer) {
     case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim; break;
     case OffloadDevice::kCpu:
       e.hst(M::kOptimizer) += optim;
       e.hst(M::kPinnedHost) += staging;
       break;
-    case OffloadDevice::kNvme:  // plus the window of master, m, v one sub-group is updated in
-      e.hst(M::kNvme) += optim;
-      e.hst(M::kPinnedHost) += staging + 3 * ((4 * granule + 4095) / 4096 * 4096);
+    case OffloadDevice::kNvme:        // plus the window of master, m, v one sub-group is updated in
+      e.hst(M::kNvme) += nvme_state;  // K = 12: offloaded state keeps its own master
+      e.hst(M::kPinnedHost) += nvme_staging + 3 * 4 * nvme_granule;
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.

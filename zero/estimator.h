@@ -91,9 +91,9 @@ struct MemoryEstimate {
 // the host) plus two staging buffers of min(sub_group_size, largest owned unit) fp32 elements
 // (kPinnedHost); the stored gradients stay on the device in their dtype until the step moves
 // them out (ZeRO-Offload's paper and DeepSpeed keep a host gradient partition instead: 2Ψ on
-// the GPU). nvme puts the optimizer state on NVMe (12 bytes per owned element; the swapper
-// rounds each sub-group's regions to 4 KiB) and adds a host window of master, m and v for one
-// sub-group (each rounded to 4 KiB). offload_param (stage 3) moves the parameter
+// the GPU). nvme puts the optimizer state on NVMe (12 bytes per element, in whole sub-groups of
+// a multiple of 1024 elements: nvme_state_bytes in zero/optimizer_state.h) and adds a host
+// window of master, m and v for one sub-group. offload_param (stage 3) moves the parameter
 // shard to pinned host memory or NVMe.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus

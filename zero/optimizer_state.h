@@ -42,6 +42,22 @@ class OptimizerState {
   virtual int64_t bytes_to_device() const { return 0; }
 };
 
+// Elements an offloaded state updates at once for a unit of `owned` elements (its sub-group):
+// zero_optimization.sub_group_size (<= 0: the whole unit), at most the unit, rounded up to a
+// multiple of `align` elements. NVMe uses align = 1024, so every fp32 region of a sub-group is
+// whole 4 KiB blocks (O_DIRECT) and only a unit's last sub-group carries padding. Shared by
+// offload/cpu_optimizer.cc and the estimator.
+inline size_t offload_granule(size_t owned, int64_t sub_group_size, size_t align = 1) {
+  size_t g = owned > 0 ? owned : 1;
+  if (sub_group_size > 0 && (size_t)sub_group_size < g) g = (size_t)sub_group_size;
+  return (g + align - 1) / align * align;
+}
+// NVMe bytes of one unit's state: whole sub-groups of master, m and v (12 bytes per element).
+inline size_t nvme_state_bytes(size_t owned, int64_t sub_group_size) {
+  const size_t g = offload_granule(owned, sub_group_size, 1024);
+  return (owned + g - 1) / g * 3 * g * 4;
+}
+
 // Master weights (unless aliased) and moments in the backend's memory, category kOptimizer,
 // updated by the backend's fused AdamW.
 std::unique_ptr<OptimizerState> make_device_optimizer_state(Backend* be);

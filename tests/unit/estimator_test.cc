@@ -240,14 +240,16 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 2);
 
-  // NVMe adds the host window of one sub-group's master, m and v, each rounded to 4 KiB.
-  const int64_t window = 3 * 4096;
+  // NVMe sub-groups are whole multiples of 1024 elements (4 KiB per fp32 region), so each of
+  // these three tiny units takes one padded sub-group of master, m and v on the drive, and the
+  // staging buffers and the host window hold 1024 elements each.
+  const int64_t group = 3 * 4 * 1024, staging = 2 * 4 * 1024, window = 3 * 4 * 1024;
   in = small(2);
   in.offload_optimizer = OffloadDevice::kNvme;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3 + window);
-  EXPECT_EQ(e->nvme(), 12 * 6);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
+  EXPECT_EQ(e->nvme(), 3 * group);
 
   in = small(3);
   in.offload_optimizer = OffloadDevice::kNvme;
@@ -255,8 +257,8 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->device_model_states(), 2 * 6);  // only the gradient shard
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3 + window);
-  EXPECT_EQ(e->nvme(), 12 * 6 + 2 * 6);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
+  EXPECT_EQ(e->nvme(), 3 * group + 2 * 6);
 
   in.offload_param = OffloadDevice::kCpu;
   in.offload_optimizer = OffloadDevice::kNone;
