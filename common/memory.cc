@@ -1,5 +1,7 @@
 #include "common/memory.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -94,6 +96,12 @@ void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemC
                    format_bytes((int64_t)bytes), " more of ", std::string(mem_category_name(c)),
                    " were asked with ", format_bytes((int64_t)t.current_total()),
                    " in use (", in_use.empty() ? "nothing" : in_use, ")"));
+}
+
+
+int64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
 }
 
 }  // namespace zt

@@ -53,6 +53,8 @@ class MemoryTracker {
 absl::StatusOr<int64_t> parse_byte_size(std::string_view s);
 // "7.50 GiB" style, binary units.
 std::string format_bytes(int64_t bytes);
+// This machine's physical memory in bytes (sysconf), 0 when unknown.
+int64_t physical_memory_bytes();
 
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so
 // code that survives running out of memory survives this too). what() says what was asked,

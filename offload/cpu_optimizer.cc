@@ -1,6 +1,7 @@
 #include "offload/cpu_optimizer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,27 +66,73 @@ class CpuOptimizerState final : public OptimizerState {
   }
   bool master_is_working_copy(int) const override { return false; }
 
-  void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s) override {
+  void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s,
+              bool out_on_host) override {
     Unit& x = units_[u];
     const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
     ensure_staging();
     AdamStep host_step = s;
-    host_step.zero_grad = false;  // the host copy is scratch; the device gradient is zeroed below
+    // A device gradient is copied into scratch and zeroed on the device below; a host gradient
+    // (grad null) is read in place and zeroed by CPU Adam in the same pass.
+    host_step.zero_grad = !grad && s.zero_grad;
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
       const State st = window(x, begin, /*read=*/true);  // NVMe: read the sub-group in
-      void* g = static_cast<char*>(grad) + begin * gb;
-      be_->copy_to_host(grad_stage_.data(), g, n * gb);
-      to_host_ += (int64_t)(n * gb);
-      if (s.zero_grad) be_->zero(g, n * gb);
-      cpu_adam_step(st.master, grad_stage_.data(), grad_t, st.m, st.v,
-                    out ? out_stage_.data() : nullptr, out_t, n, host_step);
+      void* g = static_cast<char*>(grad ? grad : x.grad.data()) + begin * gb;
+      if (grad) {
+        be_->copy_to_host(grad_stage_.data(), g, n * gb);
+        to_host_ += (int64_t)(n * gb);
+        if (s.zero_grad) be_->zero(g, n * gb);
+        g = grad_stage_.data();
+      }
+      // Host-resident parameters (stage-3 offload) take the update directly.
+      void* o = !out ? nullptr : out_on_host ? static_cast<char*>(out) + begin * ob
+                                             : out_stage_.data();
+      cpu_adam_step(st.master, g, grad_t, st.m, st.v, o, out_t, n, host_step);
       if (nvme_) store(x, begin);  // and written back
-      if (out) {
+      if (out && !out_on_host) {
         be_->copy_to_device(static_cast<char*>(out) + begin * ob, out_stage_.data(), n * ob);
         to_device_ += (int64_t)(n * ob);
       }
     }
+  }
+
+  bool keeps_gradients() const override { return true; }
+  void add_gradient(int u, DType t) override {
+    Unit& x = units_[u];
+    x.grad_t = t;
+    x.grad = HostBuffer(x.owned * dtype_size(t), MemCategory::kGrads, &host_, opt_.pin_memory);
+    std::memset(x.grad.data(), 0, x.grad.bytes());
+  }
+  void accumulate_gradient(int u, const float* src, float scale, bool accumulate) override {
+    Unit& x = units_[u];
+    const size_t gb = dtype_size(x.grad_t);
+    if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
+      DeviceBuffer tmp(be_, x.owned * gb, MemCategory::kCommBuffers);
+      be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned);
+      be_->copy_to_host(x.grad.data(), tmp.data(), x.owned * gb);
+      to_host_ += (int64_t)(x.owned * gb);
+      return;
+    }
+    ensure_staging();  // gradient accumulation: the fp32 sum moves, the host adds it
+    for (size_t begin = 0; begin < x.owned; begin += granule_) {
+      const size_t n = std::min(granule_, x.owned - begin);
+      be_->copy_to_host(grad_stage_.data(), src + begin, n * 4);
+      to_host_ += (int64_t)(n * 4);
+      scale_add(static_cast<char*>(x.grad.data()) + begin * gb, x.grad_t, grad_stage_.f32(), scale,
+                true, n);
+    }
+  }
+  double gradient_sum_squares(int u) override {
+    const Unit& x = units_[u];
+    return cpu_sum_squares(x.grad.data(), x.grad_t, x.owned);
+  }
+  void get_gradient(int u, float* host) override {
+    const Unit& x = units_[u];
+    convert(x.grad.data(), x.grad_t, host, DType::kF32, x.owned);
+  }
+  void zero_gradient(int u) override {
+    std::memset(units_[u].grad.data(), 0, units_[u].grad.bytes());
   }
 
   const MemoryTracker* host_tracker() const override { return &host_; }
@@ -96,6 +143,8 @@ class CpuOptimizerState final : public OptimizerState {
   struct Unit {
     size_t owned = 0, granule = 0;
     HostBuffer master, m, v;  // host memory
+    HostBuffer grad;          // the stored gradient (sharded units, stages 2-3)
+    DType grad_t = DType::kF32;
     int file = -1;            // NVMe
     size_t region = 0;        // NVMe: bytes of one of master / m / v per sub-group
   };

@@ -33,9 +33,6 @@ struct NotImplementedRule {
 };
 
 constexpr NotImplementedRule kNotImplementedRules[] = {
-    {"zero_optimization.offload_param.device",
-     [](const DsConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
-     "parameter offload is known but not implemented yet in this build; use \"none\""},
     {"prescale_gradients", [](const DsConfig& c) { return c.prescale_gradients; },
      "prescale_gradients is known but not implemented in this build; set it to false"},
     {"gradient_predivide_factor",

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/memory.h"
+#include "common/status.h"
 #include "offload/cpu_optimizer.h"
+#include "offload/param_store.h"
 
 namespace zt {
 
@@ -56,6 +58,29 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& 
   return make_device_optimizer_state(be);
 }
 
+absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
+                                                        const ModelConfig& model, int world,
+                                                        Backend* be) {
+  const OffloadParamConfig& o = ds.zero.offload_param;
+  if (o.device == OffloadDevice::kNone) return nullptr;
+  const bool pin = o.pin_memory;
+  if (o.device == OffloadDevice::kCpu) return make_host_param_store(be, pin);
+  const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu};
+  int64_t largest = 0;  // the largest shard the engine hands the store (sharded units only)
+  for (int64_t n : unit_numels(model))
+    if (n >= ds.zero.stage3_param_persistence_threshold)
+      largest = std::max<int64_t>(largest, (n + world - 1) / world);
+  const size_t elem = dtype_size(engine_options(ds).param_dtype);
+  ZT_RETURN_IF_ERROR(check_param_buffers(po, largest, elem, physical_memory_bytes()));
+  AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
+  auto swapper = NvmeSwapper::open(o.nvme_path, aio);
+  if (!swapper.ok())
+    return absl::Status(swapper.status().code(),
+                        absl::StrCat("zero_optimization.offload_param.nvme_path: ",
+                                     swapper.status().message()));
+  return make_nvme_param_store(be, po, elem, std::move(*swapper));
+}
+
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B,
                              int T) {
   EstimateInput in;
@@ -67,6 +92,9 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.grad_dtype = eo.grad_dtype;
   in.stage3_param_persistence_threshold = ds.zero.stage3_param_persistence_threshold;
   in.offload_optimizer = ds.zero.offload_optimizer.device;
+  in.offload_param = ds.zero.offload_param.device;
+  in.param_max_in_cpu = ds.zero.offload_param.max_in_cpu;
+  in.param_buffer_count = ds.zero.offload_param.buffer_count;
   in.sub_group_size = ds.zero.sub_group_size;
   in.overlap_comm = ds.zero.overlap_comm;
   in.model = model;

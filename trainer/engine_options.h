@@ -11,6 +11,7 @@
 #include "zero/engine.h"
 #include "zero/estimator.h"
 #include "zero/optimizer_state.h"
+#include "zero/param_store.h"
 
 namespace zt {
 
@@ -22,6 +23,13 @@ EngineOptions engine_options(const DsConfig& ds);
 // "nvme": the same with the state in files under offload_optimizer.nvme_path (the "aio" keys).
 // Errors: nvme_path missing or not writable, io_uring unavailable.
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be);
+// zero_optimization.offload_param.device "cpu" / "nvme" (stage 3): where the parameter shards
+// of `world` ranks of `model` live (offload/param_store.h); null for "none". Errors, before
+// anything is allocated: an nvme buffer_size below the largest shard, buffer_count x
+// buffer_size past this machine's memory, nvme_path missing or not writable.
+absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
+                                                        const ModelConfig& model, int world,
+                                                        Backend* be);
 // The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of

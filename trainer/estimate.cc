@@ -161,8 +161,10 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
         [c](const MemoryEstimate& e) { return e.dev(c); });
   row("device model states", [](const MemoryEstimate& e) { return e.device_model_states(); });
   row("device total", [](const MemoryEstimate& e) { return e.device_total(); });
-  row("host optimizer", [](const MemoryEstimate& e) { return e.hst(M::kOptimizer); });
-  row("host pinned_host", [](const MemoryEstimate& e) { return e.hst(M::kPinnedHost); });
+  for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kPinnedHost})
+    row("host " + std::string(mem_category_name(c)),
+        [c](const MemoryEstimate& e) { return e.hst(c); });
+  row("host total", [](const MemoryEstimate& e) { return e.host_total(); });
   row("nvme", [](const MemoryEstimate& e) { return e.nvme(); });
   const int64_t device =
       o.device_memory > 0 ? o.device_memory : (ds ? ds->zerotrain.device_memory_limit : 0);

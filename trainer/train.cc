@@ -181,8 +181,11 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                       optimizer_state(r.ds, r.backend.get()));
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,
+                      param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
   r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
-                                      engine_options(r.ds), std::move(optimizer));
+                                      engine_options(r.ds), std::move(optimizer),
+                                      std::move(params));
   if (r.comm->rank() == 0) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
@@ -245,9 +248,9 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
-    if (const MemoryTracker* h = r.engine->optimizer().host_tracker())
+    if (r.engine->offloaded())
       for (size_t c = 0; c < kNumMemCategories; ++c)
-        mem.host_peak[c] = h->peak(static_cast<MemCategory>(c));
+        mem.host_peak[c] = r.engine->host_bytes(static_cast<MemCategory>(c), /*peak=*/true);
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
     ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
                                   memory_report(mem, in, predicted, rank)));
@@ -340,8 +343,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   for (int64_t step = 1; step <= opt.steps; ++step) {
     Timer t;
     const CommStats comm_before = r.comm->stats();
-    const OffloadTraffic offload_before{r.engine->optimizer().bytes_to_host(),
-                                        r.engine->optimizer().bytes_to_device()};
+    const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
     r.engine->reset_comm_wait();
     double fwd_ms = 0, bwd_ms = 0, loss = 0;
     for (int micro = 0; micro < r.gas; ++micro) {
@@ -368,16 +370,14 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(lr)));
     const double opt_ms = to.ms();
     comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
-    const OptimizerState& os = r.engine->optimizer();
-    offload_steps.push_back({os.bytes_to_host() - offload_before.to_host,
-                             os.bytes_to_device() - offload_before.to_device});
+    offload_steps.push_back({r.engine->bytes_to_host() - offload_before.to_host,
+                             r.engine->bytes_to_device() - offload_before.to_device});
     if (step == 1)
       for (size_t c = 0; c < kNumMemCategories; ++c)
         mem.persistent[c] = r.backend->tracker().current(static_cast<MemCategory>(c));
-    if (step == 1 && r.engine->optimizer().host_tracker())
+    if (step == 1 && r.engine->offloaded())
       for (size_t c = 0; c < kNumMemCategories; ++c)
-        mem.host_persistent[c] =
-            r.engine->optimizer().host_tracker()->current(static_cast<MemCategory>(c));
+        mem.host_persistent[c] = r.engine->host_bytes(static_cast<MemCategory>(c));
     const double ms = t.ms();
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);

@@ -17,12 +17,15 @@ struct Engine::UnitState {
   bool replicated = false;      // whole on every rank: stage 0, or stage 3 under the threshold
   bool sharded_params = false;  // stage 3 and not replicated
   DeviceBuffer params;          // working dtype: the whole unit (padded), or this rank's shard
+  int store = -1;               // stage 3 with parameter offload: the shard's ParamStore handle
   DeviceBuffer gathered;        // stage 3: the whole unit while gathered (working dtype)
   CommRequest gather_req;
   bool gather_pending = false;
   DeviceBuffer fetched;    // fp32 view while live, when the working dtype is not fp32
   int live = 0;            // nested fetch count
-  DeviceBuffer grads;      // stored: whole unit (stages 0-1, replicated) or shard (2-3)
+  DeviceBuffer grads;      // stored: whole unit (stages 0-1, replicated) or shard (2-3),
+                           // none when the optimizer state holds it (host_grads)
+  bool host_grads = false;
   DeviceBuffer scratch;    // fp32 whole-unit gradient while a backward writes it
   bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
   DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
@@ -43,35 +46,48 @@ struct Engine::PendingReduce {
 };
 
 Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
-               std::unique_ptr<OptimizerState> optimizer)
+               std::unique_ptr<OptimizerState> optimizer, std::unique_ptr<ParamStore> params)
     : layout_(layout),
       be_(be),
       comm_(comm),
       opt_(opt),
       units_(layout.num_units()),
-      optimizer_(optimizer ? std::move(optimizer) : make_device_optimizer_state(be)) {
+      optimizer_(optimizer ? std::move(optimizer) : make_device_optimizer_state(be)),
+      params_(std::move(params)) {
   rank_ = comm->rank();
   world_ = comm->world_size();
   if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   const int stage = opt.zero.stage;
   ZT_CHECK(stage >= 0 && stage <= 3);
+  ZT_CHECK(!params_ || stage == 3);
+  host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
+  const bool offloaded = host_grads_ || params_;
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     s.numel = layout.units()[u].numel;
-    s.replicated = stage == 0 || world_ == 1 ||
+    s.replicated = stage == 0 || (world_ == 1 && !offloaded) ||
                    (stage == 3 && (int64_t)s.numel < opt.zero.stage3_param_persistence_threshold);
     s.sharded_params = stage == 3 && !s.replicated;
     s.shard = s.replicated ? s.numel : (s.numel + world_ - 1) / world_;
     s.padded = s.replicated ? s.numel : s.shard * world_;
-    const size_t param_elems = s.sharded_params ? s.shard : s.padded;
-    s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
-    be->zero(s.params.data(), s.params.bytes());
+    if (s.sharded_params && params_) {
+      s.store = params_->add(s.shard * pbytes);
+    } else {
+      const size_t param_elems = s.sharded_params ? s.shard : s.padded;
+      s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
+      be->zero(s.params.data(), s.params.bytes());
+    }
     const bool whole_grads = s.replicated || stage <= 1;
-    s.grads = DeviceBuffer(be, (whole_grads ? s.padded : s.shard) * gbytes, MemCategory::kGrads);
-    be->zero(s.grads.data(), s.grads.bytes());
-    optimizer_->add_unit(s.owned(), fp32_params ? static_cast<float*>(owned_working(s)) : nullptr);
+    s.host_grads = host_grads_ && !whole_grads;
+    if (!s.host_grads) {
+      s.grads = DeviceBuffer(be, (whole_grads ? s.padded : s.shard) * gbytes, MemCategory::kGrads);
+      be->zero(s.grads.data(), s.grads.bytes());
+    }
+    const bool alias = fp32_params && s.store < 0;  // an fp32 device working copy is the master
+    optimizer_->add_unit(s.owned(), alias ? static_cast<float*>(owned_working(s)) : nullptr);
+    if (s.host_grads) optimizer_->add_gradient(u, opt.grad_dtype);
   }
 }
 
@@ -82,6 +98,18 @@ Engine::~Engine() {
 }
 
 Engine::UnitState& Engine::unit(int u) { return units_[u]; }
+
+size_t Engine::host_bytes(MemCategory c, bool peak) const {
+  size_t b = 0;
+  for (const MemoryTracker* t :
+       {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr})
+    if (t) b += peak ? t->peak(c) : t->current(c);
+  return b;
+}
+int64_t Engine::bytes_to_host() const { return optimizer_->bytes_to_host(); }
+int64_t Engine::bytes_to_device() const {
+  return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0);
+}
 
 size_t Engine::shard_numel(int u) const { return units_[u].shard; }
 size_t Engine::padded_numel(int u) const { return units_[u].padded; }
@@ -102,6 +130,11 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
   for (size_t i = 0; i < owned.size() && begin + i < s.numel; ++i) owned[i] = host[begin + i];
   optimizer_->set_master(u, owned.data());
+  if (s.store >= 0) {
+    convert(owned.data(), DType::kF32, params_->begin_write(s.store), opt_.param_dtype, s.owned());
+    params_->end_write(s.store);
+    return;
+  }
   if (s.sharded_params || s.replicated) {
     if (!optimizer_->master_is_working_copy(u)) {
       std::vector<uint8_t> working(s.owned() * dtype_size(opt_.param_dtype));
@@ -154,7 +187,13 @@ void Engine::get_unit_grads(int u, std::span<float> host) {
     return gather_to_host(s, s.reduced.data(), host);
   }
   DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
-  be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
+  if (s.host_grads) {
+    std::vector<float> h(s.shard);
+    optimizer_->get_gradient(u, h.data());
+    be_->copy_to_device(shard.data(), h.data(), s.shard * 4);
+  } else {
+    be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
+  }
   gather_to_host(s, shard.data(), host);
 }
 
@@ -184,8 +223,15 @@ void Engine::gather(int u) {
   // prefetches queued ahead of it.
   if (!trace_valid_) check_unit_sequence(u);
   make_room((int64_t)s.padded);
-  s.gathered = DeviceBuffer(be_, s.padded * dtype_size(opt_.param_dtype), MemCategory::kWorkspace);
-  s.gather_req = comm_->all_gather(s.params.data(), s.gathered.data(), s.shard, opt_.param_dtype);
+  const size_t pbytes = dtype_size(opt_.param_dtype);
+  s.gathered = DeviceBuffer(be_, s.padded * pbytes, MemCategory::kWorkspace);
+  const void* shard = s.params.data();
+  if (s.store >= 0) {  // offloaded: into this rank's slice, then gathered in place
+    char* own = static_cast<char*>(s.gathered.data()) + (size_t)rank_ * s.shard * pbytes;
+    params_->load(s.store, own);
+    shard = own;
+  }
+  s.gather_req = comm_->all_gather(shard, s.gathered.data(), s.shard, opt_.param_dtype);
   s.gather_pending = true;
   gathered_ += (int64_t)s.padded;
   peak_gathered_ = std::max(peak_gathered_, gathered_);
@@ -335,6 +381,9 @@ void Engine::finish_reduce(PendingReduce& p) {
     be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard);
     s.reduced = std::move(p.recv);
     s.has_reduced = true;
+  } else if (s.host_grads) {  // stages 2-3, offloaded: averaged and accumulated on the host
+    optimizer_->accumulate_gradient(p.unit, p.recv.f32(), mean, !s.grads_zero);
+    s.grads_zero = false;
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
     be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard);
     s.grads_zero = false;
@@ -358,7 +407,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   st.loss_scale = loss_scale();
   // The gradient of the owned elements, in its stored dtype (no conversion pass).
   struct OwnedGrad {
-    void* data;
+    void* data;  // null: the optimizer state holds it (host_grads)
     DType dtype;
     bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
   };
@@ -367,13 +416,16 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
       if (!s.has_reduced) return std::nullopt;
       return OwnedGrad{s.reduced.data(), DType::kF32, false};
     }
-    return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};
+    return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};  // null data with host_grads
   };
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
   double ss = 0;
   for (UnitState& s : units_) {
     if (s.replicated && rank_ != 0) continue;
-    if (auto g = owned_grad(s)) ss += be_->sum_squares(g->data, g->dtype, s.owned());
+    if (s.host_grads)
+      ss += optimizer_->gradient_sum_squares(int(&s - units_.data()));
+    else if (auto g = owned_grad(s))
+      ss += be_->sum_squares(g->data, g->dtype, s.owned());
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
@@ -410,8 +462,14 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // owned elements (unless the master is it), and the gradient zeroed for the next step.
     as.zero_grad = g->stored;
     if (g->stored) s.grads_zero = true;
-    optimizer_->update(u, g->data, g->dtype,
-                       optimizer_->master_is_working_copy(u) ? nullptr : owned_working(s), pt, as);
+    if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
+      optimizer_->update(u, g->data, g->dtype, params_->begin_write(s.store), pt, as,
+                         /*out_on_host=*/true);
+      params_->end_write(s.store);
+    } else {
+      optimizer_->update(u, g->data, g->dtype,
+                         optimizer_->master_is_working_copy(u) ? nullptr : owned_working(s), pt, as);
+    }
     // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
@@ -434,7 +492,12 @@ void Engine::drop_gathered() {
 
 void Engine::finish_step() {
   for (UnitState& s : units_) {
-    if (!s.grads_zero) be_->zero(s.grads.data(), s.grads.bytes());
+    if (!s.grads_zero) {
+      if (s.host_grads)
+        optimizer_->zero_gradient(int(&s - units_.data()));
+      else
+        be_->zero(s.grads.data(), s.grads.bytes());
+    }
     s.grads_zero = true;
     s.reduced.reset();
     s.has_reduced = false;

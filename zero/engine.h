@@ -36,6 +36,7 @@
 #include "zero/comm.h"
 #include "zero/loss_scaler.h"
 #include "zero/optimizer_state.h"
+#include "zero/param_store.h"
 
 namespace zt {
 
@@ -80,9 +81,14 @@ struct StepStats {
 class Engine final : public UnitEngine {
  public:
   // comm must outlive the engine; its world size is N_d. optimizer: where the master weights and
-  // moments live (zero/optimizer_state.h); null keeps them on the device.
+  // moments live (zero/optimizer_state.h); null keeps them on the device. An offloaded one that
+  // keeps_gradients() also holds the sharded units' gradients (stages 2-3). params (stage 3):
+  // where the parameter shards live between gathers (zero/param_store.h); null: the device.
+  // With either offload, a single rank still shards (into one shard) so that the offloaded
+  // state leaves the device.
   Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
-         std::unique_ptr<OptimizerState> optimizer = nullptr);
+         std::unique_ptr<OptimizerState> optimizer = nullptr,
+         std::unique_ptr<ParamStore> params = nullptr);
   ~Engine() override;
 
   // Host fp32 values of a whole unit (numel elements, layout order). set: every rank passes
@@ -127,6 +133,15 @@ class Engine final : public UnitEngine {
   // Where the master weights and moments live (device or offloaded), for reports: host bytes
   // and device<->host traffic.
   const OptimizerState& optimizer() const { return *optimizer_; }
+  // Where stage-3 parameter shards live when offloaded (null: on the device).
+  const ParamStore* param_store() const { return params_.get(); }
+  // Offload, for reports: whether anything lives in host memory; its bytes by category
+  // (optimizer state plus parameter store; NVMe bytes as kNvme), now or at their peaks; and
+  // the bytes copied device -> host and host -> device since construction.
+  bool offloaded() const { return optimizer_->host_tracker() || params_; }
+  size_t host_bytes(MemCategory c, bool peak = false) const;
+  int64_t bytes_to_host() const;
+  int64_t bytes_to_device() const;
 
  private:
   struct UnitState;
@@ -153,6 +168,8 @@ class Engine final : public UnitEngine {
   int rank_ = 0, world_ = 1;
   std::vector<UnitState> units_;
   std::unique_ptr<OptimizerState> optimizer_;
+  std::unique_ptr<ParamStore> params_;
+  bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;

@@ -70,11 +70,17 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const int64_t P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
   // An offloaded state keeps its own fp32 master even when the working params are fp32.
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
-  const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded);
+  const bool param_offload = in.offload_param != OffloadDevice::kNone;
+  const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded || param_offload);
+  // The engine's offloaded states hold the sharded units' gradients (stages 2-3).
+  const bool host_grads = offloaded && in.stage >= 2;
+  // Offload shards even at N_d = 1; a sharded unit reduces into an fp32 shard buffer.
+  const bool shards = N > 1 || host_grads || param_offload;
   const int64_t K = master ? 12 : 8;
   e.optimizer_k = static_cast<int>(K);
   int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
   int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
+  int64_t host_grad_bytes = 0, host_params = 0, nvme_params = 0, in_cpu = 0, largest_nvme = 0;
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   for (int64_t n : units) {
     // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
@@ -84,8 +90,19 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     e.psi += n;
     e.padded_psi += padded;
     largest_padded = std::max(largest_padded, padded);
-    params += (st == 3 ? shard : padded) * P;
-    grads += (st >= 2 ? shard : padded) * G;
+    if (st == 3 && param_offload) {
+      const int64_t file = (shard * P + 4095) / 4096 * 4096;
+      if (in.offload_param == OffloadDevice::kCpu || in_cpu + shard <= in.param_max_in_cpu) {
+        in_cpu += shard;
+        host_params += shard * P;
+      } else {
+        nvme_params += file;
+        largest_nvme = std::max(largest_nvme, file);
+      }
+    } else {
+      params += (st == 3 ? shard : padded) * P;
+    }
+    (st >= 2 && host_grads ? host_grad_bytes : grads) += (st >= 2 ? shard : padded) * G;
     optim += (st >= 1 ? shard : padded) * K;
     if (st >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
     const size_t owned = (size_t)(st >= 1 ? shard : padded);
@@ -95,15 +112,14 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   }
 
   using M = MemCategory;
-  // Parameters: stage-3 shards may live on the host or NVMe.
-  switch (in.offload_param) {
-    case OffloadDevice::kNone: e.dev(M::kParams) = params; break;
-    case OffloadDevice::kCpu: e.hst(M::kPinnedHost) += params; break;
-    case OffloadDevice::kNvme: e.hst(M::kNvme) += params; break;
-  }
-  // Optimizer offload: the optimizer state leaves the device; the gradients stay there until
-  // the step copies them, one sub-group at a time, through two host staging buffers.
+  // Parameters: stage-3 shards may live on the host or NVMe (offload/param_store.h).
+  e.dev(M::kParams) = params;
+  e.hst(M::kParams) += host_params;
+  e.hst(M::kNvme) += nvme_params;
+  if (largest_nvme > 0) e.hst(M::kPinnedHost) += std::max<int64_t>(in.param_buffer_count, 1) * largest_nvme;
+  // Optimizer offload: the optimizer state leaves the device, and so do the sharded gradients.
   e.dev(M::kGrads) = grads;
+  e.hst(M::kGrads) += host_grad_bytes;
   // Two fp32 staging buffers of the largest sub-group: the gradient and the working copy.
   const int64_t staging = 2 * 4 * granule, nvme_staging = 2 * 4 * nvme_granule;
   switch (in.offload_optimizer) {
@@ -128,14 +144,15 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;
   // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
   // before training: the workspace peak is at least that.
-  if ((in.stage == 1 || in.stage == 2) && N > 1) ws = std::max(ws, largest_padded * 4);
+  if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, largest_padded * 4);
   e.dev(M::kWorkspace) = ws;
-  if (N > 1 && !in.unit_numel.empty()) {
+  if (shards && !in.unit_numel.empty()) {
     const int64_t in_flight = in.overlap_comm ? 2 : 1;
     int64_t comm = 0;
     if (in.stage <= 1) comm += in_flight * largest_padded * 4;  // fp32 copy being reduced
     if (in.stage >= 2) comm += in_flight * largest_shard * 4;   // its reduced shard
     if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
+    if (host_grads) comm += largest_shard * G;  // the shard rounded to G on its way out
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)

@@ -42,6 +42,10 @@ struct EstimateInput {
   bool fp32_master = true;
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
+  // offload_param nvme: shards kept in host memory (elements, in unit order), and the host
+  // buffers the others are read through (offload/param_store.h).
+  int64_t param_max_in_cpu = 1'000'000'000;
+  int64_t param_buffer_count = 5;
   // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
   int64_t sub_group_size = 1'000'000'000;
   // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next
@@ -89,12 +93,17 @@ struct MemoryEstimate {
 // Offload (offload/cpu_optimizer.h): offload_optimizer cpu moves the optimizer state (K = 12:
 // the host keeps its own fp32 master even when params are fp32) to host memory (kOptimizer on
 // the host) plus two staging buffers of min(sub_group_size, largest owned unit) fp32 elements
-// (kPinnedHost); the stored gradients stay on the device in their dtype until the step moves
-// them out (ZeRO-Offload's paper and DeepSpeed keep a host gradient partition instead: 2Ψ on
-// the GPU). nvme puts the optimizer state on NVMe (12 bytes per element, in whole sub-groups of
-// a multiple of 1024 elements: nvme_state_bytes in zero/optimizer_state.h) and adds a host
-// window of master, m and v for one sub-group. offload_param (stage 3) moves the parameter
-// shard to pinned host memory or NVMe.
+// (kPinnedHost); at stages 2-3 the sharded units' gradients move to the host as well (kGrads,
+// s_u * G, ZeRO-Offload's 2Ψ/N_d partition). nvme puts the optimizer state on NVMe (12 bytes
+// per element, in whole sub-groups of a multiple of 1024 elements: nvme_state_bytes in
+// zero/optimizer_state.h) and adds a host window of master, m and v for one sub-group.
+// offload_param (stage 3) moves the sharded units' parameter shards (s_u * P) to host memory
+// (cpu: kParams on the host) or NVMe (each shard rounded up to 4 KiB, kNvme), except the first
+// shards adding up to at most param_max_in_cpu elements, which stay in host memory, plus
+// param_buffer_count host buffers of the largest NVMe shard (kPinnedHost). Either offload
+// shards every unit even at N_d = 1 (a single rank then also reduces into a shard).
+// Only units at or above stage3_param_persistence_threshold are sharded; the others stay
+// whole on the device with their gradients.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is

@@ -30,10 +30,27 @@ class OptimizerState {
   // True when unit u's master is its device working copy, so update() needs no `out`.
   virtual bool master_is_working_copy(int u) const = 0;
   // AdamW on unit u (model/adamw_math.h). grad: the device gradient of the owned elements in
-  // grad_t, left all zeros when s.zero_grad. out: device buffer receiving the updated weights
-  // rounded to out_t (owned elements), or null.
-  virtual void update(int u, void* grad, DType grad_t, void* out, DType out_t,
-                      const AdamStep& s) = 0;
+  // grad_t, left all zeros when s.zero_grad. out: buffer receiving the updated weights rounded
+  // to out_t (owned elements), or null; in device memory, or in host memory when out_on_host
+  // (stage-3 parameter offload, zero/param_store.h).
+  virtual void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s,
+                      bool out_on_host = false) = 0;
+
+  // Offloaded states also keep the stored gradient of sharded units (stages 2-3) in host
+  // memory, in its dtype (ZeRO-Offload, Ren et al. 2021, Section 4.1: the reduced gradient
+  // partition moves to the CPU, 2Ψ/N_d bytes per step in 16-bit; DeepSpeed's CPU offload
+  // does the same). The engine then keeps no device gradient for those units and calls the
+  // gradient functions below; update() gets grad null and reads the host gradient.
+  virtual bool keeps_gradients() const { return false; }
+  // Registers unit u's host gradient (owned elements of dtype t, zeros).
+  virtual void add_gradient(int /*u*/, DType /*t*/) {}
+  // host gradient = (accumulate ? host gradient : 0) + scale * x, rounded to its dtype as
+  // Backend::scale_add rounds. x: device fp32, the owned elements (the reduced shard).
+  virtual void accumulate_gradient(int /*u*/, const float* /*x*/, float /*scale*/,
+                                   bool /*accumulate*/) {}
+  virtual double gradient_sum_squares(int /*u*/) { return 0; }  // Σ g² in double
+  virtual void get_gradient(int /*u*/, float* /*host*/) {}        // as fp32, owned elements
+  virtual void zero_gradient(int /*u*/) {}
 
   // Host memory of an offloaded state, by category (null when everything is on the device).
   virtual const MemoryTracker* host_tracker() const { return nullptr; }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -16,7 +17,9 @@
 #include "model/init.h"
 #include "model/transformer.h"
 #include "offload/cpu_optimizer.h"
+#include "offload/param_store.h"
 #include "zero/engine.h"
+#include "zero/estimator.h"
 #include "zero/mpi_comm.h"
 
 namespace zt {
@@ -57,7 +60,12 @@ struct RunResult {
   int skipped = 0;  // fp16 overflow steps
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
   int64_t host_optimizer_bytes = 0, nvme_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
+  // Host bytes by category of the optimizer state and the parameter store, after training.
+  std::array<int64_t, kNumMemCategories> host{};
+  // Parameter offload: host -> device bytes of step 2 (gathers).
+  int64_t params_to_device_one_step = 0;
   size_t owned = 0;  // elements this rank owns (sum of its shards)
+  size_t device_peak = 0;  // device bytes, all categories
 };
 
 // Where the optimizer state lives in a run: on the device, or in host memory (CPU Adam) with
@@ -81,14 +89,35 @@ std::unique_ptr<OptimizerState> optimizer_for(Optimizer where, Backend* be) {
   return nullptr;
 }
 
+// Where stage 3 keeps the parameter shards: the device, host memory, or NVMe (every shard on
+// the drive, read through two buffers, so shards are evicted and read again).
+enum class Params { kDevice, kCpu, kNvme };
+
+std::unique_ptr<ParamStore> params_for(Params where, Backend* be, DType t) {
+  switch (where) {
+    case Params::kDevice: return nullptr;
+    case Params::kCpu: return make_host_param_store(be, true);
+    case Params::kNvme: {
+      auto swapper =
+          NvmeSwapper::open(::testing::TempDir(), {.block_size = 8192, .queue_depth = 4});
+      EXPECT_TRUE(swapper.ok()) << swapper.status();
+      const ParamOffloadOptions o{.pin_memory = true, .buffer_count = 2, .max_in_cpu = 0};
+      return swapper.ok() ? make_nvme_param_store(be, o, dtype_size(t), std::move(*swapper))
+                          : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
-                Optimizer where = Optimizer::kDevice) {
+                Optimizer where = Optimizer::kDevice, Params params = Params::kDevice) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
   Transformer model(c, be.get(), B, kT);
-  Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()));
+  Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
+                params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<float> p(units[u].numel);
@@ -99,11 +128,15 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   RunResult res;
   for (MemCategory cat : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
     res.model_state_bytes.push_back(be->tracker().current(cat));
+  const auto params_to_device = [&] {
+    return engine.param_store() ? engine.param_store()->bytes_to_device() : 0;
+  };
   std::vector<int> x((size_t)B * kT), y((size_t)B * kT);
   for (int step = 0; step < kSteps; ++step) {
     const CommStats before = comm.stats();
     const int64_t to_host = engine.optimizer().bytes_to_host();
     const int64_t to_device = engine.optimizer().bytes_to_device();
+    const int64_t params_in = params_to_device();
     double loss = 0;
     for (int m = 0; m < gas; ++m) {
       for (int b = 0; b < B; ++b)
@@ -122,6 +155,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     if (step == 1) {
       res.to_host_one_step = engine.optimizer().bytes_to_host() - to_host;
       res.to_device_one_step = engine.optimizer().bytes_to_device() - to_device;
+      res.params_to_device_one_step = params_to_device() - params_in;
       for (size_t k = 0; k < kNumCollKinds; ++k) {
         res.comm_one_step[k].calls = comm.stats()[k].calls - before[k].calls;
         res.comm_one_step[k].elements = comm.stats()[k].elements - before[k].elements;
@@ -132,6 +166,14 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     res.losses.push_back(loss / W);
   }
   res.peak_gathered = engine.peak_gathered_numel();
+  res.device_peak = be->tracker().peak_total();
+  for (size_t k = 0; k < kNumMemCategories; ++k) {  // staging buffers exist after a step
+    const MemCategory cat = static_cast<MemCategory>(k);
+    if (const MemoryTracker* h = engine.optimizer().host_tracker())
+      res.host[k] += (int64_t)h->current(cat);
+    if (const ParamStore* p = engine.param_store())
+      res.host[k] += (int64_t)p->host_tracker().current(cat);
+  }
   if (const MemoryTracker* h = engine.optimizer().host_tracker()) {
     res.host_optimizer_bytes = (int64_t)h->current(MemCategory::kOptimizer);
     res.nvme_bytes = (int64_t)h->current(MemCategory::kNvme);
@@ -413,6 +455,120 @@ TEST_F(ZeroStages, CpuOptimizerOffloadMemoryAndTraffic) {
       EXPECT_NEAR((double)off.to_host_one_step, 2.0 * total / W, 2.0 * (off.owned * W - total));
     }
   }
+}
+
+// ZeRO-Infinity's parameter offload (stage 3): the parameter shards in host memory or on NVMe
+// (every shard on the drive, two buffers), with the optimizer on the device, in host memory or
+// on NVMe, give the same run as stage 3 on the device, at N_d = 1 and at this world size, with
+// and without gradient accumulation (fp32: exact).
+TEST_F(ZeroStages, ParamOffloadChangesNoResult) {
+  auto single = make_single_process_communicator();
+  struct Case {
+    Params params;
+    Optimizer optimizer;
+    const char* name;
+  };
+  const Case cases[] = {{Params::kCpu, Optimizer::kDevice, "params cpu"},
+                        {Params::kCpu, Optimizer::kCpuOffload, "params and optimizer cpu"},
+                        {Params::kNvme, Optimizer::kDevice, "params nvme"},
+                        {Params::kNvme, Optimizer::kNvmeOffload, "params and optimizer nvme"}};
+  for (Communicator* comm : {single.get(), comm_.get()}) {
+    for (int gas : {1, 2}) {
+      const RunResult dev = train(*comm, fp32_clipped(3), gas);
+      for (const Case& k : cases) {
+        const RunResult off = train(*comm, fp32_clipped(3), gas, tiny(), k.optimizer, k.params);
+        const std::string what =
+            absl::StrCat(k.name, ", N_d = ", comm->world_size(), ", gas ", gas);
+        ASSERT_EQ(off.losses.size(), dev.losses.size()) << what;
+        for (size_t s = 0; s < dev.losses.size(); ++s)
+          EXPECT_NEAR(off.losses[s], dev.losses[s], 1e-6 * std::fabs(dev.losses[s]))
+              << what << " step " << s;
+        EXPECT_LE(rel_param_diff(off, dev), 1e-6) << what;
+        EXPECT_EQ(off.model_state_bytes[0], 0) << what << ": parameter shards on the device";
+      }
+    }
+  }
+}
+
+// docs/offload.md's memory formulas (the estimator, zero/estimator.h) against the bytes the
+// engine allocates, by category, on the device and the host (and NVMe), for every stage x
+// offload combination in bf16. With both offloads at stage 3 the device keeps no model state
+// at all: only the units being used, gathered, and buffers.
+TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
+  struct Case {
+    int stage;
+    Optimizer optimizer;
+    Params params;
+  };
+  std::vector<Case> cases;
+  for (int stage = 1; stage <= 3; ++stage)
+    for (Optimizer o : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
+      cases.push_back({stage, o, Params::kDevice});
+  for (Params p : {Params::kCpu, Params::kNvme})
+    for (Optimizer o : {Optimizer::kDevice, Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
+      cases.push_back({3, o, p});
+  auto single = make_single_process_communicator();
+  for (Communicator* comm : {single.get(), comm_.get()}) {
+    for (const Case& k : cases) {
+      EngineOptions eo = fp32_clipped(k.stage);
+      eo.param_dtype = eo.grad_dtype = DType::kBF16;
+      const RunResult got = train(*comm, eo, 1, tiny(), k.optimizer, k.params);
+      EstimateInput in;
+      in.unit_numel = unit_numels(tiny());
+      in.stage = k.stage;
+      in.dp = comm->world_size();
+      in.param_dtype = in.grad_dtype = DType::kBF16;
+      in.offload_optimizer = k.optimizer == Optimizer::kDevice      ? OffloadDevice::kNone
+                             : k.optimizer == Optimizer::kCpuOffload ? OffloadDevice::kCpu
+                                                                     : OffloadDevice::kNvme;
+      in.offload_param = k.params == Params::kDevice ? OffloadDevice::kNone
+                         : k.params == Params::kCpu  ? OffloadDevice::kCpu
+                                                     : OffloadDevice::kNvme;
+      in.sub_group_size = 500;  // as optimizer_for()
+      in.param_max_in_cpu = 0;  // as params_for()
+      in.param_buffer_count = 2;
+      const auto e = estimate_memory(in);
+      ASSERT_TRUE(e.ok()) << e.status();
+      const std::string what = absl::StrCat("N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ",
+                                            (int)k.optimizer, ", params ", (int)k.params);
+      using M = MemCategory;
+      const M states[] = {M::kParams, M::kGrads, M::kOptimizer};
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ((int64_t)got.model_state_bytes[i], e->dev(states[i]))
+            << what << ": device " << mem_category_name(states[i]);
+      for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kPinnedHost, M::kNvme})
+        EXPECT_EQ(got.host[(size_t)c], e->hst(c)) << what << ": host " << mem_category_name(c);
+      if (k.stage == 3 && k.optimizer != Optimizer::kDevice && k.params != Params::kDevice)
+        for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got.model_state_bytes[i], 0u) << what;
+    }
+  }
+}
+
+// Parameter offload traffic: each all-gather of a unit starts with one copy of this rank's
+// shard host -> device. With reuse off a step gathers every block twice (forward, backward)
+// and the embedding and the head once (each stays gathered from its forward through its
+// backward): 2 (2 Σ_blocks s_u + s_emb + s_head) bytes in bf16, about 2 x 2Ψ/N_d. With the
+// optimizer on the CPU too the updated shard is written in host memory (nothing moves host ->
+// device in the step) and the bf16 gradient shard moves out once: 2Ψ/N_d.
+TEST_F(ZeroStages, ParamOffloadTraffic) {
+  EngineOptions eo = fp32_clipped(3);
+  eo.param_dtype = eo.grad_dtype = DType::kBF16;
+  eo.zero.stage3_max_reuse_distance = 0;
+  const RunResult got = train(*comm_, eo, 1, tiny(), Optimizer::kCpuOffload, Params::kCpu);
+  const int64_t owned = (int64_t)got.owned, W = comm_->world_size();
+  const ParamLayout layout(tiny());
+  int64_t loads = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t shard = ((int64_t)layout.units()[u].numel + W - 1) / W;
+    bool block = false;
+    for (int l = 0; l < tiny().n_layer; ++l) block |= layout.block_unit(l) == u;
+    loads += (block ? 2 : 1) * shard;
+  }
+  EXPECT_EQ(got.params_to_device_one_step, 2 * loads);
+  EXPECT_EQ(got.params_to_device_one_step,
+            2 * got.comm_one_step[(size_t)CollKind::kAllGather].elements / comm_->world_size());
+  EXPECT_EQ(got.to_host_one_step, 2 * owned);
+  EXPECT_EQ(got.to_device_one_step, 0);
 }
 
 }  // namespace

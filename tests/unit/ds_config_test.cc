@@ -286,14 +286,18 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
   EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,
                               "test.json")
                   .ok());
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-                           "offload_param": {"device": "cpu"}}})",
-                                1, unimpl),
-                       {"not implemented"}));
-  // Optimizer offload to CPU memory and to NVMe is implemented.
+  // Parameter offload (stage 3) and optimizer offload, to CPU memory and to NVMe, are
+  // implemented.
   for (const char* dev : {R"("cpu", "pin_memory": true)", R"("nvme", "nvme_path": "/tmp")"})
     EXPECT_TRUE(parse_ds_config(absl::StrCat(R"({"train_batch_size": 8, "zero_optimization": {
                            "stage": 2, "offload_optimizer": {"device": )",
+                                             dev, "}}}"),
+                                1, "test.json")
+                    .ok())
+        << dev;
+  for (const char* dev : {R"("cpu", "pin_memory": true)", R"("nvme", "nvme_path": "/tmp")"})
+    EXPECT_TRUE(parse_ds_config(absl::StrCat(R"({"train_batch_size": 8, "zero_optimization": {
+                           "stage": 3, "offload_param": {"device": )",
                                              dev, "}}}"),
                                 1, "test.json")
                     .ok())

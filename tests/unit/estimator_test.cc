@@ -230,7 +230,8 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   auto e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->dev(M::kParams), 2 * 24);
-  EXPECT_EQ(e->dev(M::kGrads), 2 * 6);  // the bf16 gradient shard waits on the device
+  EXPECT_EQ(e->dev(M::kGrads), 0);  // the bf16 gradient shard goes to the host (ZeRO-Offload)
+  EXPECT_EQ(e->hst(M::kGrads), 2 * 6);
   EXPECT_EQ(e->dev(M::kOptimizer), 0);
   EXPECT_EQ(e->hst(M::kOptimizer), 12 * 6);
   EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3);
@@ -251,21 +252,34 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
   EXPECT_EQ(e->nvme(), 3 * group);
 
+  // Stage 3 with both on NVMe: no model state on the device. Under the default max_in_cpu
+  // (1e9 elements) the bf16 parameter shards stay in host memory; with max_in_cpu 0 each goes
+  // to its own 4 KiB-rounded file, read through buffer_count buffers of the largest file.
   in = small(3);
   in.offload_optimizer = OffloadDevice::kNvme;
   in.offload_param = OffloadDevice::kNvme;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->device_model_states(), 2 * 6);  // only the gradient shard
+  EXPECT_EQ(e->device_model_states(), 0);
+  EXPECT_EQ(e->hst(M::kParams), 2 * 6);
+  EXPECT_EQ(e->hst(M::kGrads), 2 * 6);
   EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
-  EXPECT_EQ(e->nvme(), 3 * group + 2 * 6);
+  EXPECT_EQ(e->nvme(), 3 * group);
+  in.param_max_in_cpu = 0;
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->hst(M::kParams), 0);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window + 5 * 4096);
+  EXPECT_EQ(e->nvme(), 3 * group + 3 * 4096);
 
+  in.param_max_in_cpu = 1'000'000'000;
   in.offload_param = OffloadDevice::kCpu;
   in.offload_optimizer = OffloadDevice::kNone;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->dev(M::kParams), 0);
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 6);
+  EXPECT_EQ(e->hst(M::kParams), 2 * 6);
+  EXPECT_EQ(e->dev(M::kGrads), 2 * 6);  // the device optimizer keeps the gradients on the device
   EXPECT_EQ(e->dev(M::kOptimizer), 12 * 6);
 
   in = small(2);
@@ -329,8 +343,8 @@ namespace {
 // `zerotrain estimate --deepspeed cfg --model M`: the run's own estimate (what `train` writes
 // into memory_report predicted_bytes), and whether it fits the memory given or the config's
 // zerotrain.device_memory_limit. The numbers follow from the formulas above: TinyLlama in bf16
-// at stage 2 with the optimizer on the CPU keeps 2Ψ + 2Ψ of model states on the device and 12Ψ
-// on the host.
+// at stage 2 with the optimizer on the CPU keeps 2Ψ of model states on the device and 14Ψ on
+// the host (12Ψ optimizer state, 2Ψ gradients): the ZeRO-Offload paper's split.
 TEST(EstimateCommand, ReadsADsConfig) {
   const std::string cfg = ::testing::TempDir() + "/est_ds.json";
   std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
@@ -345,8 +359,9 @@ TEST(EstimateCommand, ReadsADsConfig) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_NE(t->find("offload_optimizer cpu"), std::string::npos) << *t;
   EXPECT_NE(t->find("stage 2"), std::string::npos) << *t;
-  EXPECT_NE(t->find("device model states           4.098"), std::string::npos) << *t;
+  EXPECT_NE(t->find("device model states           2.049"), std::string::npos) << *t;
   EXPECT_NE(t->find("host optimizer               12.294"), std::string::npos) << *t;
+  EXPECT_NE(t->find("host grads                    2.049"), std::string::npos) << *t;
   EXPECT_NE(t->find("of 4.00 GiB -> does NOT fit"), std::string::npos) << *t;
   EXPECT_NE(t->find("of 16.00 GiB -> fits"), std::string::npos) << *t;
   o.stage = 3;  // the config decides the stage

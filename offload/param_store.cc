@@ -1,0 +1,170 @@
+#include "offload/param_store.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "offload/host_buffer.h"
+
+namespace zt {
+namespace {
+
+[[noreturn]] void throw_status(const absl::Status& s) {
+  throw std::runtime_error(std::string(s.message()));
+}
+
+// Shards in host memory, or past max_in_cpu elements in files read through a small LRU pool of
+// host buffers (written through: a buffer always equals its file).
+class OffloadedParamStore final : public ParamStore {
+ public:
+  OffloadedParamStore(Backend* be, const ParamOffloadOptions& o, size_t elem_bytes,
+                      std::unique_ptr<NvmeSwapper> nvme)
+      : be_(be), opt_(o), elem_bytes_(elem_bytes), nvme_(std::move(nvme)) {}
+
+  int add(size_t bytes) override {
+    Shard s;
+    s.bytes = bytes;
+    const int64_t elems = (int64_t)(bytes / (elem_bytes_ ? elem_bytes_ : 1));
+    if (!nvme_ || in_cpu_ + elems <= opt_.max_in_cpu) {
+      in_cpu_ += elems;
+      s.host = HostBuffer(bytes, MemCategory::kParams, &host_, opt_.pin_memory);
+    } else {
+      s.rounded = (bytes + NvmeSwapper::kAlign - 1) / NvmeSwapper::kAlign * NvmeSwapper::kAlign;
+      auto h = nvme_->create(s.rounded);
+      if (!h.ok()) throw_status(h.status());
+      s.file = *h;
+      host_.on_alloc(MemCategory::kNvme, s.rounded);
+      buffer_bytes_ = std::max(buffer_bytes_, s.rounded);
+    }
+    shards_.push_back(std::move(s));
+    return (int)shards_.size() - 1;
+  }
+
+  void load(int h, void* device_dst) override {
+    Shard& s = shards_[h];
+    const void* src = s.host.data();
+    if (!src) {
+      Slot& b = slot_for(h);
+      if (b.holder != h) {
+        const absl::Status st = nvme_->read(s.file, b.buf.data(), s.rounded, 0);
+        if (!st.ok()) throw_status(st);
+        b.holder = h;
+      }
+      src = b.buf.data();
+    }
+    be_->copy_to_device(device_dst, src, s.bytes);
+    to_device_ += (int64_t)s.bytes;
+  }
+
+  void* begin_write(int h) override {
+    Shard& s = shards_[h];
+    if (s.host.data()) return s.host.data();
+    Slot& b = slot_for(h);
+    b.holder = -1;  // not a valid copy until end_write
+    writing_ = &b;
+    return b.buf.data();
+  }
+  void end_write(int h) override {
+    Shard& s = shards_[h];
+    if (s.host.data()) return;
+    ZT_CHECK(writing_ != nullptr);
+    const absl::Status st = nvme_->write(s.file, writing_->buf.data(), s.rounded, 0);
+    if (!st.ok()) throw_status(st);
+    writing_->holder = h;
+    writing_ = nullptr;
+  }
+
+  const MemoryTracker& host_tracker() const override { return host_; }
+  int64_t bytes_to_device() const override { return to_device_; }
+  int64_t nvme_bytes_read() const override { return nvme_ ? nvme_->bytes_read() : 0; }
+  int64_t nvme_bytes_written() const override { return nvme_ ? nvme_->bytes_written() : 0; }
+
+ private:
+  struct Shard {
+    size_t bytes = 0;
+    HostBuffer host;    // resident in host memory
+    int file = -1;      // or on the drive
+    size_t rounded = 0;  // file bytes (whole 4 KiB blocks)
+  };
+  struct Slot {
+    HostBuffer buf;
+    int holder = -1;  // the shard whose current value the buffer holds
+    uint64_t used = 0;
+  };
+
+  // The buffer holding shard h, else the least recently used one. The pool is allocated at the
+  // first use, when every shard is known.
+  Slot& slot_for(int h) {
+    if (pool_.empty()) {
+      const int64_t n = std::max<int64_t>(opt_.buffer_count, 1);
+      for (int64_t i = 0; i < n; ++i)
+        pool_.push_back({HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_,
+                                    opt_.pin_memory, NvmeSwapper::kAlign),
+                         -1, 0});
+    }
+    Slot* pick = &pool_[0];
+    for (Slot& b : pool_) {
+      if (b.holder == h) {
+        pick = &b;
+        break;
+      }
+      if (b.used < pick->used) pick = &b;
+    }
+    pick->used = ++clock_;
+    return *pick;
+  }
+
+  Backend* be_;
+  ParamOffloadOptions opt_;
+  size_t elem_bytes_;
+  MemoryTracker host_;  // declared before the buffers it accounts
+  std::vector<Shard> shards_;
+  std::vector<Slot> pool_;
+  Slot* writing_ = nullptr;
+  size_t buffer_bytes_ = 0;
+  int64_t in_cpu_ = 0, to_device_ = 0;
+  uint64_t clock_ = 0;
+  // Last: destroyed first, so its ring is closed before the buffers it reads into are freed.
+  std::unique_ptr<NvmeSwapper> nvme_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParamStore> make_host_param_store(Backend* be, bool pin_memory) {
+  ParamOffloadOptions o;
+  o.pin_memory = pin_memory;
+  return std::make_unique<OffloadedParamStore>(be, o, 1, nullptr);
+}
+
+std::unique_ptr<ParamStore> make_nvme_param_store(Backend* be, const ParamOffloadOptions& o,
+                                                  size_t elem_bytes,
+                                                  std::unique_ptr<NvmeSwapper> swapper) {
+  ZT_CHECK(swapper != nullptr && elem_bytes > 0);
+  return std::make_unique<OffloadedParamStore>(be, o, elem_bytes, std::move(swapper));
+}
+
+absl::Status check_param_buffers(const ParamOffloadOptions& o, int64_t largest_shard,
+                                 size_t elem_bytes, int64_t host_bytes) {
+  if (o.buffer_count < 1)
+    return absl::InvalidArgumentError(
+        "zero_optimization.offload_param.buffer_count is 0: NVMe parameter offload needs at "
+        "least one buffer to read shards through; set it to 1 or more (DeepSpeed's default: 5)");
+  if (o.buffer_size < largest_shard)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.offload_param.buffer_size ", o.buffer_size,
+        " elements is smaller than this rank's largest parameter shard, ", largest_shard,
+        " elements; set buffer_size to at least ", largest_shard));
+  const double need = (double)o.buffer_count * (double)o.buffer_size * (double)elem_bytes;
+  if (host_bytes > 0 && need > (double)host_bytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.offload_param: buffer_count ", o.buffer_count, " x buffer_size ",
+        o.buffer_size, " elements x ", elem_bytes, " bytes = ",
+        format_bytes((int64_t)std::min(need, 9.0e18)), " of buffers is more than this machine's ",
+        format_bytes(host_bytes), " of memory; lower buffer_count or buffer_size (",
+        largest_shard, " elements is the least buffer_size that holds every shard)"));
+  return absl::OkStatus();
+}
+
+}  // namespace zt

@@ -1,0 +1,42 @@
+// Where stage 3 keeps a rank's parameter shards between gathers (ZeRO-Infinity, Rajbhandari et
+// al. SC21, Section 5: parameter offload; DeepSpeed's zero_optimization.offload_param). Without
+// offload the engine keeps each shard in device memory and uses no store. With one, the device
+// holds a sharded unit only while it is gathered: gather() loads this rank's shard from the
+// store into its slice of the gathered buffer and all-gathers in place, and step() writes the
+// updated shard (working dtype) back through begin_write / end_write. The stores themselves
+// (host memory, NVMe) are in offload/param_store.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/memory.h"
+
+namespace zt {
+
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+
+  // Registers the next offloaded shard (handles 0, 1, ... in order) of `bytes` bytes.
+  virtual int add(size_t bytes) = 0;
+  // Copies shard h into device memory at device_dst (its bytes). Throws std::runtime_error when
+  // the drive cannot be read.
+  virtual void load(int h, void* device_dst) = 0;
+  // Host memory receiving shard h's new value (its bytes, any alignment the caller needs for
+  // 16-bit or fp32 elements); end_write(h) stores it (NVMe: writes it out; throws
+  // std::runtime_error with the OS error when the write fails).
+  virtual void* begin_write(int h) = 0;
+  virtual void end_write(int h) = 0;
+
+  // Host memory (kParams: resident shards, kPinnedHost: swap buffers) and bytes on the drive
+  // (kNvme), by category.
+  virtual const MemoryTracker& host_tracker() const = 0;
+  // Bytes copied host -> device by load() since construction.
+  virtual int64_t bytes_to_device() const = 0;
+  // Bytes read from and written to the drive since construction (0 without one).
+  virtual int64_t nvme_bytes_read() const { return 0; }
+  virtual int64_t nvme_bytes_written() const { return 0; }
+};
+
+}  // namespace zt
