@@ -181,6 +181,32 @@ TEST_F(Cli, NvmeOffloadOnAFullDriveStopsBeforeTraining) {
   EXPECT_EQ(out.find("step "), std::string::npos) << "trained on a full drive: " << out;
 }
 
+// Stage-3 parameter offload to NVMe: its buffers are checked at start, before anything is
+// allocated (a buffer_size below the largest shard; buffers past this machine's memory), and
+// a good run trains with every shard on the drive and leaves nothing behind.
+TEST_F(Cli, ParamOffloadToNvmeChecksItsBuffersAndCleansUp) {
+  fs::create_directories(path("swap"));
+  auto cfg = [&](const std::string& keys) {
+    write(path("p.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 3,
+        "stage3_param_persistence_threshold": 0,
+        "offload_param": {"device": "nvme", "nvme_path": ")" +
+                              path("swap") + "\", " + keys + "}}}");
+    return "--deepspeed " + path("p.json");
+  };
+  expect_user_error(run(train(cfg(R"("buffer_size": 1000)"))),
+                    {"offload_param.buffer_size 1000 elements", "largest parameter shard",
+                     "set buffer_size to at least"});
+  expect_user_error(run(train(cfg(R"("buffer_count": 1000000, "buffer_size": 1000000000000)"))),
+                    {"offload_param: buffer_count 1000000", "more than this machine's",
+                     "lower buffer_count or buffer_size"});
+  EXPECT_TRUE(fs::is_empty(path("swap")));
+  const Result r = run(train(cfg(R"("max_in_cpu": 0, "buffer_count": 2)")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived the run";
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));
