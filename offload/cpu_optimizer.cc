@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -66,32 +67,34 @@ class CpuOptimizerState final : public OptimizerState {
   }
   bool master_is_working_copy(int) const override { return false; }
 
-  void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s,
-              bool out_on_host) override {
+  void update(int u, const Io& io, const AdamStep& s) override {
     Unit& x = units_[u];
-    const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
+    const size_t gb = dtype_size(io.grad_t), ob = dtype_size(io.out_t);
     ensure_staging();
     AdamStep host_step = s;
-    // A device gradient is copied into scratch and zeroed on the device below; a host gradient
-    // (grad null) is read in place and zeroed by CPU Adam in the same pass.
-    host_step.zero_grad = !grad && s.zero_grad;
+    // A device gradient is copied into scratch and zeroed on the device below; the state's own
+    // host gradient is read in place and zeroed by CPU Adam in the same pass; a host snapshot
+    // is read in place and kept.
+    const bool own = !io.grad, on_device = io.grad && !io.grad_on_host;
+    host_step.zero_grad = own && s.zero_grad;
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
       const State st = window(x, begin, /*read=*/true);  // NVMe: read the sub-group in
-      void* g = static_cast<char*>(grad ? grad : x.grad.data()) + begin * gb;
-      if (grad) {
+      void* g = static_cast<char*>(own ? x.grad.data() : io.grad) + begin * gb;
+      if (on_device) {
         be_->copy_to_host(grad_stage_.data(), g, n * gb);
         to_host_ += (int64_t)(n * gb);
         if (s.zero_grad) be_->zero(g, n * gb);
         g = grad_stage_.data();
       }
-      // Host-resident parameters (stage-3 offload) take the update directly.
-      void* o = !out ? nullptr : out_on_host ? static_cast<char*>(out) + begin * ob
-                                             : out_stage_.data();
-      cpu_adam_step(st.master, g, grad_t, st.m, st.v, o, out_t, n, host_step);
+      // Host-resident weights (parameter offload, delayed update) take the update directly.
+      void* o = !io.out         ? nullptr
+                : io.out_on_host ? static_cast<char*>(io.out) + begin * ob
+                                 : out_stage_.data();
+      cpu_adam_step(st.master, g, io.grad_t, st.m, st.v, o, io.out_t, n, host_step);
       if (nvme_) store(x, begin);  // and written back
-      if (out && !out_on_host) {
-        be_->copy_to_device(static_cast<char*>(out) + begin * ob, out_stage_.data(), n * ob);
+      if (io.out && !io.out_on_host) {
+        be_->copy_to_device(static_cast<char*>(io.out) + begin * ob, out_stage_.data(), n * ob);
         to_device_ += (int64_t)(n * ob);
       }
     }
@@ -158,10 +161,13 @@ class CpuOptimizerState final : public OptimizerState {
     throw std::runtime_error(std::string(s.message()));
   }
 
+  // One sub-group of gradient and of working copy, at the first use (every unit is known
+  // then). Once: a delayed update's thread and the next backward may both get here first.
   void ensure_staging() {
-    if (grad_stage_.data()) return;  // one sub-group of gradient and of working copy
-    grad_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
-    out_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+    std::call_once(staging_once_, [this] {
+      grad_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+      out_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+    });
   }
 
   // The state of the sub-group starting at element `begin`: the unit's host buffers, or the
@@ -191,6 +197,7 @@ class CpuOptimizerState final : public OptimizerState {
   std::vector<Unit> units_;
   size_t granule_ = 0;  // elements per staging buffer: the largest sub-group of any unit
   HostBuffer grad_stage_, out_stage_, window_;
+  std::once_flag staging_once_;
   int64_t to_host_ = 0, to_device_ = 0;
   // Last: destroyed first, so its ring is closed before the window it reads into is freed.
   std::unique_ptr<NvmeSwapper> nvme_;

@@ -699,6 +699,14 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
                                   "got ", show(*limit)));
     }
   }
+  ZT_ASSIGN_OR_RETURN(const json* dpu, section(r, {"delayed_param_update"}));
+  if (dpu) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader d,
+                        ObjectReader::make(&src, *dpu, "zerotrain.delayed_param_update"));
+    ZT_RETURN_IF_ERROR(d.get_bool({"enabled"}, &z->delayed_param_update));
+    ZT_RETURN_IF_ERROR(d.get_int({"warmup_steps"}, &z->delayed_param_update_warmup, 0));
+    ZT_RETURN_IF_ERROR(d.finish());
+  }
   return r.finish();
 }
 
@@ -739,6 +747,13 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
   if (aio) ZT_RETURN_IF_ERROR(parse_aio(src, *aio, &c->aio));
   ZT_ASSIGN_OR_RETURN(const json* zt, section(r, {"zerotrain"}));
   if (zt) ZT_RETURN_IF_ERROR(parse_zerotrain(src, *zt, &c->zerotrain));
+  if (c->zerotrain.delayed_param_update &&
+      c->zero.offload_optimizer.device == OffloadDevice::kNone)
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": zerotrain.delayed_param_update.enabled: the delayed parameter update overlaps "
+             "the CPU optimizer step with the next forward and backward, so it needs "
+             "zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\"; set one, or "
+             "set enabled to false"));
   // DeepSpeed sections and keys this build does not implement: allowed only at defaults
   // where a default is given.
   for (const char* k : {"activation_checkpointing",

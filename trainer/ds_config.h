@@ -149,6 +149,12 @@ struct ZerotrainConfig {
   // with a unit ("8GiB", "7.5GB"). An allocation past it stops the run with the bytes in use
   // per category and what the estimator says would fit.
   int64_t device_memory_limit = 0;
+  // "delayed_param_update": {"enabled": bool, "warmup_steps": int >= 0}: the ZeRO-Offload
+  // paper's one-step delayed parameter update (zero/engine.h EngineOptions::
+  // delayed_update_after) after warmup_steps ordinary steps (default 10). Needs
+  // zero_optimization.offload_optimizer on cpu or nvme.
+  bool delayed_param_update = false;
+  int64_t delayed_param_update_warmup = 10;
 };
 
 // The whole ds_config.json.

@@ -36,6 +36,8 @@ EngineOptions engine_options(const DsConfig& ds) {
   eo.zero.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
   eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;
   eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
+  if (ds.zerotrain.delayed_param_update)
+    eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
   return eo;
 }
 

@@ -19,6 +19,7 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> persistent{}, peak{};
   // Host memory of an offloaded optimizer state (zero when nothing is offloaded).
   std::array<int64_t, kNumMemCategories> host_persistent{}, host_peak{};
+  int64_t device_peak = 0;  // the most device bytes in use at once, all categories together
 };
 
 // The memory_report.json object: measured bytes per category on the device and on the host

@@ -247,6 +247,7 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
   if (opt.memory_report) {
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
+    mem.device_peak = (int64_t)r.backend->tracker().peak_total();
     const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
     if (r.engine->offloaded())
       for (size_t c = 0; c < kNumMemCategories; ++c)
@@ -417,6 +418,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
                                               "gradient_clipping, or check the data"));
     if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
   }
+  r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
   validate_now(opt.steps);
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
   if (root)

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
 
 #include "common/status.h"
 #include "common/timer.h"
@@ -36,6 +39,19 @@ struct Engine::UnitState {
   void* whole_params() const { return sharded_params ? gathered.data() : params.data(); }
 };
 
+// The delayed update running in the background: per unit, a host snapshot of the gradient
+// it reads and the weights it writes (working dtype), published by the next step.
+struct Engine::Delayed {
+  struct Unit {
+    int u;
+    std::vector<uint8_t> grad, out;
+    DType grad_t;
+  };
+  std::vector<Unit> units;
+  std::thread worker;
+  std::exception_ptr error;
+};
+
 // A gradient reduction in flight (overlap_comm): its buffers live until it completes.
 struct Engine::PendingReduce {
   int unit;
@@ -61,6 +77,8 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   ZT_CHECK(stage >= 0 && stage <= 3);
   ZT_CHECK(!params_ || stage == 3);
   host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
+  // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
+  ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
   const bool offloaded = host_grads_ || params_;
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
@@ -92,6 +110,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 }
 
 Engine::~Engine() {
+  if (delayed_ && delayed_->worker.joinable()) delayed_->worker.join();
   // No buffer may go while the communication thread can still write into it.
   drain_reductions(0);
   for (UnitState& s : units_) wait_gathered(s);
@@ -102,13 +121,14 @@ Engine::UnitState& Engine::unit(int u) { return units_[u]; }
 size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
   for (const MemoryTracker* t :
-       {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr})
+       {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr, &delayed_host_})
     if (t) b += peak ? t->peak(c) : t->current(c);
   return b;
 }
-int64_t Engine::bytes_to_host() const { return optimizer_->bytes_to_host(); }
+int64_t Engine::bytes_to_host() const { return optimizer_->bytes_to_host() + delayed_to_host_; }
 int64_t Engine::bytes_to_device() const {
-  return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0);
+  return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +
+         delayed_to_device_;
 }
 
 size_t Engine::shard_numel(int u) const { return units_[u].shard; }
@@ -123,6 +143,7 @@ void* Engine::owned_working(UnitState& s) {
 }
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
+  finish_delayed_update();
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
   // This rank's owned slice (zero past the end of the unit: padding).
@@ -152,6 +173,7 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
 }
 
 void Engine::get_unit_params(int u, std::span<float> host) {
+  finish_delayed_update();
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
   if (s.replicated) {
@@ -403,6 +425,7 @@ void Engine::begin_pass() { recording_.clear(); }
 
 absl::StatusOr<StepStats> Engine::step(float lr) {
   drain_reductions(0);
+  finish_delayed_update();  // the previous step's update, if it ran in the background
   StepStats st;
   st.loss_scale = loss_scale();
   // The gradient of the owned elements, in its stored dtype (no conversion pass).
@@ -451,8 +474,13 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
               st.clip_coef / st.loss_scale,
               a.adam_w_mode,
               a.bias_correction};
+  if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
+    start_delayed_update(as);
+    finish_step();
+    st.step = t_;
+    return st;
+  }
   const DType pt = opt_.param_dtype;
-  std::vector<CommRequest> gathers;
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
@@ -462,27 +490,113 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // owned elements (unless the master is it), and the gradient zeroed for the next step.
     as.zero_grad = g->stored;
     if (g->stored) s.grads_zero = true;
+    OptimizerState::Io io{.grad = g->data, .grad_t = g->dtype, .out_t = pt};
     if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
-      optimizer_->update(u, g->data, g->dtype, params_->begin_write(s.store), pt, as,
-                         /*out_on_host=*/true);
-      params_->end_write(s.store);
-    } else {
-      optimizer_->update(u, g->data, g->dtype,
-                         optimizer_->master_is_working_copy(u) ? nullptr : owned_working(s), pt, as);
+      io.out = params_->begin_write(s.store);
+      io.out_on_host = true;
+    } else if (!optimizer_->master_is_working_copy(u)) {
+      io.out = owned_working(s);
     }
+    optimizer_->update(u, io, as);
+    if (s.store >= 0) params_->end_write(s.store);
     // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
-  // The all-gathers go out after every update: issued between updates they would share the
-  // cores and memory bandwidth with them (the communication thread copies while Adam streams).
-  for (UnitState* s : gather_units)
-    gathers.push_back(comm_->all_gather(owned_working(*s), s->params.data(), s->shard, pt));
-  Timer t;
-  for (CommRequest& g : gathers) g.wait();
-  comm_wait_ms_ += t.ms();
+  gather_owned_slices(gather_units);
   finish_step();
   st.step = t_;
   return st;
+}
+
+// The all-gathers go out after every update: issued between updates they would share the
+// cores and memory bandwidth with them (the communication thread copies while Adam streams).
+void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
+  std::vector<CommRequest> gathers;
+  for (UnitState* s : units)
+    gathers.push_back(
+        comm_->all_gather(owned_working(*s), s->params.data(), s->shard, opt_.param_dtype));
+  Timer t;
+  for (CommRequest& g : gathers) g.wait();
+  comm_wait_ms_ += t.ms();
+}
+
+// Snapshots every owned gradient into host memory (the stored ones are zeroed by finish_step)
+// and starts AdamW on them in a background thread, writing the new weights to host staging.
+void Engine::start_delayed_update(const AdamStep& as) {
+  if (!delayed_) delayed_ = std::make_unique<Delayed>();
+  Delayed& d = *delayed_;
+  ZT_CHECK(!d.worker.joinable());
+  const size_t pb = dtype_size(opt_.param_dtype);
+  const size_t old_bytes = [&] {
+    size_t b = 0;
+    for (const Delayed::Unit& x : d.units) b += x.grad.size() + x.out.size();
+    return b;
+  }();
+  d.units.clear();
+  for (int u = 0; u < (int)units_.size(); ++u) {
+    UnitState& s = units_[u];
+    Delayed::Unit x{u, {}, {}, opt_.grad_dtype};
+    if (s.host_grads) {  // the state's host gradient, as fp32 (exact)
+      x.grad_t = DType::kF32;
+      x.grad.resize(s.owned() * 4);
+      optimizer_->get_gradient(u, reinterpret_cast<float*>(x.grad.data()));
+    } else if (!s.replicated && opt_.zero.stage == 1) {  // the reduced fp32 shard
+      if (!s.has_reduced) continue;
+      x.grad_t = DType::kF32;
+      x.grad.resize(s.owned() * 4);
+      be_->copy_to_host(x.grad.data(), s.reduced.data(), x.grad.size());
+      delayed_to_host_ += (int64_t)x.grad.size();
+    } else {  // the stored gradient: this rank's slice of the unit or its shard
+      x.grad.resize(s.owned() * dtype_size(opt_.grad_dtype));
+      const size_t begin = s.replicated || opt_.zero.stage >= 2 ? 0 : (size_t)rank_ * s.shard;
+      be_->copy_to_host(x.grad.data(),
+                        static_cast<const char*>(s.grads.data()) + begin * dtype_size(x.grad_t),
+                        x.grad.size());
+      delayed_to_host_ += (int64_t)x.grad.size();
+    }
+    x.out.resize(s.owned() * pb);
+    d.units.push_back(std::move(x));
+  }
+  size_t new_bytes = 0;
+  for (const Delayed::Unit& x : d.units) new_bytes += x.grad.size() + x.out.size();
+  delayed_host_.on_free(MemCategory::kPinnedHost, old_bytes);
+  delayed_host_.on_alloc(MemCategory::kPinnedHost, new_bytes);
+  d.error = nullptr;
+  d.worker = std::thread([this, as, &d] {
+    try {
+      for (Delayed::Unit& x : d.units) {
+        OptimizerState::Io io{.grad = x.grad.data(),
+                              .grad_t = x.grad_t,
+                              .grad_on_host = true,
+                              .out = x.out.data(),
+                              .out_t = opt_.param_dtype,
+                              .out_on_host = true};
+        optimizer_->update(x.u, io, as);
+      }
+    } catch (...) {
+      d.error = std::current_exception();
+    }
+  });
+}
+
+void Engine::finish_delayed_update() {
+  if (!delayed_ || !delayed_->worker.joinable()) return;
+  Delayed& d = *delayed_;
+  d.worker.join();
+  if (d.error) std::rethrow_exception(d.error);
+  std::vector<UnitState*> gather_units;
+  for (Delayed::Unit& x : d.units) {
+    UnitState& s = units_[x.u];
+    if (s.store >= 0) {
+      std::memcpy(params_->begin_write(s.store), x.out.data(), x.out.size());
+      params_->end_write(s.store);
+    } else {
+      be_->copy_to_device(owned_working(s), x.out.data(), x.out.size());
+      delayed_to_device_ += (int64_t)x.out.size();
+    }
+    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  }
+  gather_owned_slices(gather_units);
 }
 
 void Engine::drop_gathered() {

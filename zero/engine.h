@@ -68,6 +68,14 @@ struct EngineOptions {
   // overflow on any rank skips the step on every rank (DeepSpeed's DynamicLossScaler).
   bool loss_scaling = false;
   LossScalerConfig loss_scaler;
+  // Delayed parameter update (DPU; Ren et al., "ZeRO-Offload", USENIX ATC 2021, Section 5.2):
+  // after delayed_update_after ordinary steps (< 0: never), an offloaded optimizer's step runs
+  // in the background while the next forward and backward run on the parameters as they were
+  // before it (one step stale); the next step() waits for it and publishes its weights. With
+  // D = delayed_update_after and w_k the weights after step k, the gradient of step k > D + 1
+  // is taken at w_{k-2} and applied to w_{k-1}. Needs an offloaded optimizer state (its update
+  // reads a host snapshot of the gradients and writes host staging).
+  int delayed_update_after = -1;
 };
 
 struct StepStats {
@@ -118,6 +126,10 @@ class Engine final : public UnitEngine {
   // run there too).
   absl::StatusOr<StepStats> step(float lr);
   int steps_taken() const { return t_; }
+  // Delayed parameter update: waits for the update still running and publishes its weights, so
+  // parameters and optimizer state are current (before reading parameters, at the end of a
+  // run). No-op otherwise. Throws std::runtime_error with the update's error (e.g. NVMe).
+  void finish_delayed_update();
   // Multiply the loss's seed gradient by this (1 without loss scaling).
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
 
@@ -146,6 +158,9 @@ class Engine final : public UnitEngine {
  private:
   struct UnitState;
   struct PendingReduce;
+  struct Delayed;
+  void start_delayed_update(const AdamStep& as);
+  void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   UnitState& unit(int u);
   void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
   void gather_to_host(UnitState& s, const void* shard, std::span<float> host);
@@ -170,6 +185,9 @@ class Engine final : public UnitEngine {
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<ParamStore> params_;
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
+  std::unique_ptr<Delayed> delayed_;  // the update running in the background (DPU)
+  MemoryTracker delayed_host_;        // its gradient snapshots and staged weights
+  int64_t delayed_to_host_ = 0, delayed_to_device_ = 0;
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;

@@ -29,19 +29,20 @@ class DeviceOptimizerState final : public OptimizerState {
     be_->copy_to_host(host, master(u), units_[u].owned * 4);
   }
   bool master_is_working_copy(int u) const override { return units_[u].alias != nullptr; }
-  void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s,
-              bool out_on_host) override {
+  void update(int u, const Io& io, const AdamStep& s) override {
     Unit& x = units_[u];
-    if (!out_on_host || !out) {
-      be_->adamw_update(master(u), grad, grad_t, x.m.f32(), x.v.f32(), out, out_t, x.owned, s);
+    ZT_CHECK(io.grad && !io.grad_on_host);  // device gradients only
+    if (!io.out_on_host || !io.out) {
+      be_->adamw_update(master(u), io.grad, io.grad_t, x.m.f32(), x.v.f32(), io.out, io.out_t,
+                        x.owned, s);
       return;
     }
     // Parameters offloaded, optimizer on the device: round on the device, then copy out.
-    const size_t bytes = x.owned * dtype_size(out_t);
+    const size_t bytes = x.owned * dtype_size(io.out_t);
     DeviceBuffer tmp(be_, bytes, MemCategory::kWorkspace);
-    be_->adamw_update(master(u), grad, grad_t, x.m.f32(), x.v.f32(), tmp.data(), out_t, x.owned,
-                      s);
-    be_->copy_to_host(out, tmp.data(), bytes);
+    be_->adamw_update(master(u), io.grad, io.grad_t, x.m.f32(), x.v.f32(), tmp.data(), io.out_t,
+                      x.owned, s);
+    be_->copy_to_host(io.out, tmp.data(), bytes);
     to_host_ += (int64_t)bytes;
   }
   int64_t bytes_to_host() const override { return to_host_; }

@@ -29,12 +29,22 @@ class OptimizerState {
   virtual void get_master(int u, float* host) = 0;
   // True when unit u's master is its device working copy, so update() needs no `out`.
   virtual bool master_is_working_copy(int u) const = 0;
-  // AdamW on unit u (model/adamw_math.h). grad: the device gradient of the owned elements in
-  // grad_t, left all zeros when s.zero_grad. out: buffer receiving the updated weights rounded
-  // to out_t (owned elements), or null; in device memory, or in host memory when out_on_host
-  // (stage-3 parameter offload, zero/param_store.h).
-  virtual void update(int u, void* grad, DType grad_t, void* out, DType out_t, const AdamStep& s,
-                      bool out_on_host = false) = 0;
+  // The buffers of one update (owned elements each).
+  struct Io {
+    // The gradient in grad_t: device memory, left all zeros when AdamStep::zero_grad; host
+    // memory when grad_on_host (a snapshot, left as it is; offloaded states only); or null: the
+    // state's own host gradient (keeps_gradients()), zeroed when AdamStep::zero_grad.
+    void* grad = nullptr;
+    DType grad_t = DType::kF32;
+    bool grad_on_host = false;
+    // Receives the updated weights rounded to out_t, or null; device memory, or host memory
+    // when out_on_host (stage-3 parameter offload, the delayed update's staging).
+    void* out = nullptr;
+    DType out_t = DType::kF32;
+    bool out_on_host = false;
+  };
+  // AdamW on unit u (model/adamw_math.h).
+  virtual void update(int u, const Io& io, const AdamStep& s) = 0;
 
   // Offloaded states also keep the stored gradient of sharded units (stages 2-3) in host
   // memory, in its dtype (ZeRO-Offload, Ren et al. 2021, Section 4.1: the reduced gradient

@@ -281,6 +281,38 @@ TEST(DsConfig, ZerotrainBlockDeviceMemoryLimit) {
   EXPECT_NE(std::string(typo.status().message()).find("device_memory_limit"), std::string::npos);
 }
 
+// "zerotrain": {"delayed_param_update": {...}}: enabled and warmup_steps (default 10); it
+// needs an offloaded optimizer, and a typo or a negative warm-up is named.
+TEST(DsConfig, ZerotrainBlockDelayedParamUpdate) {
+  auto parse = [](const std::string& dpu, const std::string& offload) {
+    return parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2)" +
+                               offload + R"(}, "zerotrain": {"delayed_param_update": )" + dpu +
+                               "}}",
+                           1, "test.json");
+  };
+  const std::string cpu = R"(, "offload_optimizer": {"device": "cpu"})";
+  auto c = parse(R"({"enabled": true, "warmup_steps": 40})", cpu);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->zerotrain.delayed_param_update);
+  EXPECT_EQ(c->zerotrain.delayed_param_update_warmup, 40);
+  c = parse(R"({"enabled": true})", cpu);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->zerotrain.delayed_param_update_warmup, 10);
+  EXPECT_TRUE(parse(R"({"enabled": false})", "").ok());
+  auto no_offload = parse(R"({"enabled": true})", "");
+  ASSERT_FALSE(no_offload.ok());
+  EXPECT_NE(std::string(no_offload.status().message()).find("offload_optimizer.device"),
+            std::string::npos)
+      << no_offload.status();
+  for (const char* bad : {R"({"enabled": true, "warmup_steps": -1})", R"({"enable": true})"}) {
+    auto r = parse(bad, cpu);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("zerotrain.delayed_param_update"),
+              std::string::npos)
+        << r.status();
+  }
+}
+
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
   auto unimpl = absl::StatusCode::kUnimplemented;
   EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,
