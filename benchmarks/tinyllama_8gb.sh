@@ -37,10 +37,6 @@ run() {  # ds_config, run dir
     --train_data "$TMP/data/train_*.bin" --model tinyllama-1.1b --seq_len 512 --steps 2 \
     --val_every 0 --sample_tokens 0 --run_dir "$2" --memory_report --comm_report 2>&1
 }
-CASES=${CASES:-"0 2 3"}  # which of the three runs to make
-if [[ $CASES == *0* ]]; then
-echo "== stage 0, no offload, limit 8 GiB (must stop with the device-memory error)"
-run "$TMP/stage0.json" "$TMP/run0" | grep -E "^error:|wall .* RSS|exit status" || true
 report() {  # run dir, the run's output
 python3 - "$1" "$2" <<'PY'
 import json, re, sys
@@ -62,6 +58,10 @@ print(f"offload traffic, step 2: {o['device_to_host_bytes'] / c['psi']:.3f} x Ps
       f"{o['host_to_device_bytes'] / c['psi']:.3f} x Psi bytes in")
 PY
 }
+CASES=${CASES:-"0 2 3"}  # which of the three runs to make
+if [[ $CASES == *0* ]]; then
+echo "== stage 0, no offload, limit 8 GiB (must stop with the device-memory error)"
+run "$TMP/stage0.json" "$TMP/run0" | grep -E "^error:|wall .* RSS|exit status" || true
 fi
 if [[ $CASES == *2* ]]; then
 echo "== stage 2, optimizer on the CPU, limit 8 GiB"

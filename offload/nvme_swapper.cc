@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/cleanup.h"
@@ -64,10 +66,16 @@ absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
   if (fd < 0 && direct_ && errno == EINVAL) {  // no O_DIRECT on this file system
     ::unlink(path.c_str());                    // the failed open may have created it
     direct_ = false;
-    std::fprintf(stderr,
-                 "warning: %s does not support O_DIRECT; NVMe offload uses buffered I/O (the "
-                 "page cache) there, which is slower and uses host memory\n",
-                 dir_.c_str());
+    // One warning per nvme_path, however many swappers (optimizer, parameters) use it.
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    const std::string parent = dir_.substr(0, dir_.rfind('/'));
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(parent).second)
+      std::fprintf(stderr,
+                   "warning: %s does not support O_DIRECT; NVMe offload uses buffered I/O (the "
+                   "page cache) there, which is slower and uses host memory\n",
+                   parent.c_str());
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   }
   if (fd < 0)

@@ -53,5 +53,31 @@ expect different-models 2 "differs across ranks" -- \
 expect batch-not-divisible 4 "not divisible" -- \
   -np 4 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/six.json"
 expect stage3-unit-sequences 2 "different unit sequences" -- -np 2 "$SEQ"
+# The drive fills while the ranks reserve their NVMe swap space: a 1 MiB tmpfs (in a private
+# mount namespace around mpirun) holds one rank's optimizer state (about 0.64 MB) but not two.
+# The rank that cannot reserve names the file and the OS error, the other stops too, exit 2,
+# no hang, and nothing is left on the drive.
+if [[ $(id -u) -eq 0 ]] && unshare -m true 2>/dev/null; then
+  mkdir "$DIR/small"
+  cat > "$DIR/nvme.json" <<JSON
+{"train_batch_size": 4, "zero_optimization": {"stage": 2,
+ "offload_optimizer": {"device": "nvme", "nvme_path": "$DIR/small"}}}
+JSON
+  out=$(timeout 120 unshare -m bash -c "mount -t tmpfs -o size=1m tmpfs '$DIR/small' || exit 77
+    $(printf '%q ' "$MPIRUN" "${MPIFLAGS[@]}" -np 2 "$BIN" "${COMMON[@]}" --model tiny-llama \
+        --deepspeed "$DIR/nvme.json")
+    code=\$?; echo LEFT:\$(ls -A '$DIR/small'); exit \$code" 2>&1); rc=$?
+  if [[ $rc -eq 77 ]]; then
+    echo "SKIP drive-full-on-one-rank: cannot mount a tmpfs here"
+  elif [[ $rc -eq 2 ]] && grep -q "cannot reserve .*No space left on device" <<<"$out" &&
+       grep -q "another rank failed" <<<"$out" && grep -qx "LEFT:" <<<"$out"; then
+    echo "PASS drive-full-on-one-rank (exit 2, both ranks stopped, nothing left)"
+  else
+    echo "FAIL drive-full-on-one-rank: exit $rc"; echo "$out" | tail -20
+    fails=$((fails + 1))
+  fi
+else
+  echo "SKIP drive-full-on-one-rank: needs root and unshare to mount a tmpfs"
+fi
 [[ $fails -eq 0 ]] && echo "misuse: all passed" || echo "misuse: $fails failed"
 exit $(( fails > 0 ))

@@ -207,6 +207,38 @@ TEST_F(Cli, ParamOffloadToNvmeChecksItsBuffersAndCleansUp) {
   EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived the run";
 }
 
+// A file system without O_DIRECT (ramfs, in a private mount namespace) under both the
+// optimizer's and the parameters' swap files: the run falls back to buffered I/O with exactly
+// one warning naming the path, trains, and leaves nothing there.
+TEST_F(Cli, NvmeOffloadWithoutODirectFallsBackWithOneWarning) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a ramfs";
+  fs::create_directories(path("ram"));
+  write(path("nvme.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 3,
+      "stage3_param_persistence_threshold": 0,
+      "offload_param": {"device": "nvme", "nvme_path": ")" +
+                               path("ram") + R"(", "max_in_cpu": 0},
+      "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+                               path("ram") + R"("}}})");
+  const std::string cmd = "unshare -m bash -c 'mount -t ramfs ramfs " + path("ram") +
+                          " || exit 77; " + kBin + " " + train("--deepspeed " + path("nvme.json")) +
+                          "; code=$?; echo LEFT:$(ls -A " + path("ram") + "); exit $code' 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77) GTEST_SKIP() << "cannot mount a ramfs here: " << out;
+  EXPECT_EQ(code, 0) << out;
+  const std::string warning = "warning: " + path("ram") + " does not support O_DIRECT";
+  const size_t first = out.find(warning);
+  EXPECT_NE(first, std::string::npos) << out;
+  EXPECT_EQ(out.find(warning, first + 1), std::string::npos) << "warned twice: " << out;
+  EXPECT_NE(out.find("step    3/3"), std::string::npos) << out;
+  EXPECT_NE(out.find("LEFT:\n"), std::string::npos) << "swap files left behind: " << out;
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));
