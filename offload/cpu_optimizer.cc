@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -48,12 +49,12 @@ class CpuOptimizerState final : public OptimizerState {
     Unit& x = units_[u];
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
-      State st = window(x, begin, /*read=*/false);
+      State st = acquire(u, begin, /*read=*/false);
       std::copy(host + begin, host + begin + n, st.master);
       if (nvme_) {
         std::fill(st.m, st.m + n, 0.f);
         std::fill(st.v, st.v + n, 0.f);
-        store(x, begin);
+        release(st, u, begin);
       }
     }
   }
@@ -61,7 +62,7 @@ class CpuOptimizerState final : public OptimizerState {
     Unit& x = units_[u];
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
-      const State st = window(x, begin, /*read=*/true);
+      const State st = acquire(u, begin, /*read=*/true);
       std::copy(st.master, st.master + n, host + begin);
     }
   }
@@ -79,7 +80,7 @@ class CpuOptimizerState final : public OptimizerState {
     host_step.zero_grad = own && s.zero_grad;
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
-      const State st = window(x, begin, /*read=*/true);  // NVMe: read the sub-group in
+      const State st = acquire(u, begin, /*read=*/true);  // NVMe: read in (or read ahead)
       void* g = static_cast<char*>(own ? x.grad.data() : io.grad) + begin * gb;
       if (on_device) {
         be_->copy_to_host(grad_stage_.data(), g, n * gb);
@@ -92,12 +93,16 @@ class CpuOptimizerState final : public OptimizerState {
                 : io.out_on_host ? static_cast<char*>(io.out) + begin * ob
                                  : out_stage_.data();
       cpu_adam_step(st.master, g, io.grad_t, st.m, st.v, o, io.out_t, n, host_step);
-      if (nvme_) store(x, begin);  // and written back
+      if (nvme_) release(st, u, begin);  // and written back (or behind)
       if (io.out && !io.out_on_host) {
         be_->copy_to_device(static_cast<char*>(io.out) + begin * ob, out_stage_.data(), n * ob);
         to_device_ += (int64_t)(n * ob);
       }
     }
+    // The step's last unit: every write behind must land (and any error surface) before the
+    // step ends.
+    if (nvme_ && u + 1 == (int)units_.size())
+      for (int w = 0; w < (int)win_.size(); ++w) settle(w);
   }
 
   bool keeps_gradients() const override { return true; }
@@ -153,6 +158,15 @@ class CpuOptimizerState final : public OptimizerState {
   };
   struct State {
     float *master, *m, *v;
+    int window;  // NVMe: the window holding them
+  };
+  // NVMe: a host buffer of master, m and v for one sub-group, its transfers in flight, and the
+  // sub-group it was read ahead for (unit -1: none).
+  struct Window {
+    HostBuffer buf;
+    std::vector<std::future<absl::Status>> io;
+    int unit = -1;
+    size_t begin = 0;
   };
 
   // Errors past setup have no Status path through the engine's calls; they end the run with
@@ -170,24 +184,79 @@ class CpuOptimizerState final : public OptimizerState {
     });
   }
 
-  // The state of the sub-group starting at element `begin`: the unit's host buffers, or the
-  // NVMe window (read from the file first when `read`).
-  State window(Unit& x, size_t begin, bool read) {
-    if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin};
-    if (!window_.data())
-      window_ =
-          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory, kAlign);
-    char* w = static_cast<char*>(window_.data());
-    if (read) {
-      const absl::Status st = nvme_->read(x.file, w, 3 * x.region, offset(x, begin));
-      if (!st.ok()) throw_status(st);
+  // The state of the sub-group of unit u starting at element `begin`: the unit's host buffers,
+  // or an NVMe window (read from the file first when `read`, unless it was read ahead). With
+  // pipeline_read the next sub-group (the unit's next, else the next unit's first) starts
+  // reading into the other window now, queued behind that window's write-behind: the swapper's
+  // I/O thread runs transfers in order, so neither waits here while CPU Adam works.
+  State acquire(int u, size_t begin, bool read) {
+    Unit& x = units_[u];
+    if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin, -1};
+    ensure_windows();
+    int w = -1;
+    for (int i = 0; i < (int)win_.size(); ++i)
+      if (win_[i].unit == u && win_[i].begin == begin) w = i;  // read ahead
+    if (w < 0) {
+      w = next_win_;
+      settle(w);
+      win_[w].unit = -1;
+      if (read) {
+        const absl::Status st =
+            nvme_->read(x.file, win_[w].buf.data(), 3 * x.region, offset(x, begin));
+        if (!st.ok()) throw_status(st);
+      }
     }
-    return {reinterpret_cast<float*>(w), reinterpret_cast<float*>(w + x.region),
-            reinterpret_cast<float*>(w + 2 * x.region)};
+    settle(w);
+    win_[w].unit = -1;  // in use: its contents change now
+    next_win_ = (w + 1) % (int)win_.size();
+    if (read && opt_.pipeline_read) read_ahead(u, begin, next_win_);
+    char* p = static_cast<char*>(win_[w].buf.data());
+    return {reinterpret_cast<float*>(p), reinterpret_cast<float*>(p + x.region),
+            reinterpret_cast<float*>(p + 2 * x.region), w};
   }
-  void store(Unit& x, size_t begin) {
-    const absl::Status st = nvme_->write(x.file, window_.data(), 3 * x.region, offset(x, begin));
-    if (!st.ok()) throw_status(st);
+  // Writes the window back (behind, with pipeline_write).
+  void release(const State& st, int u, size_t begin) {
+    Unit& x = units_[u];
+    Window& w = win_[st.window];
+    if (opt_.pipeline_write) {
+      w.io.push_back(nvme_->write_async(x.file, w.buf.data(), 3 * x.region, offset(x, begin)));
+      return;
+    }
+    const absl::Status s = nvme_->write(x.file, w.buf.data(), 3 * x.region, offset(x, begin));
+    if (!s.ok()) throw_status(s);
+  }
+  void read_ahead(int u, size_t begin, int w) {
+    if (begin + units_[u].granule >= units_[u].owned) {  // the next unit's first sub-group
+      if (++u >= (int)units_.size()) return;
+      begin = 0;
+    } else {
+      begin += units_[u].granule;
+    }
+    Unit& x = units_[u];
+    win_[w].io.push_back(nvme_->read_async(x.file, win_[w].buf.data(), 3 * x.region,
+                                           offset(x, begin)));
+    win_[w].unit = u;
+    win_[w].begin = begin;
+  }
+  // Waits for window w's transfers; a failed one ends the run with its error.
+  void settle(int w) {
+    absl::Status first = absl::OkStatus();
+    for (auto& f : win_[w].io) {
+      const absl::Status s = f.get();
+      if (first.ok()) first = s;
+    }
+    win_[w].io.clear();
+    if (!first.ok()) {
+      win_[w].unit = -1;
+      throw_status(first);
+    }
+  }
+  void ensure_windows() {
+    if (!win_.empty()) return;
+    win_.resize(opt_.pipeline_read || opt_.pipeline_write ? 2 : 1);
+    for (Window& w : win_)
+      w.buf =
+          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory, kAlign);
   }
   static size_t offset(const Unit& x, size_t begin) { return begin / x.granule * 3 * x.region; }
 
@@ -196,7 +265,9 @@ class CpuOptimizerState final : public OptimizerState {
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Unit> units_;
   size_t granule_ = 0;  // elements per staging buffer: the largest sub-group of any unit
-  HostBuffer grad_stage_, out_stage_, window_;
+  HostBuffer grad_stage_, out_stage_;
+  std::vector<Window> win_;
+  int next_win_ = 0;
   std::once_flag staging_once_;
   int64_t to_host_ = 0, to_device_ = 0;
   // Last: destroyed first, so its ring is closed before the window it reads into is freed.

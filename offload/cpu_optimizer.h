@@ -20,6 +20,9 @@ namespace zt {
 struct CpuOffloadOptions {
   bool pin_memory = true;                  // offload_optimizer.pin_memory: page-locked host state
   int64_t sub_group_size = 1'000'000'000;  // elements per CPU Adam granule (staging buffers)
+  // nvme (offload_optimizer.pipeline_read / pipeline_write): read the next sub-group ahead /
+  // write the updated one behind while CPU Adam works; either adds a second host window.
+  bool pipeline_read = false, pipeline_write = false;
 };
 
 // The state for `be`'s device: host buffers are allocated as the engine registers units (12

@@ -9,9 +9,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/cleanup.h"
@@ -20,6 +23,38 @@ namespace zt {
 
 struct NvmeSwapper::Ring {
   io_uring ring;
+};
+
+struct NvmeSwapper::Worker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::packaged_task<absl::Status()>> jobs;
+  bool stop = false;
+  std::thread thread;
+
+  explicit Worker() {
+    thread = std::thread([this] {
+      for (;;) {
+        std::packaged_task<absl::Status()> job;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [this] { return stop || !jobs.empty(); });
+          if (jobs.empty()) return;  // stopping, and every job done
+          job = std::move(jobs.front());
+          jobs.pop_front();
+        }
+        job();
+      }
+    });
+  }
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_one();
+    thread.join();
+  }
 };
 
 absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string& nvme_path,
@@ -50,10 +85,12 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
         absl::StrCat("io_uring is not available (", std::strerror(-rc),
                      "); NVMe offload needs Linux 5.1+ with io_uring allowed"));
   }
+  s->worker_ = std::make_unique<Worker>();
   return s;
 }
 
 NvmeSwapper::~NvmeSwapper() {
+  worker_.reset();  // finishes what was queued: the kernel may still write into the buffers
   if (ring_) io_uring_queue_exit(&ring_->ring);
   for (int fd : fds_) ::close(fd);  // the files were unlinked at creation
   if (!dir_.empty()) ::rmdir(dir_.c_str());
@@ -102,10 +139,30 @@ absl::StatusOr<int> NvmeSwapper::create(size_t bytes) {
 }
 
 absl::Status NvmeSwapper::write(int h, const void* buf, size_t bytes, size_t offset) {
-  return transfer(h, const_cast<void*>(buf), bytes, offset, true);
+  return write_async(h, buf, bytes, offset).get();
 }
 absl::Status NvmeSwapper::read(int h, void* buf, size_t bytes, size_t offset) {
-  return transfer(h, buf, bytes, offset, false);
+  return read_async(h, buf, bytes, offset).get();
+}
+std::future<absl::Status> NvmeSwapper::write_async(int h, const void* buf, size_t bytes,
+                                                   size_t offset) {
+  return enqueue(h, const_cast<void*>(buf), bytes, offset, true);
+}
+std::future<absl::Status> NvmeSwapper::read_async(int h, void* buf, size_t bytes, size_t offset) {
+  return enqueue(h, buf, bytes, offset, false);
+}
+
+std::future<absl::Status> NvmeSwapper::enqueue(int h, void* buf, size_t bytes, size_t offset,
+                                               bool write) {
+  std::packaged_task<absl::Status()> job(
+      [=, this] { return transfer(h, buf, bytes, offset, write); });
+  std::future<absl::Status> done = job.get_future();
+  {
+    std::lock_guard<std::mutex> lock(worker_->mu);
+    worker_->jobs.push_back(std::move(job));
+  }
+  worker_->cv.notify_one();
+  return done;
 }
 
 // Splits [offset, offset + bytes) into block_size requests and keeps up to queue_depth in

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +48,10 @@ class NvmeSwapper {
   // drive is full) and the file.
   absl::Status write(int h, const void* buf, size_t bytes, size_t offset);
   absl::Status read(int h, void* buf, size_t bytes, size_t offset);
+  // The same, started now and finished by the swapper's I/O thread in the order issued; the
+  // future holds the result. buf must stay untouched until then.
+  std::future<absl::Status> write_async(int h, const void* buf, size_t bytes, size_t offset);
+  std::future<absl::Status> read_async(int h, void* buf, size_t bytes, size_t offset);
 
   const std::string& directory() const { return dir_; }
   bool direct_io() const { return direct_; }
@@ -55,16 +61,20 @@ class NvmeSwapper {
  private:
   NvmeSwapper() = default;
   absl::Status transfer(int h, void* buf, size_t bytes, size_t offset, bool write);
+  std::future<absl::Status> enqueue(int h, void* buf, size_t bytes, size_t offset, bool write);
 
   struct Ring;
   std::unique_ptr<Ring> ring_;
+  // The I/O thread: the only user of the ring, running queued transfers in order.
+  struct Worker;
+  std::unique_ptr<Worker> worker_;
   AioOptions aio_;
   std::string dir_;
   std::vector<int> fds_;
   std::vector<std::string> paths_;
   bool direct_ = true;
   int cleanup_slot_ = -1;  // common/cleanup.h: removal on SIGTERM or a multi-rank abort
-  int64_t written_ = 0, read_ = 0;
+  std::atomic<int64_t> written_{0}, read_{0};  // updated by the I/O thread
 };
 
 }  // namespace zt

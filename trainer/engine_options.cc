@@ -43,7 +43,8 @@ EngineOptions engine_options(const DsConfig& ds) {
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be) {
   const OffloadOptimizerConfig& o = ds.zero.offload_optimizer;
-  const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size};
+  const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size, o.pipeline_read,
+                               o.pipeline_write};
   switch (o.device) {
     case OffloadDevice::kNone: return make_device_optimizer_state(be);
     case OffloadDevice::kCpu: return make_cpu_optimizer_state(be, host);
@@ -98,7 +99,10 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.param_max_in_cpu = ds.zero.offload_param.max_in_cpu;
   in.param_buffer_count = ds.zero.offload_param.buffer_count;
   in.sub_group_size = ds.zero.sub_group_size;
+  in.nvme_pipeline = ds.zero.offload_optimizer.pipeline_read ||
+                     ds.zero.offload_optimizer.pipeline_write;
   in.overlap_comm = ds.zero.overlap_comm;
+  in.live_units = ds.zero.overlap_comm ? 2 : 1;  // the stage-3 prefetcher runs with overlap_comm
   in.model = model;
   in.micro_batch = B;
   in.seq_len = T;

@@ -135,8 +135,9 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
   out += in.unit_numel.empty()
              ? "workspace and activations need --model (unit sizes, shapes).\n\n"
-             : "workspace is the transient peak estimate (gathered / fp32 views of " +
-                   std::to_string(in.live_units) + " live units).\n\n";
+             : "workspace is the transient peak estimate (stage 3: " +
+                   std::to_string(in.live_units) +
+                   " gathered units; the fp32 view and gradient of the one in use).\n\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%-22s", "GiB per rank");
   out += buf;

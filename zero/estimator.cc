@@ -130,7 +130,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       break;
     case OffloadDevice::kNvme:        // plus the window of master, m, v one sub-group is updated in
       e.hst(M::kNvme) += nvme_state;  // K = 12: offloaded state keeps its own master
-      e.hst(M::kPinnedHost) += nvme_staging + 3 * 4 * nvme_granule;
+      e.hst(M::kPinnedHost) += nvme_staging + (in.nvme_pipeline ? 2 : 1) * 3 * 4 * nvme_granule;
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
@@ -138,7 +138,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t ws = 0;
   if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
-  if (in.param_dtype != DType::kF32) ws += in.live_units * largest_padded * 4;
+  if (in.param_dtype != DType::kF32) ws += largest_padded * 4;  // the fp32 view of the one in use
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
   // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
   if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;

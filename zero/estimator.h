@@ -48,11 +48,14 @@ struct EstimateInput {
   int64_t param_buffer_count = 5;
   // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
   int64_t sub_group_size = 1'000'000'000;
+  // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
+  bool nvme_pipeline = false;
   // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next
   // unit's backward, so two sets of communication buffers can be live.
   bool overlap_comm = false;
-  // Units whose parameters are materialised at once (the one in use and the one prefetched);
-  // sizes the workspace estimate.
+  // Stage 3: units gathered at once (the one in use, and one prefetched with overlap_comm);
+  // sizes the workspace estimate. Units kept gathered for reuse (stage3_max_reuse_distance)
+  // are not modelled: set it to 0 for the estimate to hold.
   int live_units = 2;
   // Activations: the engine's Transformer at micro-batch B, sequence T (all three optional;
   // no model -> activations 0).
@@ -96,7 +99,8 @@ struct MemoryEstimate {
 // (kPinnedHost); at stages 2-3 the sharded units' gradients move to the host as well (kGrads,
 // s_u * G, ZeRO-Offload's 2Ψ/N_d partition). nvme puts the optimizer state on NVMe (12 bytes
 // per element, in whole sub-groups of a multiple of 1024 elements: nvme_state_bytes in
-// zero/optimizer_state.h) and adds a host window of master, m and v for one sub-group.
+// zero/optimizer_state.h) and adds a host window of master, m and v for one sub-group (two
+// with nvme_pipeline).
 // offload_param (stage 3) moves the sharded units' parameter shards (s_u * P) to host memory
 // (cpu: kParams on the host) or NVMe (each shard rounded up to 4 KiB, kNvme), except the first
 // shards adding up to at most param_max_in_cpu elements, which stay in host memory, plus
@@ -105,7 +109,8 @@ struct MemoryEstimate {
 // Only units at or above stage3_param_persistence_threshold are sharded; the others stay
 // whole on the device with their gradients.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
-// unit gathered in param_dtype (stage 3), plus its fp32 view when params are not fp32, plus
+// unit gathered in param_dtype (stage 3), plus the fp32 view of the one in use when params are
+// not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is
 // 2-3; at stages 1-2 with N_d > 1 at least the fp32 copy of the largest unit that loading
 // parameters goes through. Only with unit_numel (a bare Ψ has no unit structure: workspace 0).

@@ -70,7 +70,8 @@ struct RunResult {
 
 // Where the optimizer state lives in a run: on the device, or in host memory (CPU Adam) with
 // sub-groups small enough that every unit is updated in several pieces.
-enum class Optimizer { kDevice, kCpuOffload, kNvmeOffload };
+// kNvmePipelined reads each sub-group ahead and writes it behind (pipeline_read/write).
+enum class Optimizer { kDevice, kCpuOffload, kNvmeOffload, kNvmePipelined };
 
 // The optimizer state for `where`; NVMe swap files go to a private directory under the test's
 // temporary directory.
@@ -79,11 +80,14 @@ std::unique_ptr<OptimizerState> optimizer_for(Optimizer where, Backend* be) {
   switch (where) {
     case Optimizer::kDevice: return nullptr;
     case Optimizer::kCpuOffload: return make_cpu_optimizer_state(be, host);
-    case Optimizer::kNvmeOffload: {
+    case Optimizer::kNvmeOffload:
+    case Optimizer::kNvmePipelined: {
       auto swapper =
           NvmeSwapper::open(::testing::TempDir(), {.block_size = 8192, .queue_depth = 4});
       EXPECT_TRUE(swapper.ok()) << swapper.status();
-      return swapper.ok() ? make_nvme_optimizer_state(be, host, std::move(*swapper)) : nullptr;
+      CpuOffloadOptions o = host;
+      o.pipeline_read = o.pipeline_write = where == Optimizer::kNvmePipelined;
+      return swapper.ok() ? make_nvme_optimizer_state(be, o, std::move(*swapper)) : nullptr;
     }
   }
   return nullptr;
@@ -412,18 +416,19 @@ TEST_F(ZeroStages, CpuAndNvmeOptimizerOffloadChangeNoResult) {
   auto single = make_single_process_communicator();
   for (Communicator* comm : {single.get(), comm_.get()}) {
     for (int stage = 1; stage <= 3; ++stage) {
-      for (Optimizer where : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload}) {
+      for (Optimizer where :
+           {Optimizer::kCpuOffload, Optimizer::kNvmeOffload, Optimizer::kNvmePipelined}) {
         const RunResult dev = train(*comm, fp32_clipped(stage), 1);
         const RunResult off = train(*comm, fp32_clipped(stage), 1, tiny(), where);
         const std::string what =
-            absl::StrCat("stage ", stage, ", N_d = ", comm->world_size(),
-                         where == Optimizer::kNvmeOffload ? ", nvme" : ", cpu");
+            absl::StrCat("stage ", stage, ", N_d = ", comm->world_size(), ", optimizer ",
+                         (int)where);
         ASSERT_EQ(off.losses.size(), dev.losses.size()) << what;
         for (size_t s = 0; s < dev.losses.size(); ++s)
           EXPECT_NEAR(off.losses[s], dev.losses[s], 1e-6 * std::fabs(dev.losses[s]))
               << what << " step " << s;
         EXPECT_LE(rel_param_diff(off, dev), 1e-6) << what;
-        if (where == Optimizer::kNvmeOffload) {  // the state is on the drive, not in host memory
+        if (where != Optimizer::kCpuOffload) {  // the state is on the drive, not in host memory
           EXPECT_EQ(off.host_optimizer_bytes, 0) << what;
           EXPECT_GE(off.nvme_bytes, (int64_t)(12 * off.owned)) << what;
         }
@@ -502,7 +507,7 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
   };
   std::vector<Case> cases;
   for (int stage = 1; stage <= 3; ++stage)
-    for (Optimizer o : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
+    for (Optimizer o : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload, Optimizer::kNvmePipelined})
       cases.push_back({stage, o, Params::kDevice});
   for (Params p : {Params::kCpu, Params::kNvme})
     for (Optimizer o : {Optimizer::kDevice, Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
@@ -524,6 +529,8 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
       in.offload_param = k.params == Params::kDevice ? OffloadDevice::kNone
                          : k.params == Params::kCpu  ? OffloadDevice::kCpu
                                                      : OffloadDevice::kNvme;
+      if (k.optimizer == Optimizer::kNvmePipelined) in.offload_optimizer = OffloadDevice::kNvme;
+      in.nvme_pipeline = k.optimizer == Optimizer::kNvmePipelined;
       in.sub_group_size = 500;  // as optimizer_for()
       in.param_max_in_cpu = 0;  // as params_for()
       in.param_buffer_count = 2;
@@ -640,13 +647,14 @@ TEST_F(ZeroStages, DelayedParamUpdateMatchesAPlainReference) {
   auto single = make_single_process_communicator();
   for (Communicator* comm : {single.get(), comm_.get()}) {
     for (int stage = 1; stage <= 3; ++stage) {
-      for (Optimizer where : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload}) {
+      for (Optimizer where :
+           {Optimizer::kCpuOffload, Optimizer::kNvmeOffload, Optimizer::kNvmePipelined}) {
         EngineOptions e = eo;
         e.zero.stage = stage;
         e.delayed_update_after = D;
         const RunResult got = train(*comm, e, 1, tiny(), where);
         const std::string what = absl::StrCat("stage ", stage, ", N_d = ", comm->world_size(),
-                                              where == Optimizer::kNvmeOffload ? ", nvme" : ", cpu");
+                                              ", optimizer ", (int)where);
         ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
         for (size_t k = 0; k < ref.losses.size(); ++k)
           EXPECT_NEAR(got.losses[k], ref.losses[k], 1e-5 * std::fabs(ref.losses[k]))
