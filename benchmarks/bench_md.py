@@ -1,5 +1,10 @@
-"""Shared by the benchmark scripts: replace or append one marked section of a markdown file."""
+"""Shared by the benchmark scripts: replace or append one marked section of a markdown file,
+and prepare the TinyShakespeare token shards the training benchmarks read."""
 import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 
 HEADER = ("# Benchmarks\n\nEach section is written by the script it names, from one invocation "
           "that measures every row back to back on the same machine and threads.\n\n")
@@ -57,3 +62,13 @@ def load_average():
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def prepare_shards(binary, shared_data, out):
+    """TinyShakespeare tokenised with the Llama 2 tokenizer into `out` by `zerotrain prepare`;
+    returns the training shards' glob."""
+    subprocess.run([binary, "prepare", "--tokenizer",
+                    os.path.join(shared_data, "llama2_tokenizer.model"), "--input",
+                    os.path.join(shared_data, "tinyshakespeare.txt"), "--out", out],
+                   check=True, capture_output=True)
+    return os.path.join(out, "train_*.bin")

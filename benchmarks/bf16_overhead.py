@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import load_average, publish  # noqa: E402
+from bench_md import SHARED_DATA, load_average, prepare_shards, publish  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,18 +53,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "zerotrain"))
-    ap.add_argument("--shared-data", default=os.path.join(ROOT, "..", "shared", "data"))
+    ap.add_argument("--shared-data", default=SHARED_DATA)
     ap.add_argument("--markdown", default=None)
     a = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     t0, loads = time.time(), []
     with tempfile.TemporaryDirectory(prefix="zt_bf16_") as tmp:
-        out = os.path.join(tmp, "data")
-        subprocess.run([a.binary, "prepare", "--tokenizer",
-                        os.path.join(a.shared_data, "llama2_tokenizer.model"), "--input",
-                        os.path.join(a.shared_data, "tinyshakespeare.txt"), "--out", out],
-                       check=True, capture_output=True)
-        data = os.path.join(out, "train_*.bin")
+        data = prepare_shards(a.binary, a.shared_data, os.path.join(tmp, "data"))
         res = {s: {False: [], True: []} for s in shapes}
         for r in range(a.rounds):
             for (b, t) in shapes:

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import write_section  # noqa: E402
+from bench_md import prepare_shards, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARD_MAGIC_U16, SHARD_VERSION_U16, HEADER_INTS = 20240520, 1, 256
@@ -95,12 +95,7 @@ def resolve_data(a, cfg, tmp):
         default = os.path.join(ROOT, "data_cache", "shakespeare", "train_*.bin")
         if glob.glob(default):
             return default
-        out = os.path.join(tmp, "shakespeare")
-        subprocess.run([a.binary, "prepare", "--tokenizer",
-                        os.path.join(a.shared_data, "llama2_tokenizer.model"), "--input",
-                        os.path.join(a.shared_data, "tinyshakespeare.txt"), "--out", out],
-                       check=True)
-        return os.path.join(out, "train_*.bin")
+        return prepare_shards(a.binary, a.shared_data, os.path.join(tmp, "shakespeare"))
     path = os.path.join(tmp, "random_000000.bin")
     write_random_shard(path, 1 << 20, cfg["vocab"])
     return path

@@ -41,6 +41,22 @@ EngineOptions engine_options(const DsConfig& ds) {
   return eo;
 }
 
+namespace {
+
+// A swapper under `nvme_path` with the "aio" keys; errors name `key` (the config path).
+absl::StatusOr<std::unique_ptr<NvmeSwapper>> open_swapper(const DsConfig& ds,
+                                                          const std::string& nvme_path,
+                                                          const char* key) {
+  AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
+  auto swapper = NvmeSwapper::open(nvme_path, aio);
+  if (!swapper.ok())
+    return absl::Status(swapper.status().code(),
+                        absl::StrCat(key, ": ", swapper.status().message()));
+  return swapper;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be) {
   const OffloadOptimizerConfig& o = ds.zero.offload_optimizer;
   const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size, o.pipeline_read,
@@ -49,13 +65,10 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& 
     case OffloadDevice::kNone: return make_device_optimizer_state(be);
     case OffloadDevice::kCpu: return make_cpu_optimizer_state(be, host);
     case OffloadDevice::kNvme: {
-      AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
-      auto swapper = NvmeSwapper::open(o.nvme_path, aio);
-      if (!swapper.ok())
-        return absl::Status(swapper.status().code(),
-                            absl::StrCat("zero_optimization.offload_optimizer.nvme_path: ",
-                                         swapper.status().message()));
-      return make_nvme_optimizer_state(be, host, std::move(*swapper));
+      ZT_ASSIGN_OR_RETURN(
+          auto swapper,
+          open_swapper(ds, o.nvme_path, "zero_optimization.offload_optimizer.nvme_path"));
+      return make_nvme_optimizer_state(be, host, std::move(swapper));
     }
   }
   return make_device_optimizer_state(be);
@@ -75,13 +88,9 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
       largest = std::max<int64_t>(largest, (n + world - 1) / world);
   const size_t elem = dtype_size(engine_options(ds).param_dtype);
   ZT_RETURN_IF_ERROR(check_param_buffers(po, largest, elem, physical_memory_bytes()));
-  AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
-  auto swapper = NvmeSwapper::open(o.nvme_path, aio);
-  if (!swapper.ok())
-    return absl::Status(swapper.status().code(),
-                        absl::StrCat("zero_optimization.offload_param.nvme_path: ",
-                                     swapper.status().message()));
-  return make_nvme_param_store(be, po, elem, std::move(*swapper));
+  ZT_ASSIGN_OR_RETURN(auto swapper,
+                      open_swapper(ds, o.nvme_path, "zero_optimization.offload_param.nvme_path"));
+  return make_nvme_param_store(be, po, elem, std::move(swapper));
 }
 
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B,

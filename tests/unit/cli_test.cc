@@ -64,6 +64,21 @@ class Cli : public ::testing::Test {
   fs::path dir_;
 };
 
+// `mount_cmd DIR` in a private mount namespace, then the binary with `args`; the output ends
+// with "LEFT:" and what is left in DIR. Code 77: the mount failed (the caller skips).
+Result run_with_mount(const std::string& mount_cmd, const std::string& dir,
+                      const std::string& args) {
+  const std::string cmd = "unshare -m bash -c '" + mount_cmd + " " + dir + " || exit 77; " +
+                          kBin + " " + args + "; code=$?; echo LEFT:$(ls -A " + dir +
+                          "); exit $code' 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
 // Exit code 2 and every expected phrase in the message.
 void expect_user_error(const Result& r, std::vector<std::string> phrases) {
   EXPECT_EQ(r.code, 2) << r.out;
@@ -164,15 +179,8 @@ TEST_F(Cli, NvmeOffloadOnAFullDriveStopsBeforeTraining) {
       "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2,
       "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
                                path("small") + R"("}}})");
-  const std::string cmd = "unshare -m bash -c 'mount -t tmpfs -o size=1m tmpfs " + path("small") +
-                          " || exit 77; " + kBin + " " + train("--deepspeed " + path("nvme.json")) +
-                          "; code=$?; echo LEFT:$(ls -A " + path("small") + "); exit $code' 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const auto [code, out] = run_with_mount("mount -t tmpfs -o size=1m tmpfs", path("small"),
+                                          train("--deepspeed " + path("nvme.json")));
   if (code == 77) GTEST_SKIP() << "cannot mount a tmpfs here: " << out;
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("error: cannot reserve"), std::string::npos) << out;
@@ -220,15 +228,8 @@ TEST_F(Cli, NvmeOffloadWithoutODirectFallsBackWithOneWarning) {
                                path("ram") + R"(", "max_in_cpu": 0},
       "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
                                path("ram") + R"("}}})");
-  const std::string cmd = "unshare -m bash -c 'mount -t ramfs ramfs " + path("ram") +
-                          " || exit 77; " + kBin + " " + train("--deepspeed " + path("nvme.json")) +
-                          "; code=$?; echo LEFT:$(ls -A " + path("ram") + "); exit $code' 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const auto [code, out] =
+      run_with_mount("mount -t ramfs ramfs", path("ram"), train("--deepspeed " + path("nvme.json")));
   if (code == 77) GTEST_SKIP() << "cannot mount a ramfs here: " << out;
   EXPECT_EQ(code, 0) << out;
   const std::string warning = "warning: " + path("ram") + " does not support O_DIRECT";
