@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/timer.h"
 #include "offload/cpu_adam.h"
 #include "offload/host_buffer.h"
 
@@ -83,26 +84,35 @@ class CpuOptimizerState final : public OptimizerState {
       const State st = acquire(u, begin, /*read=*/true);  // NVMe: read in (or read ahead)
       void* g = static_cast<char*>(own ? x.grad.data() : io.grad) + begin * gb;
       if (on_device) {
+        Timer t;
         be_->copy_to_host(grad_stage_.data(), g, n * gb);
         to_host_ += (int64_t)(n * gb);
         if (s.zero_grad) be_->zero(g, n * gb);
         g = grad_stage_.data();
+        clock_.add(OffloadClock::kGradOut, t.ms());
       }
       // Host-resident weights (parameter offload, delayed update) take the update directly.
       void* o = !io.out         ? nullptr
                 : io.out_on_host ? static_cast<char*>(io.out) + begin * ob
                                  : out_stage_.data();
+      Timer adam;
       cpu_adam_step(st.master, g, io.grad_t, st.m, st.v, o, io.out_t, n, host_step);
+      clock_.add(OffloadClock::kAdam, adam.ms());
       if (nvme_) release(st, u, begin);  // and written back (or behind)
       if (io.out && !io.out_on_host) {
+        Timer t;
         be_->copy_to_device(static_cast<char*>(io.out) + begin * ob, out_stage_.data(), n * ob);
         to_device_ += (int64_t)(n * ob);
+        clock_.add(OffloadClock::kParamIn, t.ms());
       }
     }
     // The step's last unit: every write behind must land (and any error surface) before the
     // step ends.
-    if (nvme_ && u + 1 == (int)units_.size())
+    if (nvme_ && u + 1 == (int)units_.size()) {
+      Timer t;
       for (int w = 0; w < (int)win_.size(); ++w) settle(w);
+      clock_.add(OffloadClock::kNvmeWrite, t.ms());
+    }
   }
 
   bool keeps_gradients() const override { return true; }
@@ -113,6 +123,12 @@ class CpuOptimizerState final : public OptimizerState {
     std::memset(x.grad.data(), 0, x.grad.bytes());
   }
   void accumulate_gradient(int u, const float* src, float scale, bool accumulate) override {
+    Timer t;
+    struct Done {
+      OffloadClock& c;
+      Timer& t;
+      ~Done() { c.add(OffloadClock::kGradOut, t.ms()); }
+    } done{clock_, t};
     Unit& x = units_[u];
     const size_t gb = dtype_size(x.grad_t);
     if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
@@ -146,6 +162,7 @@ class CpuOptimizerState final : public OptimizerState {
   const MemoryTracker* host_tracker() const override { return &host_; }
   int64_t bytes_to_host() const override { return to_host_; }
   int64_t bytes_to_device() const override { return to_device_; }
+  OffloadTimes times() const override { return clock_.times(); }
 
  private:
   struct Unit {
@@ -192,6 +209,7 @@ class CpuOptimizerState final : public OptimizerState {
   State acquire(int u, size_t begin, bool read) {
     Unit& x = units_[u];
     if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin, -1};
+    Timer wait;
     ensure_windows();
     int w = -1;
     for (int i = 0; i < (int)win_.size(); ++i)
@@ -210,6 +228,7 @@ class CpuOptimizerState final : public OptimizerState {
     win_[w].unit = -1;  // in use: its contents change now
     next_win_ = (w + 1) % (int)win_.size();
     if (read && opt_.pipeline_read) read_ahead(u, begin, next_win_);
+    clock_.add(OffloadClock::kNvmeRead, wait.ms());
     char* p = static_cast<char*>(win_[w].buf.data());
     return {reinterpret_cast<float*>(p), reinterpret_cast<float*>(p + x.region),
             reinterpret_cast<float*>(p + 2 * x.region), w};
@@ -222,7 +241,9 @@ class CpuOptimizerState final : public OptimizerState {
       w.io.push_back(nvme_->write_async(x.file, w.buf.data(), 3 * x.region, offset(x, begin)));
       return;
     }
+    Timer wait;
     const absl::Status s = nvme_->write(x.file, w.buf.data(), 3 * x.region, offset(x, begin));
+    clock_.add(OffloadClock::kNvmeWrite, wait.ms());
     if (!s.ok()) throw_status(s);
   }
   void read_ahead(int u, size_t begin, int w) {
@@ -270,6 +291,7 @@ class CpuOptimizerState final : public OptimizerState {
   int next_win_ = 0;
   std::once_flag staging_once_;
   int64_t to_host_ = 0, to_device_ = 0;
+  OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the window it reads into is freed.
   std::unique_ptr<NvmeSwapper> nvme_;
 };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/timer.h"
 #include "offload/host_buffer.h"
 
 namespace zt {
@@ -48,14 +49,18 @@ class OffloadedParamStore final : public ParamStore {
     if (!src) {
       Slot& b = slot_for(h);
       if (b.holder != h) {
+        Timer wait;
         const absl::Status st = nvme_->read(s.file, b.buf.data(), s.rounded, 0);
+        clock_.add(OffloadClock::kNvmeRead, wait.ms());
         if (!st.ok()) throw_status(st);
         b.holder = h;
       }
       src = b.buf.data();
     }
+    Timer t;
     be_->copy_to_device(device_dst, src, s.bytes);
     to_device_ += (int64_t)s.bytes;
+    clock_.add(OffloadClock::kParamIn, t.ms());
   }
 
   void* begin_write(int h) override {
@@ -70,7 +75,9 @@ class OffloadedParamStore final : public ParamStore {
     Shard& s = shards_[h];
     if (s.host.data()) return;
     ZT_CHECK(writing_ != nullptr);
+    Timer wait;
     const absl::Status st = nvme_->write(s.file, writing_->buf.data(), s.rounded, 0);
+    clock_.add(OffloadClock::kNvmeWrite, wait.ms());
     if (!st.ok()) throw_status(st);
     writing_->holder = h;
     writing_ = nullptr;
@@ -78,6 +85,7 @@ class OffloadedParamStore final : public ParamStore {
 
   const MemoryTracker& host_tracker() const override { return host_; }
   int64_t bytes_to_device() const override { return to_device_; }
+  OffloadTimes times() const override { return clock_.times(); }
   int64_t nvme_bytes_read() const override { return nvme_ ? nvme_->bytes_read() : 0; }
   int64_t nvme_bytes_written() const override { return nvme_ ? nvme_->bytes_written() : 0; }
 
@@ -112,7 +120,7 @@ class OffloadedParamStore final : public ParamStore {
       }
       if (b.used < pick->used) pick = &b;
     }
-    pick->used = ++clock_;
+    pick->used = ++lru_clock_;
     return *pick;
   }
 
@@ -125,7 +133,8 @@ class OffloadedParamStore final : public ParamStore {
   Slot* writing_ = nullptr;
   size_t buffer_bytes_ = 0;
   int64_t in_cpu_ = 0, to_device_ = 0;
-  uint64_t clock_ = 0;
+  uint64_t lru_clock_ = 0;
+  OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the buffers it reads into are freed.
   std::unique_ptr<NvmeSwapper> nvme_;
 };

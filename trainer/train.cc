@@ -345,6 +345,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     Timer t;
     const CommStats comm_before = r.comm->stats();
     const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
+    const OffloadTimes offload_t0 = r.engine->offload_times();
     r.engine->reset_comm_wait();
     double fwd_ms = 0, bwd_ms = 0, loss = 0;
     for (int micro = 0; micro < r.gas; ++micro) {
@@ -399,6 +400,15 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
           "  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
           "optimizer %.1f\n",
           fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
+    if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
+        step % r.ds.steps_per_print == 0 && r.engine->offloaded()) {
+      // Within the phases above (the gradients move out during the backward at stages 2-3).
+      const OffloadTimes o = r.engine->offload_times() - offload_t0;
+      std::printf(
+          "  offload (ms) | gradients out %.1f | CPU Adam %.1f | parameters in %.1f | NVMe read "
+          "wait %.1f | NVMe write wait %.1f\n",
+          o.grad_out_ms, o.adam_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
+    }
     std::fflush(stdout);
     log({{"step", step},
          {"loss", loss},

@@ -125,6 +125,9 @@ size_t Engine::host_bytes(MemCategory c, bool peak) const {
     if (t) b += peak ? t->peak(c) : t->current(c);
   return b;
 }
+OffloadTimes Engine::offload_times() const {
+  return optimizer_->times() + (params_ ? params_->times() : OffloadTimes{});
+}
 int64_t Engine::bytes_to_host() const { return optimizer_->bytes_to_host() + delayed_to_host_; }
 int64_t Engine::bytes_to_device() const {
   return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +

@@ -154,6 +154,7 @@ class Engine final : public UnitEngine {
   size_t host_bytes(MemCategory c, bool peak = false) const;
   int64_t bytes_to_host() const;
   int64_t bytes_to_device() const;
+  OffloadTimes offload_times() const;
 
  private:
   struct UnitState;

@@ -2,6 +2,8 @@
 // offload_param.device): shared by the config parser, the estimator and the engine.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -9,6 +11,39 @@
 namespace zt {
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
+
+// Milliseconds offload spent since it was set up, by phase (wall_clock_breakdown prints the
+// per-step differences). Waits count the time a caller was blocked, not the transfer itself
+// when it ran behind other work.
+struct OffloadTimes {
+  double grad_out_ms = 0;    // gradients device -> host
+  double adam_ms = 0;        // CPU Adam
+  double param_in_ms = 0;    // parameters host -> device (updated working copies, shard loads)
+  double nvme_read_ms = 0;   // waiting for reads from the drive
+  double nvme_write_ms = 0;  // waiting for writes to the drive
+  OffloadTimes operator+(const OffloadTimes& o) const {
+    return {grad_out_ms + o.grad_out_ms, adam_ms + o.adam_ms, param_in_ms + o.param_in_ms,
+            nvme_read_ms + o.nvme_read_ms, nvme_write_ms + o.nvme_write_ms};
+  }
+  OffloadTimes operator-(const OffloadTimes& o) const {
+    return {grad_out_ms - o.grad_out_ms, adam_ms - o.adam_ms, param_in_ms - o.param_in_ms,
+            nvme_read_ms - o.nvme_read_ms, nvme_write_ms - o.nvme_write_ms};
+  }
+};
+
+// OffloadTimes added to from several threads (the delayed update's and the training loop's).
+class OffloadClock {
+ public:
+  enum Phase { kGradOut, kAdam, kParamIn, kNvmeRead, kNvmeWrite, kPhases };
+  void add(Phase p, double ms) { us_[p].fetch_add((int64_t)(ms * 1e3)); }
+  OffloadTimes times() const {
+    auto ms = [this](Phase p) { return us_[p].load() / 1e3; };
+    return {ms(kGradOut), ms(kAdam), ms(kParamIn), ms(kNvmeRead), ms(kNvmeWrite)};
+  }
+
+ private:
+  std::atomic<int64_t> us_[kPhases] = {};
+};
 std::string_view offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
 absl::StatusOr<OffloadDevice> parse_offload_device(std::string_view s);
 

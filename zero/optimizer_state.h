@@ -13,6 +13,7 @@
 #include "common/memory.h"
 #include "model/adamw_math.h"
 #include "model/backend.h"
+#include "zero/offload_device.h"
 
 namespace zt {
 
@@ -67,6 +68,8 @@ class OptimizerState {
   // Bytes copied device -> host and host -> device since construction (offload traffic).
   virtual int64_t bytes_to_host() const { return 0; }
   virtual int64_t bytes_to_device() const { return 0; }
+  // Time spent by phase since construction (zeros when nothing is offloaded).
+  virtual OffloadTimes times() const { return {}; }
 };
 
 // Elements an offloaded state updates at once for a unit of `owned` elements (its sub-group):

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/memory.h"
+#include "zero/offload_device.h"
 
 namespace zt {
 
@@ -37,6 +38,8 @@ class ParamStore {
   // Bytes read from and written to the drive since construction (0 without one).
   virtual int64_t nvme_bytes_read() const { return 0; }
   virtual int64_t nvme_bytes_written() const { return 0; }
+  // Time spent loading shards (param_in_ms) and waiting for the drive, since construction.
+  virtual OffloadTimes times() const = 0;
 };
 
 }  // namespace zt

@@ -191,12 +191,14 @@ TEST_F(Cli, NvmeOffloadOnAFullDriveStopsBeforeTraining) {
 
 // Stage-3 parameter offload to NVMe: its buffers are checked at start, before anything is
 // allocated (a buffer_size below the largest shard; buffers past this machine's memory), and
-// a good run trains with every shard on the drive and leaves nothing behind.
+// a good run trains with every shard on the drive, prints the offload phases under
+// wall_clock_breakdown, and leaves nothing behind.
 TEST_F(Cli, ParamOffloadToNvmeChecksItsBuffersAndCleansUp) {
   fs::create_directories(path("swap"));
   auto cfg = [&](const std::string& keys) {
     write(path("p.json"), R"({"train_micro_batch_size_per_gpu": 2,
-        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 3,
+        "gradient_accumulation_steps": 2, "wall_clock_breakdown": true, "steps_per_print": 1,
+        "zero_optimization": {"stage": 3,
         "stage3_param_persistence_threshold": 0,
         "offload_param": {"device": "nvme", "nvme_path": ")" +
                               path("swap") + "\", " + keys + "}}}");
@@ -212,6 +214,9 @@ TEST_F(Cli, ParamOffloadToNvmeChecksItsBuffersAndCleansUp) {
   const Result r = run(train(cfg(R"("max_in_cpu": 0, "buffer_count": 2)")));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
+  // wall_clock_breakdown adds the offload phases.
+  EXPECT_NE(r.out.find("offload (ms) | gradients out "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| NVMe read wait "), std::string::npos) << r.out;
   EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived the run";
 }
 
