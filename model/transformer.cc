@@ -25,13 +25,21 @@ struct Offsets {
   size_t lnfw, lnfb, headw;
 };
 
+// One block's intermediates for its backward, sized for (max_B, max_T); N = B*T rows.
+struct Transformer::BlockActs {
+  DeviceBuffer ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid_mid, ln2, ln2_mean, ln2_rstd, fc,
+      act;
+};
+
 // Activations kept for backward, sized for (max_B, max_T); N = B*T rows.
 struct Transformer::Acts {
   Offsets off;
   DeviceBuffer tokens, targets;  // (N) int32
-  std::vector<DeviceBuffer> x;   // L+1 x (N,C): residual stream into each block
-  std::vector<DeviceBuffer> ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid_mid, ln2, ln2_mean,
-      ln2_rstd, fc, act;                 // per layer
+  // The residual stream (N,C) into each block and into the head: all L+1 without
+  // checkpointing; with checkpoints every k blocks, x[i] for i < ceil(L/k) is the input of
+  // block i k, then k - 1 buffers for the inputs inside a segment, then the head's input.
+  std::vector<DeviceBuffer> x;
+  std::vector<BlockActs> blocks;         // L sets, or k with checkpointing
   DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N), (N)
   DeviceBuffer logits, losses;           // (chunk,V), (N)
   DeviceBuffer dlnf;                     // (N,C) gradient into the final norm's output
@@ -45,9 +53,17 @@ static const float* at(const float* base, size_t off) {
 }
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
 
-Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T)
-    : config_(c), layout_(c), be_(be), max_B_(max_B), max_T_(max_T), a_(std::make_unique<Acts>()) {
+Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T,
+                         int checkpoint_every)
+    : config_(c),
+      layout_(c),
+      be_(be),
+      max_B_(max_B),
+      max_T_(max_T),
+      checkpoint_every_(std::min(checkpoint_every, c.n_layer)),
+      a_(std::make_unique<Acts>()) {
   ZT_CHECK(max_T <= c.max_seq_len || !c.is_gpt2());
+  ZT_CHECK(checkpoint_every >= 0);
   const Unit& emb = layout_.units()[layout_.embedding_unit()];
   const Unit& blk = layout_.units()[layout_.block_unit(0)];
   const Unit& head = layout_.units()[layout_.head_unit()];
@@ -63,21 +79,13 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   auto f32 = [&](size_t n) { return DeviceBuffer(be, n * sizeof(float), A); };
   a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
   a_->targets = DeviceBuffer(be, N * sizeof(int), A);
-  for (size_t l = 0; l <= L; ++l) a_->x.push_back(f32(N * C));
-  for (size_t l = 0; l < L; ++l) {
-    a_->ln1.push_back(f32(N * C));
-    a_->ln1_mean.push_back(f32(N));
-    a_->ln1_rstd.push_back(f32(N));
-    a_->qkv.push_back(f32(N * c.qkv_dim()));
-    a_->att.push_back(f32((size_t)max_B * c.n_head * max_T * max_T));
-    a_->atty.push_back(f32(N * C));
-    a_->resid_mid.push_back(f32(N * C));
-    a_->ln2.push_back(f32(N * C));
-    a_->ln2_mean.push_back(f32(N));
-    a_->ln2_rstd.push_back(f32(N));
-    a_->fc.push_back(f32(N * fcw));
-    a_->act.push_back(f32(N * c.intermediate));
-  }
+  const size_t k = checkpoint_every_;
+  const size_t num_x = k == 0 ? L + 1 : (L + k - 1) / k + k;  // see Acts::x
+  for (size_t i = 0; i < num_x; ++i) a_->x.push_back(f32(N * C));
+  for (size_t l = 0; l < (k == 0 ? L : k); ++l)
+    a_->blocks.push_back({f32(N * C), f32(N), f32(N), f32(N * c.qkv_dim()),
+                          f32((size_t)max_B * c.n_head * max_T * max_T), f32(N * C), f32(N * C),
+                          f32(N * C), f32(N), f32(N), f32(N * fcw), f32(N * c.intermediate)});
   a_->lnf = f32(N * C);
   a_->lnf_mean = f32(N);
   a_->lnf_rstd = f32(N);
@@ -97,6 +105,18 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
 }
 
 Transformer::~Transformer() = default;
+
+Transformer::BlockActs& Transformer::acts_of(int l) {
+  return a_->blocks[checkpoint_every_ == 0 ? l : l % checkpoint_every_];
+}
+
+float* Transformer::block_input(int l) {
+  const int k = checkpoint_every_, L = config_.n_layer;
+  if (k == 0) return a_->x[l].f32();
+  const int checkpoints = (L + k - 1) / k;
+  if (l == L) return a_->x.back().f32();
+  return a_->x[l % k == 0 ? l / k : checkpoints + l % k - 1].f32();
+}
 
 void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
                                const float* b, int N) {
@@ -122,34 +142,38 @@ void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
   be_->copy_to_device(a_->tokens.data(), tokens, sizeof(int) * B * T);
   const int u = layout_.embedding_unit();
   const float* p = e.fetch(u);
-  be_->embedding_forward(a_->x[0].f32(), static_cast<const int*>(a_->tokens.data()),
+  be_->embedding_forward(block_input(0), static_cast<const int*>(a_->tokens.data()),
                          at(p, a_->off.wte), at(p, a_->off.wpe), B, T, config_.hidden);
   e.release(u);
 }
 
 void Transformer::block_forward(UnitEngine& e, int l) {
+  const int u = layout_.block_unit(l);
+  block_compute(e.fetch(u), l);
+  e.release(u);
+}
+
+void Transformer::block_compute(const float* p, int l) {
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
-  const int u = layout_.block_unit(l);
-  const float* p = e.fetch(u);
-  const float* x = a_->x[l].f32();
-  float* ln1 = a_->ln1[l].f32();
-  norm_forward(ln1, a_->ln1_mean[l].f32(), a_->ln1_rstd[l].f32(), x, p + o.ln1w, at(p, o.ln1b), N);
-  float* qkv = a_->qkv[l].f32();  // (N, QKV), q and k after RoPE
+  BlockActs& b = acts_of(l);
+  const float* x = block_input(l);
+  float* ln1 = b.ln1.f32();
+  norm_forward(ln1, b.ln1_mean.f32(), b.ln1_rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), N);
+  float* qkv = b.qkv.f32();  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false);
-  be_->attention_forward(a_->atty[l].f32(), a_->att[l].f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
+  be_->attention_forward(b.atty.f32(), b.att.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
                          c.head_dim());
-  float* mid = a_->resid_mid[l].f32();  // (N,C) = x + attn_out
-  be_->matmul_forward(mid, a_->atty[l].f32(), p + o.attw, at(p, o.attb), N, C, C);
+  float* mid = b.resid_mid.f32();  // (N,C) = x + attn_out
+  be_->matmul_forward(mid, b.atty.f32(), p + o.attw, at(p, o.attb), N, C, C);
   be_->add_inplace(mid, x, (size_t)N * C);
-  float* ln2 = a_->ln2[l].f32();
-  norm_forward(ln2, a_->ln2_mean[l].f32(), a_->ln2_rstd[l].f32(), mid, p + o.ln2w, at(p, o.ln2b),
-               N);
-  float* fc = a_->fc[l].f32();    // (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA
-  float* act = a_->act[l].f32();  // (N, I)
+  float* ln2 = b.ln2.f32();
+  norm_forward(ln2, b.ln2_mean.f32(), b.ln2_rstd.f32(), mid, p + o.ln2w, at(p, o.ln2b), N);
+  float* fc = b.fc.f32();    // (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA
+  float* act = b.act.f32();  // (N, I)
   if (c.is_gpt2()) {
     be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
     be_->gelu_forward(act, fc, (size_t)N * I);
@@ -157,10 +181,9 @@ void Transformer::block_forward(UnitEngine& e, int l) {
     be_->matmul_forward(fc, ln2, p + o.fcw, nullptr, N, C, 2 * I);
     be_->swiglu_forward(act, fc, N, I);
   }
-  float* out = a_->x[l + 1].f32();
+  float* out = block_input(l + 1);
   be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);
   be_->add_inplace(out, mid, (size_t)N * C);
-  e.release(u);
 }
 
 double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, int rows,
@@ -171,7 +194,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   const int hu = layout_.head_unit(), eu = layout_.embedding_unit();
   const float* ph = e.fetch(hu);
   const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
-  const float* x = a_->x[c.n_layer].f32();
+  const float* x = block_input(c.n_layer);
   float* lnf = a_->lnf.f32();
   norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
   float* gh = train ? e.grads(hu) : nullptr;
@@ -230,49 +253,61 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const int u = layout_.block_unit(l);
   const float* p = e.fetch(u);
   float* g = e.grads(u);
+  BlockActs& b = acts_of(l);
   float* dx = a_->dx.f32();  // in: d x[l+1]; out: d x[l]
   float* dresid = a_->dresid.f32();
   // MLP: out = mid + act @ Wfco^T
   float* dact = a_->dact.f32();
   be_->zero(dact, sizeof(float) * N * I);
-  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, a_->act[l].f32(), p + o.fcow, N, I, C);
+  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, b.act.f32(), p + o.fcow, N, I, C);
   float* dfc = a_->dfc.f32();
   if (c.is_gpt2())
-    be_->gelu_backward(dfc, a_->fc[l].f32(), dact, (size_t)N * I);
+    be_->gelu_backward(dfc, b.fc.f32(), dact, (size_t)N * I);
   else
-    be_->swiglu_backward(dfc, dact, a_->fc[l].f32(), N, I);
+    be_->swiglu_backward(dfc, dact, b.fc.f32(), N, I);
   float* dln = a_->dln.f32();
   be_->zero(dln, sizeof(float) * NC);
-  be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, a_->ln2[l].f32(), p + o.fcw, N, C,
+  be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, b.ln2.f32(), p + o.fcw, N, C,
                        c.is_gpt2() ? I : 2 * I);
   be_->copy(dresid, dx, sizeof(float) * NC);  // residual path
-  const float* mid = a_->resid_mid[l].f32();
-  norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, mid, p + o.ln2w, a_->ln2_mean[l].f32(),
-                a_->ln2_rstd[l].f32(), N);
+  const float* mid = b.resid_mid.f32();
+  norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, mid, p + o.ln2w, b.ln2_mean.f32(),
+                b.ln2_rstd.f32(), N);
   // Attention: mid = x + atty @ Wo^T
   float* datty = a_->datty.f32();
   be_->zero(datty, sizeof(float) * NC);
-  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, a_->atty[l].f32(), p + o.attw, N,
+  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, b.atty.f32(), p + o.attw, N,
                        C, C);
   float* dqkv = a_->dqkv.f32();
   be_->zero(dqkv, sizeof(float) * N * QKV);
-  be_->attention_backward(dqkv, a_->datt.f32(), datty, a_->qkv[l].f32(), a_->att[l].f32(), B_, T_,
+  be_->attention_backward(dqkv, a_->datt.f32(), datty, b.qkv.f32(), b.att.f32(), B_, T_,
                           c.n_head, c.n_kv_head, c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true);
   be_->zero(dln, sizeof(float) * NC);
-  be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, a_->ln1[l].f32(), p + o.qkvw, N, C,
+  be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, b.ln1.f32(), p + o.qkvw, N, C,
                        QKV);
   be_->copy(dx, dresid, sizeof(float) * NC);
-  const float* x = a_->x[l].f32();
-  norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, x, p + o.ln1w, a_->ln1_mean[l].f32(),
-                a_->ln1_rstd[l].f32(), N);
+  const float* x = block_input(l);
+  norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, x, p + o.ln1w, b.ln1_mean.f32(),
+                b.ln1_rstd.f32(), N);
   e.reduce_gradients(u);
   e.release(u);
 }
 
 void Transformer::backward(UnitEngine& e) {
-  for (int l = config_.n_layer - 1; l >= 0; --l) block_backward(e, l);
+  const int L = config_.n_layer, k = checkpoint_every_;
+  if (k == 0) {
+    for (int l = L - 1; l >= 0; --l) block_backward(e, l);
+  } else {  // segment by segment from the last: recompute its forward, then go back through it
+    for (int first = (L - 1) / k * k; first >= 0; first -= k) {
+      const int end = std::min(first + k, L);
+      // The segment's last block rewrites the next checkpoint (or the head's input) with the
+      // same values; the others refill the segment's buffers.
+      for (int l = first; l < end; ++l) block_forward(e, l);
+      for (int l = end - 1; l >= first; --l) block_backward(e, l);
+    }
+  }
   const int u = layout_.embedding_unit();
   float* g = e.grads(u);
   be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), a_->dx.f32(),

@@ -18,7 +18,14 @@ namespace zt {
 class Transformer {
  public:
   // Allocates activations for micro-batches up to (max_B, max_T) on the backend.
-  Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T);
+  // checkpoint_every (activation checkpointing; Chen et al. 2016, "Training Deep Nets with
+  // Sublinear Memory Cost"; DeepSpeed's activation_checkpointing, Hugging Face's
+  // gradient_checkpointing): 0 keeps every block's intermediates for the backward; k >= 1
+  // keeps only the input of every k-th block (blocks 0, k, 2k, ...), and the backward
+  // recomputes each segment of k blocks from its input before going back through it, so
+  // the intermediates of k blocks exist at once instead of L. The recompute runs the same
+  // kernels on the same inputs: gradients are bitwise those without checkpointing.
+  Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T, int checkpoint_every = 0);
   ~Transformer();
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -42,6 +49,9 @@ class Transformer {
 
  private:
   struct Acts;
+  struct BlockActs;
+  BlockActs& acts_of(int l);    // the intermediates block l writes (shared with checkpointing)
+  float* block_input(int l);    // x into block l (l = n_layer: into the head)
   void embed(UnitEngine& e, const int* tokens, int B, int T);
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
@@ -49,6 +59,7 @@ class Transformer {
   void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                      const float* w, const float* mean, const float* rstd, int N);
   void block_forward(UnitEngine& e, int l);
+  void block_compute(const float* p, int l);  // block l's forward with parameters p
   void block_backward(UnitEngine& e, int l);
   // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.
   // Returns the sum of the per-row losses when targets are given.
@@ -59,6 +70,7 @@ class Transformer {
   ParamLayout layout_;
   Backend* be_;
   int max_B_, max_T_;
+  int checkpoint_every_ = 0;
   int B_ = 0, T_ = 0;
   std::unique_ptr<Acts> a_;
 };

@@ -680,6 +680,45 @@ absl::Status parse_aio(const std::string& src, const json& v, AioConfig* a) {
   return r.finish();
 }
 
+absl::Status parse_activation_checkpointing(const std::string& src, const json& v, DsConfig* c) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "activation_checkpointing"));
+  ActivationCheckpointingConfig& a = c->activation_checkpointing;
+  ZT_ASSIGN_OR_RETURN(const json* n, r.raw({"number_checkpoints"}));
+  if (n && !n->is_null()) {
+    if (!n->is_number_integer() || n->get<int64_t>() < 1)
+      return r.error("number_checkpoints",
+                     absl::StrCat("expected a whole number of checkpoints >= 1 (or null: every "
+                                  "block), got ", show(*n)));
+    a.number_checkpoints = n->get<int64_t>();
+  }
+  ZT_RETURN_IF_ERROR(r.get_bool({"partition_activations"}, &a.partition_activations));
+  ZT_RETURN_IF_ERROR(r.get_bool({"cpu_checkpointing"}, &a.cpu_checkpointing));
+  ZT_RETURN_IF_ERROR(
+      r.get_bool({"contiguous_memory_optimization"}, &a.contiguous_memory_optimization));
+  ZT_RETURN_IF_ERROR(
+      r.get_bool({"synchronize_checkpoint_boundary"}, &a.synchronize_checkpoint_boundary));
+  ZT_RETURN_IF_ERROR(r.get_bool({"profile"}, &a.profile));
+  ZT_RETURN_IF_ERROR(r.finish());
+  if (a.cpu_checkpointing)
+    return absl::UnimplementedError(absl::StrCat(
+        src, ": activation_checkpointing.cpu_checkpointing: keeping checkpoints in host memory "
+             "is not implemented in this build yet; set it to false"));
+  const char* prefix = "notice: activation_checkpointing.";
+  if (a.partition_activations)
+    c->notices.push_back(absl::StrCat(prefix, "partition_activations splits checkpoints across "
+                                              "model-parallel ranks; zerotrain has none, so it "
+                                              "has no effect"));
+  if (a.contiguous_memory_optimization)
+    c->notices.push_back(absl::StrCat(prefix, "contiguous_memory_optimization: zerotrain "
+                                              "preallocates its checkpoints once anyway"));
+  if (a.synchronize_checkpoint_boundary)
+    c->notices.push_back(absl::StrCat(prefix, "synchronize_checkpoint_boundary has no effect "
+                                              "on the CPU backend"));
+  if (a.profile)
+    c->notices.push_back(absl::StrCat(prefix, "profile: recompute times are not reported yet"));
+  return absl::OkStatus();
+}
+
 absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainConfig* z) {
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zerotrain"));
   ZT_ASSIGN_OR_RETURN(const json* limit, r.raw({"device_memory_limit"}));
@@ -707,6 +746,7 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
     ZT_RETURN_IF_ERROR(d.get_int({"warmup_steps"}, &z->delayed_param_update_warmup, 0));
     ZT_RETURN_IF_ERROR(d.finish());
   }
+  ZT_RETURN_IF_ERROR(r.get_bool({"gradient_checkpointing"}, &z->gradient_checkpointing));
   return r.finish();
 }
 
@@ -756,8 +796,9 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
              "set enabled to false"));
   // DeepSpeed sections and keys this build does not implement: allowed only at defaults
   // where a default is given.
-  for (const char* k : {"activation_checkpointing",
-                        "flops_profiler",
+  ZT_ASSIGN_OR_RETURN(const json* ac, section(r, {"activation_checkpointing"}));
+  if (ac) ZT_RETURN_IF_ERROR(parse_activation_checkpointing(src, *ac, c));
+  for (const char* k : {"flops_profiler",
                         "tensorboard",
                         "wandb",
                         "csv_monitor",

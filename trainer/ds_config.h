@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -155,6 +156,23 @@ struct ZerotrainConfig {
   // zero_optimization.offload_optimizer on cpu or nvme.
   bool delayed_param_update = false;
   int64_t delayed_param_update_warmup = 10;
+  // Activation checkpointing (also --gradient_checkpointing), as activation_checkpointing says.
+  bool gradient_checkpointing = false;
+};
+
+// "activation_checkpointing": {...} (DeepSpeed's section; the model decides where to
+// checkpoint, so zerotrain turns checkpointing on with --gradient_checkpointing or
+// zerotrain.gradient_checkpointing, and reads this section for how).
+struct ActivationCheckpointingConfig {
+  // Checkpoints kept in the forward: the input of every ceil(L / n)-th block. 0 (JSON null,
+  // DeepSpeed's default): every block's input. Must not exceed the layer count (checked
+  // against the model at start).
+  int64_t number_checkpoints = 0;
+  bool partition_activations = false;           // model parallelism only: no effect here
+  bool cpu_checkpointing = false;               // not implemented yet: true is refused
+  bool contiguous_memory_optimization = false;  // checkpoints are always preallocated here
+  bool synchronize_checkpoint_boundary = false;  // a CUDA sync: no effect on the CPU backend
+  bool profile = false;                          // no recompute timing yet
 };
 
 // The whole ds_config.json.
@@ -175,7 +193,10 @@ struct DsConfig {
   double gradient_predivide_factor = 1.0;  // pre-divide factor for the all-reduce, > 0
   ZeroConfig zero;
   AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
   ZerotrainConfig zerotrain;
+  // One line each for keys accepted without effect in this build (printed once at start).
+  std::vector<std::string> notices;
 };
 
 // Parses `json_text` (a whole ds_config.json) for `world_size` ranks (>= 1), validates every

@@ -93,6 +93,16 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   return make_nvme_param_store(be, po, elem, std::move(swapper));
 }
 
+absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model) {
+  if (!ds.zerotrain.gradient_checkpointing) return 0;
+  const int64_t n = ds.activation_checkpointing.number_checkpoints, L = model.n_layer;
+  if (n > L)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation_checkpointing.number_checkpoints ", n, " is more than the model's ", L,
+        " layers (one checkpoint per block at most); set it to ", L, " or less, or null"));
+  return n == 0 ? 1 : (int)((L + n - 1) / n);
+}
+
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B,
                              int T) {
   EstimateInput in;
@@ -115,6 +125,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.model = model;
   in.micro_batch = B;
   in.seq_len = T;
+  in.checkpoint_every = checkpoint_every(ds, model).value_or(0);
   return in;
 }
 

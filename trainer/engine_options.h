@@ -30,6 +30,10 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& 
 absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
                                                         const ModelConfig& model, int world,
                                                         Backend* be);
+// Activation checkpointing: every how many blocks model/transformer.h keeps an input (0: off,
+// when zerotrain.gradient_checkpointing is false): 1, or ceil(L / number_checkpoints).
+// Errors: number_checkpoints above the model's layer count.
+absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model);
 // The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of

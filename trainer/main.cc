@@ -79,6 +79,9 @@ ABSL_FLAG(bool, memory_report, false,
 ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
+ABSL_FLAG(bool, gradient_checkpointing, false,
+          "train: activation checkpointing, configured by the ds_config's "
+          "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
 ABSL_FLAG(std::string, device_memory_limit, "",
           "train: cap on device memory, e.g. 8GiB (as the ds_config key "
           "zerotrain.device_memory_limit; give one or both equal)");
@@ -147,6 +150,7 @@ int train() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.memory_report = absl::GetFlag(FLAGS_memory_report);
   o.comm_report = absl::GetFlag(FLAGS_comm_report);
+  o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);
   if (const std::string lim = absl::GetFlag(FLAGS_device_memory_limit); !lim.empty()) {
     auto bytes = zt::parse_byte_size(lim);
     if (!bytes.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(

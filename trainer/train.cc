@@ -116,6 +116,9 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
         "(examples in configs/ds/)");
   ZT_ASSIGN_OR_RETURN(r.ds_text, read_file(opt.deepspeed, "the DeepSpeed config (--deepspeed)"));
   ZT_ASSIGN_OR_RETURN(r.ds, parse_ds_config(r.ds_text, r.comm->world_size(), opt.deepspeed));
+  if (opt.gradient_checkpointing) r.ds.zerotrain.gradient_checkpointing = true;
+  if (r.comm->rank() == 0)
+    for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
   if (!opt.init_from.empty()) {
     const std::string path = opt.init_from + "/config.json";
     ZT_ASSIGN_OR_RETURN(std::string text,
@@ -178,7 +181,8 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
         " disagree; give one of them, or the same value in both"));
   r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
                                                                   : key_limit));
-  r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T);
+  ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
+  r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every);
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                       optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,

@@ -30,6 +30,7 @@ struct TrainOptions {
   bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
+  bool gradient_checkpointing = false;  // also zerotrain.gradient_checkpointing
 };
 
 // Trains; prints a progress line per step and writes metrics.jsonl. Errors a user can cause

@@ -156,17 +156,21 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
-    e.dev(M::kActivations) = transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len);
+    e.dev(M::kActivations) =
+        transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len, in.checkpoint_every);
   return e;
 }
 
-int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T) {
-  const int64_t N = int64_t{B} * T, C = c.hidden, L = c.n_layer, V = c.vocab_size;
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every) {
+  const int64_t N = int64_t{B} * T, C = c.hidden, V = c.vocab_size;
+  const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
+  const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
+  const int64_t xs = k == 0 ? c.n_layer + 1 : (c.n_layer + k - 1) / k + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
   int64_t floats = 0;
-  floats += (L + 1) * N * C;                                 // x[0..L]
+  floats += xs * N * C;                                      // x[]
   floats += L * (N * C + 2 * N + N * QKV + B * NH * T * T +  // ln1, stats, qkv, att
                  N * C + N * C + N * C + 2 * N +             // atty, resid_mid, ln2, stats
                  N * fcw + N * I);                           // fc, act

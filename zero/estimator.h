@@ -58,10 +58,12 @@ struct EstimateInput {
   // are not modelled: set it to 0 for the estimate to hold.
   int live_units = 2;
   // Activations: the engine's Transformer at micro-batch B, sequence T (all three optional;
-  // no model -> activations 0).
+  // no model -> activations 0), with activation checkpointing every checkpoint_every blocks
+  // (0: none).
   std::optional<ModelConfig> model;
   int micro_batch = 0;
   int seq_len = 0;
+  int checkpoint_every = 0;
 };
 
 // Bytes per memory category on the device (GPU, or the CPU backend's device pool) and on the
@@ -132,7 +134,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 //   lnf (N,C), lnf mean/rstd (N) x2, logits chunk (chunk,V) with chunk = clamp(2^23/V, 1, N),
 //   losses (N), dlnf (N,C)
 //   backward scratch: dx, dresid, dln, datty (N,C) x4, dqkv (N,qkv_dim), dact (N,I), dfc (N,fcw)
-int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T);
+// With activation checkpointing every k blocks (k >= 1): the per-layer set exists k times,
+// not L, and x[] holds ceil(L/k) + k buffers instead of L + 1 (the checkpointed block inputs,
+// a segment's k - 1 inner inputs, the head's input).
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0);
 
 // The parameter counts of c's units in ParamLayout order.
 std::vector<int64_t> unit_numels(const ModelConfig& c);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/config.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "offload/cpu_optimizer.h"
@@ -114,12 +115,14 @@ std::unique_ptr<ParamStore> params_for(Params where, Backend* be, DType t) {
 }
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
+// checkpoint_every: activation checkpointing (model/transformer.h).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
-                Optimizer where = Optimizer::kDevice, Params params = Params::kDevice) {
+                Optimizer where = Optimizer::kDevice, Params params = Params::kDevice,
+                int checkpoint_every = 0) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
-  Transformer model(c, be.get(), B, kT);
+  Transformer model(c, be.get(), B, kT, checkpoint_every);
   Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
                 params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();
@@ -674,6 +677,32 @@ TEST_F(ZeroStages, DelayedParamUpdateReachesTheUndelayedLoss) {
   const RunResult delayed = train(*comm_, eo, 1, tiny(), Optimizer::kCpuOffload);
   EXPECT_NEAR(delayed.losses.back(), plain.losses.back(), 0.02 * plain.losses.back());
   EXPECT_NE(delayed.losses.back(), plain.losses.back());  // the delay did take effect
+}
+
+// Activation checkpointing (every block, every 2nd, every 3rd of 4) recomputes each segment
+// with the same kernels on the same inputs: per-step losses and final parameters are bitwise
+// those without it, for LLaMA and GPT-2 and every ZeRO stage at this world size.
+TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
+  if (comm_->world_size() != 2) GTEST_SKIP() << "runs at N_d = 2 (the np2 registration)";
+  ModelConfig llama = tiny();
+  llama.n_layer = 4;
+  auto gpt2 = preset("tiny-gpt2");
+  ASSERT_TRUE(gpt2.ok());
+  gpt2->n_layer = 4;
+  gpt2->max_seq_len = kT;
+  for (const ModelConfig& c : {llama, *gpt2}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      const RunResult plain = train(*comm_, fp32_clipped(stage), 2, c);
+      for (int k : {1, 2, 3}) {
+        const RunResult ckpt =
+            train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, k);
+        const std::string what =
+            absl::StrCat(c.is_gpt2() ? "gpt2" : "llama", " stage ", stage, " every ", k);
+        EXPECT_EQ(ckpt.losses, plain.losses) << what;
+        EXPECT_EQ(ckpt.params, plain.params) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -245,6 +245,43 @@ TEST_F(Cli, NvmeOffloadWithoutODirectFallsBackWithOneWarning) {
   EXPECT_NE(out.find("LEFT:\n"), std::string::npos) << "swap files left behind: " << out;
 }
 
+// Activation checkpointing from the command line (--gradient_checkpointing) or the zerotrain
+// block, configured by DeepSpeed's activation_checkpointing section: the same losses as
+// without; bad input exits 2 naming the key; keys without effect say so once.
+TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
+  auto losses = [](const std::string& out) {
+    std::string l;
+    for (size_t at = out.find("| loss "); at != std::string::npos; at = out.find("| loss ", at + 1))
+      l += out.substr(at, 15) + ";";
+    return l;
+  };
+  const Result plain = run(train("--deepspeed " + path("ds.json")));
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const Result flag = run(train("--deepspeed " + path("ds.json") + " --gradient_checkpointing"));
+  ASSERT_EQ(flag.code, 0) << flag.out;
+  EXPECT_EQ(losses(flag.out), losses(plain.out));
+  EXPECT_FALSE(losses(plain.out).empty());
+  auto cfg = [&](const std::string& section) {
+    write(path("ac.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zerotrain": {"gradient_checkpointing": true},
+        "activation_checkpointing": )" + section + "}");
+    return "--deepspeed " + path("ac.json");
+  };
+  const Result every2 = run(train(cfg(R"({"number_checkpoints": 1, "partition_activations": true})")));
+  ASSERT_EQ(every2.code, 0) << every2.out;
+  EXPECT_EQ(losses(every2.out), losses(plain.out));
+  const std::string notice = "notice: activation_checkpointing.partition_activations";
+  ASSERT_NE(every2.out.find(notice), std::string::npos) << every2.out;
+  EXPECT_EQ(every2.out.find(notice, every2.out.find(notice) + 1), std::string::npos);
+  expect_user_error(run(train(cfg(R"({"number_checkpoints": 3})"))),
+                    {"activation_checkpointing.number_checkpoints 3", "2 layers"});
+  expect_user_error(run(train(cfg(R"({"number_checkpoint": 1})"))),
+                    {"activation_checkpointing", "number_checkpoint"});
+  expect_user_error(run(train(cfg(R"({"cpu_checkpointing": true})"))),
+                    {"activation_checkpointing.cpu_checkpointing", "not implemented"});
+}
+
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
                              path("val_*.bin") + "' --val_batches 2"));

@@ -319,19 +319,38 @@ TEST(Estimator, MatchesEngineAllocationStage0) {
   }
 }
 
-// transformer_activation_bytes equals what the Transformer allocates as activations.
+// transformer_activation_bytes equals what the Transformer allocates as activations, with and
+// without activation checkpointing.
 TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
   for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
     auto c = preset(name);
     ASSERT_TRUE(c.ok());
+    c->n_layer = 5;
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
-      auto be = make_cpu_backend(1);
-      Transformer tr(*c, be.get(), B, T);
-      EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
-                transformer_activation_bytes(*c, B, T))
-          << name << " B=" << B << " T=" << T;
+      for (int k : {0, 1, 2, 5}) {
+        auto be = make_cpu_backend(1);
+        Transformer tr(*c, be.get(), B, T, k);
+        EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
+                  transformer_activation_bytes(*c, B, T, k))
+            << name << " B=" << B << " T=" << T << " every " << k;
+      }
     }
   }
+}
+
+// Checkpointing every block keeps L + 1 block inputs and one block's intermediates: against no
+// checkpointing it saves L - 1 per-block sets, each (for LLaMA, N = B T rows, fp32): ln1, atty,
+// resid_mid, ln2 (N,C) x4; norm statistics (N) x4; qkv (N, qkv_dim); att (B,NH,T,T);
+// fc (N,2I); act (N,I).
+TEST(Estimator, CheckpointingEveryBlockSavesLMinusOneBlockSets) {
+  auto c = preset("tiny-llama");
+  ASSERT_TRUE(c.ok());
+  c->n_layer = 5;
+  const int64_t B = 2, T = 16, N = B * T, C = c->hidden, I = c->intermediate;
+  const int64_t per_block = 4 * N * C + 4 * N + N * c->qkv_dim() + B * c->n_head * T * T +
+                            N * 2 * I + N * I;
+  EXPECT_EQ(transformer_activation_bytes(*c, B, T, 0) - transformer_activation_bytes(*c, B, T, 1),
+            (c->n_layer - 1) * per_block * 4);
 }
 
 }  // namespace
