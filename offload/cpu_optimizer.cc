@@ -58,6 +58,7 @@ class CpuOptimizerState final : public OptimizerState {
         release(st, u, begin);
       }
     }
+    flush();
   }
   void get_master(int u, float* host) override {
     Unit& x = units_[u];
@@ -106,13 +107,6 @@ class CpuOptimizerState final : public OptimizerState {
         clock_.add(OffloadClock::kParamIn, t.ms());
       }
     }
-    // The step's last unit: every write behind must land (and any error surface) before the
-    // step ends.
-    if (nvme_ && u + 1 == (int)units_.size()) {
-      Timer t;
-      for (int w = 0; w < (int)win_.size(); ++w) settle(w);
-      clock_.add(OffloadClock::kNvmeWrite, t.ms());
-    }
   }
 
   bool keeps_gradients() const override { return true; }
@@ -154,6 +148,15 @@ class CpuOptimizerState final : public OptimizerState {
   void get_gradient(int u, float* host) override {
     const Unit& x = units_[u];
     convert(x.grad.data(), x.grad_t, host, DType::kF32, x.owned);
+  }
+  void copy_gradient(int u, void* host) override {
+    std::memcpy(host, units_[u].grad.data(), units_[u].grad.bytes());
+  }
+  void flush() override {
+    if (!nvme_ || win_.empty()) return;
+    Timer t;
+    for (int w = 0; w < (int)win_.size(); ++w) settle(w);
+    clock_.add(OffloadClock::kNvmeWrite, t.ms());
   }
   void zero_gradient(int u) override {
     std::memset(units_[u].grad.data(), 0, units_[u].grad.bytes());
@@ -262,11 +265,12 @@ class CpuOptimizerState final : public OptimizerState {
   // Waits for window w's transfers; a failed one ends the run with its error.
   void settle(int w) {
     absl::Status first = absl::OkStatus();
-    for (auto& f : win_[w].io) {
+    std::vector<std::future<absl::Status>> io = std::move(win_[w].io);  // cleared whatever happens
+    win_[w].io.clear();
+    for (auto& f : io) {
       const absl::Status s = f.get();
       if (first.ok()) first = s;
     }
-    win_[w].io.clear();
     if (!first.ok()) {
       win_[w].unit = -1;
       throw_status(first);

@@ -41,7 +41,8 @@ class NvmeSwapper {
   NvmeSwapper(const NvmeSwapper&) = delete;
   NvmeSwapper& operator=(const NvmeSwapper&) = delete;
 
-  // A new file of `bytes` (rounded up to kAlign); returns its handle.
+  // A new file of `bytes` (rounded up to kAlign); returns its handle. Call before any read or
+  // write (the I/O thread indexes the files without a lock).
   absl::StatusOr<int> create(size_t bytes);
   // bytes from/to [offset, offset + bytes) of file h. buf, offset and bytes: multiples of
   // kAlign (bytes may end at the file's rounded end). Errors carry the OS error (ENOSPC: the

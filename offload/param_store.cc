@@ -49,6 +49,7 @@ class OffloadedParamStore final : public ParamStore {
     if (!src) {
       Slot& b = slot_for(h);
       if (b.holder != h) {
+        b.holder = -1;  // holds nothing valid until the read succeeds
         Timer wait;
         const absl::Status st = nvme_->read(s.file, b.buf.data(), s.rounded, 0);
         clock_.add(OffloadClock::kNvmeRead, wait.ms());
@@ -157,9 +158,10 @@ std::unique_ptr<ParamStore> make_nvme_param_store(Backend* be, const ParamOffloa
 absl::Status check_param_buffers(const ParamOffloadOptions& o, int64_t largest_shard,
                                  size_t elem_bytes, int64_t host_bytes) {
   if (o.buffer_count < 1)
-    return absl::InvalidArgumentError(
-        "zero_optimization.offload_param.buffer_count is 0: NVMe parameter offload needs at "
-        "least one buffer to read shards through; set it to 1 or more (DeepSpeed's default: 5)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.offload_param.buffer_count is ", o.buffer_count,
+        ": NVMe parameter offload needs at least one buffer to read shards through; set it to "
+        "1 or more (DeepSpeed's default: 5)"));
   if (o.buffer_size < largest_shard)
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.offload_param.buffer_size ", o.buffer_size,

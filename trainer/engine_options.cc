@@ -82,12 +82,20 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   const bool pin = o.pin_memory;
   if (o.device == OffloadDevice::kCpu) return make_host_param_store(be, pin);
   const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu};
-  int64_t largest = 0;  // the largest shard the engine hands the store (sharded units only)
-  for (int64_t n : unit_numels(model))
-    if (n >= ds.zero.stage3_param_persistence_threshold)
-      largest = std::max<int64_t>(largest, (n + world - 1) / world);
+  // The largest shard that goes to the drive: sharded units, in order, past the first
+  // max_in_cpu elements (the store's rule); the buffers are only needed when there is one.
+  int64_t largest = 0, in_cpu = 0;
+  for (int64_t n : unit_numels(model)) {
+    if (n < ds.zero.stage3_param_persistence_threshold) continue;
+    const int64_t shard = (n + world - 1) / world;
+    if (in_cpu + shard <= o.max_in_cpu)
+      in_cpu += shard;
+    else
+      largest = std::max(largest, shard);
+  }
   const size_t elem = dtype_size(engine_options(ds).param_dtype);
-  ZT_RETURN_IF_ERROR(check_param_buffers(po, largest, elem, physical_memory_bytes()));
+  if (largest > 0)
+    ZT_RETURN_IF_ERROR(check_param_buffers(po, largest, elem, physical_memory_bytes()));
   ZT_ASSIGN_OR_RETURN(auto swapper,
                       open_swapper(ds, o.nvme_path, "zero_optimization.offload_param.nvme_path"));
   return make_nvme_param_store(be, po, elem, std::move(swapper));
@@ -121,7 +129,9 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.nvme_pipeline = ds.zero.offload_optimizer.pipeline_read ||
                      ds.zero.offload_optimizer.pipeline_write;
   in.overlap_comm = ds.zero.overlap_comm;
-  in.live_units = ds.zero.overlap_comm ? 2 : 1;  // the stage-3 prefetcher runs with overlap_comm
+  // The stage-3 prefetcher runs with overlap_comm; a tied head fetches the embedding too.
+  in.live_units = ds.zero.overlap_comm || model.tied_embeddings ? 2 : 1;
+  in.delayed_update = ds.zerotrain.delayed_param_update;
   in.model = model;
   in.micro_batch = B;
   in.seq_len = T;

@@ -25,8 +25,9 @@ EngineOptions engine_options(const DsConfig& ds);
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be);
 // zero_optimization.offload_param.device "cpu" / "nvme" (stage 3): where the parameter shards
 // of `world` ranks of `model` live (offload/param_store.h); null for "none". Errors, before
-// anything is allocated: an nvme buffer_size below the largest shard, buffer_count x
-// buffer_size past this machine's memory, nvme_path missing or not writable.
+// anything is allocated: an nvme buffer_size below the largest shard that goes to the drive,
+// buffer_count x buffer_size past this machine's memory (both only when some shard goes to
+// the drive), nvme_path missing or not writable.
 absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
                                                         const ModelConfig& model, int world,
                                                         Backend* be);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <omp.h>
 #include <thread>
 
 #include "common/status.h"
@@ -43,11 +44,11 @@ struct Engine::UnitState {
 // it reads and the weights it writes (working dtype), published by the next step.
 struct Engine::Delayed {
   struct Unit {
-    int u;
-    std::vector<uint8_t> grad, out;
-    DType grad_t;
+    std::vector<uint8_t> grad, out;  // allocated at the first delayed step, kept for the run
+    DType grad_t = DType::kF32;
+    bool active = false;  // part of the update now running
   };
-  std::vector<Unit> units;
+  std::vector<Unit> units;  // per unit
   std::thread worker;
   std::exception_ptr error;
 };
@@ -505,6 +506,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
+  optimizer_->flush();  // NVMe write-behind: errors surface in this step
   gather_owned_slices(gather_units);
   finish_step();
   st.step = t_;
@@ -526,56 +528,57 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
 // Snapshots every owned gradient into host memory (the stored ones are zeroed by finish_step)
 // and starts AdamW on them in a background thread, writing the new weights to host staging.
 void Engine::start_delayed_update(const AdamStep& as) {
-  if (!delayed_) delayed_ = std::make_unique<Delayed>();
+  if (!delayed_) {  // the snapshots: the owned gradient as stored, the owned working copy
+    delayed_ = std::make_unique<Delayed>();
+    delayed_->units.resize(units_.size());
+    for (int u = 0; u < (int)units_.size(); ++u) {
+      UnitState& s = units_[u];
+      Delayed::Unit& x = delayed_->units[u];
+      const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
+      x.grad_t = reduced ? DType::kF32 : opt_.grad_dtype;
+      x.grad.resize(s.owned() * dtype_size(x.grad_t));
+      x.out.resize(s.owned() * dtype_size(opt_.param_dtype));
+      delayed_host_.on_alloc(MemCategory::kGrads, x.grad.size());
+      delayed_host_.on_alloc(MemCategory::kParams, x.out.size());
+    }
+  }
   Delayed& d = *delayed_;
   ZT_CHECK(!d.worker.joinable());
-  const size_t pb = dtype_size(opt_.param_dtype);
-  const size_t old_bytes = [&] {
-    size_t b = 0;
-    for (const Delayed::Unit& x : d.units) b += x.grad.size() + x.out.size();
-    return b;
-  }();
-  d.units.clear();
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
-    Delayed::Unit x{u, {}, {}, opt_.grad_dtype};
-    if (s.host_grads) {  // the state's host gradient, as fp32 (exact)
-      x.grad_t = DType::kF32;
-      x.grad.resize(s.owned() * 4);
-      optimizer_->get_gradient(u, reinterpret_cast<float*>(x.grad.data()));
-    } else if (!s.replicated && opt_.zero.stage == 1) {  // the reduced fp32 shard
-      if (!s.has_reduced) continue;
-      x.grad_t = DType::kF32;
-      x.grad.resize(s.owned() * 4);
-      be_->copy_to_host(x.grad.data(), s.reduced.data(), x.grad.size());
-      delayed_to_host_ += (int64_t)x.grad.size();
+    Delayed::Unit& x = d.units[u];
+    x.active = true;
+    if (s.host_grads) {
+      optimizer_->copy_gradient(u, x.grad.data());
+    } else if (!s.replicated && opt_.zero.stage == 1) {
+      x.active = s.has_reduced;
+      if (x.active) be_->copy_to_host(x.grad.data(), s.reduced.data(), x.grad.size());
     } else {  // the stored gradient: this rank's slice of the unit or its shard
-      x.grad.resize(s.owned() * dtype_size(opt_.grad_dtype));
       const size_t begin = s.replicated || opt_.zero.stage >= 2 ? 0 : (size_t)rank_ * s.shard;
       be_->copy_to_host(x.grad.data(),
                         static_cast<const char*>(s.grads.data()) + begin * dtype_size(x.grad_t),
                         x.grad.size());
-      delayed_to_host_ += (int64_t)x.grad.size();
     }
-    x.out.resize(s.owned() * pb);
-    d.units.push_back(std::move(x));
+    if (x.active && !s.host_grads) delayed_to_host_ += (int64_t)x.grad.size();
   }
-  size_t new_bytes = 0;
-  for (const Delayed::Unit& x : d.units) new_bytes += x.grad.size() + x.out.size();
-  delayed_host_.on_free(MemCategory::kPinnedHost, old_bytes);
-  delayed_host_.on_alloc(MemCategory::kPinnedHost, new_bytes);
   d.error = nullptr;
-  d.worker = std::thread([this, as, &d] {
+  // OpenMP's thread count is per thread: the worker takes this one's (--threads).
+  const int threads = omp_get_max_threads();
+  d.worker = std::thread([this, as, &d, threads] {
+    omp_set_num_threads(threads);
     try {
-      for (Delayed::Unit& x : d.units) {
+      for (int u = 0; u < (int)d.units.size(); ++u) {
+        Delayed::Unit& x = d.units[u];
+        if (!x.active) continue;
         OptimizerState::Io io{.grad = x.grad.data(),
                               .grad_t = x.grad_t,
                               .grad_on_host = true,
                               .out = x.out.data(),
                               .out_t = opt_.param_dtype,
                               .out_on_host = true};
-        optimizer_->update(x.u, io, as);
+        optimizer_->update(u, io, as);
       }
+      optimizer_->flush();
     } catch (...) {
       d.error = std::current_exception();
     }
@@ -588,8 +591,11 @@ void Engine::finish_delayed_update() {
   d.worker.join();
   if (d.error) std::rethrow_exception(d.error);
   std::vector<UnitState*> gather_units;
-  for (Delayed::Unit& x : d.units) {
-    UnitState& s = units_[x.u];
+  for (int u = 0; u < (int)d.units.size(); ++u) {
+    Delayed::Unit& x = d.units[u];
+    if (!x.active) continue;
+    x.active = false;
+    UnitState& s = units_[u];
     if (s.store >= 0) {
       std::memcpy(params_->begin_write(s.store), x.out.data(), x.out.size());
       params_->end_write(s.store);

@@ -109,6 +109,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
     nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size);
+    if (in.delayed_update) {
+      host_grad_bytes += (int64_t)owned * (st == 1 && N > 1 ? 4 : G);
+      host_params += (int64_t)owned * P;
+    }
   }
 
   using M = MemCategory;
@@ -138,7 +142,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t ws = 0;
   if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
-  if (in.param_dtype != DType::kF32) ws += largest_padded * 4;  // the fp32 view of the one in use
+  // The fp32 views of the units in use: one, or the head and the embedding together when
+  // they are tied.
+  const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
+  if (in.param_dtype != DType::kF32) ws += views * largest_padded * 4;
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
   // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
   if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;

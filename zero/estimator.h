@@ -50,6 +50,10 @@ struct EstimateInput {
   int64_t sub_group_size = 1'000'000'000;
   // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
   bool nvme_pipeline = false;
+  // zerotrain.delayed_param_update: host snapshots of the owned gradient (kGrads: G bytes per
+  // owned element; 4 at stage 1 with N_d > 1, the reduced fp32 shard) and of the owned
+  // working copy (kParams: P bytes).
+  bool delayed_update = false;
   // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next
   // unit's backward, so two sets of communication buffers can be live.
   bool overlap_comm = false;

@@ -61,7 +61,12 @@ class OptimizerState {
                                    bool /*accumulate*/) {}
   virtual double gradient_sum_squares(int /*u*/) { return 0; }  // Σ g² in double
   virtual void get_gradient(int /*u*/, float* /*host*/) {}        // as fp32, owned elements
+  virtual void copy_gradient(int /*u*/, void* /*host*/) {}        // in its dtype, as stored
   virtual void zero_gradient(int /*u*/) {}
+
+  // Waits for writes still in flight (NVMe write-behind), so their errors surface now; the
+  // engine calls it at the end of every step.
+  virtual void flush() {}
 
   // Host memory of an offloaded state, by category (null when everything is on the device).
   virtual const MemoryTracker* host_tracker() const { return nullptr; }

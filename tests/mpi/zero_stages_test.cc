@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -174,13 +175,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   }
   res.peak_gathered = engine.peak_gathered_numel();
   res.device_peak = be->tracker().peak_total();
-  for (size_t k = 0; k < kNumMemCategories; ++k) {  // staging buffers exist after a step
-    const MemCategory cat = static_cast<MemCategory>(k);
-    if (const MemoryTracker* h = engine.optimizer().host_tracker())
-      res.host[k] += (int64_t)h->current(cat);
-    if (const ParamStore* p = engine.param_store())
-      res.host[k] += (int64_t)p->host_tracker().current(cat);
-  }
+  for (size_t k = 0; k < kNumMemCategories; ++k)  // staging buffers exist after a step
+    res.host[k] = (int64_t)engine.host_bytes(static_cast<MemCategory>(k));
   if (const MemoryTracker* h = engine.optimizer().host_tracker()) {
     res.host_optimizer_bytes = (int64_t)h->current(MemCategory::kOptimizer);
     res.nvme_bytes = (int64_t)h->current(MemCategory::kNvme);
@@ -507,19 +503,24 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
     int stage;
     Optimizer optimizer;
     Params params;
+    bool delayed = false;  // the delayed update's host snapshots
   };
   std::vector<Case> cases;
-  for (int stage = 1; stage <= 3; ++stage)
+  for (int stage = 1; stage <= 3; ++stage) {
     for (Optimizer o : {Optimizer::kCpuOffload, Optimizer::kNvmeOffload, Optimizer::kNvmePipelined})
       cases.push_back({stage, o, Params::kDevice});
+    cases.push_back({stage, Optimizer::kCpuOffload, Params::kDevice, true});
+  }
   for (Params p : {Params::kCpu, Params::kNvme})
     for (Optimizer o : {Optimizer::kDevice, Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
       cases.push_back({3, o, p});
+  cases.push_back({3, Optimizer::kNvmeOffload, Params::kNvme, true});
   auto single = make_single_process_communicator();
   for (Communicator* comm : {single.get(), comm_.get()}) {
     for (const Case& k : cases) {
       EngineOptions eo = fp32_clipped(k.stage);
       eo.param_dtype = eo.grad_dtype = DType::kBF16;
+      if (k.delayed) eo.delayed_update_after = 2;
       const RunResult got = train(*comm, eo, 1, tiny(), k.optimizer, k.params);
       EstimateInput in;
       in.unit_numel = unit_numels(tiny());
@@ -537,10 +538,12 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
       in.sub_group_size = 500;  // as optimizer_for()
       in.param_max_in_cpu = 0;  // as params_for()
       in.param_buffer_count = 2;
+      in.delayed_update = k.delayed;
       const auto e = estimate_memory(in);
       ASSERT_TRUE(e.ok()) << e.status();
-      const std::string what = absl::StrCat("N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ",
-                                            (int)k.optimizer, ", params ", (int)k.params);
+      const std::string what =
+          absl::StrCat("N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ",
+                       (int)k.optimizer, ", params ", (int)k.params, ", delayed ", k.delayed);
       using M = MemCategory;
       const M states[] = {M::kParams, M::kGrads, M::kOptimizer};
       for (size_t i = 0; i < 3; ++i)
@@ -664,6 +667,21 @@ TEST_F(ZeroStages, DelayedParamUpdateMatchesAPlainReference) {
               << what << " step " << k + 1;
         EXPECT_LE(rel_param_diff(got, ref), 1e-5) << what;
       }
+    }
+    // Stage 3 with the parameters on NVMe too, and stage 2 with gradient accumulation.
+    for (auto [stage, gas, params] : {std::tuple{3, 1, Params::kNvme},
+                                      std::tuple{2, 2, Params::kDevice}}) {
+      EngineOptions e = eo;
+      e.zero.stage = stage;
+      e.delayed_update_after = D;
+      const RunResult got = train(*comm, e, gas, tiny(), Optimizer::kNvmeOffload, params);
+      const std::string what = absl::StrCat("stage ", stage, ", gas ", gas, ", N_d = ",
+                                            comm->world_size());
+      ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+      for (size_t k = 0; k < ref.losses.size(); ++k)
+        EXPECT_NEAR(got.losses[k], ref.losses[k], 1e-5 * std::fabs(ref.losses[k]))
+            << what << " step " << k + 1;
+      EXPECT_LE(rel_param_diff(got, ref), 1e-5) << what;
     }
   }
 }
