@@ -54,13 +54,14 @@ static const float* at(const float* base, size_t off) {
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
 
 Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T,
-                         int checkpoint_every)
+                         int checkpoint_every, bool cpu_checkpointing)
     : config_(c),
       layout_(c),
       be_(be),
       max_B_(max_B),
       max_T_(max_T),
       checkpoint_every_(std::min(checkpoint_every, c.n_layer)),
+      cpu_checkpointing_(cpu_checkpointing && checkpoint_every > 0),
       a_(std::make_unique<Acts>()) {
   ZT_CHECK(max_T <= c.max_seq_len || !c.is_gpt2());
   ZT_CHECK(checkpoint_every >= 0);
@@ -80,8 +81,15 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
   a_->targets = DeviceBuffer(be, N * sizeof(int), A);
   const size_t k = checkpoint_every_;
-  const size_t num_x = k == 0 ? L + 1 : (L + k - 1) / k + k;  // see Acts::x
+  const size_t checkpoints = k == 0 ? 0 : (L + k - 1) / k;
+  // See Acts::x; with cpu_checkpointing two device buffers take turns holding the checkpoint
+  // in use, and the checkpoints themselves live in host memory.
+  const size_t num_x = k == 0 ? L + 1 : (cpu_checkpointing_ ? 2 : checkpoints) + k;
   for (size_t i = 0; i < num_x; ++i) a_->x.push_back(f32(N * C));
+  if (cpu_checkpointing_) {
+    host_checkpoints_.assign(checkpoints, std::vector<float>(N * C));
+    host_.on_alloc(MemCategory::kActivations, checkpoints * N * C * sizeof(float));
+  }
   for (size_t l = 0; l < (k == 0 ? L : k); ++l)
     a_->blocks.push_back({f32(N * C), f32(N), f32(N), f32(N * c.qkv_dim()),
                           f32((size_t)max_B * c.n_head * max_T * max_T), f32(N * C), f32(N * C),
@@ -113,9 +121,22 @@ Transformer::BlockActs& Transformer::acts_of(int l) {
 float* Transformer::block_input(int l) {
   const int k = checkpoint_every_, L = config_.n_layer;
   if (k == 0) return a_->x[l].f32();
-  const int checkpoints = (L + k - 1) / k;
+  const int checkpoints = cpu_checkpointing_ ? 2 : (L + k - 1) / k;
   if (l == L) return a_->x.back().f32();
-  return a_->x[l % k == 0 ? l / k : checkpoints + l % k - 1].f32();
+  if (l % k != 0) return a_->x[checkpoints + l % k - 1].f32();
+  return a_->x[cpu_checkpointing_ ? (l / k) % 2 : l / k].f32();
+}
+
+void Transformer::save_checkpoint(int i) {
+  if (!cpu_checkpointing_ || i * checkpoint_every_ >= config_.n_layer) return;
+  be_->copy_to_host(host_checkpoints_[i].data(), block_input(i * checkpoint_every_),
+                    sizeof(float) * B_ * T_ * config_.hidden);
+}
+
+void Transformer::restore_checkpoint(int i) {
+  if (!cpu_checkpointing_) return;
+  be_->copy_to_device(block_input(i * checkpoint_every_), host_checkpoints_[i].data(),
+                      sizeof(float) * B_ * T_ * config_.hidden);
 }
 
 void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
@@ -234,7 +255,12 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
 Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
                                              int B, int T, float grad_scale) {
   embed(e, tokens, B, T);
-  for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
+  save_checkpoint(0);
+  for (int l = 0; l < config_.n_layer; ++l) {
+    block_forward(e, l);
+    if (checkpoint_every_ > 0 && (l + 1) % checkpoint_every_ == 0)
+      save_checkpoint((l + 1) / checkpoint_every_);
+  }
   LossResult r;
   for (int i = 0; i < B * T; ++i) r.num_valid += targets[i] >= 0;
   const float dscale = r.num_valid > 0 ? grad_scale / r.num_valid : 0.f;
@@ -304,6 +330,7 @@ void Transformer::backward(UnitEngine& e) {
       const int end = std::min(first + k, L);
       // The segment's last block rewrites the next checkpoint (or the head's input) with the
       // same values; the others refill the segment's buffers.
+      restore_checkpoint(first / k);  // cpu_checkpointing: the segment's input comes back
       for (int l = first; l < end; ++l) block_forward(e, l);
       for (int l = end - 1; l >= first; --l) block_backward(e, l);
     }

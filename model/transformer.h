@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/memory.h"
 #include "model/backend.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -25,9 +26,16 @@ class Transformer {
   // recomputes each segment of k blocks from its input before going back through it, so
   // the intermediates of k blocks exist at once instead of L. The recompute runs the same
   // kernels on the same inputs: gradients are bitwise those without checkpointing.
-  Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T, int checkpoint_every = 0);
+  // cpu_checkpointing (with checkpoint_every >= 1; DeepSpeed's key of that name): the kept
+  // block inputs live in host memory (host_tracker(), kActivations); the device holds two
+  // (N,C) buffers for the checkpoint in use, and the backward copies each segment's input
+  // back before recomputing it.
+  Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T, int checkpoint_every = 0,
+              bool cpu_checkpointing = false);
   ~Transformer();
   const ModelConfig& config() const { return config_; }
+  // Host memory of cpu_checkpointing's checkpoints (empty otherwise).
+  const MemoryTracker& host_tracker() const { return host_; }
   const ParamLayout& layout() const { return layout_; }
 
   struct LossResult {
@@ -71,6 +79,11 @@ class Transformer {
   Backend* be_;
   int max_B_, max_T_;
   int checkpoint_every_ = 0;
+  bool cpu_checkpointing_ = false;
+  MemoryTracker host_;
+  std::vector<std::vector<float>> host_checkpoints_;  // cpu_checkpointing: input of block i k
+  void save_checkpoint(int i);     // cpu_checkpointing: block i k's input to host memory
+  void restore_checkpoint(int i);  // and back
   int B_ = 0, T_ = 0;
   std::unique_ptr<Acts> a_;
 };

@@ -699,10 +699,6 @@ absl::Status parse_activation_checkpointing(const std::string& src, const json& 
       r.get_bool({"synchronize_checkpoint_boundary"}, &a.synchronize_checkpoint_boundary));
   ZT_RETURN_IF_ERROR(r.get_bool({"profile"}, &a.profile));
   ZT_RETURN_IF_ERROR(r.finish());
-  if (a.cpu_checkpointing)
-    return absl::UnimplementedError(absl::StrCat(
-        src, ": activation_checkpointing.cpu_checkpointing: keeping checkpoints in host memory "
-             "is not implemented in this build yet; set it to false"));
   const char* prefix = "notice: activation_checkpointing.";
   if (a.partition_activations)
     c->notices.push_back(absl::StrCat(prefix, "partition_activations splits checkpoints across "

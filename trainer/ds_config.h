@@ -169,7 +169,7 @@ struct ActivationCheckpointingConfig {
   // against the model at start).
   int64_t number_checkpoints = 0;
   bool partition_activations = false;           // model parallelism only: no effect here
-  bool cpu_checkpointing = false;               // not implemented yet: true is refused
+  bool cpu_checkpointing = false;               // checkpoints in host memory
   bool contiguous_memory_optimization = false;  // checkpoints are always preallocated here
   bool synchronize_checkpoint_boundary = false;  // a CUDA sync: no effect on the CPU backend
   bool profile = false;                          // no recompute timing yet

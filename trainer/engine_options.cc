@@ -136,6 +136,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.micro_batch = B;
   in.seq_len = T;
   in.checkpoint_every = checkpoint_every(ds, model).value_or(0);
+  in.cpu_checkpointing = ds.activation_checkpointing.cpu_checkpointing;
   return in;
 }
 

@@ -182,7 +182,8 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
                                                                   : key_limit));
   ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
-  r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every);
+  r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
+                                                r.ds.activation_checkpointing.cpu_checkpointing);
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                       optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,
@@ -253,9 +254,11 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     mem.device_peak = (int64_t)r.backend->tracker().peak_total();
     const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
-    if (r.engine->offloaded())
-      for (size_t c = 0; c < kNumMemCategories; ++c)
-        mem.host_peak[c] = r.engine->host_bytes(static_cast<MemCategory>(c), /*peak=*/true);
+    for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
+      const MemCategory cat = static_cast<MemCategory>(c);
+      mem.host_peak[c] = r.engine->host_bytes(cat, /*peak=*/true) +
+                         r.transformer->host_tracker().peak(cat);
+    }
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
     ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
                                   memory_report(mem, in, predicted, rank)));
@@ -381,9 +384,12 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     if (step == 1)
       for (size_t c = 0; c < kNumMemCategories; ++c)
         mem.persistent[c] = r.backend->tracker().current(static_cast<MemCategory>(c));
-    if (step == 1 && r.engine->offloaded())
-      for (size_t c = 0; c < kNumMemCategories; ++c)
-        mem.host_persistent[c] = r.engine->host_bytes(static_cast<MemCategory>(c));
+    if (step == 1)
+      for (size_t c = 0; c < kNumMemCategories; ++c) {
+        const MemCategory cat = static_cast<MemCategory>(c);
+        mem.host_persistent[c] =
+            r.engine->host_bytes(cat) + r.transformer->host_tracker().current(cat);
+      }
     const double ms = t.ms();
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);

@@ -162,17 +162,29 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (host_grads) comm += largest_shard * G;  // the shard rounded to G on its way out
     e.dev(M::kCommBuffers) = comm;
   }
-  if (in.model && in.micro_batch > 0 && in.seq_len > 0)
-    e.dev(M::kActivations) =
-        transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len, in.checkpoint_every);
+  if (in.model && in.micro_batch > 0 && in.seq_len > 0) {
+    e.dev(M::kActivations) = transformer_activation_bytes(
+        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing);
+    e.hst(M::kActivations) = transformer_host_activation_bytes(
+        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing);
+  }
   return e;
 }
 
-int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every) {
+int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T,
+                                          int checkpoint_every, bool cpu_checkpointing) {
+  const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
+  if (k == 0 || !cpu_checkpointing) return 0;
+  return (c.n_layer + k - 1) / k * int64_t{B} * T * c.hidden * 4;
+}
+
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
+                                     bool cpu_checkpointing) {
   const int64_t N = int64_t{B} * T, C = c.hidden, V = c.vocab_size;
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
-  const int64_t xs = k == 0 ? c.n_layer + 1 : (c.n_layer + k - 1) / k + k;
+  const int64_t xs = k == 0 ? c.n_layer + 1
+                            : (cpu_checkpointing ? 2 : (c.n_layer + k - 1) / k) + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);

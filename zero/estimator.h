@@ -68,6 +68,7 @@ struct EstimateInput {
   int micro_batch = 0;
   int seq_len = 0;
   int checkpoint_every = 0;
+  bool cpu_checkpointing = false;  // activation_checkpointing.cpu_checkpointing
 };
 
 // Bytes per memory category on the device (GPU, or the CPU backend's device pool) and on the
@@ -140,8 +141,14 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 //   backward scratch: dx, dresid, dln, datty (N,C) x4, dqkv (N,qkv_dim), dact (N,I), dfc (N,fcw)
 // With activation checkpointing every k blocks (k >= 1): the per-layer set exists k times,
 // not L, and x[] holds ceil(L/k) + k buffers instead of L + 1 (the checkpointed block inputs,
-// a segment's k - 1 inner inputs, the head's input).
-int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0);
+// a segment's k - 1 inner inputs, the head's input); with cpu_checkpointing the checkpoints
+// move to host memory (transformer_host_activation_bytes) and two device buffers take turns
+// holding the one in use: 2 + k.
+int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0,
+                                     bool cpu_checkpointing = false);
+// Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) fp32 (0 without).
+int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T,
+                                          int checkpoint_every, bool cpu_checkpointing);
 
 // The parameter counts of c's units in ParamLayout order.
 std::vector<int64_t> unit_numels(const ModelConfig& c);

@@ -116,14 +116,14 @@ std::unique_ptr<ParamStore> params_for(Params where, Backend* be, DType t) {
 }
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
-// checkpoint_every: activation checkpointing (model/transformer.h).
+// checkpoint_every, cpu_checkpointing: activation checkpointing (model/transformer.h).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
                 Optimizer where = Optimizer::kDevice, Params params = Params::kDevice,
-                int checkpoint_every = 0) {
+                int checkpoint_every = 0, bool cpu_checkpointing = false) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
-  Transformer model(c, be.get(), B, kT, checkpoint_every);
+  Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing);
   Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
                 params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();
@@ -697,9 +697,10 @@ TEST_F(ZeroStages, DelayedParamUpdateReachesTheUndelayedLoss) {
   EXPECT_NE(delayed.losses.back(), plain.losses.back());  // the delay did take effect
 }
 
-// Activation checkpointing (every block, every 2nd, every 3rd of 4) recomputes each segment
-// with the same kernels on the same inputs: per-step losses and final parameters are bitwise
-// those without it, for LLaMA and GPT-2 and every ZeRO stage at this world size.
+// Activation checkpointing (every block, every 2nd, every 3rd of 4; every 2nd with the
+// checkpoints in host memory) recomputes each segment with the same kernels on the same
+// inputs: per-step losses and final parameters are bitwise those without it, for LLaMA and
+// GPT-2 and every ZeRO stage at this world size.
 TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
   if (comm_->world_size() != 2) GTEST_SKIP() << "runs at N_d = 2 (the np2 registration)";
   ModelConfig llama = tiny();
@@ -719,6 +720,10 @@ TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
         EXPECT_EQ(ckpt.losses, plain.losses) << what;
         EXPECT_EQ(ckpt.params, plain.params) << what;
       }
+      const RunResult cpu =
+          train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, 2, true);
+      EXPECT_EQ(cpu.losses, plain.losses) << "cpu_checkpointing, stage " << stage;
+      EXPECT_EQ(cpu.params, plain.params) << "cpu_checkpointing, stage " << stage;
     }
   }
 }

@@ -281,8 +281,16 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
                     {"activation_checkpointing.number_checkpoints 3", "2 layers"});
   expect_user_error(run(train(cfg(R"({"number_checkpoint": 1})"))),
                     {"activation_checkpointing", "number_checkpoint"});
-  expect_user_error(run(train(cfg(R"({"cpu_checkpointing": true})"))),
-                    {"activation_checkpointing.cpu_checkpointing", "not implemented"});
+  const Result cpu = run(train(cfg(R"({"cpu_checkpointing": true})") + " --memory_report"));
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  EXPECT_EQ(losses(cpu.out), losses(plain.out));
+  std::ifstream report(path("run") + "/memory_report_rank0.json");
+  const auto m = nlohmann::json::parse(report);
+  const auto& host = m["host_categories"]["activations"];
+  EXPECT_GT(host["peak_bytes"].get<int64_t>(), 0) << m.dump();  // the checkpoints
+  EXPECT_EQ(host["peak_bytes"], host["predicted_bytes"]) << m.dump();
+  const auto& dev = m["categories"]["activations"];
+  EXPECT_EQ(dev["peak_bytes"], dev["predicted_bytes"]) << m.dump();
 }
 
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {

@@ -328,11 +328,16 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
     c->n_layer = 5;
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
       for (int k : {0, 1, 2, 5}) {
-        auto be = make_cpu_backend(1);
-        Transformer tr(*c, be.get(), B, T, k);
-        EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
-                  transformer_activation_bytes(*c, B, T, k))
-            << name << " B=" << B << " T=" << T << " every " << k;
+        for (bool cpu : {false, true}) {
+          auto be = make_cpu_backend(1);
+          Transformer tr(*c, be.get(), B, T, k, cpu);
+          EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
+                    transformer_activation_bytes(*c, B, T, k, cpu))
+              << name << " B=" << B << " T=" << T << " every " << k << " cpu " << cpu;
+          EXPECT_EQ(static_cast<int64_t>(tr.host_tracker().current(M::kActivations)),
+                    transformer_host_activation_bytes(*c, B, T, k, cpu))
+              << name << " B=" << B << " T=" << T << " every " << k << " cpu " << cpu;
+        }
       }
     }
   }
@@ -351,6 +356,11 @@ TEST(Estimator, CheckpointingEveryBlockSavesLMinusOneBlockSets) {
                             N * 2 * I + N * I;
   EXPECT_EQ(transformer_activation_bytes(*c, B, T, 0) - transformer_activation_bytes(*c, B, T, 1),
             (c->n_layer - 1) * per_block * 4);
+  // cpu_checkpointing moves the L checkpoints (N,C) to the host, leaving two on the device.
+  EXPECT_EQ(transformer_activation_bytes(*c, B, T, 1) -
+                transformer_activation_bytes(*c, B, T, 1, true),
+            (c->n_layer - 2) * N * C * 4);
+  EXPECT_EQ(transformer_host_activation_bytes(*c, B, T, 1, true), c->n_layer * N * C * 4);
 }
 
 }  // namespace
