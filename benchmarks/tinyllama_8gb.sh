@@ -4,12 +4,15 @@
 #   1. stage 0 without offload must stop at once with the device-memory error;
 #   2. stage 2 with the optimizer on the CPU runs 2 steps;
 #   3. stage 3 with parameters and optimizer on NVMe (every shard on the drive: max_in_cpu 0)
-#      runs 2 steps, swapping under NVME_DIR (default /tmp; needs about 16 GB free there).
+#      runs 2 steps, swapping under NVME_DIR (default /tmp; needs about 16 GB free there);
+#   4. at TinyLlama's full context, T = 2048, stage 2 with the optimizer on the CPU stops with
+#      the device-memory error without activation checkpointing;
+#   5. and runs 2 steps with checkpointing every block and cpu_checkpointing.
 # For 2 and 3 it prints the peak device bytes (all categories at once) and the bytes per
 # category next to the estimator's prediction for the same run, and the process's max RSS.
 # On the CPU backend the "device" pool is host memory too, so RSS = device + host; the host
 # share is RSS minus the device peak. Needs about 21 GB of RAM and several minutes on 2 cores.
-# Usage: [CASES="0 2 3"] [NVME_DIR=/tmp] benchmarks/tinyllama_8gb.sh [DATA_DIR]
+# Usage: [CASES="0 2 3 4 5"] [NVME_DIR=/tmp] benchmarks/tinyllama_8gb.sh [DATA_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data}
@@ -32,9 +35,11 @@ echo "{$common, \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence
  \"stage3_max_reuse_distance\": 0, \"overlap_comm\": false,
  \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$NVME\", \"max_in_cpu\": 0},
  \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$NVME\"}}}" > "$TMP/stage3.json"
-run() {  # ds_config, run dir
+echo "{$common, \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}},
+ \"activation_checkpointing\": {\"cpu_checkpointing\": true}}" > "$TMP/stage2_ckpt.json"
+run() {  # ds_config, run dir[, T, more flags]
   /usr/bin/time -f "wall %e s, max RSS %M KiB" build/zerotrain train --deepspeed "$1" \
-    --train_data "$TMP/data/train_*.bin" --model tinyllama-1.1b --seq_len 512 --steps 2 \
+    --train_data "$TMP/data/train_*.bin" --model tinyllama-1.1b --seq_len "${3:-512}" --steps 2 ${4:-} \
     --val_every 0 --sample_tokens 0 --run_dir "$2" --memory_report --comm_report 2>&1
 }
 report() {  # run dir, the run's output
@@ -58,7 +63,7 @@ print(f"offload traffic, step 2: {o['device_to_host_bytes'] / c['psi']:.3f} x Ps
       f"{o['host_to_device_bytes'] / c['psi']:.3f} x Psi bytes in")
 PY
 }
-CASES=${CASES:-"0 2 3"}  # which of the three runs to make
+CASES=${CASES:-"0 2 3 4 5"}  # which runs to make
 if [[ $CASES == *0* ]]; then
 echo "== stage 0, no offload, limit 8 GiB (must stop with the device-memory error)"
 run "$TMP/stage0.json" "$TMP/run0" | grep -E "^error:|wall .* RSS|exit status" || true
@@ -75,4 +80,14 @@ out=$(run "$TMP/stage3.json" "$TMP/run3")
 grep -E "^step|time \(ms\)|wall .* RSS|^error" <<< "$out"
 report "$TMP/run3" "$out"
 echo "left in the swap directory after the run: $(ls -A "$NVME" | wc -l) entries"
+fi
+if [[ $CASES == *4* ]]; then
+echo "== T = 2048, stage 2, optimizer on the CPU, no checkpointing, limit 8 GiB (must stop)"
+run "$TMP/stage2.json" "$TMP/run4" 2048 | grep -E "^error:|wall .* RSS" || true
+fi
+if [[ $CASES == *5* ]]; then
+echo "== T = 2048, stage 2, optimizer on the CPU, checkpointing every block in host memory"
+out=$(run "$TMP/stage2_ckpt.json" "$TMP/run5" 2048 --gradient_checkpointing)
+grep -E "^step|time \(ms\)|offload \(ms\)|wall .* RSS|^error" <<< "$out"
+report "$TMP/run5" "$out"
 fi

@@ -148,19 +148,27 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
   };
   const EstimateInput base = estimate_input(ds, model, world, B, T);
   std::vector<Try> tries;
-  auto add = [&](int stage, bool offload, int micro_batch) {
+  // ckpt: 0 as configured, 1 activation checkpointing every block, 2 also cpu_checkpointing.
+  auto add = [&](int stage, bool offload, int micro_batch, int ckpt = 0) {
     EstimateInput in = base;
     in.stage = stage;
     if (offload) in.offload_optimizer = OffloadDevice::kCpu;
     in.micro_batch = micro_batch;
+    if (ckpt > 0) in.checkpoint_every = std::max(in.checkpoint_every, 1);
+    if (ckpt > 1) in.cpu_checkpointing = true;
     std::string what = absl::StrCat("zero_optimization.stage ", stage);
     if (offload) absl::StrAppend(&what, " with offload_optimizer.device \"cpu\"");
     if (micro_batch != B)
       absl::StrAppend(&what, " at train_micro_batch_size_per_gpu ", micro_batch,
                       " (raise gradient_accumulation_steps to keep the global batch)");
+    if (in.checkpoint_every != base.checkpoint_every ||
+        in.cpu_checkpointing != base.cpu_checkpointing)
+      absl::StrAppend(&what, " and --gradient_checkpointing",
+                      in.cpu_checkpointing ? " with activation_checkpointing.cpu_checkpointing" : "");
     auto same = [&](const EstimateInput& o) {
       return o.stage == stage && o.offload_optimizer == in.offload_optimizer &&
-             o.micro_batch == micro_batch;
+             o.micro_batch == micro_batch && o.checkpoint_every == in.checkpoint_every &&
+             o.cpu_checkpointing == in.cpu_checkpointing;
     };
     if (same(base)) return;  // what is running now
     for (const Try& t : tries)
@@ -171,6 +179,11 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
   if (!offloaded && base.stage >= 1) add(base.stage, true, B);
   for (int s = base.stage + 1; s <= 3; ++s) add(s, offloaded, B);
   for (int s = std::max(base.stage, 1); s <= 3; ++s) add(s, true, B);
+  // Then activation checkpointing, at the configured stage and offload first.
+  for (int ckpt : {1, 2}) {
+    add(base.stage, offloaded, B, ckpt);
+    for (int s = std::max(base.stage, 1); s <= 3; ++s) add(s, true, B, ckpt);
+  }
   for (int b = B / 2; b >= 1; b /= 2) add(3, true, b);
   const Try* smallest = nullptr;
   int64_t smallest_bytes = 0;

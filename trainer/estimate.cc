@@ -162,7 +162,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
         [c](const MemoryEstimate& e) { return e.dev(c); });
   row("device model states", [](const MemoryEstimate& e) { return e.device_model_states(); });
   row("device total", [](const MemoryEstimate& e) { return e.device_total(); });
-  for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kPinnedHost})
+  for (M c : {M::kParams, M::kGrads, M::kOptimizer, M::kActivations, M::kPinnedHost})
     row("host " + std::string(mem_category_name(c)),
         [c](const MemoryEstimate& e) { return e.hst(c); });
   row("host total", [](const MemoryEstimate& e) { return e.host_total(); });
