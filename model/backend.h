@@ -71,12 +71,13 @@ class Backend {
                     bool inverse) = 0;
   // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
   // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
-  // att (B,NH,T,T) saves the softmax probabilities for backward.
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+  // lse (B,NH,T) saves each row's softmax log-sum-exp for the backward, which recomputes the
+  // probabilities from it (FlashAttention's interface: nothing of size T x T is kept).
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                  int KVH, int hd) = 0;
-  // dqkv (B,T,...) += gradient; datt (B,NH,T,T) is scratch.
-  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int NH, int KVH, int hd) = 0;
+  // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's lse.
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* lse, int B, int T, int NH, int KVH, int hd) = 0;
   // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
   virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
   // dinp (n) = (overwrites) dout * gelu'(inp).

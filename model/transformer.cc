@@ -27,7 +27,8 @@ struct Offsets {
 
 // One block's intermediates for its backward, sized for (max_B, max_T); N = B*T rows.
 struct Transformer::BlockActs {
-  DeviceBuffer ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid_mid, ln2, ln2_mean, ln2_rstd, fc,
+  // lse (B,NH,T): the attention's log-sum-exp per query row (no (B,NH,T,T) probabilities).
+  DeviceBuffer ln1, ln1_mean, ln1_rstd, qkv, lse, atty, resid_mid, ln2, ln2_mean, ln2_rstd, fc,
       act;
 };
 
@@ -44,7 +45,6 @@ struct Transformer::Acts {
   DeviceBuffer logits, losses;           // (chunk,V), (N)
   DeviceBuffer dlnf;                     // (N,C) gradient into the final norm's output
   DeviceBuffer dx, dresid, dln, datty, dqkv, dact, dfc;  // backward scratch
-  DeviceBuffer datt;  // (B,NH,T,T) attention backward scratch, one layer at a time
   int chunk = 0;
 };
 
@@ -92,7 +92,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   }
   for (size_t l = 0; l < (k == 0 ? L : k); ++l)
     a_->blocks.push_back({f32(N * C), f32(N), f32(N), f32(N * c.qkv_dim()),
-                          f32((size_t)max_B * c.n_head * max_T * max_T), f32(N * C), f32(N * C),
+                          f32((size_t)max_B * c.n_head * max_T), f32(N * C), f32(N * C),
                           f32(N * C), f32(N), f32(N), f32(N * fcw), f32(N * c.intermediate)});
   a_->lnf = f32(N * C);
   a_->lnf_mean = f32(N);
@@ -109,7 +109,6 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->dqkv = f32(N * c.qkv_dim());
   a_->dact = f32(N * c.intermediate);
   a_->dfc = f32(N * fcw);
-  a_->datt = f32((size_t)max_B * c.n_head * max_T * max_T);
 }
 
 Transformer::~Transformer() = default;
@@ -186,7 +185,7 @@ void Transformer::block_compute(const float* p, int l) {
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false);
-  be_->attention_forward(b.atty.f32(), b.att.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
+  be_->attention_forward(b.atty.f32(), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
                          c.head_dim());
   float* mid = b.resid_mid.f32();  // (N,C) = x + attn_out
   be_->matmul_forward(mid, b.atty.f32(), p + o.attw, at(p, o.attb), N, C, C);
@@ -306,8 +305,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                        C, C);
   float* dqkv = a_->dqkv.f32();
   be_->zero(dqkv, sizeof(float) * N * QKV);
-  be_->attention_backward(dqkv, a_->datt.f32(), datty, b.qkv.f32(), b.att.f32(), B_, T_,
-                          c.n_head, c.n_kv_head, c.head_dim());
+  be_->attention_backward(dqkv, datty, b.qkv.f32(), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
+                          c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true);
   be_->zero(dln, sizeof(float) * NC);

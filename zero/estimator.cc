@@ -190,14 +190,13 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
   int64_t floats = 0;
   floats += xs * N * C;                                      // x[]
-  floats += L * (N * C + 2 * N + N * QKV + B * NH * T * T +  // ln1, stats, qkv, att
+  floats += L * (N * C + 2 * N + N * QKV + B * NH * T +      // ln1, stats, qkv, lse
                  N * C + N * C + N * C + 2 * N +             // atty, resid_mid, ln2, stats
                  N * fcw + N * I);                           // fc, act
   floats += N * C + 2 * N;                                   // lnf, stats
   floats += chunk * V + N;                                   // logits chunk, losses
   floats += N * C;                                           // dlnf
   floats += 4 * N * C + N * QKV + N * I + N * fcw;           // backward scratch
-  floats += B * NH * T * T;                                  // attention backward scratch
   return floats * 4 + 2 * N * 4;                             // + tokens, targets (int32)
 }
 

@@ -133,7 +133,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 // micro-batches up to (B, T), all fp32 unless noted, N = B T, C hidden, L layers:
 //   tokens, targets (N) int32
 //   x[0..L] (N,C): residual stream into each block and out of the last
-//   per layer: ln1 (N,C), ln1 mean/rstd (N) x2, qkv (N,qkv_dim), att (B,NH,T,T), atty (N,C),
+//   per layer: ln1 (N,C), ln1 mean/rstd (N) x2, qkv (N,qkv_dim), lse (B,NH,T), atty (N,C),
 //              resid_mid (N,C), ln2 (N,C), ln2 mean/rstd (N) x2, fc (N, I or 2I for SwiGLU),
 //              act (N,I)
 //   lnf (N,C), lnf mean/rstd (N) x2, logits chunk (chunk,V) with chunk = clamp(2^23/V, 1, N),

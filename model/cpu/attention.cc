@@ -4,6 +4,12 @@
 // Backward: da[t2] = dout_t . v_t2;  dv_t2 += a[t2] dout_t;
 //   ds[t2] = a[t2] (da[t2] - sum_j a[j] da[j]);  dq_t += ds k / sqrt(hd);  dk_t2 += ds q /
 //   sqrt(hd).
+// Nothing of size T x T is kept (as FlashAttention, Dao et al. 2022; backward as in
+// FlashAttention-2): the forward saves the row's log-sum-exp lse_t = max + log(sum exp(s - max))
+// and the backward recomputes a[t2] = exp(s[t2] - lse_t) row by row, in a per-thread row
+// buffer of T floats. The forward's softmax is computed exactly as the T x T reference does it
+// (model/cpu/attention_reference.cc), so outputs agree bit for bit; the backward's
+// probabilities differ from the reference's by rounding only.
 #include <cmath>
 #include <vector>
 
@@ -11,48 +17,51 @@
 
 namespace zt {
 
-void CpuBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+void CpuBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                    int KVH, int hd) {
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int t = 0; t < T; ++t) {
-        const int kvh = h / group;
-        const float* q = qkv + ((size_t)b * T + t) * row + (size_t)h * hd;
-        float* a = att + (((size_t)b * NH + h) * T + t) * T;
-        float maxv = -INFINITY;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
-          float s = 0.f;
+#pragma omp parallel
+  {
+    std::vector<float> a(T);  // this thread's row of probabilities
+#pragma omp for collapse(3) schedule(static)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t) {
+          const int kvh = h / group;
+          const float* q = qkv + ((size_t)b * T + t) * row + (size_t)h * hd;
+          float maxv = -INFINITY;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
+            float s = 0.f;
 #pragma omp simd reduction(+ : s)
-          for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-          s *= scale;
-          a[t2] = s;
-          maxv = std::max(maxv, s);
+            for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+            s *= scale;
+            a[t2] = s;
+            maxv = std::max(maxv, s);
+          }
+          float sum = 0.f;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            a[t2] = std::exp(a[t2] - maxv);
+            sum += a[t2];
+          }
+          const float inv = 1.f / sum;
+          for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+          lse[((size_t)b * NH + h) * T + t] = maxv + std::log(sum);
+          float* o = out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
+          for (int i = 0; i < hd; ++i) o[i] = 0.f;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const float* v = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + KVH + kvh) * hd;
+#pragma omp simd
+            for (int i = 0; i < hd; ++i) o[i] += a[t2] * v[i];
+          }
         }
-        float sum = 0.f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          a[t2] = std::exp(a[t2] - maxv);
-          sum += a[t2];
-        }
-        const float inv = 1.f / sum;
-        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; ++t2) a[t2] = 0.f;  // masked: keeps att fully defined
-        float* o = out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
-        for (int i = 0; i < hd; ++i) o[i] = 0.f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + KVH + kvh) * hd;
-          for (int i = 0; i < hd; ++i) o[i] += a[t2] * v[i];
-        }
-      }
+  }
 }
 
-void CpuBackend::attention_backward(float* dqkv, float* /*datt*/, const float* dout,
-                                    const float* qkv, const float* att, int B, int T, int NH,
-                                    int KVH, int hd) {
+void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                    const float* lse, int B, int T, int NH, int KVH, int hd) {
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -60,32 +69,38 @@ void CpuBackend::attention_backward(float* dqkv, float* /*datt*/, const float* d
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int kvh = 0; kvh < KVH; ++kvh) {
-      std::vector<float> da(T);
+      std::vector<float> a(T), da(T);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h)
         for (int t = 0; t < T; ++t) {
-          const float* a = att + (((size_t)b * NH + h) * T + t) * T;
           const float* q = qkv + ((size_t)b * T + t) * row + (size_t)h * hd;
           float* dq = dqkv + ((size_t)b * T + t) * row + (size_t)h * hd;
           const float* dy = dout + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
+          const float l = lse[((size_t)b * NH + h) * T + t];
           float dot = 0.f;
           for (int t2 = 0; t2 <= t; ++t2) {
             const size_t r2 = ((size_t)b * T + t2) * row;
+            const float* k = qkv + r2 + (size_t)(NH + kvh) * hd;
             const float* v = qkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float* dv = dqkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
+            for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+            a[t2] = std::exp(s * scale - l);  // the probability, recomputed
+            float d = 0.f;
+#pragma omp simd reduction(+ : d)
             for (int i = 0; i < hd; ++i) {
-              s += dy[i] * v[i];
+              d += dy[i] * v[i];
               dv[i] += a[t2] * dy[i];
             }
-            da[t2] = s;
-            dot += a[t2] * s;
+            da[t2] = d;
+            dot += a[t2] * d;
           }
           for (int t2 = 0; t2 <= t; ++t2) {
             const size_t r2 = ((size_t)b * T + t2) * row;
             const float* k = qkv + r2 + (size_t)(NH + kvh) * hd;
             float* dk = dqkv + r2 + (size_t)(NH + kvh) * hd;
             const float ds = a[t2] * (da[t2] - dot) * scale;
+#pragma omp simd
             for (int i = 0; i < hd; ++i) {
               dq[i] += ds * k[i];
               dk[i] += ds * q[i];

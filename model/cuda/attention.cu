@@ -1,6 +1,8 @@
 // Causal attention with grouped-query K/V (equations in model/cpu/attention.cc). One warp per
-// (b, h, t) query row: a plain reference kernel, correct on any shape; a tiled (flash) kernel
-// replaces it once the GPU checks run.
+// (b, h, t) query row: a plain reference kernel, correct on any shape, behind the
+// FlashAttention-style interface (only the log-sum-exp is kept between forward and backward):
+// it computes its (B,NH,T,T) probabilities in scratch owned for the call, and the backward
+// rebuilds them from lse. A tiled (flash) kernel replaces it once the GPU checks run.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -11,7 +13,8 @@ struct AttnShape {
   float scale;
 };
 
-__global__ void attention_forward_kernel(float* out, float* att, const float* qkv, AttnShape s) {
+__global__ void attention_forward_kernel(float* out, float* att, float* lse, const float* qkv,
+                                         AttnShape s) {
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= (size_t)s.B * s.NH * s.T) return;
@@ -33,7 +36,9 @@ __global__ void attention_forward_kernel(float* out, float* att, const float* qk
     a[t2] = expf(a[t2] - maxv);
     sum += a[t2];
   }
-  const float inv = 1.f / warp_sum(sum);
+  const float total = warp_sum(sum);
+  const float inv = 1.f / total;
+  if (lane == 0) lse[w] = maxv + logf(total);
   for (int t2 = lane; t2 < s.T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.f;
   __syncwarp();
   float* o = out + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
@@ -42,6 +47,29 @@ __global__ void attention_forward_kernel(float* out, float* att, const float* qk
     for (int t2 = 0; t2 <= t; ++t2)
       acc += a[t2] * qkv[((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + s.KVH + kvh) * s.hd + i];
     o[i] = acc;
+  }
+}
+
+// att[w][t2] = exp(q_t . k_t2 * scale - lse[w]) for t2 <= t, else 0: the forward's
+// probabilities, from its log-sum-exp.
+__global__ void attention_probs_kernel(float* att, const float* lse, const float* qkv,
+                                       AttnShape s) {
+  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= (size_t)s.B * s.NH * s.T) return;
+  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
+  const int kvh = h / s.group;
+  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  float* a = att + w * s.T;
+  for (int t2 = lane; t2 < s.T; t2 += 32) {
+    if (t2 > t) {
+      a[t2] = 0.f;
+      continue;
+    }
+    const float* k = qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+    float d = 0.f;
+    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
+    a[t2] = expf(d * s.scale - lse[w]);
   }
 }
 
@@ -86,25 +114,31 @@ __global__ void attention_backward_kernel(float* dqkv, float* da_all, const floa
 
 }  // namespace
 
-void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH,
+void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                     int KVH, int hd) {
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(out, att,
-                                                                                          qkv, s);
+  float* att = nullptr;  // (B,NH,T,T) scratch for the reference kernel
+  ZT_CHECK_CUDA(cudaMallocAsync(&att, (size_t)B * NH * T * T * sizeof(float), stream_));
+  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
+      out, att, lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
+  ZT_CHECK_CUDA(cudaFreeAsync(att, stream_));
 }
 
-void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                     const float* att, int B, int T, int NH, int KVH, int hd) {
-  // datt (B,NH,T,T) scratch: the caller's, or one owned here for the call.
-  float* scratch = datt;
-  const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
-  if (!scratch) ZT_CHECK_CUDA(cudaMallocAsync(&scratch, bytes, stream_));
+void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                     const float* lse, int B, int T, int NH, int KVH, int hd) {
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  attention_backward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
-      dqkv, scratch, dout, qkv, att, s);
+  const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
+  float *att = nullptr, *scratch = nullptr;  // the probabilities and the ds rows
+  ZT_CHECK_CUDA(cudaMallocAsync(&att, bytes, stream_));
+  ZT_CHECK_CUDA(cudaMallocAsync(&scratch, bytes, stream_));
+  const unsigned blocks = blocks_for((size_t)B * NH * T * 32);
+  attention_probs_kernel<<<blocks, kThreads, 0, stream_>>>(att, lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  if (!datt) ZT_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+  attention_backward_kernel<<<blocks, kThreads, 0, stream_>>>(dqkv, scratch, dout, qkv, att, s);
+  ZT_CHECK_CUDA(cudaGetLastError());
+  ZT_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
+  ZT_CHECK_CUDA(cudaFreeAsync(att, stream_));
 }
 
 }  // namespace zt

@@ -283,10 +283,10 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
                     {"activation_checkpointing", "number_checkpoint"});
   // Past the device-memory limit only without checkpointing: the suggestion names it.
   write(path("big.json"), R"({"train_micro_batch_size_per_gpu": 8,
-      "gradient_accumulation_steps": 1, "zerotrain": {"device_memory_limit": "7MiB"},
+      "gradient_accumulation_steps": 1, "zerotrain": {"device_memory_limit": "5.5MiB"},
       "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
   expect_user_error(run(train("--deepspeed " + path("big.json") + " --seq_len 64")),
-                    {"device memory limit 7.00 MiB exceeded",
+                    {"device memory limit 5.50 MiB exceeded",
                      "stage 2 with offload_optimizer.device \"cpu\" and --gradient_checkpointing: "
                      "try that"});
   EXPECT_EQ(

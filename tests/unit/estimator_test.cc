@@ -345,14 +345,14 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
 
 // Checkpointing every block keeps L + 1 block inputs and one block's intermediates: against no
 // checkpointing it saves L - 1 per-block sets, each (for LLaMA, N = B T rows, fp32): ln1, atty,
-// resid_mid, ln2 (N,C) x4; norm statistics (N) x4; qkv (N, qkv_dim); att (B,NH,T,T);
-// fc (N,2I); act (N,I).
+// resid_mid, ln2 (N,C) x4; norm statistics (N) x4; qkv (N, qkv_dim); the attention's
+// log-sum-exp (B,NH,T); fc (N,2I); act (N,I).
 TEST(Estimator, CheckpointingEveryBlockSavesLMinusOneBlockSets) {
   auto c = preset("tiny-llama");
   ASSERT_TRUE(c.ok());
   c->n_layer = 5;
   const int64_t B = 2, T = 16, N = B * T, C = c->hidden, I = c->intermediate;
-  const int64_t per_block = 4 * N * C + 4 * N + N * c->qkv_dim() + B * c->n_head * T * T +
+  const int64_t per_block = 4 * N * C + 4 * N + N * c->qkv_dim() + B * c->n_head * T +
                             N * 2 * I + N * I;
   EXPECT_EQ(transformer_activation_bytes(*c, B, T, 0) - transformer_activation_bytes(*c, B, T, 1),
             (c->n_layer - 1) * per_block * 4);
