@@ -13,18 +13,30 @@ struct AttnShape {
   float scale;
 };
 
+// The query row w = (b, h, t) a warp works on, its kv head, and its q vector.
+struct AttnRow {
+  int t, h, b, kvh;
+  const float* q;
+  __device__ AttnRow(size_t w, const float* qkv, const AttnShape& s)
+      : t(w % s.T), h((w / s.T) % s.NH), b(w / ((size_t)s.T * s.NH)), kvh(h / s.group),
+        q(qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd) {}
+  __device__ const float* k(const float* qkv, int t2, const AttnShape& s) const {
+    return qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+  }
+};
+
 __global__ void attention_forward_kernel(float* out, float* att, float* lse, const float* qkv,
                                          AttnShape s) {
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= (size_t)s.B * s.NH * s.T) return;
-  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
-  const int kvh = h / s.group;
-  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  const AttnRow r(w, qkv, s);
+  const int t = r.t, h = r.h, b = r.b, kvh = r.kvh;
+  const float* q = r.q;
   float* a = att + w * s.T;
   float maxv = -INFINITY;
   for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float* k = qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+    const float* k = r.k(qkv, t2, s);
     float d = 0.f;
     for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
     a[t2] = d * s.scale;
@@ -57,16 +69,15 @@ __global__ void attention_probs_kernel(float* att, const float* lse, const float
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= (size_t)s.B * s.NH * s.T) return;
-  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
-  const int kvh = h / s.group;
-  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  const AttnRow r(w, qkv, s);
+  const float* q = r.q;
   float* a = att + w * s.T;
   for (int t2 = lane; t2 < s.T; t2 += 32) {
-    if (t2 > t) {
+    if (t2 > r.t) {
       a[t2] = 0.f;
       continue;
     }
-    const float* k = qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
+    const float* k = r.k(qkv, t2, s);
     float d = 0.f;
     for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
     a[t2] = expf(d * s.scale - lse[w]);
@@ -78,11 +89,11 @@ __global__ void attention_backward_kernel(float* dqkv, float* da_all, const floa
   const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= (size_t)s.B * s.NH * s.T) return;
-  const int t = w % s.T, h = (w / s.T) % s.NH, b = w / ((size_t)s.T * s.NH);
-  const int kvh = h / s.group;
+  const AttnRow r(w, qkv, s);
+  const int t = r.t, h = r.h, b = r.b, kvh = r.kvh;
   const float* a = att + w * s.T;
   float* da = da_all + w * s.T;
-  const float* q = qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
+  const float* q = r.q;
   const float* dy = dout + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
   float dot = 0.f;
   for (int t2 = lane; t2 <= t; t2 += 32) {

@@ -320,20 +320,13 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
                   .ok());
   // Parameter offload (stage 3) and optimizer offload, to CPU memory and to NVMe, are
   // implemented.
-  for (const char* dev : {R"("cpu", "pin_memory": true)", R"("nvme", "nvme_path": "/tmp")"})
-    EXPECT_TRUE(parse_ds_config(absl::StrCat(R"({"train_batch_size": 8, "zero_optimization": {
-                           "stage": 2, "offload_optimizer": {"device": )",
-                                             dev, "}}}"),
-                                1, "test.json")
-                    .ok())
-        << dev;
-  for (const char* dev : {R"("cpu", "pin_memory": true)", R"("nvme", "nvme_path": "/tmp")"})
-    EXPECT_TRUE(parse_ds_config(absl::StrCat(R"({"train_batch_size": 8, "zero_optimization": {
-                           "stage": 3, "offload_param": {"device": )",
-                                             dev, "}}}"),
-                                1, "test.json")
-                    .ok())
-        << dev;
+  for (const char* what : {R"("stage": 2, "offload_optimizer")", R"("stage": 3, "offload_param")"})
+    for (const char* dev : {R"("cpu", "pin_memory": true)", R"("nvme", "nvme_path": "/tmp")"})
+      EXPECT_TRUE(parse_ds_config(absl::StrCat(R"({"train_batch_size": 8, "zero_optimization": {)",
+                                               what, R"(: {"device": )", dev, "}}}"),
+                                  1, "test.json")
+                      .ok())
+          << what << " " << dev;
   EXPECT_TRUE(
       parse_ds_config(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", 1, "test.json")
           .ok());
