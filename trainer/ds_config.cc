@@ -683,6 +683,7 @@ absl::Status parse_aio(const std::string& src, const json& v, AioConfig* a) {
 absl::Status parse_activation_checkpointing(const std::string& src, const json& v, DsConfig* c) {
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "activation_checkpointing"));
   ActivationCheckpointingConfig& a = c->activation_checkpointing;
+  a.given = true;
   ZT_ASSIGN_OR_RETURN(const json* n, r.raw({"number_checkpoints"}));
   if (n && !n->is_null()) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1)

@@ -164,6 +164,7 @@ struct ZerotrainConfig {
 // checkpoint, so zerotrain turns checkpointing on with --gradient_checkpointing or
 // zerotrain.gradient_checkpointing, and reads this section for how).
 struct ActivationCheckpointingConfig {
+  bool given = false;  // the section is in the file
   // Checkpoints kept in the forward: the input of every ceil(L / n)-th block. 0 (JSON null,
   // DeepSpeed's default): every block's input. Must not exceed the layer count (checked
   // against the model at start).

@@ -117,6 +117,10 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(r.ds_text, read_file(opt.deepspeed, "the DeepSpeed config (--deepspeed)"));
   ZT_ASSIGN_OR_RETURN(r.ds, parse_ds_config(r.ds_text, r.comm->world_size(), opt.deepspeed));
   if (opt.gradient_checkpointing) r.ds.zerotrain.gradient_checkpointing = true;
+  if (r.ds.activation_checkpointing.given && !r.ds.zerotrain.gradient_checkpointing)
+    r.ds.notices.push_back(
+        "notice: activation_checkpointing is configured but checkpointing is off; pass "
+        "--gradient_checkpointing or set zerotrain.gradient_checkpointing to use it");
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
   if (!opt.init_from.empty()) {

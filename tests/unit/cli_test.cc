@@ -277,6 +277,14 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
   const std::string notice = "notice: activation_checkpointing.partition_activations";
   ASSERT_NE(every2.out.find(notice), std::string::npos) << every2.out;
   EXPECT_EQ(every2.out.find(notice, every2.out.find(notice) + 1), std::string::npos);
+  // The section without checkpointing turned on says so.
+  write(path("off.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "activation_checkpointing": {"number_checkpoints": 1}})");
+  const Result off = run(train("--deepspeed " + path("off.json")));
+  EXPECT_EQ(off.code, 0) << off.out;
+  EXPECT_NE(off.out.find("notice: activation_checkpointing is configured but checkpointing is off"),
+            std::string::npos)
+      << off.out;
   expect_user_error(run(train(cfg(R"({"number_checkpoints": 3})"))),
                     {"activation_checkpointing.number_checkpoints 3", "2 layers"});
   expect_user_error(run(train(cfg(R"({"number_checkpoint": 1})"))),
