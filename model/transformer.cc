@@ -84,7 +84,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   const size_t checkpoints = k == 0 ? 0 : (L + k - 1) / k;
   // See Acts::x; with cpu_checkpointing two device buffers take turns holding the checkpoint
   // in use, and the checkpoints themselves live in host memory.
-  const size_t num_x = k == 0 ? L + 1 : (cpu_checkpointing_ ? 2 : checkpoints) + k;
+  const size_t num_x = k == 0 ? L + 1 : (cpu_checkpointing_ ? std::min<size_t>(2, checkpoints) : checkpoints) + k;
   for (size_t i = 0; i < num_x; ++i) a_->x.push_back(f32(N * C));
   if (cpu_checkpointing_) {
     host_checkpoints_.assign(checkpoints, std::vector<float>(N * C));
@@ -120,10 +120,11 @@ Transformer::BlockActs& Transformer::acts_of(int l) {
 float* Transformer::block_input(int l) {
   const int k = checkpoint_every_, L = config_.n_layer;
   if (k == 0) return a_->x[l].f32();
-  const int checkpoints = cpu_checkpointing_ ? 2 : (L + k - 1) / k;
+  const int checkpoints = (L + k - 1) / k;
+  const int on_device = cpu_checkpointing_ ? std::min(2, checkpoints) : checkpoints;
   if (l == L) return a_->x.back().f32();
-  if (l % k != 0) return a_->x[checkpoints + l % k - 1].f32();
-  return a_->x[cpu_checkpointing_ ? (l / k) % 2 : l / k].f32();
+  if (l % k != 0) return a_->x[on_device + l % k - 1].f32();
+  return a_->x[cpu_checkpointing_ ? (l / k) % on_device : l / k].f32();
 }
 
 void Transformer::save_checkpoint(int i) {
@@ -254,10 +255,11 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
 Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
                                              int B, int T, float grad_scale) {
   embed(e, tokens, B, T);
-  save_checkpoint(0);
+  const bool train = grad_scale != 0.f;  // evaluation keeps no checkpoints
+  if (train) save_checkpoint(0);
   for (int l = 0; l < config_.n_layer; ++l) {
     block_forward(e, l);
-    if (checkpoint_every_ > 0 && (l + 1) % checkpoint_every_ == 0)
+    if (train && checkpoint_every_ > 0 && (l + 1) % checkpoint_every_ == 0)
       save_checkpoint((l + 1) / checkpoint_every_);
   }
   LossResult r;

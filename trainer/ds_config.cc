@@ -710,7 +710,7 @@ absl::Status parse_activation_checkpointing(const std::string& src, const json& 
                                               "preallocates its checkpoints once anyway"));
   if (a.synchronize_checkpoint_boundary)
     c->notices.push_back(absl::StrCat(prefix, "synchronize_checkpoint_boundary has no effect "
-                                              "on the CPU backend"));
+                                              "in this build"));
   if (a.profile)
     c->notices.push_back(absl::StrCat(prefix, "profile: recompute times are not reported yet"));
   return absl::OkStatus();

@@ -154,7 +154,11 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
     in.stage = stage;
     if (offload) in.offload_optimizer = OffloadDevice::kCpu;
     in.micro_batch = micro_batch;
-    if (ckpt > 0) in.checkpoint_every = std::max(in.checkpoint_every, 1);
+    if (ckpt > 0 && in.checkpoint_every == 0) {  // what --gradient_checkpointing would give
+      DsConfig on = ds;
+      on.zerotrain.gradient_checkpointing = true;
+      in.checkpoint_every = checkpoint_every(on, model).value_or(1);
+    }
     if (ckpt > 1) in.cpu_checkpointing = true;
     std::string what = absl::StrCat("zero_optimization.stage ", stage);
     if (offload) absl::StrAppend(&what, " with offload_optimizer.device \"cpu\"");

@@ -183,8 +183,9 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t N = int64_t{B} * T, C = c.hidden, V = c.vocab_size;
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
+  const int64_t checkpoints = k == 0 ? 0 : (c.n_layer + k - 1) / k;
   const int64_t xs = k == 0 ? c.n_layer + 1
-                            : (cpu_checkpointing ? 2 : (c.n_layer + k - 1) / k) + k;
+                            : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);

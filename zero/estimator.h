@@ -143,7 +143,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 // not L, and x[] holds ceil(L/k) + k buffers instead of L + 1 (the checkpointed block inputs,
 // a segment's k - 1 inner inputs, the head's input); with cpu_checkpointing the checkpoints
 // move to host memory (transformer_host_activation_bytes) and two device buffers take turns
-// holding the one in use: 2 + k.
+// holding the one in use: min(2, ceil(L/k)) + k.
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0,
                                      bool cpu_checkpointing = false);
 // Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) fp32 (0 without).

@@ -1,8 +1,9 @@
 // Causal attention with grouped-query K/V (equations in model/cpu/attention.cc). One warp per
 // (b, h, t) query row: a plain reference kernel, correct on any shape, behind the
 // FlashAttention-style interface (only the log-sum-exp is kept between forward and backward):
-// it computes its (B,NH,T,T) probabilities in scratch owned for the call, and the backward
-// rebuilds them from lse. A tiled (flash) kernel replaces it once the GPU checks run.
+// it computes its (B,NH,T,T) probabilities in workspace held for the call (so the CUDA
+// backend still needs T x T transiently, counted by the tracker), and the backward rebuilds
+// them from lse. A tiled (flash) kernel replaces it once the GPU checks run.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -128,28 +129,27 @@ __global__ void attention_backward_kernel(float* dqkv, float* da_all, const floa
 void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                     int KVH, int hd) {
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  float* att = nullptr;  // (B,NH,T,T) scratch for the reference kernel
-  ZT_CHECK_CUDA(cudaMallocAsync(&att, (size_t)B * NH * T * T * sizeof(float), stream_));
+  // (B,NH,T,T) scratch for the reference kernel, through the tracked pool (workspace): the
+  // device-memory limit sees it.
+  DeviceBuffer att(this, (size_t)B * NH * T * T * sizeof(float), MemCategory::kWorkspace);
   attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
-      out, att, lse, qkv, s);
+      out, att.f32(), lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  ZT_CHECK_CUDA(cudaFreeAsync(att, stream_));
 }
 
 void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                      const float* lse, int B, int T, int NH, int KVH, int hd) {
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
   const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
-  float *att = nullptr, *scratch = nullptr;  // the probabilities and the ds rows
-  ZT_CHECK_CUDA(cudaMallocAsync(&att, bytes, stream_));
-  ZT_CHECK_CUDA(cudaMallocAsync(&scratch, bytes, stream_));
+  // The probabilities and the ds rows, through the tracked pool (workspace).
+  DeviceBuffer att(this, bytes, MemCategory::kWorkspace), scratch(this, bytes,
+                                                                   MemCategory::kWorkspace);
   const unsigned blocks = blocks_for((size_t)B * NH * T * 32);
-  attention_probs_kernel<<<blocks, kThreads, 0, stream_>>>(att, lse, qkv, s);
+  attention_probs_kernel<<<blocks, kThreads, 0, stream_>>>(att.f32(), lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  attention_backward_kernel<<<blocks, kThreads, 0, stream_>>>(dqkv, scratch, dout, qkv, att, s);
+  attention_backward_kernel<<<blocks, kThreads, 0, stream_>>>(dqkv, scratch.f32(), dout, qkv,
+                                                              att.f32(), s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  ZT_CHECK_CUDA(cudaFreeAsync(scratch, stream_));
-  ZT_CHECK_CUDA(cudaFreeAsync(att, stream_));
 }
 
 }  // namespace zt

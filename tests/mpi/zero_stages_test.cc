@@ -697,7 +697,7 @@ TEST_F(ZeroStages, DelayedParamUpdateReachesTheUndelayedLoss) {
   EXPECT_NE(delayed.losses.back(), plain.losses.back());  // the delay did take effect
 }
 
-// Activation checkpointing (every block, every 2nd, every 3rd of 4; every 2nd with the
+// Activation checkpointing (every 1, 2, 3, 4 and 5 of 4 blocks; every 1 and 3 with the
 // checkpoints in host memory) recomputes each segment with the same kernels on the same
 // inputs: per-step losses and final parameters are bitwise those without it, for LLaMA and
 // GPT-2 and every ZeRO stage at this world size.
@@ -712,7 +712,7 @@ TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
   for (const ModelConfig& c : {llama, *gpt2}) {
     for (int stage = 0; stage <= 3; ++stage) {
       const RunResult plain = train(*comm_, fp32_clipped(stage), 2, c);
-      for (int k : {1, 2, 3}) {
+      for (int k : {1, 2, 3, 4, 5}) {  // 4: one segment; 5: more than the layers (clamped)
         const RunResult ckpt =
             train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, k);
         const std::string what =
@@ -720,10 +720,12 @@ TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
         EXPECT_EQ(ckpt.losses, plain.losses) << what;
         EXPECT_EQ(ckpt.params, plain.params) << what;
       }
-      const RunResult cpu =
-          train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, 2, true);
-      EXPECT_EQ(cpu.losses, plain.losses) << "cpu_checkpointing, stage " << stage;
-      EXPECT_EQ(cpu.params, plain.params) << "cpu_checkpointing, stage " << stage;
+      for (int k : {1, 3}) {  // 1: the two device buffers feed each other; 3: uneven segments
+        const RunResult cpu =
+            train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, k, true);
+        EXPECT_EQ(cpu.losses, plain.losses) << "cpu_checkpointing every " << k << ", stage " << stage;
+        EXPECT_EQ(cpu.params, plain.params) << "cpu_checkpointing every " << k << ", stage " << stage;
+      }
     }
   }
 }

@@ -327,7 +327,7 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
     ASSERT_TRUE(c.ok());
     c->n_layer = 5;
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
-      for (int k : {0, 1, 2, 5}) {
+      for (int k : {0, 1, 2, 3, 5}) {  // 3: two checkpoints (both on the device with cpu)
         for (bool cpu : {false, true}) {
           auto be = make_cpu_backend(1);
           Transformer tr(*c, be.get(), B, T, k, cpu);
