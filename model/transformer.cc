@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -331,8 +332,12 @@ void Transformer::backward(UnitEngine& e) {
       const int end = std::min(first + k, L);
       // The segment's last block rewrites the next checkpoint (or the head's input) with the
       // same values; the others refill the segment's buffers.
+      const auto t0 = std::chrono::steady_clock::now();
       restore_checkpoint(first / k);  // cpu_checkpointing: the segment's input comes back
       for (int l = first; l < end; ++l) block_forward(e, l);
+      recompute_ms_ += std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
       for (int l = end - 1; l >= first; --l) block_backward(e, l);
     }
   }

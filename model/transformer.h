@@ -36,6 +36,10 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   // Host memory of cpu_checkpointing's checkpoints (empty otherwise).
   const MemoryTracker& host_tracker() const { return host_; }
+  // Milliseconds the backward spent recomputing checkpointed segments since the last reset
+  // (activation_checkpointing.profile).
+  double recompute_ms() const { return recompute_ms_; }
+  void reset_recompute_ms() { recompute_ms_ = 0; }
   const ParamLayout& layout() const { return layout_; }
 
   struct LossResult {
@@ -80,6 +84,7 @@ class Transformer {
   int max_B_, max_T_;
   int checkpoint_every_ = 0;
   bool cpu_checkpointing_ = false;
+  double recompute_ms_ = 0;
   MemoryTracker host_;
   std::vector<std::vector<float>> host_checkpoints_;  // cpu_checkpointing: input of block i k
   void save_checkpoint(int i);     // cpu_checkpointing: block i k's input to host memory

@@ -711,8 +711,6 @@ absl::Status parse_activation_checkpointing(const std::string& src, const json& 
   if (a.synchronize_checkpoint_boundary)
     c->notices.push_back(absl::StrCat(prefix, "synchronize_checkpoint_boundary has no effect "
                                               "in this build"));
-  if (a.profile)
-    c->notices.push_back(absl::StrCat(prefix, "profile: recompute times are not reported yet"));
   return absl::OkStatus();
 }
 

@@ -173,7 +173,7 @@ struct ActivationCheckpointingConfig {
   bool cpu_checkpointing = false;               // checkpoints in host memory
   bool contiguous_memory_optimization = false;  // checkpoints are always preallocated here
   bool synchronize_checkpoint_boundary = false;  // a CUDA sync: no effect on the CPU backend
-  bool profile = false;                          // no recompute timing yet
+  bool profile = false;  // wall_clock_breakdown adds the backward's recompute time
 };
 
 // The whole ds_config.json.

@@ -409,11 +409,17 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
                            .c_str()
                      : "");
     if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
-        step % r.ds.steps_per_print == 0)
+        step % r.ds.steps_per_print == 0) {
       std::printf(
           "  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
-          "optimizer %.1f\n",
+          "optimizer %.1f",
           fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
+      // activation_checkpointing.profile: the backward's recompute, part of its time.
+      if (r.ds.activation_checkpointing.profile && r.ds.zerotrain.gradient_checkpointing)
+        std::printf(" | recompute (in backward) %.1f", r.transformer->recompute_ms());
+      std::printf("\n");
+    }
+    r.transformer->reset_recompute_ms();
     if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
         step % r.ds.steps_per_print == 0 && r.engine->offloaded()) {
       // Within the phases above (the gradients move out during the backward at stages 2-3).

@@ -267,13 +267,16 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
   auto cfg = [&](const std::string& section) {
     write(path("ac.json"), R"({"train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-        "zerotrain": {"gradient_checkpointing": true},
+        "zerotrain": {"gradient_checkpointing": true}, "wall_clock_breakdown": true,
+        "steps_per_print": 1,
         "activation_checkpointing": )" + section + "}");
     return "--deepspeed " + path("ac.json");
   };
-  const Result every2 = run(train(cfg(R"({"number_checkpoints": 1, "partition_activations": true})")));
+  const Result every2 = run(train(cfg(R"({"number_checkpoints": 1, "partition_activations": true,
+                                             "profile": true})")));
   ASSERT_EQ(every2.code, 0) << every2.out;
   EXPECT_EQ(losses(every2.out), losses(plain.out));
+  EXPECT_NE(every2.out.find("| recompute (in backward) "), std::string::npos) << every2.out;
   const std::string notice = "notice: activation_checkpointing.partition_activations";
   ASSERT_NE(every2.out.find(notice), std::string::npos) << every2.out;
   EXPECT_EQ(every2.out.find(notice, every2.out.find(notice) + 1), std::string::npos);

@@ -345,14 +345,14 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
                {"flops_profiler", "known DeepSpeed"}));
   // activation_checkpointing is read.
   auto ac = parse_ds_config(R"({"train_batch_size": 8, "activation_checkpointing": {
-                                "number_checkpoints": 4, "profile": true,
+                                "number_checkpoints": 4, "synchronize_checkpoint_boundary": true,
                                 "cpu_checkpointing": true}})",
                             1, "test.json");
   ASSERT_TRUE(ac.ok()) << ac.status();
   EXPECT_EQ(ac->activation_checkpointing.number_checkpoints, 4);
   EXPECT_TRUE(ac->activation_checkpointing.cpu_checkpointing);
   ASSERT_EQ(ac->notices.size(), 1u);
-  EXPECT_TRUE(Contains(ac->notices[0], {"activation_checkpointing.profile"}));
+  EXPECT_TRUE(Contains(ac->notices[0], {"activation_checkpointing.synchronize_checkpoint_boundary"}));
   // Known DeepSpeed keys at their defaults are accepted.
   EXPECT_TRUE(parse(R"({"train_batch_size": 8, "zero_allow_untested_optimizer": false,
                         "zero_optimization": {"ignore_unused_parameters": true}})")
