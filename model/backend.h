@@ -65,10 +65,12 @@ class Backend {
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                 const float* w, const float* rstd, int N, int C) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
-  // rotate_half pairing (i, i+hd/2), angle t * theta^(-2i/hd). inverse=true rotates by -angle,
-  // which is the backward (a rotation's transpose is its inverse).
-  virtual void rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
-                    bool inverse) = 0;
+  // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
+  // position pos0 + t (0 for a whole sequence; the decode step's position for one row).
+  // inverse=true rotates by -angle, which is the backward (a rotation's transpose is its
+  // inverse).
+  virtual void rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
+                    int pos0) = 0;
   // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
   // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
   // lse (B,NH,T) saves each row's softmax log-sum-exp for the backward, which recomputes the
@@ -78,6 +80,11 @@ class Backend {
   // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's lse.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* lse, int B, int T, int NH, int KVH, int hd) = 0;
+  // One decoding step with a KV cache: out (NH*hd) = the attention of the last row's queries
+  // over rows 0..T-1 of qkv (T,(NH+2*KVH)*hd), one sequence: row T-1 of attention_forward,
+  // in O(T) instead of O(T^2).
+  virtual void attention_decode(float* out, const float* qkv, int T, int NH, int KVH,
+                                int hd) = 0;
   // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
   virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
   // dinp (n) = (overwrites) dout * gelu'(inp).

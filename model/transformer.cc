@@ -186,7 +186,7 @@ void Transformer::block_compute(const float* p, int l) {
   float* qkv = b.qkv.f32();  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
-    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false);
+    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0);
   be_->attention_forward(b.atty.f32(), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
                          c.head_dim());
   float* mid = b.resid_mid.f32();  // (N,C) = x + attn_out
@@ -311,7 +311,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   be_->attention_backward(dqkv, datty, b.qkv.f32(), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
                           c.head_dim());
   if (!c.is_gpt2())
-    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true);
+    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0);
   be_->zero(dln, sizeof(float) * NC);
   be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, b.ln1.f32(), p + o.qkvw, N, C,
                        QKV);
@@ -352,6 +352,60 @@ void Transformer::logits(UnitEngine& e, const int* tokens, int B, int T, float* 
   embed(e, tokens, B, T);
   for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
   head(e, nullptr, 0, B * T, false, 0.f, out_host);
+}
+
+void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) {
+  const ModelConfig& c = config_;
+  const Offsets& o = a_->off;
+  ZT_CHECK(pos >= 0 && pos < max_T_);
+  const int C = c.hidden, I = c.intermediate, QKV = c.qkv_dim(), V = c.vocab_size;
+  const auto W = MemCategory::kWorkspace;
+  if (cache_.empty())
+    for (int l = 0; l < c.n_layer; ++l) cache_.emplace_back(be_, (size_t)max_T_ * QKV * 4, W);
+  auto f32 = [&](size_t n) { return DeviceBuffer(be_, n * sizeof(float), W); };
+  // One row: the residual stream, a norm's output and statistics, the attention's output, the
+  // residual after it, the MLP's fc and activation, the logits.
+  DeviceBuffer x = f32(C), ln = f32(C), mean = f32(1), rstd = f32(1), atty = f32(C), mid = f32(C),
+               fc = f32(c.is_gpt2() ? I : 2 * I), act = f32(I), logits = f32(V),
+               tok(be_, sizeof(int), W);
+  be_->copy_to_device(tok.data(), &token, sizeof(int));
+  const int eu = layout_.embedding_unit();
+  const float* pe = e.fetch(eu);  // learned positions: row pos of wpe, as if t were pos
+  be_->embedding_forward(x.f32(), static_cast<const int*>(tok.data()), at(pe, o.wte),
+                         o.wpe == kNone ? nullptr : pe + o.wpe + (size_t)pos * C, 1, 1, C);
+  e.release(eu);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const int u = layout_.block_unit(l);
+    const float* p = e.fetch(u);
+    norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), p + o.ln1w, at(p, o.ln1b), 1);
+    float* row = cache_[l].f32() + (size_t)pos * QKV;  // this position's q, k, v
+    be_->matmul_forward(row, ln.f32(), p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
+    if (!c.is_gpt2())
+      be_->rope(row, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
+    be_->attention_decode(atty.f32(), cache_[l].f32(), pos + 1, c.n_head, c.n_kv_head,
+                          c.head_dim());
+    be_->matmul_forward(mid.f32(), atty.f32(), p + o.attw, at(p, o.attb), 1, C, C);
+    be_->add_inplace(mid.f32(), x.f32(), C);
+    norm_forward(ln.f32(), mean.f32(), rstd.f32(), mid.f32(), p + o.ln2w, at(p, o.ln2b), 1);
+    if (c.is_gpt2()) {
+      be_->matmul_forward(fc.f32(), ln.f32(), p + o.fcw, p + o.fcb, 1, C, I);
+      be_->gelu_forward(act.f32(), fc.f32(), I);
+    } else {
+      be_->matmul_forward(fc.f32(), ln.f32(), p + o.fcw, nullptr, 1, C, 2 * I);
+      be_->swiglu_forward(act.f32(), fc.f32(), 1, I);
+    }
+    be_->matmul_forward(x.f32(), act.f32(), p + o.fcow, at(p, o.fcob), 1, I, C);
+    be_->add_inplace(x.f32(), mid.f32(), C);
+    e.release(u);
+  }
+  const int hu = layout_.head_unit();
+  const float* ph = e.fetch(hu);
+  const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
+  norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), ph + o.lnfw, at(ph, o.lnfb), 1);
+  be_->matmul_forward(logits.f32(), ln.f32(), pw, nullptr, 1, C, V);
+  be_->copy_to_host(logits_host, logits.data(), sizeof(float) * V);
+  if (c.tied_embeddings) e.release(eu);
+  e.release(hu);
 }
 
 void Transformer::last_logits(UnitEngine& e, const int* tokens, int T, float* out_host) {

@@ -58,6 +58,13 @@ class Transformer {
   void logits(UnitEngine& e, const int* tokens, int B, int T, float* out_host);
   // Logits (V) of the last position of one sequence tokens (T) into host memory (sampling).
   void last_logits(UnitEngine& e, const int* tokens, int T, float* out_host);
+  // KV-cache decoding, one sequence: appends `token` at position `pos` and writes the logits
+  // (V) of the next token into host memory, as last_logits on the whole sequence would, in
+  // O(pos) instead of O(pos^2). The cache must hold positions 0..pos-1 from the calls before
+  // (pos = 0 starts over); pos < max_T. The cache, L x (max_T, qkv_dim) fp32 (workspace), is
+  // allocated at the first call and freed by release_cache().
+  void decode(UnitEngine& e, int token, int pos, float* logits_host);
+  void release_cache() { cache_.clear(); }
 
  private:
   struct Acts;
@@ -91,6 +98,7 @@ class Transformer {
   void restore_checkpoint(int i);  // and back
   int B_ = 0, T_ = 0;
   std::unique_ptr<Acts> a_;
+  std::vector<DeviceBuffer> cache_;  // decode(): each layer's qkv rows (after RoPE) so far
 };
 
 }  // namespace zt

@@ -234,17 +234,32 @@ void print_sample(const TrainOptions& opt, Run& r) {
   std::mt19937_64 rng(opt.seed);
   std::vector<float> logits(r.model.vocab_size);
   if (root) std::printf("sample:\n---\n%s", opt.sample_prompt.c_str());
-  for (int i = 0; i < opt.sample_tokens; ++i) {
-    const int T = std::min<int>(static_cast<int>(ctx.size()), r.T);
+  // KV-cache decoding: one position per token. When the context reaches --seq_len, the cache
+  // starts over from the last seq_len / 2 tokens (a window that slides by halves).
+  int pos = 0;
+  auto feed = [&](int token) {
     r.engine->begin_pass();
-    r.transformer->last_logits(*r.engine, ctx.data() + ctx.size() - T, T, logits.data());
+    r.transformer->decode(*r.engine, token, pos++, logits.data());
+  };
+  auto refill = [&](size_t keep) {
+    pos = 0;
+    for (size_t i = ctx.size() - std::min(keep, ctx.size()); i < ctx.size(); ++i) feed(ctx[i]);
+  };
+  refill((size_t)r.T);
+  for (int i = 0; i < opt.sample_tokens; ++i) {
     int next = sample_token(logits, opt.temperature, opt.top_k, rng);
     r.comm->broadcast(&next, sizeof next, 0);  // ranks must agree on when to stop
     if (next == r.tokenizer->eos_id()) break;
     ctx.push_back(next);
     if (root) std::printf("%s", r.tokenizer->decode_token(next).c_str());
     std::fflush(stdout);
+    if (i + 1 == opt.sample_tokens) break;
+    if (pos == r.T)
+      refill((size_t)std::max(1, r.T / 2));
+    else
+      feed(next);
   }
+  r.transformer->release_cache();
   if (root) std::printf("\n---\n");
 }
 

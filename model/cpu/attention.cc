@@ -110,4 +110,44 @@ void CpuBackend::attention_backward(float* dqkv, const float* dout, const float*
     }
 }
 
+void CpuBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH, int hd) {
+  const int row = (NH + 2 * KVH) * hd;
+  const int group = NH / KVH;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const int t = T - 1;  // the new row
+#pragma omp parallel
+  {
+    std::vector<float> a(T);
+#pragma omp for schedule(static)
+    for (int h = 0; h < NH; ++h) {  // the forward's row t, computed the same way
+      const int kvh = h / group;
+      const float* q = qkv + (size_t)t * row + (size_t)h * hd;
+      float maxv = -INFINITY;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float* k = qkv + (size_t)t2 * row + (size_t)(NH + kvh) * hd;
+        float s = 0.f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+        s *= scale;
+        a[t2] = s;
+        maxv = std::max(maxv, s);
+      }
+      float sum = 0.f;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        a[t2] = std::exp(a[t2] - maxv);
+        sum += a[t2];
+      }
+      const float inv = 1.f / sum;
+      float* o = out + (size_t)h * hd;
+      for (int i = 0; i < hd; ++i) o[i] = 0.f;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float p = a[t2] * inv;
+        const float* v = qkv + (size_t)t2 * row + (size_t)(NH + KVH + kvh) * hd;
+#pragma omp simd
+        for (int i = 0; i < hd; ++i) o[i] += p * v[i];
+      }
+    }
+  }
+}
+
 }  // namespace zt

@@ -7,9 +7,13 @@ namespace zt {
 
 void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
-  // out (N,OC) = inp (N,C) @ weight (OC,C)^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.f, inp, C, weight, C, 0.f, out,
-              OC);
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T. One row (a decoding step) is a matrix-vector
+  // product: sgemm would first copy the whole weight into its packed layout.
+  if (N == 1)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.f, weight, C, inp, 1, 0.f, out, 1);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.f, inp, C, weight, C, 0.f,
+                out, OC);
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n)

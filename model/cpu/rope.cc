@@ -10,7 +10,7 @@
 namespace zt {
 
 void CpuBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
-                      bool inverse) {
+                      bool inverse, int pos0) {
   const int half = hd / 2;
   const int heads = NH + KVH;  // q and k heads are rotated; v is not
   const int row = (NH + 2 * KVH) * hd;
@@ -20,7 +20,7 @@ void CpuBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float t
   const float sign = inverse ? -1.f : 1.f;
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
-    const int t = bt % T;
+    const int t = pos0 + bt % T;
     float* r = qkv + (size_t)bt * row;
     for (int i = 0; i < half; ++i) {
       const float a = static_cast<float>(t) * inv_freq[i];

@@ -63,6 +63,44 @@ __global__ void attention_forward_kernel(float* out, float* att, float* lse, con
   }
 }
 
+// attention_decode: the forward kernel's row T - 1 of every head h (B = 1), writing out (NH*hd),
+// the probabilities att (NH, T) and lse (NH).
+__global__ void attention_decode_kernel(float* out, float* att, float* lse, const float* qkv,
+                                        AttnShape s) {
+  const size_t h = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (h >= (size_t)s.NH) return;
+  const int t = s.T - 1, kvh = (int)h / s.group;
+  const float* q = qkv + (size_t)t * s.row + h * s.hd;
+  float* a = att + h * s.T;
+  float maxv = -INFINITY;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    const float* k = qkv + (size_t)t2 * s.row + (size_t)(s.NH + kvh) * s.hd;
+    float d = 0.f;
+    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
+    a[t2] = d * s.scale;
+    maxv = fmaxf(maxv, a[t2]);
+  }
+  maxv = warp_max(maxv);
+  float sum = 0.f;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    a[t2] = expf(a[t2] - maxv);
+    sum += a[t2];
+  }
+  const float total = warp_sum(sum);
+  if (lane == 0) lse[h] = maxv + logf(total);
+  const float inv = 1.f / total;
+  for (int t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+  __syncwarp();
+  float* o = out + h * s.hd;
+  for (int i = lane; i < s.hd; i += 32) {
+    float acc = 0.f;
+    for (int t2 = 0; t2 <= t; ++t2)
+      acc += a[t2] * qkv[(size_t)t2 * s.row + (size_t)(s.NH + s.KVH + kvh) * s.hd + i];
+    o[i] = acc;
+  }
+}
+
 // att[w][t2] = exp(q_t . k_t2 * scale - lse[w]) for t2 <= t, else 0: the forward's
 // probabilities, from its log-sum-exp.
 __global__ void attention_probs_kernel(float* att, const float* lse, const float* qkv,
@@ -134,6 +172,17 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, in
   DeviceBuffer att(this, (size_t)B * NH * T * T * sizeof(float), MemCategory::kWorkspace);
   attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
       out, att.f32(), lse, qkv, s);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH, int hd) {
+  // Rows w = h * T + (T - 1) of the forward kernel (B = 1), one warp each; lse and the
+  // (NH, T) probabilities go to workspace.
+  const AttnShape s{1, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
+  DeviceBuffer att(this, (size_t)NH * T * sizeof(float), MemCategory::kWorkspace),
+      lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
+  attention_decode_kernel<<<blocks_for((size_t)NH * 32), kThreads, 0, stream_>>>(
+      out, att.f32(), lse.f32(), qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

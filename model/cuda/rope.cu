@@ -5,14 +5,14 @@ namespace zt {
 namespace {
 
 __global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int hd, float theta,
-                            float sign) {
+                            float sign, int pos0) {
   const int half = hd / 2;
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)BT * heads * half) return;
   const int k = i % half, h = (i / half) % heads, bt = i / ((size_t)half * heads);
   const float inv_freq = powf(theta, -2.f * k / hd);
   float s, c;
-  sincosf((bt % T) * inv_freq, &s, &c);
+  sincosf((pos0 + bt % T) * inv_freq, &s, &c);
   s *= sign;
   float* x = qkv + (size_t)bt * row + (size_t)h * hd;
   const float x1 = x[k], x2 = x[k + half];
@@ -23,10 +23,10 @@ __global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int h
 }  // namespace
 
 void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
-                       bool inverse) {
+                       bool inverse, int pos0) {
   const size_t n = (size_t)B * T * (NH + KVH) * (hd / 2);
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(qkv, B * T, T, NH + KVH, (NH + 2 * KVH) * hd,
-                                                       hd, theta, inverse ? -1.f : 1.f);
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+      qkv, B * T, T, NH + KVH, (NH + 2 * KVH) * hd, hd, theta, inverse ? -1.f : 1.f, pos0);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -117,8 +117,8 @@ TEST_F(CudaVsCpu, RopeAndGqaAttention) {
   auto qkv = make((size_t)B * T * row), out = zeros((size_t)B * T * NH * hd),
        lse = zeros((size_t)B * NH * T), dout = make((size_t)B * T * NH * hd, 1, 2),
        dqkv = zeros((size_t)B * T * row);
-  cpu_->rope(qkv.cp(), B, T, NH, KVH, hd, 10000.f, false);
-  gpu_->rope(qkv.gp(), B, T, NH, KVH, hd, 10000.f, false);
+  cpu_->rope(qkv.cp(), B, T, NH, KVH, hd, 10000.f, false, 0);
+  gpu_->rope(qkv.gp(), B, T, NH, KVH, hd, 10000.f, false, 0);
   expect_close(qkv, 1e-5, "rope");
   cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
   gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
@@ -127,8 +127,8 @@ TEST_F(CudaVsCpu, RopeAndGqaAttention) {
   cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), lse.cp(), B, T, NH, KVH, hd);
   gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), lse.gp(), B, T, NH, KVH, hd);
   expect_close(dqkv, 1e-4, "attention backward");
-  cpu_->rope(dqkv.cp(), B, T, NH, KVH, hd, 10000.f, true);
-  gpu_->rope(dqkv.gp(), B, T, NH, KVH, hd, 10000.f, true);
+  cpu_->rope(dqkv.cp(), B, T, NH, KVH, hd, 10000.f, true, 0);
+  gpu_->rope(dqkv.gp(), B, T, NH, KVH, hd, 10000.f, true, 0);
   expect_close(dqkv, 1e-4, "rope backward");
 }
 
