@@ -17,6 +17,41 @@
 
 namespace zt {
 
+namespace {
+
+// Query row t of one sequence and head: seq points at the sequence's first qkv row (rows of
+// `row` floats), q at the query; k_off and v_off locate this head's kv head in a row. Writes
+// out (hd), uses a (t + 1 floats) for the probabilities, returns the log-sum-exp.
+float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t v_off, int t,
+                 int hd, float scale, float* a, float* out) {
+  float maxv = -INFINITY;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* k = seq + (size_t)t2 * row + k_off;
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+    s *= scale;
+    a[t2] = s;
+    maxv = std::max(maxv, s);
+  }
+  float sum = 0.f;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    a[t2] = std::exp(a[t2] - maxv);
+    sum += a[t2];
+  }
+  const float inv = 1.f / sum;
+  for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+  for (int i = 0; i < hd; ++i) out[i] = 0.f;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* v = seq + (size_t)t2 * row + v_off;
+#pragma omp simd
+    for (int i = 0; i < hd; ++i) out[i] += a[t2] * v[i];
+  }
+  return maxv + std::log(sum);
+}
+
+}  // namespace
+
 void CpuBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                    int KVH, int hd) {
   const int row = (NH + 2 * KVH) * hd;
@@ -30,32 +65,11 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* qkv, int
       for (int h = 0; h < NH; ++h)
         for (int t = 0; t < T; ++t) {
           const int kvh = h / group;
-          const float* q = qkv + ((size_t)b * T + t) * row + (size_t)h * hd;
-          float maxv = -INFINITY;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
-            float s = 0.f;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-            s *= scale;
-            a[t2] = s;
-            maxv = std::max(maxv, s);
-          }
-          float sum = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            a[t2] = std::exp(a[t2] - maxv);
-            sum += a[t2];
-          }
-          const float inv = 1.f / sum;
-          for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
-          lse[((size_t)b * NH + h) * T + t] = maxv + std::log(sum);
-          float* o = out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
-          for (int i = 0; i < hd; ++i) o[i] = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float* v = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + KVH + kvh) * hd;
-#pragma omp simd
-            for (int i = 0; i < hd; ++i) o[i] += a[t2] * v[i];
-          }
+          const float* seq = qkv + (size_t)b * T * row;
+          lse[((size_t)b * NH + h) * T + t] = attend_row(
+              seq, row, seq + (size_t)t * row + (size_t)h * hd, (size_t)(NH + kvh) * hd,
+              (size_t)(NH + KVH + kvh) * hd, t, hd, scale, a.data(),
+              out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd);
         }
   }
 }
@@ -114,39 +128,14 @@ void CpuBackend::attention_decode(float* out, const float* qkv, int T, int NH, i
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const int t = T - 1;  // the new row
 #pragma omp parallel
   {
     std::vector<float> a(T);
 #pragma omp for schedule(static)
-    for (int h = 0; h < NH; ++h) {  // the forward's row t, computed the same way
-      const int kvh = h / group;
-      const float* q = qkv + (size_t)t * row + (size_t)h * hd;
-      float maxv = -INFINITY;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const float* k = qkv + (size_t)t2 * row + (size_t)(NH + kvh) * hd;
-        float s = 0.f;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-        s *= scale;
-        a[t2] = s;
-        maxv = std::max(maxv, s);
-      }
-      float sum = 0.f;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        a[t2] = std::exp(a[t2] - maxv);
-        sum += a[t2];
-      }
-      const float inv = 1.f / sum;
-      float* o = out + (size_t)h * hd;
-      for (int i = 0; i < hd; ++i) o[i] = 0.f;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const float p = a[t2] * inv;
-        const float* v = qkv + (size_t)t2 * row + (size_t)(NH + KVH + kvh) * hd;
-#pragma omp simd
-        for (int i = 0; i < hd; ++i) o[i] += p * v[i];
-      }
-    }
+    for (int h = 0; h < NH; ++h)  // the forward's last row, one sequence
+      attend_row(qkv, row, qkv + (size_t)(T - 1) * row + (size_t)h * hd,
+                 (size_t)(NH + h / group) * hd, (size_t)(NH + KVH + h / group) * hd, T - 1, hd,
+                 scale, a.data(), out + (size_t)h * hd);
   }
 }
 

@@ -26,15 +26,13 @@ struct AttnRow {
   }
 };
 
-__global__ void attention_forward_kernel(float* out, float* att, float* lse, const float* qkv,
-                                         AttnShape s) {
-  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= (size_t)s.B * s.NH * s.T) return;
+// Query row w = (b, h, t) by one warp: probabilities into a (T floats, zero past t), the
+// log-sum-exp into *lse_w, the output into o (hd).
+__device__ void attend_row(size_t w, float* o, float* a, float* lse_w, const float* qkv,
+                           const AttnShape& s, int lane) {
   const AttnRow r(w, qkv, s);
-  const int t = r.t, h = r.h, b = r.b, kvh = r.kvh;
+  const int t = r.t, b = r.b, kvh = r.kvh;
   const float* q = r.q;
-  float* a = att + w * s.T;
   float maxv = -INFINITY;
   for (int t2 = lane; t2 <= t; t2 += 32) {
     const float* k = r.k(qkv, t2, s);
@@ -51,10 +49,9 @@ __global__ void attention_forward_kernel(float* out, float* att, float* lse, con
   }
   const float total = warp_sum(sum);
   const float inv = 1.f / total;
-  if (lane == 0) lse[w] = maxv + logf(total);
+  if (lane == 0) *lse_w = maxv + logf(total);
   for (int t2 = lane; t2 < s.T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.f;
   __syncwarp();
-  float* o = out + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
   for (int i = lane; i < s.hd; i += 32) {
     float acc = 0.f;
     for (int t2 = 0; t2 <= t; ++t2)
@@ -63,42 +60,23 @@ __global__ void attention_forward_kernel(float* out, float* att, float* lse, con
   }
 }
 
-// attention_decode: the forward kernel's row T - 1 of every head h (B = 1), writing out (NH*hd),
-// the probabilities att (NH, T) and lse (NH).
+__global__ void attention_forward_kernel(float* out, float* att, float* lse, const float* qkv,
+                                         AttnShape s) {
+  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+  if (w >= (size_t)s.B * s.NH * s.T) return;
+  const AttnRow r(w, qkv, s);
+  float* o = out + ((size_t)r.b * s.T + r.t) * s.NH * s.hd + (size_t)r.h * s.hd;
+  attend_row(w, o, att + w * s.T, lse + w, qkv, s, threadIdx.x % 32);
+}
+
+// attention_decode: the forward's row T - 1 of every head h (B = 1), writing out (NH*hd), the
+// probabilities att (NH, T) and lse (NH).
 __global__ void attention_decode_kernel(float* out, float* att, float* lse, const float* qkv,
                                         AttnShape s) {
   const size_t h = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   if (h >= (size_t)s.NH) return;
-  const int t = s.T - 1, kvh = (int)h / s.group;
-  const float* q = qkv + (size_t)t * s.row + h * s.hd;
-  float* a = att + h * s.T;
-  float maxv = -INFINITY;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float* k = qkv + (size_t)t2 * s.row + (size_t)(s.NH + kvh) * s.hd;
-    float d = 0.f;
-    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
-    a[t2] = d * s.scale;
-    maxv = fmaxf(maxv, a[t2]);
-  }
-  maxv = warp_max(maxv);
-  float sum = 0.f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    a[t2] = expf(a[t2] - maxv);
-    sum += a[t2];
-  }
-  const float total = warp_sum(sum);
-  if (lane == 0) lse[h] = maxv + logf(total);
-  const float inv = 1.f / total;
-  for (int t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
-  __syncwarp();
-  float* o = out + h * s.hd;
-  for (int i = lane; i < s.hd; i += 32) {
-    float acc = 0.f;
-    for (int t2 = 0; t2 <= t; ++t2)
-      acc += a[t2] * qkv[(size_t)t2 * s.row + (size_t)(s.NH + s.KVH + kvh) * s.hd + i];
-    o[i] = acc;
-  }
+  attend_row(h * s.T + (s.T - 1), out + h * s.hd, att + h * s.T, lse + h, qkv, s,
+             threadIdx.x % 32);
 }
 
 // att[w][t2] = exp(q_t . k_t2 * scale - lse[w]) for t2 <= t, else 0: the forward's
