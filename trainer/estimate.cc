@@ -80,6 +80,8 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
           "drop --stage, --micro_batch, --param_dtype, --grad_dtype and --offload_*");
     ZT_ASSIGN_OR_RETURN(ds, load_ds_config(o.deepspeed, dp));
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+    if (o.gradient_checkpointing) ds->zerotrain.gradient_checkpointing = true;
+    ZT_RETURN_IF_ERROR(checkpoint_every(*ds, c).status());  // number_checkpoints vs layers
     in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;
   } else {
@@ -99,6 +101,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     ZT_ASSIGN_OR_RETURN(in.offload_param, parse_offload_device(o.offload_param));
     in.micro_batch = o.micro_batch;
     in.seq_len = o.seq_len;
+    in.checkpoint_every = o.gradient_checkpointing ? 1 : 0;
   }
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +

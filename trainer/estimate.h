@@ -26,6 +26,9 @@ struct EstimateOptions {
   std::string offload_param = "none";
   int micro_batch = 0;  // activations need a preset, micro_batch and seq_len
   int seq_len = 0;
+  // Activation checkpointing, as train's flag: every block (or as the ds_config's
+  // activation_checkpointing section says).
+  bool gradient_checkpointing = false;
   // A ds_config.json: precision, stage, offload and micro-batch come from it (as `train` reads
   // it), for N_d = dp ranks; the dtype, offload, stage and micro_batch options must be unset.
   std::string deepspeed;

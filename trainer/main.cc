@@ -80,7 +80,7 @@ ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
 ABSL_FLAG(bool, gradient_checkpointing, false,
-          "train: activation checkpointing, configured by the ds_config's "
+          "train, estimate: activation checkpointing, configured by the ds_config's "
           "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
 ABSL_FLAG(std::string, device_memory_limit, "",
           "train: cap on device memory, e.g. 8GiB (as the ds_config key "
@@ -177,6 +177,7 @@ int estimate(bool model_given) {
   o.grad_dtype = absl::GetFlag(FLAGS_grad_dtype);
   o.offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
   o.offload_param = absl::GetFlag(FLAGS_offload_param);
+  o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
   if (o.micro_batch > 0 || !o.deepspeed.empty()) o.seq_len = absl::GetFlag(FLAGS_seq_len);

@@ -369,6 +369,38 @@ TEST(Estimator, CheckpointingEveryBlockSavesLMinusOneBlockSets) {
 namespace zt {
 namespace {
 
+// --gradient_checkpointing in estimate: the activations of every block's intermediates give
+// way to one block's and the block inputs (transformer_activation_bytes with k = 1, or as the
+// ds_config's number_checkpoints says, which must not exceed the layers).
+TEST(EstimateCommand, GradientCheckpointing) {
+  auto c = preset("tinyllama-1.1b");
+  ASSERT_TRUE(c.ok());
+  EstimateOptions o;
+  o.model = "tinyllama-1.1b";
+  o.stage = 2;
+  o.micro_batch = 1;
+  o.seq_len = 2048;
+  o.gradient_checkpointing = true;
+  auto t = estimate_text(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  char want[64];
+  std::snprintf(want, sizeof want, "%-22s %12.3f", "device activations",
+                transformer_activation_bytes(*c, 1, 2048, 1) / 1073741824.0);
+  EXPECT_NE(t->find(want), std::string::npos) << want << "\n" << *t;
+  const std::string cfg = ::testing::TempDir() + "/est_ckpt.json";
+  std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+    "activation_checkpointing": {"number_checkpoints": 23}})";
+  EstimateOptions d;
+  d.deepspeed = cfg;
+  d.model = "tinyllama-1.1b";
+  d.seq_len = 512;
+  d.gradient_checkpointing = true;
+  auto bad = estimate_text(d);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("number_checkpoints 23"), std::string::npos)
+      << bad.status();
+}
+
 // `zerotrain estimate --deepspeed cfg --model M`: the run's own estimate (what `train` writes
 // into memory_report predicted_bytes), and whether it fits the memory given or the config's
 // zerotrain.device_memory_limit. The numbers follow from the formulas above: TinyLlama in bf16
