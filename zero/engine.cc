@@ -427,24 +427,19 @@ void Engine::drain_reductions(size_t keep) {
 
 void Engine::begin_pass() { recording_.clear(); }
 
+std::optional<Engine::OwnedGrad> Engine::owned_grad(UnitState& s) {
+  if (!s.replicated && opt_.zero.stage == 1) {
+    if (!s.has_reduced) return std::nullopt;
+    return OwnedGrad{s.reduced.data(), DType::kF32, false};
+  }
+  return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};  // null data with host_grads
+}
+
 absl::StatusOr<StepStats> Engine::step(float lr) {
   drain_reductions(0);
   finish_delayed_update();  // the previous step's update, if it ran in the background
   StepStats st;
   st.loss_scale = loss_scale();
-  // The gradient of the owned elements, in its stored dtype (no conversion pass).
-  struct OwnedGrad {
-    void* data;  // null: the optimizer state holds it (host_grads)
-    DType dtype;
-    bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
-  };
-  auto owned_grad = [&](UnitState& s) -> std::optional<OwnedGrad> {
-    if (!s.replicated && opt_.zero.stage == 1) {
-      if (!s.has_reduced) return std::nullopt;
-      return OwnedGrad{s.reduced.data(), DType::kF32, false};
-    }
-    return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};  // null data with host_grads
-  };
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
   double ss = 0;
   for (UnitState& s : units_) {
@@ -547,19 +542,14 @@ void Engine::start_delayed_update(const AdamStep& as) {
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
     Delayed::Unit& x = d.units[u];
-    x.active = true;
+    const std::optional<OwnedGrad> g = owned_grad(s);  // as the step would read it
+    x.active = g.has_value();
     if (s.host_grads) {
       optimizer_->copy_gradient(u, x.grad.data());
-    } else if (!s.replicated && opt_.zero.stage == 1) {
-      x.active = s.has_reduced;
-      if (x.active) be_->copy_to_host(x.grad.data(), s.reduced.data(), x.grad.size());
-    } else {  // the stored gradient: this rank's slice of the unit or its shard
-      const size_t begin = s.replicated || opt_.zero.stage >= 2 ? 0 : (size_t)rank_ * s.shard;
-      be_->copy_to_host(x.grad.data(),
-                        static_cast<const char*>(s.grads.data()) + begin * dtype_size(x.grad_t),
-                        x.grad.size());
+    } else if (g) {
+      be_->copy_to_host(x.grad.data(), g->data, x.grad.size());
+      delayed_to_host_ += (int64_t)x.grad.size();
     }
-    if (x.active && !s.host_grads) delayed_to_host_ += (int64_t)x.grad.size();
   }
   d.error = nullptr;
   // OpenMP's thread count is per thread: the worker takes this one's (--threads).

@@ -160,6 +160,15 @@ class Engine final : public UnitEngine {
   struct UnitState;
   struct PendingReduce;
   struct Delayed;
+  // The gradient of a unit's owned elements, in its stored dtype (no conversion pass):
+  // stage 1's reduced fp32 shard (none before the boundary reduction), else the stored
+  // gradient (data null when the optimizer state holds it: host_grads).
+  struct OwnedGrad {
+    void* data;
+    DType dtype;
+    bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
+  };
+  std::optional<OwnedGrad> owned_grad(UnitState& s);
   void start_delayed_update(const AdamStep& as);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   UnitState& unit(int u);
