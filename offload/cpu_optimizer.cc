@@ -217,18 +217,15 @@ class CpuOptimizerState final : public OptimizerState {
     int w = -1;
     for (int i = 0; i < (int)win_.size(); ++i)
       if (win_[i].unit == u && win_[i].begin == begin) w = i;  // read ahead
-    if (w < 0) {
-      w = next_win_;
-      settle(w);
-      win_[w].unit = -1;
-      if (read) {
-        const absl::Status st =
-            nvme_->read(x.file, win_[w].buf.data(), 3 * x.region, offset(x, begin));
-        if (!st.ok()) throw_status(st);
-      }
-    }
-    settle(w);
+    const bool ahead = w >= 0;
+    if (!ahead) w = next_win_;
+    settle(w);          // its write-behind, then its read-ahead, have landed
     win_[w].unit = -1;  // in use: its contents change now
+    if (!ahead && read) {
+      const absl::Status st =
+          nvme_->read(x.file, win_[w].buf.data(), 3 * x.region, offset(x, begin));
+      if (!st.ok()) throw_status(st);
+    }
     next_win_ = (w + 1) % (int)win_.size();
     if (read && opt_.pipeline_read) read_ahead(u, begin, next_win_);
     clock_.add(OffloadClock::kNvmeRead, wait.ms());
