@@ -189,22 +189,27 @@ void Transformer::block_compute(const float* p, int l) {
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0);
   be_->attention_forward(b.atty.f32(), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
                          c.head_dim());
-  float* mid = b.resid_mid.f32();  // (N,C) = x + attn_out
-  be_->matmul_forward(mid, b.atty.f32(), p + o.attw, at(p, o.attb), N, C, C);
+  block_tail(p, x, b.atty.f32(), b.resid_mid.f32(), b.ln2.f32(), b.ln2_mean.f32(),
+             b.ln2_rstd.f32(), b.fc.f32(), b.act.f32(), block_input(l + 1), N);
+}
+
+void Transformer::block_tail(const float* p, const float* x, const float* atty, float* mid,
+                             float* ln2, float* ln2_mean, float* ln2_rstd, float* fc, float* act,
+                             float* out, int N) {
+  const ModelConfig& c = config_;
+  const Offsets& o = a_->off;
+  const int C = c.hidden, I = c.intermediate;
+  be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
   be_->add_inplace(mid, x, (size_t)N * C);
-  float* ln2 = b.ln2.f32();
-  norm_forward(ln2, b.ln2_mean.f32(), b.ln2_rstd.f32(), mid, p + o.ln2w, at(p, o.ln2b), N);
-  float* fc = b.fc.f32();    // (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA
-  float* act = b.act.f32();  // (N, I)
-  if (c.is_gpt2()) {
+  norm_forward(ln2, ln2_mean, ln2_rstd, mid, p + o.ln2w, at(p, o.ln2b), N);
+  if (c.is_gpt2()) {  // fc (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA; act (N, I)
     be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
     be_->gelu_forward(act, fc, (size_t)N * I);
   } else {
     be_->matmul_forward(fc, ln2, p + o.fcw, nullptr, N, C, 2 * I);
     be_->swiglu_forward(act, fc, N, I);
   }
-  float* out = block_input(l + 1);
-  be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);
+  be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);  // x is read no more
   be_->add_inplace(out, mid, (size_t)N * C);
 }
 
@@ -384,18 +389,8 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
       be_->rope(row, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
     be_->attention_decode(atty.f32(), cache_[l].f32(), pos + 1, c.n_head, c.n_kv_head,
                           c.head_dim());
-    be_->matmul_forward(mid.f32(), atty.f32(), p + o.attw, at(p, o.attb), 1, C, C);
-    be_->add_inplace(mid.f32(), x.f32(), C);
-    norm_forward(ln.f32(), mean.f32(), rstd.f32(), mid.f32(), p + o.ln2w, at(p, o.ln2b), 1);
-    if (c.is_gpt2()) {
-      be_->matmul_forward(fc.f32(), ln.f32(), p + o.fcw, p + o.fcb, 1, C, I);
-      be_->gelu_forward(act.f32(), fc.f32(), I);
-    } else {
-      be_->matmul_forward(fc.f32(), ln.f32(), p + o.fcw, nullptr, 1, C, 2 * I);
-      be_->swiglu_forward(act.f32(), fc.f32(), 1, I);
-    }
-    be_->matmul_forward(x.f32(), act.f32(), p + o.fcow, at(p, o.fcob), 1, I, C);
-    be_->add_inplace(x.f32(), mid.f32(), C);
+    block_tail(p, x.f32(), atty.f32(), mid.f32(), ln.f32(), mean.f32(), rstd.f32(), fc.f32(),
+               act.f32(), x.f32(), 1);  // the block's output replaces its input
     e.release(u);
   }
   const int hu = layout_.head_unit();

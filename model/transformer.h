@@ -79,6 +79,10 @@ class Transformer {
                      const float* w, const float* mean, const float* rstd, int N);
   void block_forward(UnitEngine& e, int l);
   void block_compute(const float* p, int l);  // block l's forward with parameters p
+  // The rest of a block's forward after attention, rows N: mid = x + atty W_o, ln2 = norm(mid),
+  // the MLP into fc and act, out = mid + act W_fc_out (out may be x).
+  void block_tail(const float* p, const float* x, const float* atty, float* mid, float* ln2,
+                  float* ln2_mean, float* ln2_rstd, float* fc, float* act, float* out, int N);
   void block_backward(UnitEngine& e, int l);
   // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.
   // Returns the sum of the per-row losses when targets are given.
