@@ -134,7 +134,12 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
          std::string(offload_device_name(in.offload_param)) + ".\n";
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
     out += "Activations: micro-batch " + std::to_string(in.micro_batch) + " x seq " +
-           std::to_string(in.seq_len) + ", fp32, as the Transformer allocates them.\n";
+           std::to_string(in.seq_len) + ", fp32, as the Transformer allocates them" +
+           (in.checkpoint_every > 0
+                ? ", checkpointing every " + std::to_string(in.checkpoint_every) + " block(s)" +
+                      (in.cpu_checkpointing ? " in host memory" : "")
+                : std::string()) +
+           ".\n";
   out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
   out += in.unit_numel.empty()
              ? "workspace and activations need --model (unit sizes, shapes).\n\n"
