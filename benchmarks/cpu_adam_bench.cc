@@ -1,7 +1,7 @@
 // CPU Adam at memory speed: parameters/s of offload/cpu_adam.h against the machine's bandwidth
 // bound, measured in the same run on the same threads.
 //
-//   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R]
+//   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R] [--pages huge|4k]
 //
 // Prints one JSON object. The bound is the bytes an Adam step must move per parameter (28: fp32
 // grad read, master/m/v read and written; or bf16 grad read and bf16 copy written) divided by
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "benchmarks/bandwidth.h"
+#include "common/memory.h"
 #include "common/simd.h"
 #include "offload/cpu_adam.h"
 
@@ -40,9 +41,12 @@ double median_seconds(int reps, Fn fn) {
   return s[s.size() / 2];
 }
 
+bool huge_pages = true;  // --pages huge: as the trainer allocates (common/memory.h)
+
 template <class T>
 T* alloc_array(size_t n, T init) {
-  T* p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
+  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+  T* p = static_cast<T*>(huge_pages ? alloc_streaming(bytes) : std::aligned_alloc(64, bytes));
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) p[i] = init;  // first touch by the threads that use it
   return p;
@@ -67,8 +71,9 @@ int run(size_t n, int threads, int reps) {
   const double pattern16_s =
       median_seconds(reps, [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, true); });
 
-  std::printf("{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\",\n", n, threads,
-              reps, std::string(simd_level_name(cpu_simd_level())).c_str());
+  std::printf("{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\", "
+              "\"pages\": \"%s\",\n", n, threads, reps,
+              std::string(simd_level_name(cpu_simd_level())).c_str(), huge_pages ? "huge" : "4k");
   std::printf(" \"triad_GBps\": %.2f, \"bound_triad_Gparams\": %.4f,\n", triad_gbs,
               triad_gbs / 28.0);
   std::printf(" \"pattern_fp32_GBps\": %.2f, \"pattern_bf16_GBps\": %.2f,\n",
@@ -111,8 +116,10 @@ int main(int argc, char** argv) {
     if (a == "--params") n = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--pages") zt::huge_pages = std::string(argv[i + 1]) != "4k";
     else {
-      std::fprintf(stderr, "error: unknown flag %s (use --params, --threads, --reps)\n", argv[i]);
+      std::fprintf(stderr, "error: unknown flag %s (use --params, --threads, --reps, --pages "
+                   "huge|4k)\n", argv[i]);
       return 2;
     }
   }

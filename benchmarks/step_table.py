@@ -7,9 +7,12 @@ measured in the same process, alternating with the steps.
   python3 benchmarks/step_table.py [--markdown docs/benchmarks.md]
 
 Besides the 28-byte Adam bound the table gives the bytes the whole phase must move per owned
-parameter: the gradient norm reads the gradient once more, consuming the gradient writes it
-back as zeros, and stage 2's all-gather writes every other rank's updated working copy
-(received and stored: 2 x (N_d - 1) x working bytes).
+parameter. Where the backward's kernels accumulate straight into the stored gradient (fp32 at
+stage 0-1) the gradient norm reads it once more and Adam writes it back as zeros; elsewhere the
+norm's sum of squares is taken in the pass that writes the reduced gradient (its cost in that
+pass is reported beside the cost of a separate pass) and the next write overwrites the
+gradient. Stage 2's all-gather writes every other rank's updated working copy (received and
+stored: 2 x (N_d - 1) x working bytes).
 """
 import argparse
 import json
@@ -41,10 +44,16 @@ def run(binary, model, extra, dtype, stage, np_, steps):
     return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
 
 
+def direct_grads(dtype, stage):
+    """The backward accumulates into the stored gradient: the step reads it for the norm and
+    writes it back as zeros."""
+    return dtype == "fp32" and stage in (0, 1)
+
+
 def phase_bytes(dtype, stage, world):
     g = 4 if dtype == "fp32" else 2
     gather = 2 * (world - 1) * g if stage in (1, 2) else 0
-    return 28 + g + g + gather  # Adam, norm read, zeroed gradient written back, all-gather
+    return 28 + (2 * g if direct_grads(dtype, stage) else 0) + gather
 
 
 def main():
@@ -65,24 +74,30 @@ def main():
         "## The optimizer phase at memory speed (Engine::step)",
         "",
         "Gradient norm, unscale and clip (one factor), AdamW on the fp32 master weights, the "
-        "16-bit working copy, stage 2's all-gather and the zeroed gradient: parameters/s = "
-        "Ψ / step time (all ranks at once). The bound is 28 bytes per parameter (Adam's own "
-        "streams) at the bandwidth that access pattern reaches, measured in the same process "
-        "between the steps, with every rank streaming at once; the last column divides it by "
-        "the bytes the whole phase must move per owned parameter, which caps the ratio (up to the noise of measuring the bound separately).",
+        "16-bit working copy, stage 2's all-gather and, for fp32 at stage 0, the zeroed "
+        "gradient: parameters/s = Ψ / step time (all ranks at once). The bound is 28 bytes per "
+        "parameter (Adam's own streams) at the bandwidth that access pattern reaches, measured "
+        "in the same process between the steps, with every rank streaming at once. `bytes/param` "
+        "is what the whole phase must move per owned parameter, which caps the ratio (up to the "
+        "noise of measuring the bound separately). Where the gradient is written by a reduction "
+        "pass (all but fp32 at stage 0), the norm's Σg² is summed in that pass, in the backward: "
+        "`norm in pass` is what that adds to the pass, `norm pass` what a separate pass costs "
+        "(measured on the same elements, alternating).",
         "",
         "| model | Ψ | dtype | stage, ranks × threads | step ms | comm wait ms | G params/s "
-        "| bound | of bound | bytes/param | cap = 28/bytes |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| bound | of bound | bytes/param | cap = 28/bytes | norm in pass ms | norm pass ms |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         name = r["model"] + (f" ({r['layers']} layers)" if r["model"].startswith("tinyllama") else "")
         b = phase_bytes(r["dtype"], r["stage"], r["world"])
+        norm_in_pass = ("—" if direct_grads(r["dtype"], r["stage"])
+                        else f"{r['norm_fused_extra_ms']:.1f}")
         lines.append(
             f"| {name} | {r['params'] / 1e6:.0f}M | {r['dtype']} | {r['stage']}, "
             f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {r['comm_wait_ms']:.0f} "
             f"| {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} | **{r['of_bound']:.0%}** | {b} "
-            f"| {28 / b:.0%} |")
+            f"| {28 / b:.0%} | {norm_in_pass} | {r['norm_pass_ms']:.1f} |")
     publish(lines, loads, t0, a.markdown, "step_table")
 
 

@@ -1,7 +1,9 @@
 #include "common/memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -102,6 +104,14 @@ void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemC
 int64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+}
+
+void* alloc_streaming(size_t bytes, size_t align) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes >= kHuge) align = std::max(align, kHuge);
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  if (p && bytes >= kHuge) ::madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+  return p;
 }
 
 }  // namespace zt

@@ -14,7 +14,11 @@ namespace zt {
 template <class Fn>
 void for_each_chunk(size_t n, size_t chunk, Fn&& fn) {
   const size_t pieces = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (pieces > 1)
+  if (pieces <= 1) {  // no region at all: even an if(false) one costs microseconds per call
+    if (n > 0) fn(0, 0, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (size_t k = 0; k < pieces; ++k) fn(k, k * chunk, std::min(n, (k + 1) * chunk));
 }
 

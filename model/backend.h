@@ -110,9 +110,11 @@ class Backend {
   // Sum of squares of n elements of dtype t, accumulated in double; result on the host.
   virtual double sum_squares(const void* x, DType t, size_t n) = 0;
   // y (n, y_t) = alpha * x (n, fp32) + (accumulate ? y : 0), computed in fp32 and rounded once:
-  // gradient averaging and accumulation into a 16-bit buffer in one pass.
+  // gradient averaging and accumulation into a 16-bit buffer in one pass. With sum_squares
+  // non-null it also receives Σ y² of the stored result, the value sum_squares(y, y_t, n) would
+  // return (on the CPU bit for bit), so the gradient norm needs no second pass over y.
   virtual void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate,
-                         size_t n) = 0;
+                         size_t n, double* sum_squares) = 0;
 
  protected:
   MemoryTracker tracker_;

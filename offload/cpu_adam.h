@@ -34,4 +34,12 @@ void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, 
 double cpu_sum_squares(const void* x, DType t, size_t n, SimdLevel level);
 double cpu_sum_squares(const void* x, DType t, size_t n);
 
+// y (n, yt) = alpha * x (n, fp32) + (accumulate ? y : 0) as scale_add (common/dtype.h), and
+// returns Σ y² of the stored result equal bit for bit to cpu_sum_squares(y, yt, n): each 8K
+// tile is summed right after it is written, from cache, so the gradient norm costs no second
+// pass over memory. (DeepSpeed likewise sums the squares of an offloaded gradient partition
+// as it copies it: stage_1_and_2.py, complete_grad_norm_calculation_for_cpu_offload.)
+double cpu_scale_add_sum_squares(void* y, DType yt, const float* x, float alpha, bool accumulate,
+                                 size_t n);
+
 }  // namespace zt

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -80,6 +81,7 @@ class CpuOptimizerState final : public OptimizerState {
     // is read in place and kept.
     const bool own = !io.grad, on_device = io.grad && !io.grad_on_host;
     host_step.zero_grad = own && s.zero_grad;
+    if (host_step.zero_grad) x.grad_ss = 0.0;
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
       const State st = acquire(u, begin, /*read=*/true);  // NVMe: read in (or read ahead)
@@ -127,23 +129,26 @@ class CpuOptimizerState final : public OptimizerState {
     const size_t gb = dtype_size(x.grad_t);
     if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
       DeviceBuffer tmp(be_, x.owned * gb, MemCategory::kCommBuffers);
-      be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned);
+      double ss = 0;  // the norm's share, summed as the gradient is written
+      be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, &ss);
+      x.grad_ss = ss;
       be_->copy_to_host(x.grad.data(), tmp.data(), x.owned * gb);
       to_host_ += (int64_t)(x.owned * gb);
       return;
     }
     ensure_staging();  // gradient accumulation: the fp32 sum moves, the host adds it
+    x.grad_ss.reset();
     for (size_t begin = 0; begin < x.owned; begin += granule_) {
       const size_t n = std::min(granule_, x.owned - begin);
       be_->copy_to_host(grad_stage_.data(), src + begin, n * 4);
       to_host_ += (int64_t)(n * 4);
-      scale_add(static_cast<char*>(x.grad.data()) + begin * gb, x.grad_t, grad_stage_.f32(), scale,
-                true, n);
+      scale_add(static_cast<char*>(x.grad.data()) + begin * gb, x.grad_t, grad_stage_.f32(),
+                scale, true, n);
     }
   }
   double gradient_sum_squares(int u) override {
     const Unit& x = units_[u];
-    return cpu_sum_squares(x.grad.data(), x.grad_t, x.owned);
+    return x.grad_ss ? *x.grad_ss : cpu_sum_squares(x.grad.data(), x.grad_t, x.owned);
   }
   void get_gradient(int u, float* host) override {
     const Unit& x = units_[u];
@@ -160,6 +165,7 @@ class CpuOptimizerState final : public OptimizerState {
   }
   void zero_gradient(int u) override {
     std::memset(units_[u].grad.data(), 0, units_[u].grad.bytes());
+    units_[u].grad_ss = 0.0;
   }
 
   const MemoryTracker* host_tracker() const override { return &host_; }
@@ -173,6 +179,7 @@ class CpuOptimizerState final : public OptimizerState {
     HostBuffer master, m, v;  // host memory
     HostBuffer grad;          // the stored gradient (sharded units, stages 2-3)
     DType grad_t = DType::kF32;
+    std::optional<double> grad_ss;  // Σ g² of grad, summed as it was written, or none
     int file = -1;            // NVMe
     size_t region = 0;        // NVMe: bytes of one of master / m / v per sub-group
   };

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -14,7 +15,7 @@ namespace zt {
 HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin, size_t align)
     : bytes_(bytes), cat_(c), tracker_(tracker) {
   if (bytes == 0) return;
-  ptr_ = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  ptr_ = alloc_streaming(bytes, std::max<size_t>(align, 64));
   if (!ptr_) throw std::bad_alloc();
   std::memset(ptr_, 0, bytes);  // first touch now, not on the step's path
   if (pin) {

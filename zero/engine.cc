@@ -32,6 +32,11 @@ struct Engine::UnitState {
   bool host_grads = false;
   DeviceBuffer scratch;    // fp32 whole-unit gradient while a backward writes it
   bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
+  // grads_zero, but the buffer still holds the last step's values: its next writer overwrites
+  // it (scale_add without accumulate), so the step did not spend a pass zeroing it.
+  bool grads_stale = false;
+  // Σ g² of the owned gradient as step() reads it, summed in the pass that last wrote it.
+  std::optional<double> owned_ss;
   DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
   bool has_reduced = false;
 
@@ -60,6 +65,7 @@ struct Engine::PendingReduce {
   DeviceBuffer send;                 // fp32 whole-unit gradient being reduced
   DeviceBuffer recv;                 // fp32 shard (reduce-scatter) or empty (all-reduce in place)
   bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
+  bool boundary = false;             // of the step's last micro-batch: its result is final
 };
 
 Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
@@ -201,6 +207,7 @@ void Engine::gather_to_host(UnitState& s, const void* shard, std::span<float> ho
 void Engine::get_unit_grads(int u, std::span<float> host) {
   drain_reductions(0);
   UnitState& s = unit(u);
+  settle_stale(s);
   ZT_CHECK(host.size() == s.numel);
   if (s.replicated) {
     DeviceBuffer whole(be_, s.numel * 4, MemCategory::kWorkspace);
@@ -337,11 +344,25 @@ void Engine::release(int u) {
   if (s.sharded_params && !keep_for_reuse(u)) free_gathered(s);
 }
 
+bool Engine::direct_grads(const UnitState& s) const {
+  return opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.zero.stage == 1);
+}
+
+void Engine::settle_stale(UnitState& s) {
+  if (!s.grads_stale) return;
+  if (s.host_grads)
+    optimizer_->zero_gradient(int(&s - units_.data()));
+  else
+    be_->zero(s.grads.data(), s.grads.bytes());
+  s.grads_stale = false;
+  s.owned_ss = 0.0;
+}
+
 float* Engine::grads(int u) {
   UnitState& s = unit(u);
-  // Stages 0-1 with fp32 gradients accumulate straight into the stored whole-unit buffer.
-  if (opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.zero.stage == 1)) {
+  if (direct_grads(s)) {
     s.grads_zero = false;
+    s.owned_ss.reset();  // the backward's kernels accumulate into it
     return s.grads.f32();
   }
   if (!s.scratch.data()) {
@@ -355,14 +376,21 @@ void Engine::reduce_gradients(int u) {
   UnitState& s = unit(u);
   const bool whole = s.replicated || opt_.zero.stage == 1;
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
-    be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded);
-    s.grads_zero = false;
+    double ss = 0;
+    // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
+    const bool final = world_ == 1 && s.replicated && boundary_;
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded,
+                   final ? &ss : nullptr);
+    if (final) s.owned_ss = ss;
+    s.grads_zero = s.grads_stale = false;
     s.scratch.reset();
   }
   if (world_ == 1 && whole) return;
   if (whole && !boundary_) return;  // stages 0-1 reduce once per step
   PendingReduce p{u, {}, {}, {}};
+  p.boundary = boundary_;
   if (whole) {
+    settle_stale(s);  // no micro-step wrote it: zeros
     // The stored gradient in fp32 (MPI reduces fp32), reduced in place.
     p.send = DeviceBuffer(be_, s.padded * 4, MemCategory::kCommBuffers);
     be_->convert(s.grads.data(), opt_.grad_dtype, p.send.data(), DType::kF32, s.padded);
@@ -400,20 +428,27 @@ void Engine::finish_reduce(PendingReduce& p) {
               unit(p.unit).shard * 4);
   UnitState& s = unit(p.unit);
   const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
+  // The boundary's pass also sums the squares of what it writes (the step's gradient norm,
+  // from cache); earlier micro-steps' sums would be overwritten.
+  double ss = 0;
+  double* want_ss = p.boundary ? &ss : nullptr;
   if (s.replicated) {
-    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded);
-    s.grads_zero = false;
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded, want_ss);
   } else if (opt_.zero.stage == 1) {
-    be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard);
+    be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
     s.reduced = std::move(p.recv);
     s.has_reduced = true;
   } else if (s.host_grads) {  // stages 2-3, offloaded: averaged and accumulated on the host
     optimizer_->accumulate_gradient(p.unit, p.recv.f32(), mean, !s.grads_zero);
-    s.grads_zero = false;
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
-    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard);
-    s.grads_zero = false;
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard,
+                   want_ss);
   }
+  if (want_ss && !s.host_grads)  // (an offloaded state keeps its own)
+    s.owned_ss = ss;
+  else
+    s.owned_ss.reset();
+  if (opt_.zero.stage != 1 || s.replicated) s.grads_zero = s.grads_stale = false;
 }
 
 void Engine::drain_reductions(size_t keep) {
@@ -427,9 +462,15 @@ void Engine::drain_reductions(size_t keep) {
 
 void Engine::begin_pass() { recording_.clear(); }
 
-std::optional<Engine::OwnedGrad> Engine::owned_grad(UnitState& s) {
+Engine::OwnedGrad Engine::owned_grad(UnitState& s) {
+  settle_stale(s);  // no backward since the last step: the gradient is zeros
   if (!s.replicated && opt_.zero.stage == 1) {
-    if (!s.has_reduced) return std::nullopt;
+    if (!s.has_reduced) {  // no backward since the last step: a zero shard, as other stages
+      s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+      be_->zero(s.reduced.data(), s.reduced.bytes());
+      s.has_reduced = true;
+      s.owned_ss = 0.0;
+    }
     return OwnedGrad{s.reduced.data(), DType::kF32, false};
   }
   return OwnedGrad{s.grads.data(), opt_.grad_dtype, true};  // null data with host_grads
@@ -446,8 +487,10 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     if (s.replicated && rank_ != 0) continue;
     if (s.host_grads)
       ss += optimizer_->gradient_sum_squares(int(&s - units_.data()));
-    else if (auto g = owned_grad(s))
-      ss += be_->sum_squares(g->data, g->dtype, s.owned());
+    else if (const OwnedGrad g = owned_grad(s); s.owned_ss)
+      ss += *s.owned_ss;
+    else
+      ss += be_->sum_squares(g.data, g.dtype, s.owned());
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
@@ -483,13 +526,16 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
-    auto g = owned_grad(s);
-    if (!g) continue;
+    const OwnedGrad g = owned_grad(s);
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
-    // owned elements (unless the master is it), and the gradient zeroed for the next step.
-    as.zero_grad = g->stored;
-    if (g->stored) s.grads_zero = true;
-    OptimizerState::Io io{.grad = g->data, .grad_t = g->dtype, .out_t = pt};
+    // owned elements (unless the master is it), and the gradient zeroed for the next step
+    // where the backward accumulates into it (elsewhere its next writer overwrites it).
+    as.zero_grad = g.stored && direct_grads(s);
+    if (g.stored) {
+      s.grads_zero = true;
+      s.grads_stale = !as.zero_grad;
+    }
+    OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .out_t = pt};
     if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
       io.out = params_->begin_write(s.store);
       io.out_on_host = true;
@@ -542,12 +588,12 @@ void Engine::start_delayed_update(const AdamStep& as) {
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
     Delayed::Unit& x = d.units[u];
-    const std::optional<OwnedGrad> g = owned_grad(s);  // as the step would read it
-    x.active = g.has_value();
+    const OwnedGrad g = owned_grad(s);  // as the step would read it
+    x.active = true;
     if (s.host_grads) {
       optimizer_->copy_gradient(u, x.grad.data());
-    } else if (g) {
-      be_->copy_to_host(x.grad.data(), g->data, x.grad.size());
+    } else {
+      be_->copy_to_host(x.grad.data(), g.data, x.grad.size());
       delayed_to_host_ += (int64_t)x.grad.size();
     }
   }
@@ -606,12 +652,13 @@ void Engine::drop_gathered() {
 void Engine::finish_step() {
   for (UnitState& s : units_) {
     if (!s.grads_zero) {
-      if (s.host_grads)
-        optimizer_->zero_gradient(int(&s - units_.data()));
-      else
+      if (direct_grads(s))
         be_->zero(s.grads.data(), s.grads.bytes());
+      else
+        s.grads_stale = true;  // its next writer overwrites it
     }
     s.grads_zero = true;
+    s.owned_ss.reset();
     s.reduced.reset();
     s.has_reduced = false;
   }

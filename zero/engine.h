@@ -161,14 +161,18 @@ class Engine final : public UnitEngine {
   struct PendingReduce;
   struct Delayed;
   // The gradient of a unit's owned elements, in its stored dtype (no conversion pass):
-  // stage 1's reduced fp32 shard (none before the boundary reduction), else the stored
-  // gradient (data null when the optimizer state holds it: host_grads).
+  // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
+  // stored gradient (data null when the optimizer state holds it: host_grads).
   struct OwnedGrad {
     void* data;
     DType dtype;
     bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
   };
-  std::optional<OwnedGrad> owned_grad(UnitState& s);
+  OwnedGrad owned_grad(UnitState& s);
+  // True when the backward's kernels accumulate straight into the unit's stored gradient (fp32,
+  // stages 0-1), which must then hold zeros between steps; elsewhere a scale_add writes it.
+  bool direct_grads(const UnitState& s) const;
+  void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
   void start_delayed_update(const AdamStep& as);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   UnitState& unit(int u);

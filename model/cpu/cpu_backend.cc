@@ -31,7 +31,7 @@ void* CpuBackend::alloc(size_t bytes, MemCategory c) {
   check_memory_limit(tracker_, memory_limit_, bytes, c);
   const size_t rounded = block_bytes(bytes);
   void* p = cache_.take(rounded);
-  if (!p) p = std::aligned_alloc(64, rounded);
+  if (!p) p = alloc_streaming(rounded);
   if (!p) throw std::bad_alloc();
   tracker_.on_alloc(c, bytes);
   return p;
@@ -65,8 +65,11 @@ double CpuBackend::sum_squares(const void* x, DType t, size_t n) {
 }
 
 void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
-                           size_t n) {
-  zt::scale_add(y, yt, x, alpha, accumulate, n);
+                           size_t n, double* sum_squares) {
+  if (sum_squares)
+    *sum_squares = cpu_scale_add_sum_squares(y, yt, x, alpha, accumulate, n);
+  else
+    zt::scale_add(y, yt, x, alpha, accumulate, n);
 }
 
 }  // namespace zt

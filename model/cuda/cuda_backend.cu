@@ -120,10 +120,13 @@ void CudaBackend::add_inplace(float* y, const float* x, size_t n) {
 }
 
 void CudaBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
-                            size_t n) {
-  if (n == 0) return;
-  scale_add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, yt, x, alpha, accumulate, n);
-  ZT_CHECK_CUDA(cudaGetLastError());
+                            size_t n, double* sum_squares) {
+  if (n > 0) {
+    scale_add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, yt, x, alpha, accumulate, n);
+    ZT_CHECK_CUDA(cudaGetLastError());
+  }
+  // A second pass: the GPU's bandwidth makes it cheap beside the CPU's (fused there).
+  if (sum_squares) *sum_squares = this->sum_squares(y, yt, n);
 }
 
 double CudaBackend::sum_squares(const void* x, DType t, size_t n) {

@@ -115,11 +115,18 @@ std::unique_ptr<ParamStore> params_for(Params where, Backend* be, DType t) {
   return nullptr;
 }
 
+// The last step of a run: as the others; with a loss seed of 1e-30, so every gradient is
+// negligible beside the Adam moments (a zero seed would not do: the fused cross-entropy then
+// leaves the logits in place of their gradient); or an optimizer step with no forward and
+// backward since the previous one.
+enum class LastStep { kNormal, kNegligibleSeed, kNoBackward };
+
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
 // checkpoint_every, cpu_checkpointing: activation checkpointing (model/transformer.h).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
                 Optimizer where = Optimizer::kDevice, Params params = Params::kDevice,
-                int checkpoint_every = 0, bool cpu_checkpointing = false) {
+                int checkpoint_every = 0, bool cpu_checkpointing = false,
+                LastStep last = LastStep::kNormal) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = make_cpu_backend(1);
@@ -146,13 +153,16 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     const int64_t to_device = engine.optimizer().bytes_to_device();
     const int64_t params_in = params_to_device();
     double loss = 0;
-    for (int m = 0; m < gas; ++m) {
+    const bool last_step = step == kSteps - 1;
+    for (int m = 0; m < gas && !(last_step && last == LastStep::kNoBackward); ++m) {
       for (int b = 0; b < B; ++b)
         make_row(step, m * (kGlobalBatch / gas) + r * B + b, &x[(size_t)b * kT], &y[(size_t)b * kT],
                  c.vocab_size);
       engine.begin_pass();
       engine.set_gradient_accumulation_boundary(m == gas - 1);
-      const float seed = static_cast<float>(engine.loss_scale() / gas);
+      const float seed = last_step && last == LastStep::kNegligibleSeed
+                             ? 1e-30f
+                             : static_cast<float>(engine.loss_scale() / gas);
       loss += model.forward(engine, x.data(), y.data(), B, kT, seed).loss / gas;
       model.backward(engine);
     }
@@ -250,6 +260,34 @@ TEST_F(ZeroStages, EveryStageMatchesSingleRankStage0Fp32) {
         EXPECT_LT(rel_param_diff(got, ref), 1e-5) << what;
       }
     }
+  }
+}
+
+// Where the backward's next write overwrites the stored gradient, the step leaves the gradient
+// it consumed as it was instead of zeroing it (and the norm comes from the pass that wrote it).
+// A step with no backward since the previous one must still see zeros: it equals a step after
+// a backward whose gradients are negligible (1e-30 times the usual). The previous step's
+// gradient, read by mistake, would move every parameter by about lr (relative 1e-3).
+TEST_F(ZeroStages, StepWithoutBackwardSeesZeroGradients) {
+  struct Case {
+    int stage;
+    DType dtype;
+    Optimizer where;
+  };
+  const Case cases[] = {{0, DType::kBF16, Optimizer::kDevice},  {1, DType::kBF16, Optimizer::kDevice},
+                        {2, DType::kF32, Optimizer::kDevice},   {2, DType::kBF16, Optimizer::kDevice},
+                        {3, DType::kBF16, Optimizer::kDevice},  {2, DType::kBF16, Optimizer::kCpuOffload},
+                        {0, DType::kF32, Optimizer::kDevice}};
+  for (const Case& k : cases) {
+    EngineOptions eo = fp32_clipped(k.stage);
+    eo.param_dtype = eo.grad_dtype = k.dtype;
+    const RunResult negligible = train(*comm_, eo, 2, tiny(), k.where, Params::kDevice, 0, false,
+                                       LastStep::kNegligibleSeed);
+    const RunResult idle =
+        train(*comm_, eo, 2, tiny(), k.where, Params::kDevice, 0, false, LastStep::kNoBackward);
+    EXPECT_LT(rel_param_diff(idle, negligible), 1e-7)
+        << "stage " << k.stage << " " << dtype_name(k.dtype) << " offload "
+        << (k.where == Optimizer::kCpuOffload);
   }
 }
 

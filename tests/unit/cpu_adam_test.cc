@@ -151,6 +151,31 @@ TEST_P(CpuAdamLevels, SumSquaresMatchesDoubleSum) {
   }
 }
 
+// The fused gradient write + norm: the same stored values as scale_add, and a sum of squares
+// equal bit for bit to a separate cpu_sum_squares pass over them (so fusing changes no step).
+TEST(CpuAdam, ScaleAddSumSquaresEqualsSeparatePasses) {
+  const size_t n = 70'001;  // several 8K tiles and a ragged end
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = hash_uniform((uint32_t)i, 9);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool accumulate : {false, true}) {
+      const auto y0 = gradient(n, 3, t);
+      auto fused = y0, separate = y0;
+      const double got = cpu_scale_add_sum_squares(fused.data(), t, x.data(), 0.5f, accumulate, n);
+      scale_add(separate.data(), t, x.data(), 0.5f, accumulate, n, SimdLevel::kScalar);
+      EXPECT_EQ(fused, separate) << dtype_name(t);
+      const double want = cpu_sum_squares(separate.data(), t, n);
+      EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+          << dtype_name(t) << " accumulate " << accumulate << ": " << got << " vs " << want;
+      std::vector<float> f(n);
+      convert(separate.data(), t, f.data(), DType::kF32, n, SimdLevel::kScalar);
+      double exact = 0;
+      for (float v : f) exact += (double)v * v;
+      EXPECT_NEAR(got, exact, 1e-12 * exact) << dtype_name(t);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Simd, CpuAdamLevels,
                          ::testing::Values(SimdLevel::kScalar, SimdLevel::kAvx2,
                                            SimdLevel::kAvx512, SimdLevel::kAvx512Bf16),
