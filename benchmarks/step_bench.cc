@@ -2,6 +2,8 @@
 // unscale and clipping folded into one factor, AdamW on the master weights, refresh of the
 // working copy, stage 2's all-gather, zeroed gradients) in parameters/s, against the Adam
 // access-pattern bound (benchmarks/bandwidth.h) measured in the same run on the same threads.
+// Where the engine sums the gradient norm in the pass that writes the reduced gradient (in the
+// backward), the phase counts what that adds to the pass, measured here on the same elements.
 //
 //   build/benchmarks/step_bench --model gpt2-124m --dtype bf16
 //   mpirun -np 2 build/benchmarks/step_bench --model gpt2-124m --dtype bf16 --stage 2
@@ -122,33 +124,52 @@ int run(int argc, char** argv) {
   DeviceBuffer gx(be.get(), owned * 4, MemCategory::kWorkspace);
   be->copy_to_device(gx.data(), g32.data(), owned * 4);
   std::vector<double> plain, fused, separate;
+  auto timed = [&](auto fn) {  // every rank at once, as in the backward
+    (*comm)->barrier();
+    const double t0 = now_s();
+    fn();
+    return now_s() - t0;
+  };
   for (int s = 0; s <= steps; ++s) {
-    double ss = 0, t0 = now_s();
-    be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, nullptr);
-    const double t1 = now_s();
-    be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, &ss);
-    const double t2 = now_s();
-    ss += be->sum_squares(gw.data(), gt, owned);
-    const double t3 = now_s();
-    if (s > 0) plain.push_back(t1 - t0), fused.push_back(t2 - t1), separate.push_back(t3 - t2);
+    double ss = 0;
+    const double a = timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, nullptr); });
+    const double b = timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, &ss); });
+    const double c = timed([&] { ss += be->sum_squares(gw.data(), gt, owned); });
+    if (s > 0) plain.push_back(a), fused.push_back(b), separate.push_back(c);
   }
-  for (auto* v : {&times, &pattern, &waits, &plain, &fused, &separate}) std::sort(v->begin(), v->end());
-  const double norm_fused_ms = (fused[fused.size() / 2] - plain[plain.size() / 2]) * 1e3;
-  const double norm_pass_ms = separate[separate.size() / 2] * 1e3;
-  double step_s = times[times.size() / 2], pattern_s = pattern[pattern.size() / 2];
-  (*comm)->all_reduce_scalars(&step_s, 1, ScalarOp::kMax);
-  (*comm)->all_reduce_scalars(&pattern_s, 1, ScalarOp::kMax);
-
+  // Each step and the pattern pass right after it form a pair (the slowest rank's times); the
+  // ratio is the median of the pairs' ratios, so a slow minute of this shared machine's
+  // memory moves both sides of a pair alike.
+  (*comm)->all_reduce_scalars(times.data(), (int)times.size(), ScalarOp::kMax);
+  (*comm)->all_reduce_scalars(pattern.data(), (int)pattern.size(), ScalarOp::kMax);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double norm_fused_s = std::max(0.0, median(fused) - median(plain));
+  (*comm)->all_reduce_scalars(&norm_fused_s, 1, ScalarOp::kMax);
+  // The phase is the step plus, where the engine sums the norm in the reduction's pass (all but
+  // fp32 at stages 0-1: Engine::direct_grads), what that adds to the pass.
+  const bool norm_in_pass = !(*dt == DType::kF32 && stage <= 1);
+  const double extra_s = norm_in_pass ? norm_fused_s : 0.0;
   const double psi = (double)layout.total_numel();
-  const double rate = psi / step_s / 1e9, bound = world * (owned / pattern_s) / 1e9;
+  std::vector<double> ratios, phases;
+  for (size_t i = 0; i < times.size(); ++i) {
+    phases.push_back(times[i] + extra_s);
+    ratios.push_back((psi / phases.back()) / (world * (owned / pattern[i])));
+  }
+  const double norm_fused_ms = norm_fused_s * 1e3, norm_pass_ms = median(separate) * 1e3;
+  const double step_s = median(times), pattern_s = median(pattern);
+  const double rate = psi / median(phases) / 1e9, bound = world * (owned / pattern_s) / 1e9;
   if (rank == 0)
     std::printf("{\"model\": \"%s\", \"layers\": %d, \"params\": %.0f, \"dtype\": \"%s\", "
                 "\"stage\": %d, \"world\": %d, \"threads_per_rank\": %d, \"step_ms\": %.1f, "
+                "\"phase_ms\": %.1f, "
                 "\"comm_wait_ms\": %.1f, "
                 "\"Gparams\": %.4f, \"bound_Gparams\": %.4f, \"of_bound\": %.3f, "
                 "\"norm_fused_extra_ms\": %.1f, \"norm_pass_ms\": %.1f}\n",
                 model.c_str(), cfg->n_layer, psi, dtype.c_str(), stage, world, threads,
-                step_s * 1e3, waits[waits.size() / 2], rate, bound, rate / bound, norm_fused_ms,
+                step_s * 1e3, median(phases) * 1e3, median(waits), rate, bound, median(ratios), norm_fused_ms,
                 norm_pass_ms);
   return 0;
 }

@@ -147,7 +147,8 @@ TEST_P(CpuAdamLevels, SumSquaresMatchesDoubleSum) {
     convert(g.data(), t, f.data(), DType::kF32, n, SimdLevel::kScalar);
     double want = 0;
     for (float x : f) want += (double)x * x;
-    EXPECT_NEAR(cpu_sum_squares(g.data(), t, n, level), want, 1e-12 * want) << dtype_name(t);
+    // fp32 runs of 16 squares per lane (cpu_adam.h): within 1e-6, as torch's fp32 norm.
+    EXPECT_NEAR(cpu_sum_squares(g.data(), t, n, level), want, 1e-6 * want) << dtype_name(t);
   }
 }
 
@@ -171,7 +172,7 @@ TEST(CpuAdam, ScaleAddSumSquaresEqualsSeparatePasses) {
       convert(separate.data(), t, f.data(), DType::kF32, n, SimdLevel::kScalar);
       double exact = 0;
       for (float v : f) exact += (double)v * v;
-      EXPECT_NEAR(got, exact, 1e-12 * exact) << dtype_name(t);
+      EXPECT_NEAR(got, exact, 1e-6 * exact) << dtype_name(t);
     }
   }
 }
