@@ -47,9 +47,11 @@ class Backend {
   // dinp and dbias may be null.
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC) = 0;
-  // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on device.
-  virtual void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
-                                 int B, int T, int C) = 0;
+  // out (B,T,C) fp32 = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
+  // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
+  // stored), so a lookup widens only the rows it reads.
+  virtual void embedding_forward(float* out, const int* tokens, const void* wte, const void* wpe,
+                                 DType table_t, int B, int T, int C) = 0;
   // dwte[tokens] += dout; dwpe[t] += dout (when dwpe is not null).
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
                                   int B, int T, int C) = 0;

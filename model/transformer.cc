@@ -53,6 +53,10 @@ static const float* at(const float* base, size_t off) {
   return off == kNone ? nullptr : base + off;
 }
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
+// Element `off` of a unit stored in dtype t (fetch_stored).
+static const void* at(const void* base, DType t, size_t off) {
+  return off == kNone ? nullptr : static_cast<const char*>(base) + off * dtype_size(t);
+}
 
 Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T,
                          int checkpoint_every, bool cpu_checkpointing)
@@ -163,9 +167,10 @@ void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
   B_ = B, T_ = T;
   be_->copy_to_device(a_->tokens.data(), tokens, sizeof(int) * B * T);
   const int u = layout_.embedding_unit();
-  const float* p = e.fetch(u);
+  DType t;  // the lookup widens only its rows, not the whole (vocabulary-sized) unit
+  const void* p = e.fetch_stored(u, &t);
   be_->embedding_forward(block_input(0), static_cast<const int*>(a_->tokens.data()),
-                         at(p, a_->off.wte), at(p, a_->off.wpe), B, T, config_.hidden);
+                         at(p, t, a_->off.wte), at(p, t, a_->off.wpe), t, B, T, config_.hidden);
   e.release(u);
 }
 
@@ -375,9 +380,11 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
                tok(be_, sizeof(int), W);
   be_->copy_to_device(tok.data(), &token, sizeof(int));
   const int eu = layout_.embedding_unit();
-  const float* pe = e.fetch(eu);  // learned positions: row pos of wpe, as if t were pos
-  be_->embedding_forward(x.f32(), static_cast<const int*>(tok.data()), at(pe, o.wte),
-                         o.wpe == kNone ? nullptr : pe + o.wpe + (size_t)pos * C, 1, 1, C);
+  DType et;
+  const void* pe = e.fetch_stored(eu, &et);  // learned positions: row pos of wpe, as if t were pos
+  be_->embedding_forward(x.f32(), static_cast<const int*>(tok.data()), at(pe, et, o.wte),
+                         at(pe, et, o.wpe == kNone ? kNone : o.wpe + (size_t)pos * C), et, 1, 1,
+                         C);
   e.release(eu);
   for (int l = 0; l < c.n_layer; ++l) {
     const int u = layout_.block_unit(l);

@@ -318,7 +318,7 @@ void Engine::prefetch_after(size_t cursor) {
 
 // ---- the transformer's calls ----
 
-const float* Engine::fetch(int u) {
+const void* Engine::fetch_stored(int u, DType* t) {
   UnitState& s = unit(u);
   if (s.sharded_params) {
     if (trace_valid_ && (recording_.size() >= trace_.size() || trace_[recording_.size()] != u))
@@ -328,11 +328,20 @@ const float* Engine::fetch(int u) {
     wait_gathered(s);
     if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
   }
-  if (s.live++ > 0)
-    return s.fetched.data() ? s.fetched.f32() : static_cast<float*>(s.whole_params());
-  if (opt_.param_dtype == DType::kF32) return static_cast<float*>(s.whole_params());
-  s.fetched = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
-  be_->convert(s.whole_params(), opt_.param_dtype, s.fetched.data(), DType::kF32, s.padded);
+  ++s.live;
+  *t = opt_.param_dtype;
+  return s.whole_params();
+}
+
+const float* Engine::fetch(int u) {
+  DType t;
+  const void* p = fetch_stored(u, &t);
+  if (t == DType::kF32) return static_cast<const float*>(p);
+  UnitState& s = unit(u);
+  if (!s.fetched.data()) {  // one fp32 view while the unit is live, however often fetched
+    s.fetched = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
+    be_->convert(p, t, s.fetched.data(), DType::kF32, s.padded);
+  }
   return s.fetched.f32();
 }
 

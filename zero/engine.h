@@ -107,6 +107,7 @@ class Engine final : public UnitEngine {
   void get_unit_grads(int u, std::span<float> host);
 
   const float* fetch(int unit) override;
+  const void* fetch_stored(int unit, DType* t) override;
   void release(int unit) override;
   float* grads(int unit) override;
   void reduce_gradients(int unit) override;

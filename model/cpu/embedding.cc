@@ -3,14 +3,14 @@
 
 namespace zt {
 
-void CpuBackend::embedding_forward(float* out, const int* tokens, const float* wte,
-                                   const float* wpe, int B, int T, int C) {
+void CpuBackend::embedding_forward(float* out, const int* tokens, const void* wte,
+                                   const void* wpe, DType t, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
-    const float* e = wte + (size_t)tokens[bt] * C;
-    const float* p = wpe ? wpe + (size_t)(bt % T) * C : nullptr;
+    const size_t e = (size_t)tokens[bt] * C, p = (size_t)(bt % T) * C;
     float* o = out + (size_t)bt * C;
-    for (int c = 0; c < C; ++c) o[c] = e[c] + (p ? p[c] : 0.f);
+    for (int c = 0; c < C; ++c)
+      o[c] = load_f32(wte, t, e + c) + (wpe ? load_f32(wpe, t, p + c) : 0.f);
   }
 }
 

@@ -4,13 +4,13 @@
 namespace zt {
 namespace {
 
-__global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte,
-                                         const float* wpe, int BT, int T, int C) {
+__global__ void embedding_forward_kernel(float* out, const int* tokens, const void* wte,
+                                         const void* wpe, DType t, int BT, int T, int C) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)BT * C) return;
   const int bt = i / C, c = i % C;
-  float v = wte[(size_t)tokens[bt] * C + c];
-  if (wpe) v += wpe[(size_t)(bt % T) * C + c];
+  float v = load_as_f32(wte, t, (size_t)tokens[bt] * C + c);
+  if (wpe) v = __fadd_rn(v, load_as_f32(wpe, t, (size_t)(bt % T) * C + c));
   out[i] = v;
 }
 
@@ -25,10 +25,10 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float*
 
 }  // namespace
 
-void CudaBackend::embedding_forward(float* out, const int* tokens, const float* wte,
-                                    const float* wpe, int B, int T, int C) {
+void CudaBackend::embedding_forward(float* out, const int* tokens, const void* wte,
+                                    const void* wpe, DType t, int B, int T, int C) {
   embedding_forward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
-      out, tokens, wte, wpe, B * T, T, C);
+      out, tokens, wte, wpe, t, B * T, T, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

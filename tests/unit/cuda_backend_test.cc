@@ -146,8 +146,8 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   gpu_->copy_to_device(yg.data(), tgt.data(), N * 4);
   auto wte = make((size_t)V * C), wpe = make((size_t)T * C, 1, 2), e = zeros((size_t)N * C),
        dwte = zeros((size_t)V * C), dwpe = zeros((size_t)T * C), de = make((size_t)N * C, 1, 3);
-  cpu_->embedding_forward(e.cp(), (int*)tc.data(), wte.cp(), wpe.cp(), B, T, C);
-  gpu_->embedding_forward(e.gp(), (int*)tg.data(), wte.gp(), wpe.gp(), B, T, C);
+  cpu_->embedding_forward(e.cp(), (int*)tc.data(), wte.cp(), wpe.cp(), DType::kF32, B, T, C);
+  gpu_->embedding_forward(e.gp(), (int*)tg.data(), wte.gp(), wpe.gp(), DType::kF32, B, T, C);
   expect_close(e, 0, "embedding forward");
   cpu_->embedding_backward(dwte.cp(), dwpe.cp(), de.cp(), (int*)tc.data(), B, T, C);
   gpu_->embedding_backward(dwte.gp(), dwpe.gp(), de.gp(), (int*)tg.data(), B, T, C);
