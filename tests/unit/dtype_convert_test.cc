@@ -18,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/simd.h"
 #include "gtest/gtest.h"
+#include "model/backend.h"
 
 namespace zt {
 namespace {
@@ -180,6 +181,31 @@ INSTANTIATE_TEST_SUITE_P(Simd, EveryLevel,
                          ::testing::Values(SimdLevel::kAvx2, SimdLevel::kAvx512,
                                            SimdLevel::kAvx512Bf16),
                          [](const auto& info) { return std::string(simd_level_name(info.param)); });
+
+// The embedding lookup reads bf16 / fp16 tables as stored (Engine::fetch_stored): each output
+// element is the widened table entry, plus the widened position entry, summed in fp32.
+TEST(EmbeddingLookup, StoredTablesGiveTheWidenedRows) {
+  const int V = 50, T = 5, B = 3, C = 24;
+  auto be = make_cpu_backend(2);
+  std::vector<int> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 17 + 3) % V;
+  std::vector<float> wte(V * C), wpe(T * C);
+  for (size_t i = 0; i < wte.size(); ++i) wte[i] = std::sin(0.37f * i) * 0.3f;
+  for (size_t i = 0; i < wpe.size(); ++i) wpe[i] = std::cos(0.11f * i) * 0.05f;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> te(wte.size() * dtype_size(t)), pe(wpe.size() * dtype_size(t));
+    convert(wte.data(), DType::kF32, te.data(), t, wte.size(), SimdLevel::kScalar);
+    convert(wpe.data(), DType::kF32, pe.data(), t, wpe.size(), SimdLevel::kScalar);
+    std::vector<float> out(B * T * C);
+    be->embedding_forward(out.data(), tokens.data(), te.data(), pe.data(), t, B, T, C);
+    for (int bt = 0; bt < B * T; ++bt)
+      for (int c = 0; c < C; ++c) {
+        const float want = load_f32(te.data(), t, (size_t)tokens[bt] * C + c) +
+                           load_f32(pe.data(), t, (size_t)(bt % T) * C + c);
+        ASSERT_EQ(out[(size_t)bt * C + c], want) << dtype_name(t) << " row " << bt << " col " << c;
+      }
+  }
+}
 
 }  // namespace
 }  // namespace zt
