@@ -54,7 +54,9 @@ def child(kind, params, threads, reps):
 
 
 def run_child(kind, a):
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    # Huge pages on every side: zerotrain's buffers ask for them (common/memory.h), and torch's
+    # CPU allocator does for large tensors with THP_MEM_ALLOC_ENABLE=1.
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), THP_MEM_ALLOC_ENABLE="1")
     out = subprocess.run([sys.executable, __file__, "--child", kind, "--params", str(a.params),
                           "--threads", str(a.threads), "--reps", str(a.reps)],
                          env=env, capture_output=True, text=True)
@@ -121,7 +123,8 @@ def main():
         "The bound is 28 bytes per parameter (gradient read, master weights and both moments "
         "read and written) over bandwidth measured in the same run: `pattern` runs the step's "
         "own loads and stores with trivial arithmetic; `triad` is a STREAM triad (12 bytes per "
-        "element as STREAM counts them).",
+        "element as STREAM counts them). Every side's buffers ask for transparent huge pages "
+        "(ours through `alloc_streaming`, torch's with `THP_MEM_ALLOC_ENABLE=1`).",
         "",
         "| implementation | G params/s | of pattern bound | vs DeepSpeed |",
         "|---|---:|---:|---:|",

@@ -29,19 +29,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = [("gpt2-124m", []), ("tinyllama-1.1b", ["--layers", "2"])]
 
 
-def run(binary, model, extra, dtype, stage, np_, steps):
+def run(binary, model, extra, dtype, stage, np_, steps, huge_pages=True):
     cmd = [binary, "--model", model, *extra, "--dtype", dtype, "--stage", str(stage),
            "--steps", str(steps)]
+    env = dict(os.environ, ZEROTRAIN_HUGE_PAGES="1" if huge_pages else "0")
     if np_ > 1:
         mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_),
-                  "-x", "OMPI_MCA_mpi_yield_when_idle=1"]
+                  "-x", "OMPI_MCA_mpi_yield_when_idle=1", "-x", "ZEROTRAIN_HUGE_PAGES"]
         if os.geteuid() == 0:
             mpirun.insert(1, "--allow-run-as-root")
         cmd = mpirun + cmd
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"{shlex.join(cmd)} failed:\n{out.stderr}")
-    return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+    r = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+    r["huge_pages"] = huge_pages
+    return r
 
 
 def direct_grads(dtype, stage):
@@ -70,6 +73,13 @@ def main():
                 r = run(a.binary, model, extra, dtype, stage, np_, a.steps)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr)
+    # Huge pages (common/memory.h alloc_streaming) side by side: stage 2's all-gather, whose
+    # single-copy transfers pin every page, with the hint off and on, alternating.
+    pages = []
+    for _ in range(2):
+        for huge in (False, True):
+            loads.append(load_average())
+            pages.append(run(a.binary, "gpt2-124m", [], "fp32", 2, 2, a.steps, huge))
     lines = [
         "## The optimizer phase at memory speed (Engine::step)",
         "",
@@ -100,6 +110,19 @@ def main():
             f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {norm_in_pass} "
             f"| {r['comm_wait_ms']:.0f} | {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} "
             f"| **{r['of_bound']:.0%}** | {b} | {28 / b:.0%} | {r['norm_pass_ms']:.1f} |")
+    lines += [
+        "",
+        "### Huge pages",
+        "",
+        "gpt2-124m, fp32, stage 2 on 2 ranks, with the transparent-huge-page hint of "
+        "`alloc_streaming` off (`ZEROTRAIN_HUGE_PAGES=0`) and on, alternating in this run:",
+        "",
+        "| huge pages | step ms | comm wait ms | of bound |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in pages:
+        lines.append(f"| {'on' if r['huge_pages'] else 'off'} | {r['step_ms']:.0f} "
+                     f"| {r['comm_wait_ms']:.0f} | {r['of_bound']:.0%} |")
     publish(lines, loads, t0, a.markdown, "step_table")
 
 

@@ -108,9 +108,13 @@ int64_t physical_memory_bytes() {
 
 void* alloc_streaming(size_t bytes, size_t align) {
   constexpr size_t kHuge = size_t{2} << 20;
-  if (bytes >= kHuge) align = std::max(align, kHuge);
+  static const bool huge = [] {
+    const char* e = std::getenv("ZEROTRAIN_HUGE_PAGES");
+    return !(e && std::string_view(e) == "0");
+  }();
+  if (huge && bytes >= kHuge) align = std::max(align, kHuge);
   void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (p && bytes >= kHuge) ::madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+  if (p && huge && bytes >= kHuge) ::madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
   return p;
 }
 

@@ -59,10 +59,11 @@ int64_t physical_memory_bytes();
 // Host memory for buffers that kernels stream through (parameters, gradients, optimizer
 // state, offload staging): `bytes` (> 0) aligned to `align` (a power of two, at least 64).
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages
-// (madvise MADV_HUGEPAGE; a hint, ignored where THP is off): a 28-byte-per-parameter Adam pass
-// then misses the TLB 512x less often, and MPI's single-copy transfers (CMA) pin 512x fewer
-// pages; measured in docs/benchmarks.md ("Huge pages"). Free with std::free. Null when out of
-// memory.
+// (madvise MADV_HUGEPAGE; a hint, ignored where THP is off), so MPI's single-copy transfers
+// (CMA) pin 512x fewer pages and streaming passes miss the TLB less: stage 2's all-gather on
+// the CPU backend, docs/benchmarks.md ("Huge pages"). ZEROTRAIN_HUGE_PAGES=0 in the
+// environment turns the hint off (for systems where THP compaction stalls). Free with
+// std::free. Null when out of memory.
 void* alloc_streaming(size_t bytes, size_t align = 64);
 
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so
