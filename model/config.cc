@@ -83,6 +83,21 @@ absl::StatusOr<ModelConfig> preset(std::string_view name) {
                    "'; choose one of: ", absl::StrJoin(preset_names(), ", ")));
 }
 
+absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source) {
+  constexpr int64_t kMax = int64_t{1} << 20;
+  if (n == 0) return absl::OkStatus();
+  if (n < 0 || n > kMax)
+    return absl::InvalidArgumentError(absl::StrCat("--max_seq_len ", n, " must be in [1, ", kMax,
+                                                   "] (0: the model's own, ", c.max_seq_len, ")"));
+  if (c.is_gpt2() && n > c.max_seq_len)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_seq_len ", n, " is longer than the ", c.max_seq_len, " positions that ",
+        std::string(source), " has learned; GPT-2 can only shrink its context (RoPE models such "
+        "as the LLaMA family take any length)"));
+  c.max_seq_len = (int)n;
+  return absl::OkStatus();
+}
+
 absl::Status validate(const ModelConfig& c) {
   auto bad = [](std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("invalid model config: ", std::string(what)));

@@ -41,5 +41,11 @@ absl::StatusOr<ModelConfig> preset(std::string_view name);
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std::string_view where);
 // Checks internal consistency (heads divide hidden, kv heads divide heads, ...).
 absl::Status validate(const ModelConfig& c);
+// Context length as a knob (--max_seq_len): the longest sequence the model is built for. RoPE
+// models (LLaMA family) take any length up to 2^20, as Hugging Face's max_position_embeddings;
+// GPT-2 learns one embedding per position, so it may only shrink (a checkpoint's first rows
+// are loaded: model/hf_weights.h). n = 0 keeps the model's own. Errors (naming `source`, the
+// model's name or config file): n < 0, n above 2^20, or a GPT-2 n above its positions.
+absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source);
 
 }  // namespace zt

@@ -25,6 +25,7 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& c, const ParamLayout& layout, 
     if (emb) {
       whole("wte", "transformer.wte.weight");
       whole("wpe", "transformer.wpe.weight");
+      out.back().prefix = true;
     } else if (head) {
       whole("lnf.w", "transformer.ln_f.weight");
       whole("lnf.b", "transformer.ln_f.bias");
@@ -86,7 +87,8 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
     std::vector<int64_t> want = vec            ? std::vector<int64_t>{p.rows}
                                 : p.transposed ? std::vector<int64_t>{p.cols, p.rows}
                                                : std::vector<int64_t>{p.rows, p.cols};
-    if (shape != want)
+    const bool prefix_ok = p.prefix && shape.size() == 2 && shape[0] >= p.rows && shape[1] == p.cols;
+    if (shape != want && !prefix_ok)
       return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape [",
                                                      absl::StrJoin(shape, ", "),
                                                      "] but the model "
@@ -94,8 +96,9 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
                                                      absl::StrJoin(want, ", "),
                                                      "]; check that --model matches the "
                                                      "checkpoint"));
-    buf.resize(p.rows * p.cols);
+    buf.resize((prefix_ok ? shape[0] : p.rows) * p.cols);
     ZT_RETURN_IF_ERROR(r.read_f32(name, buf));
+    buf.resize(p.rows * p.cols);
     float* dst = out.data() + p.slot->offset + p.row_offset * p.cols;
     if (!p.transposed) {
       std::copy(buf.begin(), buf.end(), dst);

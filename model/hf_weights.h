@@ -22,6 +22,9 @@ struct HfPiece {
   const TensorSlot* slot;
   int64_t row_offset, rows, cols;
   bool transposed;
+  // The checkpoint's tensor may have more rows; its first `rows` are read (GPT-2's learned
+  // positions under a shorter --max_seq_len).
+  bool prefix = false;
 };
 
 // The pieces of unit u (0 = embedding, 1..L = blocks, L+1 = head) in HF names.

@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, train_data, "", "train: glob of training token shards");
 ABSL_FLAG(std::string, val_data, "", "train: glob of validation token shards");
 ABSL_FLAG(std::string, run_dir, "runs/latest", "train: directory for metrics.jsonl");
 ABSL_FLAG(int, seq_len, 256, "train: sequence length T");
+ABSL_FLAG(int64_t, max_seq_len, 0,
+          "train: the model's context length (0: its own; RoPE models any length, GPT-2 only "
+          "shorter)");
 ABSL_FLAG(int64_t, steps, 100, "train: optimizer steps");
 ABSL_FLAG(int, val_every, 50, "train: steps between validations (0: start and end only)");
 ABSL_FLAG(int, val_batches, 20, "train: micro-batches per validation");
@@ -138,6 +141,7 @@ int train() {
   o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   o.run_dir = absl::GetFlag(FLAGS_run_dir);
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.val_every = absl::GetFlag(FLAGS_val_every);
   o.val_batches = absl::GetFlag(FLAGS_val_batches);

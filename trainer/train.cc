@@ -92,7 +92,8 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
   if (opt.seq_len < 1 || opt.seq_len > m.max_seq_len)
     return bad(absl::StrCat("--seq_len ", opt.seq_len, " must be in [1, ", m.max_seq_len,
-                            "] for this model (its max_seq_len)"));
+                            "] for this model (its max_seq_len; RoPE models take a longer "
+                            "--max_seq_len)"));
   if (opt.steps < 1) return bad("--steps must be at least 1");
   if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
   if (opt.val_batches < 1) return bad("--val_batches must be at least 1");
@@ -128,8 +129,10 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(std::string text,
                         read_file(path, "--init_from needs a Hugging Face model directory; file"));
     ZT_ASSIGN_OR_RETURN(r.model, config_from_hf_json(text, path));
+    ZT_RETURN_IF_ERROR(set_max_seq_len(r.model, opt.max_seq_len, path));
   } else {
     ZT_ASSIGN_OR_RETURN(r.model, preset(opt.model));
+    ZT_RETURN_IF_ERROR(set_max_seq_len(r.model, opt.max_seq_len, "--model " + opt.model));
   }
   r.B = static_cast<int>(r.ds.batch.train_micro_batch_size_per_gpu);
   r.gas = static_cast<int>(r.ds.batch.gradient_accumulation_steps);

@@ -17,6 +17,7 @@ struct TrainOptions {
   std::string tokenizer;   // sentencepiece model: vocab check and decoding samples
   std::string run_dir = "runs/latest";  // metrics.jsonl goes here
   int seq_len = 256;                    // T
+  int64_t max_seq_len = 0;              // the model's context (0: its own); model/config.h
   int64_t steps = 100;                  // optimizer steps
   int val_every = 50;                   // steps between validations (0: only at start and end)
   int val_batches = 20;                 // micro-batches per validation

@@ -468,5 +468,23 @@ TEST_F(Cli, SequenceLongerThanGpt2Positions) {
                     {"--seq_len 65"});
 }
 
+// --max_seq_len: a RoPE model trains past its preset's context (tiny-llama: 64), GPT-2 may
+// only shrink its learned positions, and bad values exit 2 saying what is allowed.
+TEST_F(Cli, MaxSeqLenIsAContextKnob) {
+  const std::string ds = "--deepspeed " + path("ds.json") + " ";
+  const Result longer = run(train(ds + "--max_seq_len 256 --seq_len 128"));
+  EXPECT_EQ(longer.code, 0) << longer.out;
+  const std::string gpt2 = "train --model tiny-gpt2 --steps 1 --sample_tokens 0 --val_every 0 "
+                           "--run_dir " + path("g") + " --train_data '" + path("train_*.bin") +
+                           "' " + ds;
+  const Result shorter = run(gpt2 + "--max_seq_len 32 --seq_len 32");
+  EXPECT_EQ(shorter.code, 0) << shorter.out;
+  expect_user_error(run(gpt2 + "--max_seq_len 32 --seq_len 33"), {"--seq_len 33", "32"});
+  expect_user_error(run(gpt2 + "--max_seq_len 65"),
+                    {"--max_seq_len 65", "64 positions", "tiny-gpt2", "only shrink"});
+  expect_user_error(run(train(ds + "--max_seq_len -1")), {"--max_seq_len -1", "[1, 1048576]"});
+  expect_user_error(run(train(ds + "--max_seq_len 2000000")), {"--max_seq_len 2000000"});
+}
+
 }  // namespace
 }  // namespace zt

@@ -131,6 +131,35 @@ void check_adamw(const std::string& name) {
 }
 
 TEST(Reference, TinyGpt2MatchesTransformers) { check_forward_backward("tiny_gpt2"); }
+
+// --max_seq_len (model/config.h set_max_seq_len): attention is causal, so a model built for a
+// shorter context gives transformers' logits on each row's first T' positions (GPT-2 loads the
+// first T' rows of its learned positions), and a RoPE model built for a longer one gives them
+// unchanged.
+void check_context(const std::string& name, int max_seq_len, int T) {
+  Fixture fx = load(name);
+  ASSERT_TRUE(set_max_seq_len(fx.config, max_seq_len, name).ok());
+  const int B = fx.B, V = fx.config.vocab_size, full = fx.T;
+  ASSERT_LE(T, full);
+  std::vector<int> tokens((size_t)B * T);
+  for (int b = 0; b < B; ++b)
+    std::copy_n(fx.tokens.begin() + (size_t)b * full, T, tokens.begin() + (size_t)b * T);
+  fx.T = T;
+  Loaded l = build(fx);
+  std::vector<float> logits((size_t)B * T * V), ref((size_t)B * full * V);
+  l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
+  ASSERT_TRUE(fx.ref.read_f32("logits", ref).ok());
+  double max_diff = 0;
+  for (int b = 0; b < B; ++b)
+    for (size_t i = 0; i < (size_t)T * V; ++i)
+      max_diff = std::max(max_diff, (double)std::fabs(logits[(size_t)b * T * V + i] -
+                                                      ref[(size_t)b * full * V + i]));
+  EXPECT_LE(max_diff, 2e-4) << name << " max_seq_len " << max_seq_len;
+}
+TEST(Reference, ShorterGpt2ContextKeepsItsFirstPositions) { check_context("tiny_gpt2", 5, 5); }
+TEST(Reference, LongerLlamaContextChangesNoLogit) {
+  check_context("tiny_llama", 4096, load("tiny_llama").T);
+}
 TEST(Reference, TinyLlamaGqaMatchesTransformers) { check_forward_backward("tiny_llama"); }
 TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
