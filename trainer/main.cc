@@ -26,6 +26,7 @@
 #include "model/layout.h"
 #include "trainer/ds_config.h"
 #include "trainer/estimate.h"
+#include "trainer/sampler.h"
 #include "trainer/train.h"
 #include "zero/mpi_comm.h"
 
@@ -49,10 +50,10 @@ ABSL_FLAG(int64_t, max_seq_len, 0,
 ABSL_FLAG(int64_t, steps, 100, "train: optimizer steps");
 ABSL_FLAG(int, val_every, 50, "train: steps between validations (0: start and end only)");
 ABSL_FLAG(int, val_batches, 20, "train: micro-batches per validation");
-ABSL_FLAG(int, sample_tokens, 128, "train: tokens to sample at the end (0: none)");
-ABSL_FLAG(std::string, sample_prompt, "", "train: text the sample continues");
-ABSL_FLAG(float, temperature, 0.8f, "train: sampling temperature (0: greedy)");
-ABSL_FLAG(int, top_k, 50, "train: sample from the k most likely tokens (0: all)");
+ABSL_FLAG(int, sample_tokens, 128, "train: tokens to sample at the end (0: none); sample: tokens to generate");
+ABSL_FLAG(std::string, sample_prompt, "", "train, sample: text the sample continues");
+ABSL_FLAG(float, temperature, 0.8f, "train, sample: sampling temperature (0: greedy)");
+ABSL_FLAG(int, top_k, 50, "train, sample: sample from the k most likely tokens (0: all)");
 ABSL_FLAG(uint64_t, seed, 1337, "train: seed for initialisation, data order and sampling");
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
 // estimate (also --model, --seq_len)
@@ -96,6 +97,7 @@ constexpr const char* kUsage =
     "  info     --model PRESET                       parameter counts per unit\n"
     "  prepare  --tokenizer M --input F[,F] --out D  text -> llm.c token shards\n"
     "  train    --deepspeed ds_config.json --train_data GLOB [...]\n"
+    "  sample   --init_from HF_DIR | --model PRESET --tokenizer M [--sample_prompt TEXT ...]\n"
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
@@ -128,6 +130,21 @@ int prepare() {
     return fail(absl::InvalidArgumentError(
         "prepare needs --tokenizer MODEL --input FILE[,FILE] --out DIR"));
   const absl::Status s = zt::prepare_text(o);
+  return s.ok() ? 0 : fail(s);
+}
+
+// seq_len_given: --seq_len was on the command line (else the window is the model's context).
+int sample(bool seq_len_given) {
+  zt::SampleCommand c;
+  c.model = absl::GetFlag(FLAGS_model);
+  c.init_from = absl::GetFlag(FLAGS_init_from);
+  c.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  c.threads = absl::GetFlag(FLAGS_threads);
+  c.sample = {absl::GetFlag(FLAGS_sample_prompt), absl::GetFlag(FLAGS_sample_tokens),
+              absl::GetFlag(FLAGS_temperature),   absl::GetFlag(FLAGS_top_k),
+              absl::GetFlag(FLAGS_seed),          seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 0};
+  const absl::Status s = zt::run_sample(c);
   return s.ok() ? 0 : fail(s);
 }
 
@@ -315,12 +332,13 @@ int main(int argc, char** argv) {
           "train_micro_batch_size_per_gpu, or use a smaller model"));
     }
   }
-  if (cmd == "estimate") {
-    const bool model_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
-      return a == "--model" || a.rfind("--model=", 0) == 0;
+  auto given = [&](const std::string& flag) {
+    return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+      return a == flag || a.rfind(flag + "=", 0) == 0;
     });
-    return estimate(model_given);
-  }
+  };
+  if (cmd == "estimate") return estimate(given("--model"));
+  if (cmd == "sample") return sample(given("--seq_len"));
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
-                                         "'; use info, prepare, train or estimate"));
+                                         "'; use info, prepare, train, sample or estimate"));
 }

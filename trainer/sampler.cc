@@ -4,6 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "trainer/model_source.h"
+
 namespace zt {
 
 int sample_token(std::span<const float> logits, float temperature, int top_k,
@@ -23,6 +27,77 @@ int sample_token(std::span<const float> logits, float temperature, int top_k,
   for (int i = 0; i < k; ++i) p[i] = std::exp((logits[ids[i]] - maxv) / temperature);
   std::discrete_distribution<int> d(p.begin(), p.end());
   return ids[d(rng)];
+}
+
+void generate(Transformer& model, Engine& engine, Communicator& comm, const Tokenizer& tok,
+              const SampleOptions& s, std::FILE* out) {
+  std::vector<int> ctx;
+  if (tok.bos_id() >= 0) ctx.push_back(tok.bos_id());
+  const std::vector<int> prompt = tok.encode(s.prompt);
+  ctx.insert(ctx.end(), prompt.begin(), prompt.end());
+  if (ctx.empty()) {
+    if (out) std::fprintf(out, "sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
+    return;
+  }
+  std::mt19937_64 rng(s.seed);
+  std::vector<float> logits(model.config().vocab_size);
+  if (out) std::fprintf(out, "sample:\n---\n%s", s.prompt.c_str());
+  int pos = 0;
+  auto feed = [&](int token) {
+    engine.begin_pass();
+    model.decode(engine, token, pos++, logits.data());
+  };
+  auto refill = [&](size_t keep) {  // the window slides by halves
+    pos = 0;
+    for (size_t i = ctx.size() - std::min(keep, ctx.size()); i < ctx.size(); ++i) feed(ctx[i]);
+  };
+  refill((size_t)s.window);
+  for (int i = 0; i < s.tokens; ++i) {
+    int next = sample_token(logits, s.temperature, s.top_k, rng);
+    comm.broadcast(&next, sizeof next, 0);  // ranks must agree on when to stop
+    if (next == tok.eos_id()) break;
+    ctx.push_back(next);
+    if (out) {
+      std::fprintf(out, "%s", tok.decode_token(next).c_str());
+      std::fflush(out);
+    }
+    if (i + 1 == s.tokens) break;
+    if (pos == s.window)
+      refill((size_t)std::max(1, s.window / 2));
+    else
+      feed(next);
+  }
+  model.release_cache();
+  if (out) std::fprintf(out, "\n---\n");
+}
+
+absl::Status run_sample(const SampleCommand& cmd) {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
+  SampleOptions s = cmd.sample;
+  if (cmd.tokenizer.empty())
+    return bad("sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
+               "the tokens");
+  if (s.tokens < 1) return bad("--sample_tokens must be at least 1 for sample");
+  if (s.top_k < 0) return bad("--top_k must be >= 0 (0: sample from every token)");
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+    return bad("--temperature must be a finite number >= 0 (0: greedy)");
+  if (cmd.threads < 0 || cmd.threads > 1024)
+    return bad(absl::StrCat("--threads ", cmd.threads, " must be in [0, 1024] (0: all cores)"));
+  ZT_ASSIGN_OR_RETURN(const ModelConfig c,
+                      resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
+  if (s.window == 0) s.window = c.max_seq_len;
+  if (s.window < 1 || s.window > c.max_seq_len)
+    return bad(absl::StrCat("--seq_len ", s.window, " must be in [1, ", c.max_seq_len,
+                            "] for this model (its max_seq_len; RoPE models take a longer "
+                            "--max_seq_len)"));
+  ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(cmd.tokenizer, c));
+  auto be = make_cpu_backend(cmd.threads);
+  auto comm = make_single_process_communicator();
+  Transformer model(c, be.get(), 1, s.window);
+  Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});
+  ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));
+  generate(model, engine, *comm, tok, s, stdout);
+  return absl::OkStatus();
 }
 
 }  // namespace zt

@@ -1,16 +1,57 @@
 // Text sampling from a trained model: autoregressive, temperature and top-k (llm.c samples
-// with temperature 1 from the full distribution; top-k 0 keeps that).
+// with temperature 1 from the full distribution; top-k 0 keeps that), decoded with the
+// transformer's KV cache; and the `zerotrain sample` command.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+#include "zero/comm.h"
+#include "zero/engine.h"
 
 namespace zt {
 
 // Draws a token id from logits (V) scaled by 1/temperature, restricted to the top_k most
 // likely ids when top_k > 0; temperature <= 0 is greedy (argmax).
 int sample_token(std::span<const float> logits, float temperature, int top_k, std::mt19937_64& rng);
+
+struct SampleOptions {
+  std::string prompt;  // text the sample continues, after the tokenizer's BOS (if it has one)
+  int tokens = 128;    // at most this many; the tokenizer's EOS ends the sample early
+  float temperature = 0.8f;
+  int top_k = 50;
+  uint64_t seed = 1337;
+  // The model's T for this sample: the KV cache holds at most this many (0 in SampleCommand:
+  // the model's max_seq_len).
+  int window = 256;
+};
+
+// Generates with KV-cache decoding (Transformer::decode: O(T) per token). When the context
+// reaches `window`, the cache starts over from the last window / 2 tokens. Every rank calls it
+// in lockstep (stage-3 decoding is collective; rank 0's draw is broadcast); `out` (rank 0's
+// stdout, or null) receives "sample:\n---\n", the prompt, the tokens, "\n---\n". Needs a
+// model built for batch >= 1 and T >= window.
+void generate(Transformer& model, Engine& engine, Communicator& comm, const Tokenizer& tok,
+              const SampleOptions& s, std::FILE* out);
+
+// `zerotrain sample`: a model from init_from (a Hugging Face directory) or a preset with its
+// random initialisation (seed), on the CPU backend with `threads` OpenMP threads (0: all), one
+// process; prints the sample to stdout. Errors (exit 2 in main): the model, weights or
+// tokenizer cannot be loaded, window outside [1, max_seq_len], a tokenizer larger than the
+// model's vocabulary, a tokenizer without BOS and no prompt.
+struct SampleCommand {
+  std::string model, init_from, tokenizer;
+  int64_t max_seq_len = 0;
+  int threads = 0;
+  SampleOptions sample;
+};
+absl::Status run_sample(const SampleCommand& cmd);
 
 }  // namespace zt

@@ -24,6 +24,7 @@
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/model_source.h"
 #include "trainer/metrics.h"
 #include "trainer/reports.h"
 #include "trainer/sampler.h"
@@ -49,27 +50,6 @@ struct Run {
   std::optional<MetricsWriter> metrics;  // rank 0 only
   int B = 0, T = 0, gas = 1;
 };
-
-absl::Status init_params(const TrainOptions& opt, Run& r) {
-  const ParamLayout& layout = r.transformer->layout();
-  std::vector<float> host;
-  if (opt.init_from.empty()) {
-    for (int u = 0; u < layout.num_units(); ++u) {
-      host.resize(layout.units()[u].numel);
-      init_unit(r.model, layout.units()[u], u, opt.seed, host);
-      r.engine->set_unit_params(u, host);
-    }
-    return absl::OkStatus();
-  }
-  ZT_ASSIGN_OR_RETURN(SafeTensorsModel ckpt, open_hf_model_dir(opt.init_from));
-  const HfTensorReader reader = reader_of(ckpt);
-  for (int u = 0; u < layout.num_units(); ++u) {
-    host.resize(layout.units()[u].numel);
-    ZT_RETURN_IF_ERROR(load_hf_unit(reader, r.model, layout, u, host));
-    r.engine->set_unit_params(u, host);
-  }
-  return absl::OkStatus();
-}
 
 // What every rank must agree on before training, since it decides the sequence of collectives:
 // the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
@@ -124,16 +104,7 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
         "--gradient_checkpointing or set zerotrain.gradient_checkpointing to use it");
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
-  if (!opt.init_from.empty()) {
-    const std::string path = opt.init_from + "/config.json";
-    ZT_ASSIGN_OR_RETURN(std::string text,
-                        read_file(path, "--init_from needs a Hugging Face model directory; file"));
-    ZT_ASSIGN_OR_RETURN(r.model, config_from_hf_json(text, path));
-    ZT_RETURN_IF_ERROR(set_max_seq_len(r.model, opt.max_seq_len, path));
-  } else {
-    ZT_ASSIGN_OR_RETURN(r.model, preset(opt.model));
-    ZT_RETURN_IF_ERROR(set_max_seq_len(r.model, opt.max_seq_len, "--model " + opt.model));
-  }
+  ZT_ASSIGN_OR_RETURN(r.model, resolve_model(opt.model, opt.init_from, opt.max_seq_len));
   r.B = static_cast<int>(r.ds.batch.train_micro_batch_size_per_gpu);
   r.gas = static_cast<int>(r.ds.batch.gradient_accumulation_steps);
   r.T = opt.seq_len;
@@ -146,12 +117,7 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
                  "the learning rate decays to its minimum right after warm-up\n",
                  (long long)sc.total_num_steps, (long long)sc.warmup_num_steps);
   if (!opt.tokenizer.empty()) {
-    ZT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(opt.tokenizer));
-    if (tok.vocab_size() > r.model.vocab_size)
-      return absl::InvalidArgumentError(
-          absl::StrCat("the tokenizer '", opt.tokenizer, "' has ", tok.vocab_size(),
-                       " tokens but the model's vocabulary has only ", r.model.vocab_size,
-                       "; use a model whose vocab_size is at least the tokenizer's"));
+    ZT_ASSIGN_OR_RETURN(Tokenizer tok, load_tokenizer_for(opt.tokenizer, r.model));
     r.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   }
   if (opt.train_data.empty())
@@ -202,7 +168,7 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
   }
-  return init_params(opt, r);
+  return load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine);
 }
 
 // Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
@@ -222,48 +188,13 @@ double evaluate(Run& r, int batches) {
   return v[1] > 0 ? v[0] / v[1] : NAN;
 }
 
-// Every rank runs the sampler in lockstep (stage 3 forwards are collective); rank 0 prints.
+// The end-of-training sample (trainer/sampler.h): every rank in lockstep, rank 0 prints.
 void print_sample(const TrainOptions& opt, Run& r) {
   if (opt.sample_tokens <= 0 || !r.tokenizer) return;
-  const bool root = r.comm->rank() == 0;
-  std::vector<int> ctx;
-  if (r.tokenizer->bos_id() >= 0) ctx.push_back(r.tokenizer->bos_id());
-  const std::vector<int> prompt = r.tokenizer->encode(opt.sample_prompt);
-  ctx.insert(ctx.end(), prompt.begin(), prompt.end());
-  if (ctx.empty()) {
-    if (root) std::printf("sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
-    return;
-  }
-  std::mt19937_64 rng(opt.seed);
-  std::vector<float> logits(r.model.vocab_size);
-  if (root) std::printf("sample:\n---\n%s", opt.sample_prompt.c_str());
-  // KV-cache decoding: one position per token. When the context reaches --seq_len, the cache
-  // starts over from the last seq_len / 2 tokens (a window that slides by halves).
-  int pos = 0;
-  auto feed = [&](int token) {
-    r.engine->begin_pass();
-    r.transformer->decode(*r.engine, token, pos++, logits.data());
-  };
-  auto refill = [&](size_t keep) {
-    pos = 0;
-    for (size_t i = ctx.size() - std::min(keep, ctx.size()); i < ctx.size(); ++i) feed(ctx[i]);
-  };
-  refill((size_t)r.T);
-  for (int i = 0; i < opt.sample_tokens; ++i) {
-    int next = sample_token(logits, opt.temperature, opt.top_k, rng);
-    r.comm->broadcast(&next, sizeof next, 0);  // ranks must agree on when to stop
-    if (next == r.tokenizer->eos_id()) break;
-    ctx.push_back(next);
-    if (root) std::printf("%s", r.tokenizer->decode_token(next).c_str());
-    std::fflush(stdout);
-    if (i + 1 == opt.sample_tokens) break;
-    if (pos == r.T)
-      refill((size_t)std::max(1, r.T / 2));
-    else
-      feed(next);
-  }
-  r.transformer->release_cache();
-  if (root) std::printf("\n---\n");
+  const SampleOptions s{opt.sample_prompt, opt.sample_tokens, opt.temperature, opt.top_k, opt.seed,
+                        r.T};
+  generate(*r.transformer, *r.engine, *r.comm, *r.tokenizer, s,
+           r.comm->rank() == 0 ? stdout : nullptr);
 }
 
 absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,

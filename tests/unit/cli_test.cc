@@ -486,5 +486,28 @@ TEST_F(Cli, MaxSeqLenIsAContextKnob) {
   expect_user_error(run(train(ds + "--max_seq_len 2000000")), {"--max_seq_len 2000000"});
 }
 
+// `zerotrain sample`: a framed, seeded sample from a preset (random weights) or a Hugging Face
+// directory, with the KV-cache window sliding when --seq_len is short; bad input exits 2.
+TEST_F(Cli, SampleCommand) {
+  const std::string tok = kShared + "llama2_tokenizer.model";
+  if (!fs::exists(tok)) GTEST_SKIP() << "shared data absent";
+  const std::string base = "sample --model shakespeare-llama --threads 1 --tokenizer " + tok +
+                           " --sample_prompt ROMEO: --sample_tokens 12 ";
+  const Result greedy = run(base + "--temperature 0");
+  ASSERT_EQ(greedy.code, 0) << greedy.out;
+  EXPECT_EQ(greedy.out.rfind("sample:\n---\nROMEO:", 0), 0u) << greedy.out;
+  EXPECT_TRUE(greedy.out.ends_with("\n---\n")) << greedy.out;
+  EXPECT_EQ(run(base + "--temperature 0").out, greedy.out);  // deterministic
+  // A 4-token window restarts the cache from its last 2 tokens as it fills.
+  const Result sliding = run(base + "--seq_len 4 --seed 7");
+  EXPECT_EQ(sliding.code, 0) << sliding.out;
+  EXPECT_EQ(run(base + "--seq_len 4 --seed 7").out, sliding.out);
+  expect_user_error(run("sample --model shakespeare-llama"), {"--tokenizer"});
+  expect_user_error(run(base + "--seq_len 300"), {"--seq_len 300", "256"});
+  expect_user_error(run(base + "--temperature -1"), {"--temperature"});
+  expect_user_error(run("sample --init_from " + tok + "_missing --tokenizer " + tok),
+                    {"config.json"});
+}
+
 }  // namespace
 }  // namespace zt

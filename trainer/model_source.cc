@@ -1,0 +1,61 @@
+#include "trainer/model_source.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "model/hf_weights.h"
+#include "model/init.h"
+#include "model/safetensors.h"
+
+namespace zt {
+
+absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
+                                          int64_t max_seq_len) {
+  ModelConfig c;
+  if (!init_from.empty()) {
+    const std::string path = init_from + "/config.json";
+    ZT_ASSIGN_OR_RETURN(std::string text,
+                        read_file(path, "--init_from needs a Hugging Face model directory; file"));
+    ZT_ASSIGN_OR_RETURN(c, config_from_hf_json(text, path));
+    ZT_RETURN_IF_ERROR(set_max_seq_len(c, max_seq_len, path));
+  } else {
+    ZT_ASSIGN_OR_RETURN(c, preset(model));
+    ZT_RETURN_IF_ERROR(set_max_seq_len(c, max_seq_len, "--model " + model));
+  }
+  return c;
+}
+
+absl::Status load_initial_params(const ModelConfig& c, const ParamLayout& layout,
+                                 const std::string& init_from, uint64_t seed, Engine& engine) {
+  std::vector<float> host;
+  if (init_from.empty()) {
+    for (int u = 0; u < layout.num_units(); ++u) {
+      host.resize(layout.units()[u].numel);
+      init_unit(c, layout.units()[u], u, seed, host);
+      engine.set_unit_params(u, host);
+    }
+    return absl::OkStatus();
+  }
+  ZT_ASSIGN_OR_RETURN(SafeTensorsModel ckpt, open_hf_model_dir(init_from));
+  const HfTensorReader reader = reader_of(ckpt);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    host.resize(layout.units()[u].numel);
+    ZT_RETURN_IF_ERROR(load_hf_unit(reader, c, layout, u, host));
+    engine.set_unit_params(u, host);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tokenizer> load_tokenizer_for(const std::string& path, const ModelConfig& c) {
+  ZT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(path));
+  if (tok.vocab_size() > c.vocab_size)
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer '", path, "' has ", tok.vocab_size(),
+                     " tokens but the model's vocabulary has only ", c.vocab_size,
+                     "; use a model whose vocab_size is at least the tokenizer's"));
+  return tok;
+}
+
+}  // namespace zt
