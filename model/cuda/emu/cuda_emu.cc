@@ -1,0 +1,196 @@
+#include "model/cuda/emu/cuda_emu.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace zt::emu {
+namespace {
+
+constexpr size_t kStack = 256 << 10;
+constexpr int kWarp = 32;
+
+std::atomic<int> g_order{static_cast<int>(ThreadOrder::kForward)};
+std::atomic<uint64_t> g_seed{1};
+
+enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  ucontext_t ctx;
+  void* stack = nullptr;
+  ThreadIndex index;
+  int linear = 0;  // thread number within the block (x fastest)
+  State state = State::kReady;
+  uint64_t posted = 0;  // warp_exchange: this lane's value
+};
+
+// One launch in progress on this OS thread.
+struct Scheduler {
+  ucontext_t main;
+  std::vector<Fiber> fibers;  // one per thread of the current block
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::mt19937_64 rng;
+};
+
+thread_local Scheduler* t_sched = nullptr;
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "CUDA emulation: %s\n", what);
+  std::abort();
+}
+
+void entry() {
+  Scheduler& s = *t_sched;
+  (*s.body)();
+  s.current->state = State::kDone;
+  swapcontext(&s.current->ctx, &s.main);
+}
+
+void yield(State wait) {
+  Scheduler& s = *t_sched;
+  if (!s.current) die("a synchronisation call outside a kernel launch");
+  s.current->state = wait;
+  swapcontext(&s.current->ctx, &s.main);
+}
+
+// The warp of fiber f: [first, end) in s.fibers.
+std::pair<size_t, size_t> warp_of(const Scheduler& s, size_t f) {
+  const size_t first = f / kWarp * kWarp;
+  return {first, std::min(s.fibers.size(), first + kWarp)};
+}
+
+// After a round: every fiber is done or waiting. Releases a barrier whose group has all its
+// live members waiting at it; aborts on a deadlock. Returns false when every fiber is done.
+bool release(Scheduler& s) {
+  bool live = false, any_block = false, all_block = true;
+  for (const Fiber& f : s.fibers) {
+    if (f.state == State::kDone) continue;
+    live = true;
+    any_block |= f.state == State::kAtBlockBarrier;
+    all_block &= f.state == State::kAtBlockBarrier;
+  }
+  if (!live) return false;
+  bool released = false;
+  for (size_t w = 0; w < s.fibers.size(); w += kWarp) {  // warps whose live lanes all arrived
+    const auto [first, end] = warp_of(s, w);
+    bool waiting = false, all = true;
+    for (size_t i = first; i < end; ++i) {
+      const State st = s.fibers[i].state;
+      if (st == State::kDone) continue;
+      waiting |= st == State::kAtWarpBarrier;
+      all &= st == State::kAtWarpBarrier;
+    }
+    if (waiting && all) {
+      for (size_t i = first; i < end; ++i)
+        if (s.fibers[i].state == State::kAtWarpBarrier) s.fibers[i].state = State::kReady;
+      released = true;
+    }
+  }
+  if (released) return true;
+  if (all_block) {
+    for (Fiber& f : s.fibers)
+      if (f.state == State::kAtBlockBarrier) f.state = State::kReady;
+    return true;
+  }
+  die(any_block ? "a warp shuffle while a lane of the same warp waits in __syncthreads() "
+                  "(a deadlock on a GPU)"
+                : "a warp shuffle that some live lanes of the warp never reach");
+}
+
+void run_block(Scheduler& s) {
+  std::vector<size_t> order(s.fibers.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto mode = static_cast<ThreadOrder>(g_order.load());
+  if (mode == ThreadOrder::kReverse) std::reverse(order.begin(), order.end());
+  do {
+    if (mode == ThreadOrder::kRandom) std::shuffle(order.begin(), order.end(), s.rng);
+    for (size_t i : order) {
+      Fiber& f = s.fibers[i];
+      if (f.state != State::kReady) continue;
+      s.current = &f;
+      swapcontext(&s.main, &f.ctx);
+      s.current = nullptr;
+    }
+  } while (release(s));
+}
+
+}  // namespace
+
+void set_thread_order(ThreadOrder order, uint64_t seed) {
+  g_order = static_cast<int>(order);
+  g_seed = seed;
+}
+ThreadOrder thread_order() { return static_cast<ThreadOrder>(g_order.load()); }
+
+const ThreadIndex& self() {
+  if (!t_sched || !t_sched->current) die("threadIdx or blockIdx read outside a kernel launch");
+  return t_sched->current->index;
+}
+
+int lane_id() {
+  const Scheduler& s = *t_sched;
+  return s.current->linear % kWarp;
+}
+
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
+  if (t_sched) die("a kernel launched from inside a kernel");
+  const size_t threads = (size_t)block.x * block.y * block.z;
+  if (threads == 0 || threads > 1024) die("block size must be 1..1024 threads");
+  Scheduler s;
+  s.body = &body;
+  s.rng.seed(g_seed.load());
+  s.fibers.resize(threads);
+  for (Fiber& f : s.fibers) {
+    f.stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (f.stack == MAP_FAILED) die("no memory for fiber stacks");
+  }
+  t_sched = &s;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        size_t i = 0;
+        for (unsigned tz = 0; tz < block.z; ++tz)
+          for (unsigned ty = 0; ty < block.y; ++ty)
+            for (unsigned tx = 0; tx < block.x; ++tx, ++i) {
+              Fiber& f = s.fibers[i];
+              f.index = {Dim3(tx, ty, tz), Dim3(bx, by, bz), block, grid};
+              f.linear = (int)i;
+              f.state = State::kReady;
+              getcontext(&f.ctx);
+              f.ctx.uc_stack.ss_sp = f.stack;
+              f.ctx.uc_stack.ss_size = kStack;
+              f.ctx.uc_link = &s.main;
+              makecontext(&f.ctx, entry, 0);
+            }
+        run_block(s);
+      }
+  t_sched = nullptr;
+  for (Fiber& f : s.fibers) munmap(f.stack, kStack);
+}
+
+void sync_block() { yield(State::kAtBlockBarrier); }
+
+uint64_t warp_exchange(uint64_t value, int src_lane) {
+  Scheduler& s = *t_sched;
+  if (!s.current) die("a warp shuffle outside a kernel launch");
+  Fiber* me = s.current;
+  me->posted = value;
+  yield(State::kAtWarpBarrier);  // every live lane has posted
+  const auto [first, end] = warp_of(s, (size_t)me->linear);
+  const size_t src = first + (size_t)src_lane;
+  const uint64_t got = src < end && s.fibers[src].state != State::kDone ? s.fibers[src].posted
+                                                                         : value;
+  yield(State::kAtWarpBarrier);  // every live lane has read before anyone posts again
+  return got;
+}
+
+}  // namespace zt::emu

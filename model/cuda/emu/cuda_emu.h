@@ -1,0 +1,129 @@
+// A small emulation of the CUDA execution model on the CPU, so that kernels written for the
+// GPU run, and are tested, on machines without one (the CUDA issue, "CUDA emulation for CI").
+//
+// A launch runs its blocks one after another on the calling thread. The threads of a block run
+// as fibers (ucontext) on that thread, switching only at synchronisation points:
+// __syncthreads() (every live thread of the block), warp shuffles (every live lane of the warp)
+// and the end of the thread. Within each round the fibers run in the order set_thread_order
+// chooses (forward, reverse, or a seeded random permutation per round), so a missing barrier
+// shows up as a difference between orders. __shared__ variables are per OS thread statics,
+// which is per block because blocks do not overlap. Atomics are plain read-modify-writes (one
+// OS thread). Threads that have exited count as arrived at __syncthreads (as on current
+// GPUs). A warp shuffle that some live lanes never reach, or one while a lane of the same warp
+// waits in __syncthreads, is a deadlock on a GPU: the emulation aborts saying which.
+// Code using it is compiled with -ffp-contract=off, so __fmul_rn / __fadd_rn round as on the
+// GPU instead of being fused.
+//
+// Limits: no timing, no memory model beyond program order, no streams or events (calls run at
+// once), no NCCL or cuDNN; fibers have 256 KiB stacks; each switch costs a few hundred
+// nanoseconds, so launches of millions of threads take seconds.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+namespace zt::emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  Dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+enum class ThreadOrder { kForward, kReverse, kRandom };
+// How the fibers of a block are ordered within each round (all later launches on any thread).
+void set_thread_order(ThreadOrder order, uint64_t seed = 1);
+ThreadOrder thread_order();
+
+// The indices of the running thread (valid inside a launch).
+struct ThreadIndex {
+  Dim3 thread_idx, block_idx, block_dim, grid_dim;
+};
+const ThreadIndex& self();
+
+// Runs body once per thread of a grid x block launch (blocks in order, threads as fibers).
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body);
+
+// __syncthreads(): waits until every live thread of the block arrives.
+void sync_block();
+// Exchanges one 8-byte value per lane with the live lanes of the calling thread's warp:
+// posts `value` and returns the value lane `src_lane` posted (its own when src_lane is outside
+// the warp or not live).
+uint64_t warp_exchange(uint64_t value, int src_lane);
+int lane_id();
+
+template <class T>
+T shfl(T v, int src_lane) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = warp_exchange(bits, src_lane);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+}  // namespace zt::emu
+
+// ---- the CUDA spellings kernels use ----
+
+using dim3 = zt::emu::Dim3;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static thread_local
+#define threadIdx (::zt::emu::self().thread_idx)
+#define blockIdx (::zt::emu::self().block_idx)
+#define blockDim (::zt::emu::self().block_dim)
+#define gridDim (::zt::emu::self().grid_dim)
+constexpr int warpSize = 32;
+
+inline void __syncthreads() { zt::emu::sync_block(); }
+
+template <class T>
+T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {
+  const int lane = zt::emu::lane_id();
+  return zt::emu::shfl(v, (lane / width) * width + src_lane % width);
+}
+template <class T>
+T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask, int width = 32) {
+  const int lane = zt::emu::lane_id();
+  const int src = lane ^ lane_mask;
+  return zt::emu::shfl(v, src / width == lane / width ? src : lane);
+}
+template <class T>
+T __shfl_down_sync(unsigned /*mask*/, T v, unsigned delta, int width = 32) {
+  const int lane = zt::emu::lane_id();
+  const int src = lane + (int)delta;
+  return zt::emu::shfl(v, src / width == lane / width ? src : lane);
+}
+
+template <class T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+
+// CUDA's integer and floating max / min (the floating ones as fmaxf / fminf: NaN loses).
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline float min(float a, float b) { return std::fmin(a, b); }
+
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }

@@ -1,0 +1,168 @@
+// The CUDA emulation (model/cuda/emu/cuda_emu.h) against what CUDA guarantees: indices of every
+// thread of a 3-D launch, __syncthreads between shared-memory writes and reads in every thread
+// order, shared memory private to each block, warp shuffles (xor, down, broadcast, partial
+// warps), atomics, and a deadlock reported instead of hanging. A kernel with a missing barrier
+// gives different results in different thread orders: what the orders are for.
+#include "model/cuda/emu/cuda_emu.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace zt::emu {
+namespace {
+
+class CudaEmu : public ::testing::TestWithParam<ThreadOrder> {
+ protected:
+  void SetUp() override { set_thread_order(GetParam(), 7); }
+  void TearDown() override { set_thread_order(ThreadOrder::kForward); }
+};
+
+__global__ void write_indices(int* out) {
+  const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  out[block * threads + thread] = block * 1000 + thread;
+}
+
+TEST_P(CudaEmu, EveryThreadOfA3dLaunchSeesItsIndices) {
+  const Dim3 grid(3, 2, 2), block(5, 2, 3);
+  std::vector<int> out(12 * 30, -1);
+  launch(grid, block, [&] { write_indices(out.data()); });
+  for (int b = 0; b < 12; ++b)
+    for (int t = 0; t < 30; ++t) EXPECT_EQ(out[b * 30 + t], b * 1000 + t);
+}
+
+// Reverses each block's slice through shared memory; `barrier` false leaves out the barrier.
+__global__ void reverse_in_shared(const int* in, int* out, bool barrier) {
+  __shared__ int s[64];
+  const int t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+  s[t] = in[base + t];
+  if (barrier) __syncthreads();
+  out[base + t] = s[n - 1 - t];
+}
+
+std::vector<int> reverse_blocks(bool barrier) {
+  std::vector<int> in(4 * 64), out(in.size());
+  std::iota(in.begin(), in.end(), 0);
+  launch(Dim3(4), Dim3(64), [&] { reverse_in_shared(in.data(), out.data(), barrier); });
+  return out;
+}
+
+TEST_P(CudaEmu, SyncthreadsOrdersSharedMemoryWritesBeforeReads) {
+  const std::vector<int> out = reverse_blocks(true);
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 64; ++t) EXPECT_EQ(out[b * 64 + t], b * 64 + 63 - t);
+}
+
+// Tree reduction in shared memory: each block's sum, so shared memory must be the block's own.
+__global__ void block_sums(const float* in, float* out) {
+  __shared__ float s[128];
+  const int t = threadIdx.x;
+  s[t] = in[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (t < stride) s[t] += s[t + stride];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+TEST_P(CudaEmu, SharedMemoryBelongsToItsBlock) {
+  std::vector<float> in(5 * 128), out(5);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = (float)(i % 128 + 1) * (1 + (float)(i / 128));
+  launch(Dim3(5), Dim3(128), [&] { block_sums(in.data(), out.data()); });
+  for (int b = 0; b < 5; ++b) EXPECT_EQ(out[b], 128 * 129 / 2 * (b + 1)) << "block " << b;
+}
+
+__global__ void shuffles(const float* in, float* xor_sum, float* down_sum, float* bcast) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = in[i], d = in[i];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) d += __shfl_down_sync(0xffffffffu, d, o);
+  xor_sum[i] = v;
+  down_sum[i] = d;
+  bcast[i] = __shfl_sync(0xffffffffu, in[i], 3);
+}
+
+TEST_P(CudaEmu, WarpShufflesExchangeWithinTheWarp) {
+  const int threads = 64;
+  std::vector<float> in(2 * threads), x(in.size()), d(in.size()), b(in.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = (float)(i * i % 97);
+  launch(Dim3(2), Dim3(threads), [&] { shuffles(in.data(), x.data(), d.data(), b.data()); });
+  for (size_t w = 0; w < in.size(); w += 32) {
+    float sum = 0;
+    for (size_t l = 0; l < 32; ++l) sum += in[w + l];
+    for (size_t l = 0; l < 32; ++l) {
+      EXPECT_EQ(x[w + l], sum) << "xor, lane " << l;
+      EXPECT_EQ(b[w + l], in[w + 3]) << "broadcast, lane " << l;
+    }
+    EXPECT_EQ(d[w], sum) << "down, lane 0";
+  }
+}
+
+__global__ void warp_max_of_lanes(int* out) {
+  int v = threadIdx.x;
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  out[threadIdx.x] = v;
+}
+
+TEST_P(CudaEmu, PartialWarpShufflesAmongItsLiveLanes) {
+  std::vector<int> out(40);  // warps of 32 and 8 lanes; the absent lanes give the caller's own
+  launch(Dim3(1), Dim3(40), [&] { warp_max_of_lanes(out.data()); });
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(out[t], 31);
+  for (int t = 32; t < 40; ++t) EXPECT_EQ(out[t], 39);
+}
+
+__global__ void count(float* total, const float* in, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(total, in[i]);
+}
+
+TEST_P(CudaEmu, AtomicsAccumulateEveryThread) {
+  std::vector<float> in(1000);
+  std::iota(in.begin(), in.end(), 1.f);
+  float total = 0;
+  launch(Dim3(8), Dim3(128), [&] { count(&total, in.data(), 1000); });
+  EXPECT_EQ(total, 1000.f * 1001.f / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, CudaEmu,
+                         ::testing::Values(ThreadOrder::kForward, ThreadOrder::kReverse,
+                                           ThreadOrder::kRandom),
+                         [](const auto& info) {
+                           return info.param == ThreadOrder::kForward   ? "forward"
+                                  : info.param == ThreadOrder::kReverse ? "reverse"
+                                                                        : "random";
+                         });
+
+TEST(CudaEmuOrders, AMissingBarrierShowsAsADifferenceBetweenOrders) {
+  set_thread_order(ThreadOrder::kForward);
+  const std::vector<int> forward = reverse_blocks(false);
+  set_thread_order(ThreadOrder::kReverse);
+  const std::vector<int> reverse = reverse_blocks(false);
+  set_thread_order(ThreadOrder::kForward);
+  EXPECT_NE(forward, reverse);
+  EXPECT_EQ(reverse_blocks(true), [] {
+    set_thread_order(ThreadOrder::kReverse);
+    auto r = reverse_blocks(true);
+    set_thread_order(ThreadOrder::kForward);
+    return r;
+  }());
+}
+
+__global__ void divergent_shuffle() {
+  if (threadIdx.x < 16)
+    (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+  else
+    __syncthreads();
+}
+
+TEST(CudaEmuDeathTest, ADeadlockIsReportedNotHung) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), [] { divergent_shuffle(); }), "deadlock on a GPU");
+}
+
+}  // namespace
+}  // namespace zt::emu
