@@ -44,20 +44,21 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* dout, const flo
 }  // namespace
 
 void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  launch_kernel(gelu_forward_kernel, blocks_for(n), kThreads, stream_, out, inp, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  launch_kernel(gelu_backward_kernel, blocks_for(n), kThreads, stream_, dinp, inp, dout, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
-  swiglu_forward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(out, inp, N, I);
+  launch_kernel(swiglu_forward_kernel, blocks_for((size_t)N * I), kThreads, stream_, out, inp, N,
+                I);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 void CudaBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) {
-  swiglu_backward_kernel<<<blocks_for((size_t)N * I), kThreads, 0, stream_>>>(dinp, dout, inp, N,
-                                                                              I);
+  launch_kernel(swiglu_backward_kernel, blocks_for((size_t)N * I), kThreads, stream_, dinp, dout,
+                inp, N, I);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -6,8 +6,8 @@
 namespace zt {
 namespace {
 
-__global__ void adamw_kernel(float* master, void* grad, DType gt, float* m, float* v,
-                             void* out, DType ot, size_t n, AdamCoefs c) {
+__global__ void adamw_kernel(float* master, void* grad, DType gt, float* m, float* v, void* out,
+                             DType ot, size_t n, AdamCoefs c) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float p = adamw_element(master[i], load_as_f32(grad, gt, i), m[i], v[i], c);
@@ -21,8 +21,8 @@ __global__ void adamw_kernel(float* master, void* grad, DType gt, float* m, floa
 void CudaBackend::adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
                                void* out, DType out_t, size_t n, const AdamStep& s) {
   if (n == 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(master, grad, grad_t, m, v, out, out_t, n,
-                                                        adam_coefs(s));
+  launch_kernel(adamw_kernel, blocks_for(n), kThreads, stream_, master, grad, grad_t, m, v, out,
+                out_t, n, adam_coefs(s));
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

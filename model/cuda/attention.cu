@@ -19,7 +19,10 @@ struct AttnRow {
   int t, h, b, kvh;
   const float* q;
   __device__ AttnRow(size_t w, const float* qkv, const AttnShape& s)
-      : t(w % s.T), h((w / s.T) % s.NH), b(w / ((size_t)s.T * s.NH)), kvh(h / s.group),
+      : t(w % s.T),
+        h((w / s.T) % s.NH),
+        b(w / ((size_t)s.T * s.NH)),
+        kvh(h / s.group),
         q(qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd) {}
   __device__ const float* k(const float* qkv, int t2, const AttnShape& s) const {
     return qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
@@ -75,8 +78,7 @@ __global__ void attention_decode_kernel(float* out, float* att, float* lse, cons
                                         AttnShape s) {
   const size_t h = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (h >= (size_t)s.NH) return;
-  attend_row(h * s.T + (s.T - 1), out + h * s.hd, att + h * s.T, lse + h, qkv, s,
-             threadIdx.x % 32);
+  attend_row(h * s.T + (s.T - 1), out + h * s.hd, att + h * s.T, lse + h, qkv, s, threadIdx.x % 32);
 }
 
 // att[w][t2] = exp(q_t . k_t2 * scale - lse[w]) for t2 <= t, else 0: the forward's
@@ -148,8 +150,8 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, in
   // (B,NH,T,T) scratch for the reference kernel, through the tracked pool (workspace): the
   // device-memory limit sees it.
   DeviceBuffer att(this, (size_t)B * NH * T * T * sizeof(float), MemCategory::kWorkspace);
-  attention_forward_kernel<<<blocks_for((size_t)B * NH * T * 32), kThreads, 0, stream_>>>(
-      out, att.f32(), lse, qkv, s);
+  launch_kernel(attention_forward_kernel, blocks_for((size_t)B * NH * T * 32), kThreads, stream_,
+                out, att.f32(), lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -159,8 +161,8 @@ void CudaBackend::attention_decode(float* out, const float* qkv, int T, int NH, 
   const AttnShape s{1, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
   DeviceBuffer att(this, (size_t)NH * T * sizeof(float), MemCategory::kWorkspace),
       lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
-  attention_decode_kernel<<<blocks_for((size_t)NH * 32), kThreads, 0, stream_>>>(
-      out, att.f32(), lse.f32(), qkv, s);
+  launch_kernel(attention_decode_kernel, blocks_for((size_t)NH * 32), kThreads, stream_, out,
+                att.f32(), lse.f32(), qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -169,13 +171,13 @@ void CudaBackend::attention_backward(float* dqkv, const float* dout, const float
   const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
   const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
   // The probabilities and the ds rows, through the tracked pool (workspace).
-  DeviceBuffer att(this, bytes, MemCategory::kWorkspace), scratch(this, bytes,
-                                                                   MemCategory::kWorkspace);
+  DeviceBuffer att(this, bytes, MemCategory::kWorkspace),
+      scratch(this, bytes, MemCategory::kWorkspace);
   const unsigned blocks = blocks_for((size_t)B * NH * T * 32);
-  attention_probs_kernel<<<blocks, kThreads, 0, stream_>>>(att.f32(), lse, qkv, s);
+  launch_kernel(attention_probs_kernel, blocks, kThreads, stream_, att.f32(), lse, qkv, s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  attention_backward_kernel<<<blocks, kThreads, 0, stream_>>>(dqkv, scratch.f32(), dout, qkv,
-                                                              att.f32(), s);
+  launch_kernel(attention_backward_kernel, blocks, kThreads, stream_, dqkv, scratch.f32(), dout,
+                qkv, att.f32(), s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

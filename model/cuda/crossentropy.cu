@@ -51,7 +51,7 @@ __global__ void crossentropy_kernel(float* logits, float* losses, const int* tar
 void CudaBackend::crossentropy_forward_backward(float* logits, float* losses, const int* targets,
                                                 int N, int V, float dlogits_scale) {
   if (N == 0) return;
-  crossentropy_kernel<<<N, 512, 0, stream_>>>(logits, losses, targets, V, dlogits_scale);
+  launch_kernel(crossentropy_kernel, N, 512, stream_, logits, losses, targets, V, dlogits_scale);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

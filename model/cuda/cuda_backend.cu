@@ -109,20 +109,21 @@ __global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* out
 void CudaBackend::convert(const void* src, DType st, void* dst, DType dt, size_t n) {
   if (n == 0) return;
   if (st == dt) return copy(dst, src, n * dtype_size(st));
-  convert_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(src, st, dst, dt, n);
+  launch_kernel(convert_kernel, blocks_for(n), kThreads, stream_, src, st, dst, dt, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::add_inplace(float* y, const float* x, size_t n) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, x, n);
+  launch_kernel(add_kernel, blocks_for(n), kThreads, stream_, y, x, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
                             size_t n, double* sum_squares) {
   if (n > 0) {
-    scale_add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(y, yt, x, alpha, accumulate, n);
+    launch_kernel(scale_add_kernel, blocks_for(n), kThreads, stream_, y, yt, x, alpha, accumulate,
+                  n);
     ZT_CHECK_CUDA(cudaGetLastError());
   }
   // A second pass: the GPU's bandwidth makes it cheap beside the CPU's (fused there).
@@ -133,7 +134,7 @@ double CudaBackend::sum_squares(const void* x, DType t, size_t n) {
   ZT_CHECK_CUDA(cudaMemsetAsync(reduce_, 0, sizeof(double), stream_));
   if (n > 0) {
     const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
-    sum_squares_kernel<<<blocks, kThreads, 0, stream_>>>(x, t, n, reduce_);
+    launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_);
     ZT_CHECK_CUDA(cudaGetLastError());
   }
   double out = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "common/dtype.h"
 
@@ -37,6 +38,19 @@ namespace zt {
 constexpr int kThreads = 256;
 inline unsigned blocks_for(size_t n, int threads = kThreads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Launches kernel k on grid x block threads on `stream` with `args`. Every launch is spelled
+// this way instead of <<<>>>, so that the CUDA emulation (model/cuda/emu, ZT_CUDA_EMU) runs the
+// same sources on the CPU.
+template <class... P, class... A>
+void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+#ifdef ZT_CUDA_EMU
+  (void)stream;  // the emulation runs every call at once
+  emu::launch(grid, block, [&] { k(args...); });
+#else
+  k<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
+#endif
 }
 
 // Sum of v over the 32 lanes of a warp, broadcast to every lane.

@@ -25,17 +25,17 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float*
 
 }  // namespace
 
-void CudaBackend::embedding_forward(float* out, const int* tokens, const void* wte,
-                                    const void* wpe, DType t, int B, int T, int C) {
-  embedding_forward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
-      out, tokens, wte, wpe, t, B * T, T, C);
+void CudaBackend::embedding_forward(float* out, const int* tokens, const void* wte, const void* wpe,
+                                    DType t, int B, int T, int C) {
+  launch_kernel(embedding_forward_kernel, blocks_for((size_t)B * T * C), kThreads, stream_, out,
+                tokens, wte, wpe, t, B * T, T, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
                                      int B, int T, int C) {
-  embedding_backward_kernel<<<blocks_for((size_t)B * T * C), kThreads, 0, stream_>>>(
-      dwte, dwpe, dout, tokens, B * T, T, C);
+  launch_kernel(embedding_backward_kernel, blocks_for((size_t)B * T * C), kThreads, stream_, dwte,
+                dwpe, dout, tokens, B * T, T, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -49,16 +49,16 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, con
 
 void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                     const float* w, const float* b, int N, int C, float eps) {
-  layernorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(
-      out, mean, rstd, inp, w, b, N, C, eps);
+  launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
+                rstd, inp, w, b, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                      const float* inp, const float* w, const float* mean,
                                      const float* rstd, int N, int C) {
-  layernorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(
-      dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
+                db, dout, inp, w, mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

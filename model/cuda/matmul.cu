@@ -77,7 +77,7 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* weig
                                  const float* bias, int N, int C, int OC) {
   gemm(false, true, N, OC, C, inp, C, weight, C, out, OC, 0.f);  // (N,C) @ (OC,C)^T
   if (bias) {
-    add_bias_kernel<<<blocks_for((size_t)N * OC), kThreads, 0, stream_>>>(out, bias, N, OC);
+    launch_kernel(add_bias_kernel, blocks_for((size_t)N * OC), kThreads, stream_, out, bias, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());
   }
 }
@@ -87,7 +87,7 @@ void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, con
   if (dinp) gemm(false, false, N, C, OC, dout, OC, weight, C, dinp, C, 1.f);  // += dout @ W
   gemm(true, false, OC, C, N, dout, OC, inp, C, dweight, C, 1.f);             // += dout^T @ inp
   if (dbias) {
-    bias_grad_kernel<<<blocks_for(OC), kThreads, 0, stream_>>>(dbias, dout, N, OC);
+    launch_kernel(bias_grad_kernel, blocks_for(OC), kThreads, stream_, dbias, dout, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());
   }
 }

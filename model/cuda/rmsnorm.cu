@@ -39,15 +39,15 @@ __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dou
 
 void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
                                   int C, float eps) {
-  rmsnorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(out, rstd, inp, w, N,
-                                                                               C, eps);
+  launch_kernel(rmsnorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, rstd,
+                inp, w, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                    const float* w, const float* rstd, int N, int C) {
-  rmsnorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads, 0, stream_>>>(dinp, dw, dout, inp,
-                                                                                w, rstd, N, C);
+  launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
+                dout, inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -22,11 +22,11 @@ __global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int h
 
 }  // namespace
 
-void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
-                       bool inverse, int pos0) {
+void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
+                       int pos0) {
   const size_t n = (size_t)B * T * (NH + KVH) * (hd / 2);
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-      qkv, B * T, T, NH + KVH, (NH + 2 * KVH) * hd, hd, theta, inverse ? -1.f : 1.f, pos0);
+  launch_kernel(rope_kernel, blocks_for(n), kThreads, stream_, qkv, B * T, T, NH + KVH,
+                (NH + 2 * KVH) * hd, hd, theta, inverse ? -1.f : 1.f, pos0);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace zt::emu {
@@ -17,8 +18,22 @@ namespace {
 constexpr size_t kStack = 256 << 10;
 constexpr int kWarp = 32;
 
-std::atomic<int> g_order{static_cast<int>(ThreadOrder::kForward)};
-std::atomic<uint64_t> g_seed{1};
+// ZT_CUDA_EMU_ORDER=forward|reverse|random and ZT_CUDA_EMU_SEED set the starting order, so a
+// test binary runs in each order without code (tests/CMakeLists.txt).
+ThreadOrder order_from_env() {
+  const char* e = std::getenv("ZT_CUDA_EMU_ORDER");
+  const std::string v = e ? e : "";
+  return v == "reverse" ? ThreadOrder::kReverse
+         : v == "random" ? ThreadOrder::kRandom
+                         : ThreadOrder::kForward;
+}
+uint64_t seed_from_env() {
+  const char* e = std::getenv("ZT_CUDA_EMU_SEED");
+  return e ? std::strtoull(e, nullptr, 10) : 1;
+}
+
+std::atomic<int> g_order{static_cast<int>(order_from_env())};
+std::atomic<uint64_t> g_seed{seed_from_env()};
 
 enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
 

@@ -83,6 +83,8 @@ using dim3 = zt::emu::Dim3;
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { zt::emu::sync_block(); }
+// Every live lane of the warp arrives before any goes on (an exchange whose value is unused).
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) { (void)zt::emu::warp_exchange(0, 0); }
 
 template <class T>
 T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {

@@ -1,0 +1,76 @@
+// cuBLASLt as the CUDA emulation provides it: the calls model/cuda/matmul.cu makes, with a
+// reference GEMM that interprets the same descriptors (column-major layouts, op(A) and op(B)
+// from TRANSA / TRANSB, D = alpha op(A) op(B) + beta C, accumulated in double). Only fp32
+// matrices; the heuristic always finds its one algorithm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_runtime.h"
+
+enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cudaDataType { CUDA_R_32F = 0 };
+enum cublasLtMatmulDescAttributes_t { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4 };
+enum cublasLtMatmulPreferenceAttributes_t {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
+
+struct cublasLtContext;
+using cublasLtHandle_t = cublasLtContext*;
+struct cublasLtMatmulDescOpaque_t {
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+};
+using cublasLtMatmulDesc_t = cublasLtMatmulDescOpaque_t*;
+struct cublasLtMatrixLayoutOpaque_t {
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+using cublasLtMatrixLayout_t = cublasLtMatrixLayoutOpaque_t*;
+struct cublasLtMatmulPreferenceOpaque_t {};
+using cublasLtMatmulPreference_t = cublasLtMatmulPreferenceOpaque_t*;
+struct cublasLtMatmulAlgo_t {
+  uint64_t data[8];
+};
+struct cublasLtMatmulHeuristicResult_t {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                        cudaDataType scale);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t bytes);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results,
+                                              int* found);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t a, const void* B,
+                              cublasLtMatrixLayout_t b, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream);
