@@ -57,6 +57,16 @@ struct Scheduler {
 
 thread_local Scheduler* t_sched = nullptr;
 
+// Fiber stacks, kept for the next launch on this thread (mapping them is most of a small
+// launch's cost).
+struct StackPool {
+  std::vector<void*> free;
+  ~StackPool() {
+    for (void* s : free) munmap(s, kStack);
+  }
+};
+thread_local StackPool t_stacks;
+
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "CUDA emulation: %s\n", what);
   std::abort();
@@ -164,8 +174,13 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
   s.rng.seed(g_seed.load());
   s.fibers.resize(threads);
   for (Fiber& f : s.fibers) {
-    f.stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    if (!t_stacks.free.empty()) {
+      f.stack = t_stacks.free.back();
+      t_stacks.free.pop_back();
+      continue;
+    }
+    f.stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f.stack == MAP_FAILED) die("no memory for fiber stacks");
   }
   t_sched = &s;
@@ -189,7 +204,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
         run_block(s);
       }
   t_sched = nullptr;
-  for (Fiber& f : s.fibers) munmap(f.stack, kStack);
+  for (Fiber& f : s.fibers) t_stacks.free.push_back(f.stack);
 }
 
 void sync_block() { yield(State::kAtBlockBarrier); }
