@@ -24,7 +24,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   return std::unique_ptr<Backend>(new CudaBackend(device));
 }
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+// cudaFree synchronises the device, so a block leaving the cache is no longer in use.
+CudaBackend::CudaBackend(int device)
+    : device_(device), cache_(kCacheLimit, [](void* p, size_t) { cudaFree(p); }) {
   ZT_CHECK_CUDA(cudaSetDevice(device));
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
@@ -34,23 +36,33 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  cache_.clear();
   cudaFree(reduce_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);
 }
 
+namespace {
+size_t block_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+}  // namespace
+
 void* CudaBackend::alloc(size_t bytes, MemCategory c) {
   check_memory_limit(tracker_, memory_limit_, bytes, c);
-  void* p = nullptr;
-  ZT_CHECK_CUDA(cudaMalloc(&p, bytes));
+  const size_t rounded = block_bytes(bytes);
+  void* p = cache_.take(rounded);
+  if (!p && cudaMalloc(&p, rounded) != cudaSuccess) {
+    cudaGetLastError();  // out of memory: give the cached blocks back and try once more
+    cache_.clear();
+    p = nullptr;
+    ZT_CHECK_CUDA(cudaMalloc(&p, rounded));
+  }
   tracker_.on_alloc(c, bytes);
   return p;
 }
 
 void CudaBackend::free(void* p, size_t bytes, MemCategory c) {
-  ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));  // no kernel may still use it
-  ZT_CHECK_CUDA(cudaFree(p));
+  cache_.put(p, block_bytes(bytes));
   tracker_.on_free(c, bytes);
 }
 

@@ -2,6 +2,7 @@
 // All kernels run on one stream owned by the backend; synchronize() waits for it.
 #pragma once
 
+#include "common/block_cache.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_common.cuh"
 
@@ -22,6 +23,10 @@ class CudaBackend final : public Backend {
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* A, int lda,
             const float* B, int ldb, float* C, int ldc, float beta);
   int device_;
+  // Freed blocks by exact (256-rounded) size, reused without cudaMalloc, cudaFree or a stream
+  // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.
+  static constexpr size_t kCacheLimit = size_t{1} << 30;
+  BlockCache cache_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;

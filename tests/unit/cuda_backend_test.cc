@@ -14,6 +14,9 @@
 #ifdef ZT_HAVE_CUDA
 #include "model/cuda/cuda_backend.h"
 #endif
+#ifdef ZT_CUDA_EMU
+#include <cuda_runtime.h>  // the emulation's: zt::emu::cuda_malloc_calls
+#endif
 
 namespace zt {
 namespace {
@@ -63,6 +66,30 @@ class CudaVsCpu : public ::testing::Test {
   }
   std::unique_ptr<Backend> cpu_, gpu_;
 };
+
+// The caching allocator: a freed block comes back for the next allocation of its size, the
+// tracker counts only live bytes, and the device-memory limit still applies.
+TEST_F(CudaVsCpu, FreedBlocksAreReusedAndStillAccounted) {
+  const size_t before = gpu_->tracker().current_total();
+  void* first = nullptr;
+  {
+    DeviceBuffer a(gpu_.get(), 1000, MemCategory::kWorkspace);
+    first = a.data();
+    EXPECT_EQ(gpu_->tracker().current_total(), before + 1000);
+  }
+  EXPECT_EQ(gpu_->tracker().current_total(), before);
+  DeviceBuffer b(gpu_.get(), 1000, MemCategory::kActivations);
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(gpu_->tracker().current(MemCategory::kActivations), 1000u);
+#ifdef ZT_CUDA_EMU
+  const long long mallocs = emu::cuda_malloc_calls();
+  for (int i = 0; i < 10; ++i) DeviceBuffer c(gpu_.get(), 4096, MemCategory::kWorkspace);
+  EXPECT_LE(emu::cuda_malloc_calls() - mallocs, 1) << "each free went to cudaFree";
+#endif
+  gpu_->set_memory_limit(gpu_->tracker().current_total() + 500);
+  EXPECT_THROW(DeviceBuffer(gpu_.get(), 1000, MemCategory::kWorkspace), DeviceMemoryLimitExceeded);
+  gpu_->set_memory_limit(0);
+}
 
 TEST_F(CudaVsCpu, Matmul) {
   const int N = 37, C = 45, OC = 71;

@@ -5,10 +5,15 @@
 #include "cublasLt.h"
 #include "cuda_runtime.h"
 
+#include <atomic>
+
 namespace {
 struct StreamTag {};
 StreamTag g_streams[1];
+std::atomic<long long> g_mallocs{0};
 }  // namespace
+
+long long zt::emu::cuda_malloc_calls() { return g_mallocs.load(); }
 
 struct CUstream_st {};
 struct cublasLtContext {};
@@ -28,6 +33,7 @@ const char* cudaGetErrorString(cudaError_t e) {
   return "unknown error";
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  ++g_mallocs;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);  // cudaMalloc aligns to 256
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }

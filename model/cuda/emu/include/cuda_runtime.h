@@ -37,5 +37,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 
+namespace zt::emu {
+// cudaMalloc calls so far (all threads): what a caching allocator saves, for tests.
+long long cuda_malloc_calls();
+}  // namespace zt::emu
+
 // Device math the host library lacks.
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
