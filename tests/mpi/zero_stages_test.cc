@@ -18,6 +18,9 @@
 #include "model/config.h"
 #include "model/init.h"
 #include "model/transformer.h"
+#ifdef ZT_CUDA_EMU
+#include "model/cuda/cuda_backend.h"
+#endif
 #include "offload/cpu_optimizer.h"
 #include "offload/param_store.h"
 #include "zero/engine.h"
@@ -26,6 +29,18 @@
 
 namespace zt {
 namespace {
+
+// The backend every run uses: the CPU backend, or (built as zero_stages_emu_test) the CUDA
+// backend's kernels on the CUDA emulation, whose device memory MPI can read directly.
+std::unique_ptr<Backend> test_backend() {
+#ifdef ZT_CUDA_EMU
+  auto be = make_cuda_backend(0);
+  EXPECT_TRUE(be.ok()) << be.status();
+  return std::move(*be);
+#else
+  return make_cpu_backend(1);
+#endif
+}
 
 ModelConfig tiny() {
   ModelConfig c;
@@ -129,7 +144,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
                 LastStep last = LastStep::kNormal) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
-  auto be = make_cpu_backend(1);
+  auto be = test_backend();
   Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing);
   Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
                 params_for(params, be.get(), eo.param_dtype));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -35,10 +36,68 @@ uint64_t seed_from_env() {
 std::atomic<int> g_order{static_cast<int>(order_from_env())};
 std::atomic<uint64_t> g_seed{seed_from_env()};
 
+// ---- context switching ----
+// x86-64: the callee-saved registers go on the stack and the stack pointers swap, with no
+// system call (swapcontext saves the signal mask with one, which made a small training step
+// take a second). The FP control words (MXCSR, x87) are not switched: every fiber runs with
+// the launching thread's, and kernels do not change them. Elsewhere: ucontext.
+#if defined(__x86_64__)
+extern "C" void zt_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+.text
+.globl zt_emu_switch
+.type zt_emu_switch,@function
+zt_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size zt_emu_switch,.-zt_emu_switch
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+// Prepares c to start fn (which never returns) on [stack, stack + size): the frame
+// zt_emu_switch pops, whose return address is fn, entered with the alignment of a call.
+void prepare(Context& c, void* stack, size_t size, void (*fn)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack) + size;
+  top &= ~uintptr_t{15};
+  auto* w = reinterpret_cast<uint64_t*>(top);
+  w[-2] = reinterpret_cast<uint64_t>(fn);  // popped by ret: fn starts with rsp = top - 8
+  for (int r = 3; r <= 8; ++r) w[-r] = 0;  // rbp rbx r12 r13 r14 r15
+  c.sp = &w[-8];
+}
+void jump(Context& from, Context& to) { zt_emu_switch(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+void prepare(Context& c, void* stack, size_t size, void (*fn)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, fn, 0);
+}
+void jump(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   void* stack = nullptr;
   ThreadIndex index;
   int linear = 0;  // thread number within the block (x fastest)
@@ -48,7 +107,7 @@ struct Fiber {
 
 // One launch in progress on this OS thread.
 struct Scheduler {
-  ucontext_t main;
+  Context main;
   std::vector<Fiber> fibers;  // one per thread of the current block
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
@@ -72,18 +131,19 @@ thread_local StackPool t_stacks;
   std::abort();
 }
 
-void entry() {
+[[noreturn]] void entry() {
   Scheduler& s = *t_sched;
   (*s.body)();
   s.current->state = State::kDone;
-  swapcontext(&s.current->ctx, &s.main);
+  jump(s.current->ctx, s.main);  // never resumed
+  __builtin_unreachable();
 }
 
 void yield(State wait) {
   Scheduler& s = *t_sched;
   if (!s.current) die("a synchronisation call outside a kernel launch");
   s.current->state = wait;
-  swapcontext(&s.current->ctx, &s.main);
+  jump(s.current->ctx, s.main);
 }
 
 // The warp of fiber f: [first, end) in s.fibers.
@@ -141,7 +201,7 @@ void run_block(Scheduler& s) {
       Fiber& f = s.fibers[i];
       if (f.state != State::kReady) continue;
       s.current = &f;
-      swapcontext(&s.main, &f.ctx);
+      jump(s.main, f.ctx);
       s.current = nullptr;
     }
   } while (release(s));
@@ -195,11 +255,7 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
               f.index = {Dim3(tx, ty, tz), Dim3(bx, by, bz), block, grid};
               f.linear = (int)i;
               f.state = State::kReady;
-              getcontext(&f.ctx);
-              f.ctx.uc_stack.ss_sp = f.stack;
-              f.ctx.uc_stack.ss_size = kStack;
-              f.ctx.uc_link = &s.main;
-              makecontext(&f.ctx, entry, 0);
+              prepare(f.ctx, f.stack, kStack, entry);
             }
         run_block(s);
       }
