@@ -338,7 +338,14 @@ int main(int argc, char** argv) {
     });
   };
   if (cmd == "estimate") return estimate(given("--model"));
-  if (cmd == "sample") return sample(given("--seq_len"));
+  if (cmd == "sample") {
+    try {
+      return sample(given("--seq_len"));
+    } catch (const std::bad_alloc&) {
+      return fail(absl::ResourceExhaustedError(
+          "out of memory building the model for sampling; use a shorter --seq_len window"));
+    }
+  }
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
                                          "'; use info, prepare, train, sample or estimate"));
 }

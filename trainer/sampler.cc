@@ -85,7 +85,9 @@ absl::Status run_sample(const SampleCommand& cmd) {
     return bad(absl::StrCat("--threads ", cmd.threads, " must be in [0, 1024] (0: all cores)"));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c,
                       resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
-  if (s.window == 0) s.window = c.max_seq_len;
+  // The KV cache and the model's buffers are sized by the window: --seq_len's default, 256,
+  // unless the model is shorter (a long-context model's full length could be hundreds of GB).
+  if (s.window == 0) s.window = std::min(256, c.max_seq_len);
   if (s.window < 1 || s.window > c.max_seq_len)
     return bad(absl::StrCat("--seq_len ", s.window, " must be in [1, ", c.max_seq_len,
                             "] for this model (its max_seq_len; RoPE models take a longer "

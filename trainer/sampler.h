@@ -29,7 +29,7 @@ struct SampleOptions {
   int top_k = 50;
   uint64_t seed = 1337;
   // The model's T for this sample: the KV cache holds at most this many (0 in SampleCommand:
-  // the model's max_seq_len).
+  // 256, or the model's max_seq_len when shorter).
   int window = 256;
 };
 

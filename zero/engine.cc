@@ -390,7 +390,7 @@ void Engine::reduce_gradients(int u) {
     const bool final = world_ == 1 && s.replicated && boundary_;
     be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded,
                    final ? &ss : nullptr);
-    if (final) s.owned_ss = ss;
+    s.owned_ss = final ? std::optional<double>(ss) : std::nullopt;
     s.grads_zero = s.grads_stale = false;
     s.scratch.reset();
   }
@@ -494,6 +494,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   double ss = 0;
   for (UnitState& s : units_) {
     if (s.replicated && rank_ != 0) continue;
+    settle_stale(s);  // no backward since the last step: zeros, also in the offloaded state
     if (s.host_grads)
       ss += optimizer_->gradient_sum_squares(int(&s - units_.data()));
     else if (const OwnedGrad g = owned_grad(s); s.owned_ss)

@@ -70,6 +70,7 @@ void make_row(int step, int row, int* x, int* y, int vocab = 64) {
 
 struct RunResult {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // per step, before clipping
   std::vector<std::vector<float>> params;  // final, per unit
   std::vector<size_t> model_state_bytes;   // params, grads, optimizer (tracker, after setup)
   CommStats comm_one_step{};               // collectives of step 2 (after the sequence is learnt)
@@ -185,6 +186,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return res;
     res.skipped += st->skipped;
+    res.grad_norms.push_back(st->grad_norm);
     if (step == 1) {
       res.to_host_one_step = engine.optimizer().bytes_to_host() - to_host;
       res.to_device_one_step = engine.optimizer().bytes_to_device() - to_device;
@@ -300,6 +302,9 @@ TEST_F(ZeroStages, StepWithoutBackwardSeesZeroGradients) {
                                        LastStep::kNegligibleSeed);
     const RunResult idle =
         train(*comm_, eo, 2, tiny(), k.where, Params::kDevice, 0, false, LastStep::kNoBackward);
+    EXPECT_EQ(idle.grad_norms.back(), 0.0)
+        << "stage " << k.stage << " " << dtype_name(k.dtype) << " offload "
+        << (k.where == Optimizer::kCpuOffload) << ": the norm of no gradient";
     EXPECT_LT(rel_param_diff(idle, negligible), 1e-7)
         << "stage " << k.stage << " " << dtype_name(k.dtype) << " offload "
         << (k.where == Optimizer::kCpuOffload);
