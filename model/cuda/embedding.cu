@@ -1,4 +1,7 @@
-// Token (+ GPT-2 position) embeddings; backward scatters with atomicAdd (repeated tokens).
+// Token (+ GPT-2 position) embeddings. The backward is deterministic: repeated tokens add into
+// the same row, so each thread owns one channel and walks the rows in order (the CPU
+// backend's order, so the two agree bit for bit); adjacent channels keep a warp's reads and
+// writes coalesced.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -16,11 +19,17 @@ __global__ void embedding_forward_kernel(float* out, const int* tokens, const vo
 
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout,
                                           const int* tokens, int BT, int T, int C) {
-  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= (size_t)BT * C) return;
-  const int bt = i / C, c = i % C;
-  atomicAdd(&dwte[(size_t)tokens[bt] * C + c], dout[i]);
-  if (dwpe) atomicAdd(&dwpe[(size_t)(bt % T) * C + c], dout[i]);
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int bt = 0; bt < BT; ++bt) {
+    const float g = dout[(size_t)bt * C + c];
+    float* w = &dwte[(size_t)tokens[bt] * C + c];
+    *w = __fadd_rn(*w, g);
+    if (dwpe) {
+      float* p = &dwpe[(size_t)(bt % T) * C + c];
+      *p = __fadd_rn(*p, g);
+    }
+  }
 }
 
 }  // namespace
@@ -34,8 +43,8 @@ void CudaBackend::embedding_forward(float* out, const int* tokens, const void* w
 
 void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
                                      int B, int T, int C) {
-  launch_kernel(embedding_backward_kernel, blocks_for((size_t)B * T * C), kThreads, stream_, dwte,
-                dwpe, dout, tokens, B * T, T, C);
+  launch_kernel(embedding_backward_kernel, blocks_for((size_t)C), kThreads, stream_, dwte, dwpe,
+                dout, tokens, B * T, T, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
