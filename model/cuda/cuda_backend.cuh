@@ -19,6 +19,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:
+  // dw (C) += sum_n dout * xhat, db (C, or null) += sum_n dout; xhat = (inp - mean) * rstd, or
+  // inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics across rows.
+  void norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
+                        const float* mean, const float* rstd, int N, int C);
   // C (rows m, cols n; row-major) = op(A) op(B) with fp32 accumulation, beta 0 or 1.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* A, int lda,
             const float* B, int ldb, float* C, int ldc, float beta);

@@ -1,5 +1,6 @@
-// LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). dw/db accumulate with
-// atomicAdd across rows.
+// LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The weight and bias
+// gradients are sums over rows: a second kernel gives each column to one thread, which adds
+// the rows in order, so two runs give the same bits (no atomics). RMSNorm uses it too.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -39,10 +40,26 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, con
   float* dx = dinp + (size_t)row * C;
   for (int c = lane; c < C; c += 32) {
     const float xhat = (x[c] - m) * r;
-    atomicAdd(&db[c], dy[c]);
-    atomicAdd(&dw[c], dy[c] * xhat);
     dx[c] += r * (dy[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
   }
+}
+
+// dw[c] += sum_n dy[n,c] * xhat[n,c]; db[c] += sum_n dy[n,c] (db may be null), xhat =
+// (x - mean) * rstd, or x * rstd when mean is null (RMSNorm). Rows in order, one thread per
+// column: adjacent columns keep a warp's loads coalesced.
+__global__ void norm_param_grad_kernel(float* dw, float* db, const float* dout, const float* inp,
+                                       const float* mean, const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sw = 0.f, sb = 0.f;
+  for (int n = 0; n < N; ++n) {
+    const float x = inp[(size_t)n * C + c], dy = dout[(size_t)n * C + c];
+    const float xhat = (mean ? x - mean[n] : x) * rstd[n];
+    sw += dy * xhat;
+    sb += dy;
+  }
+  dw[c] += sw;
+  if (db) db[c] += sb;
 }
 
 }  // namespace
@@ -59,6 +76,14 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
                                      const float* rstd, int N, int C) {
   launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
                 db, dout, inp, w, mean, rstd, N, C);
+  ZT_CHECK_CUDA(cudaGetLastError());
+  norm_param_grads(dw, db, dout, inp, mean, rstd, N, C);
+}
+
+void CudaBackend::norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
+                                   const float* mean, const float* rstd, int N, int C) {
+  launch_kernel(norm_param_grad_kernel, blocks_for((size_t)C), kThreads, stream_, dw, db, dout,
+                inp, mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

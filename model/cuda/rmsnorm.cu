@@ -30,7 +30,6 @@ __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dou
   float* dx = dinp + (size_t)row * C;
   for (int c = lane; c < C; c += 32) {
     const float xhat = x[c] * r;
-    atomicAdd(&dw[c], dy[c] * xhat);
     dx[c] += r * (dy[c] * w[c] - xhat * mean_dxhat_xhat);
   }
 }
@@ -49,6 +48,7 @@ void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, co
   launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
                 dout, inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
+  norm_param_grads(dw, nullptr, dout, inp, nullptr, rstd, N, C);  // rows in order, no atomics
 }
 
 }  // namespace zt
