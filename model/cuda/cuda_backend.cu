@@ -31,7 +31,7 @@ CudaBackend::CudaBackend(int device)
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
   ZT_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
-  ZT_CHECK_CUDA(cudaMalloc(&reduce_, sizeof(double)));
+  ZT_CHECK_CUDA(cudaMalloc(&reduce_, (kMaxReduceBlocks + 1) * sizeof(double)));
 }
 
 CudaBackend::~CudaBackend() {
@@ -104,8 +104,12 @@ __global__ void scale_add_kernel(void* y, DType yt, const float* x, float alpha,
   }
 }
 
-// Grid-stride partial sums in double, one atomicAdd per warp.
-__global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* out) {
+// Sum of squares in double without atomics, so the global norm has the same bits every run:
+// each thread sums its grid-stride elements in order, each warp combines its lanes in a fixed
+// butterfly, thread 0 adds the warps in order into partial[block]; sum_partials_kernel then
+// adds the blocks in order. (The grid depends on n only.)
+__global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* partial) {
+  __shared__ double warps[kThreads / 32];
   double acc = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
@@ -113,7 +117,20 @@ __global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* out
     acc += d * d;
   }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int w = 0; w < (int)(blockDim.x / 32); ++w) s += warps[w];
+    partial[blockIdx.x] = s;
+  }
+}
+
+__global__ void sum_partials_kernel(const double* partial, int blocks, double* out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double s = 0;
+  for (int b = 0; b < blocks; ++b) s += partial[b];
+  *out = s;
 }
 
 }  // namespace
@@ -143,13 +160,13 @@ void CudaBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool
 }
 
 double CudaBackend::sum_squares(const void* x, DType t, size_t n) {
-  ZT_CHECK_CUDA(cudaMemsetAsync(reduce_, 0, sizeof(double), stream_));
-  if (n > 0) {
-    const unsigned blocks = std::min<unsigned>(blocks_for(n), 1024);
-    launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_);
-    ZT_CHECK_CUDA(cudaGetLastError());
-  }
   double out = 0;
+  if (n == 0) return out;
+  // reduce_: the result, then one partial per block.
+  const unsigned blocks = std::min<unsigned>(blocks_for(n), kMaxReduceBlocks);
+  launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_ + 1);
+  launch_kernel(sum_partials_kernel, 1, 1, stream_, reduce_ + 1, (int)blocks, reduce_);
+  ZT_CHECK_CUDA(cudaGetLastError());
   copy_to_host(&out, reduce_, sizeof(double));
   return out;
 }

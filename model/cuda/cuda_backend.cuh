@@ -36,7 +36,8 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 32u << 20;
-  double* reduce_ = nullptr;  // device scalar for sum_squares
+  static constexpr unsigned kMaxReduceBlocks = 1024;
+  double* reduce_ = nullptr;  // sum_squares: the result, then a partial per block
 };
 
 }  // namespace zt
