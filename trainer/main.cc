@@ -50,7 +50,8 @@ ABSL_FLAG(int64_t, max_seq_len, 0,
 ABSL_FLAG(int64_t, steps, 100, "train: optimizer steps");
 ABSL_FLAG(int, val_every, 50, "train: steps between validations (0: start and end only)");
 ABSL_FLAG(int, val_batches, 20, "train: micro-batches per validation");
-ABSL_FLAG(int, sample_tokens, 128, "train: tokens to sample at the end (0: none); sample: tokens to generate");
+ABSL_FLAG(int, sample_tokens, 128,
+          "train: tokens to sample at the end (0: none); sample: tokens to generate");
 ABSL_FLAG(std::string, sample_prompt, "", "train, sample: text the sample continues");
 ABSL_FLAG(float, temperature, 0.8f, "train, sample: sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 50, "train, sample: sample from the k most likely tokens (0: all)");
@@ -133,7 +134,8 @@ int prepare() {
   return s.ok() ? 0 : fail(s);
 }
 
-// seq_len_given: --seq_len was on the command line (else the window is the model's context).
+// seq_len_given: --seq_len was on the command line (else the window is 256, or the model's
+// context when shorter: trainer/sampler.h).
 int sample(bool seq_len_given) {
   zt::SampleCommand c;
   c.model = absl::GetFlag(FLAGS_model);
@@ -323,29 +325,28 @@ int main(int argc, char** argv) {
                                            "'; flags start with --"));
   if (cmd == "info") return info();
   if (cmd == "prepare") return prepare();
-  if (cmd == "train") {
+  // Running out of host memory while building a model is the user's sizing, not a crash.
+  auto or_out_of_memory = [](auto command, const char* advice) {
     try {
-      return train();
+      return command();
     } catch (const std::bad_alloc&) {
-      return fail(absl::ResourceExhaustedError(
-          "out of memory allocating the model, optimizer or activations; reduce --seq_len or "
-          "train_micro_batch_size_per_gpu, or use a smaller model"));
+      return fail(absl::ResourceExhaustedError(advice));
     }
-  }
+  };
   auto given = [&](const std::string& flag) {
     return std::any_of(args.begin(), args.end(), [&](const std::string& a) {
       return a == flag || a.rfind(flag + "=", 0) == 0;
     });
   };
+  if (cmd == "train")
+    return or_out_of_memory(train,
+                            "out of memory allocating the model, optimizer or activations; reduce "
+                            "--seq_len or train_micro_batch_size_per_gpu, or use a smaller model");
   if (cmd == "estimate") return estimate(given("--model"));
-  if (cmd == "sample") {
-    try {
-      return sample(given("--seq_len"));
-    } catch (const std::bad_alloc&) {
-      return fail(absl::ResourceExhaustedError(
-          "out of memory building the model for sampling; use a shorter --seq_len window"));
-    }
-  }
+  if (cmd == "sample")
+    return or_out_of_memory([&] { return sample(given("--seq_len")); },
+                            "out of memory building the model for sampling; use a shorter "
+                            "--seq_len window");
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
                                          "'; use info, prepare, train, sample or estimate"));
 }

@@ -36,7 +36,8 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   const std::vector<int> prompt = tok.encode(s.prompt);
   ctx.insert(ctx.end(), prompt.begin(), prompt.end());
   if (ctx.empty()) {
-    if (out) std::fprintf(out, "sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
+    if (out)
+      std::fprintf(out, "sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
     return;
   }
   std::mt19937_64 rng(s.seed);
@@ -71,16 +72,23 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   if (out) std::fprintf(out, "\n---\n");
 }
 
+absl::Status check_sampling(float temperature, int top_k) {
+  if (top_k < 0)
+    return absl::InvalidArgumentError("--top_k must be >= 0 (0: sample from every token)");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    return absl::InvalidArgumentError("--temperature must be a finite number >= 0 (0: greedy)");
+  return absl::OkStatus();
+}
+
 absl::Status run_sample(const SampleCommand& cmd) {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
   SampleOptions s = cmd.sample;
   if (cmd.tokenizer.empty())
-    return bad("sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
-               "the tokens");
+    return bad(
+        "sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
+        "the tokens");
   if (s.tokens < 1) return bad("--sample_tokens must be at least 1 for sample");
-  if (s.top_k < 0) return bad("--top_k must be >= 0 (0: sample from every token)");
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
-    return bad("--temperature must be a finite number >= 0 (0: greedy)");
+  ZT_RETURN_IF_ERROR(check_sampling(s.temperature, s.top_k));
   if (cmd.threads < 0 || cmd.threads > 1024)
     return bad(absl::StrCat("--threads ", cmd.threads, " must be in [0, 1024] (0: all cores)"));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c,

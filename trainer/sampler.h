@@ -22,6 +22,10 @@ namespace zt {
 // likely ids when top_k > 0; temperature <= 0 is greedy (argmax).
 int sample_token(std::span<const float> logits, float temperature, int top_k, std::mt19937_64& rng);
 
+// The sampling flags' ranges, as train and sample both check them: top_k >= 0, temperature
+// finite and >= 0. Error (InvalidArgument) naming the flag.
+absl::Status check_sampling(float temperature, int top_k);
+
 struct SampleOptions {
   std::string prompt;  // text the sample continues, after the tokenizer's BOS (if it has one)
   int tokens = 128;    // at most this many; the tokenizer's EOS ends the sample early

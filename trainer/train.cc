@@ -78,9 +78,7 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
   if (opt.val_batches < 1) return bad("--val_batches must be at least 1");
   if (opt.sample_tokens < 0) return bad("--sample_tokens must be >= 0 (0: no sample)");
-  if (opt.top_k < 0) return bad("--top_k must be >= 0 (0: sample from every token)");
-  if (!(opt.temperature >= 0) || !std::isfinite(opt.temperature))
-    return bad("--temperature must be a finite number >= 0 (0: greedy)");
+  ZT_RETURN_IF_ERROR(check_sampling(opt.temperature, opt.top_k));
   if (opt.threads < 0 || opt.threads > 1024)
     return bad(absl::StrCat("--threads ", opt.threads,
                             " must be in [0, 1024] (0: the cores of "

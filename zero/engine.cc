@@ -494,13 +494,12 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   double ss = 0;
   for (UnitState& s : units_) {
     if (s.replicated && rank_ != 0) continue;
-    settle_stale(s);  // no backward since the last step: zeros, also in the offloaded state
+    // owned_grad settles a stale gradient (no backward since the last step), offloaded too.
+    const OwnedGrad g = owned_grad(s);
     if (s.host_grads)
       ss += optimizer_->gradient_sum_squares(int(&s - units_.data()));
-    else if (const OwnedGrad g = owned_grad(s); s.owned_ss)
-      ss += *s.owned_ss;
     else
-      ss += be_->sum_squares(g.data, g.dtype, s.owned());
+      ss += s.owned_ss ? *s.owned_ss : be_->sum_squares(g.data, g.dtype, s.owned());
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
