@@ -43,10 +43,10 @@ ABSL_FLAG(std::string, init_from, "", "train: Hugging Face model directory to st
 ABSL_FLAG(std::string, train_data, "", "train: glob of training token shards");
 ABSL_FLAG(std::string, val_data, "", "train: glob of validation token shards");
 ABSL_FLAG(std::string, run_dir, "runs/latest", "train: directory for metrics.jsonl");
-ABSL_FLAG(int, seq_len, 256, "train: sequence length T");
+ABSL_FLAG(int, seq_len, 256, "train: sequence length T; sample: the KV-cache window");
 ABSL_FLAG(int64_t, max_seq_len, 0,
-          "train: the model's context length (0: its own; RoPE models any length, GPT-2 only "
-          "shorter)");
+          "train, sample: the model's context length (0: its own; RoPE models any length, GPT-2 "
+          "only shorter)");
 ABSL_FLAG(int64_t, steps, 100, "train: optimizer steps");
 ABSL_FLAG(int, val_every, 50, "train: steps between validations (0: start and end only)");
 ABSL_FLAG(int, val_batches, 20, "train: micro-batches per validation");
@@ -55,7 +55,8 @@ ABSL_FLAG(int, sample_tokens, 128,
 ABSL_FLAG(std::string, sample_prompt, "", "train, sample: text the sample continues");
 ABSL_FLAG(float, temperature, 0.8f, "train, sample: sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 50, "train, sample: sample from the k most likely tokens (0: all)");
-ABSL_FLAG(uint64_t, seed, 1337, "train: seed for initialisation, data order and sampling");
+ABSL_FLAG(uint64_t, seed, 1337,
+          "train, sample: seed for initialisation, data order and sampling");
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
 // estimate (also --model, --seq_len)
 ABSL_FLAG(std::string, table, "",
@@ -138,6 +139,7 @@ int prepare() {
 // context when shorter: trainer/sampler.h).
 int sample(bool seq_len_given) {
   zt::SampleCommand c;
+  c.window_given = seq_len_given;
   c.model = absl::GetFlag(FLAGS_model);
   c.init_from = absl::GetFlag(FLAGS_init_from);
   c.tokenizer = absl::GetFlag(FLAGS_tokenizer);
@@ -145,7 +147,7 @@ int sample(bool seq_len_given) {
   c.threads = absl::GetFlag(FLAGS_threads);
   c.sample = {absl::GetFlag(FLAGS_sample_prompt), absl::GetFlag(FLAGS_sample_tokens),
               absl::GetFlag(FLAGS_temperature),   absl::GetFlag(FLAGS_top_k),
-              absl::GetFlag(FLAGS_seed),          seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 0};
+              absl::GetFlag(FLAGS_seed),          absl::GetFlag(FLAGS_seq_len)};
   const absl::Status s = zt::run_sample(c);
   return s.ok() ? 0 : fail(s);
 }

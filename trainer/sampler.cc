@@ -95,7 +95,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
                       resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
   // The KV cache and the model's buffers are sized by the window: --seq_len's default, 256,
   // unless the model is shorter (a long-context model's full length could be hundreds of GB).
-  if (s.window == 0) s.window = std::min(256, c.max_seq_len);
+  if (!cmd.window_given) s.window = std::min(256, c.max_seq_len);
   if (s.window < 1 || s.window > c.max_seq_len)
     return bad(absl::StrCat("--seq_len ", s.window, " must be in [1, ", c.max_seq_len,
                             "] for this model (its max_seq_len; RoPE models take a longer "

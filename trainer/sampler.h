@@ -32,9 +32,7 @@ struct SampleOptions {
   float temperature = 0.8f;
   int top_k = 50;
   uint64_t seed = 1337;
-  // The model's T for this sample: the KV cache holds at most this many (0 in SampleCommand:
-  // 256, or the model's max_seq_len when shorter).
-  int window = 256;
+  int window = 256;  // the model's T for this sample: the KV cache holds at most this many
 };
 
 // Generates with KV-cache decoding (Transformer::decode: O(T) per token). When the context
@@ -55,6 +53,9 @@ struct SampleCommand {
   int64_t max_seq_len = 0;
   int threads = 0;
   SampleOptions sample;
+  // --seq_len was given: sample.window is the user's (checked); else 256, or the model's
+  // max_seq_len when shorter.
+  bool window_given = false;
 };
 absl::Status run_sample(const SampleCommand& cmd);
 

@@ -504,6 +504,7 @@ TEST_F(Cli, SampleCommand) {
   EXPECT_EQ(run(base + "--seq_len 4 --seed 7").out, sliding.out);
   expect_user_error(run("sample --model shakespeare-llama"), {"--tokenizer"});
   expect_user_error(run(base + "--seq_len 300"), {"--seq_len 300", "256"});
+  expect_user_error(run(base + "--seq_len 0"), {"--seq_len 0", "[1, 256]"});
   expect_user_error(run(base + "--temperature -1"), {"--temperature"});
   expect_user_error(run("sample --init_from " + tok + "_missing --tokenizer " + tok),
                     {"config.json"});
