@@ -32,6 +32,12 @@ class Backend {
   // Converts n elements between storage dtypes, both on the device.
   virtual void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) = 0;
   virtual void synchronize() = 0;
+  // True when device pointers are host pointers (the CPU backend, the CUDA emulation), so host
+  // code such as MPI may read and write them; false on a real GPU, whose collectives need NCCL.
+  virtual bool host_addressable() const { return true; }
+  // The stream the kernels run on, as a cudaStream_t (null on the CPU): NCCL orders its
+  // collectives after it.
+  virtual void* stream_handle() const { return nullptr; }
   MemoryTracker& tracker() { return tracker_; }
   // Caps the bytes allocated on this device (live, every category; 0: no cap, the default).
   // An allocation past it throws DeviceMemoryLimitExceeded (common/memory.h). This is how a

@@ -85,6 +85,8 @@ ABSL_FLAG(bool, memory_report, false,
 ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
+ABSL_FLAG(std::string, device, "auto",
+          "train, sample: auto, cpu or cuda (auto: the node-local GPU when one is visible)");
 ABSL_FLAG(bool, gradient_checkpointing, false,
           "train, estimate: activation checkpointing, configured by the ds_config's "
           "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
@@ -145,6 +147,7 @@ int sample(bool seq_len_given) {
   c.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   c.threads = absl::GetFlag(FLAGS_threads);
+  c.device = absl::GetFlag(FLAGS_device);
   c.sample = {absl::GetFlag(FLAGS_sample_prompt), absl::GetFlag(FLAGS_sample_tokens),
               absl::GetFlag(FLAGS_temperature),   absl::GetFlag(FLAGS_top_k),
               absl::GetFlag(FLAGS_seed),          absl::GetFlag(FLAGS_seq_len)};
@@ -173,6 +176,7 @@ int train() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.device = absl::GetFlag(FLAGS_device);
   o.memory_report = absl::GetFlag(FLAGS_memory_report);
   o.comm_report = absl::GetFlag(FLAGS_comm_report);
   o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);

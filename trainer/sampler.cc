@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "trainer/device.h"
 #include "trainer/model_source.h"
 
 namespace zt {
@@ -54,8 +55,11 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   };
   refill((size_t)s.window);
   for (int i = 0; i < s.tokens; ++i) {
-    int next = sample_token(logits, s.temperature, s.top_k, rng);
-    comm.broadcast(&next, sizeof next, 0);  // ranks must agree on when to stop
+    // Ranks must agree on when to stop: rank 0's token, through a host scalar sum (token ids
+    // are exact in a double; broadcast would move device memory).
+    double chosen = comm.rank() == 0 ? sample_token(logits, s.temperature, s.top_k, rng) : 0;
+    comm.all_reduce_scalars(&chosen, 1, ScalarOp::kSum);
+    const int next = static_cast<int>(chosen);
     if (next == tok.eos_id()) break;
     ctx.push_back(next);
     if (out) {
@@ -87,6 +91,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
     return bad(
         "sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
         "the tokens");
+  ZT_ASSIGN_OR_RETURN(const Device device, parse_device(cmd.device));
   if (s.tokens < 1) return bad("--sample_tokens must be at least 1 for sample");
   ZT_RETURN_IF_ERROR(check_sampling(s.temperature, s.top_k));
   if (cmd.threads < 0 || cmd.threads > 1024)
@@ -101,8 +106,8 @@ absl::Status run_sample(const SampleCommand& cmd) {
                             "] for this model (its max_seq_len; RoPE models take a longer "
                             "--max_seq_len)"));
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(cmd.tokenizer, c));
-  auto be = make_cpu_backend(cmd.threads);
-  auto comm = make_single_process_communicator();
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_backend(device, 0, 1, cmd.threads));
+  auto comm = make_single_process_communicator(be.get());
   Transformer model(c, be.get(), 1, s.window);
   Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});
   ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));

@@ -52,6 +52,7 @@ struct SampleCommand {
   std::string model, init_from, tokenizer;
   int64_t max_seq_len = 0;
   int threads = 0;
+  std::string device = "auto";  // trainer/device.h
   SampleOptions sample;
   // --seq_len was given: sample.window is the user's (checked); else 256, or the model's
   // max_seq_len when shorter.

@@ -21,6 +21,7 @@
 #include "model/init.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "trainer/device.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
 #include "trainer/lr_schedule.h"
@@ -38,6 +39,9 @@ namespace {
 // Everything a run builds before its first step; validated up front so that bad input
 // fails before any work.
 struct Run {
+  // The MPI communicator NCCL bootstraps over, kept while comm is NCCL (else null).
+  std::unique_ptr<Communicator> host_comm;
+  // Collectives on the backend's memory (MPI, single-process, or NCCL); host scalars too.
   std::unique_ptr<Communicator> comm;
   std::string ds_text;  // the ds_config file as read (fingerprinted across ranks)
   DsConfig ds;
@@ -57,6 +61,7 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
   const ModelConfig& m = r.model;
   const nlohmann::json j = {
       {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
+      {"device", r.backend ? r.backend->name() : ""},
       {"model",
        {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
         m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
@@ -88,7 +93,8 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   return absl::OkStatus();
 }
 
-absl::Status setup(const TrainOptions& opt, Run& r) {
+// Inputs, data and the backend: everything a rank can fail on alone, before any collective.
+absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   if (opt.deepspeed.empty())
     return absl::InvalidArgumentError(
         "--deepspeed is required: pass a ds_config.json "
@@ -142,7 +148,9 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
-  r.backend = make_cpu_backend(threads);
+  ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
+  ZT_ASSIGN_OR_RETURN(r.backend,
+                      make_backend(device, r.comm->local_rank(), r.comm->local_size(), threads));
   // The device-memory limit: the flag, the ds_config key, or both when they agree.
   const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
   if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
@@ -152,6 +160,11 @@ absl::Status setup(const TrainOptions& opt, Run& r) {
         " disagree; give one of them, or the same value in both"));
   r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
                                                                   : key_limit));
+  return absl::OkStatus();
+}
+
+// The model, its ZeRO engine and initial weights, on the backend and communicator of r.
+absl::Status setup_model(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
                                                 r.ds.activation_checkpointing.cpu_checkpointing);
@@ -250,13 +263,23 @@ absl::Status run_train(const TrainOptions& opt) {
   ZT_ASSIGN_OR_RETURN(r.comm, make_host_communicator());
   // Every rank validates the same inputs; they agree before any collective of the run, so a
   // rank that failed (say, a file missing on its node) never leaves the others waiting.
-  absl::Status st = guarded(r, [&] { return setup(opt, r); });
-  double ok = st.ok() ? 1 : 0;
-  r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
-  if (!st.ok()) return st;
-  if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
+  auto agree = [&r](const absl::Status& st) {
+    double ok = st.ok() ? 1 : 0;
+    r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
+    if (!st.ok()) return st;
+    if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
+    return absl::OkStatus();
+  };
+  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_inputs(opt, r); })));
   ZT_RETURN_IF_ERROR(
-      check_same_on_all_ranks(*r.comm, "the model, ds_config and recipe", fingerprint(opt, r)));
+      check_same_on_all_ranks(*r.comm, "the device, model, ds_config and recipe", fingerprint(opt, r)));
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> device_comm,
+                      make_device_communicator(*r.comm, *r.backend));
+  if (device_comm) {
+    r.host_comm = std::move(r.comm);
+    r.comm = std::move(device_comm);
+  }
+  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(opt, r); })));
   // From here collectives are in flight: a rank that stopped alone would leave the others
   // waiting in one, so an error on any rank ends them all.
   const absl::Status result = guarded(r, [&] { return train_loop(opt, r); });
@@ -277,7 +300,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   if (root)
     std::printf(
         "model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
-        "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s, %d "
+        "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s on %s, %d "
         "threads | %s\n",
         opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
         absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(), r.B, r.T,
@@ -285,7 +308,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         r.ds.bf16.enabled   ? "bf16"
         : r.ds.fp16.enabled ? "fp16"
                             : "fp32",
-        omp_get_max_threads(), absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
+        std::string(r.backend->name()).c_str(), omp_get_max_threads(), absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return;
     const double vl = evaluate(r, opt.val_batches);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/backend.h"
 
 namespace zt {
 
@@ -27,6 +28,7 @@ namespace {
 // reduce-scatter / all-gather over the full buffer (n * 1 elements) count n.
 class SingleProcessCommunicator final : public Communicator {
  public:
+  explicit SingleProcessCommunicator(Backend* be) : be_(be) {}
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   int local_rank() const override { return 0; }
@@ -38,12 +40,12 @@ class SingleProcessCommunicator final : public Communicator {
   }
   CommRequest reduce_scatter(const void* in, void* out, size_t n, DType t) override {
     count(CollKind::kReduceScatter, static_cast<int64_t>(n), dtype_size(t));
-    if (in != out && n > 0) std::memmove(out, in, n * dtype_size(t));
+    move(out, in, n * dtype_size(t));
     return {};
   }
   CommRequest all_gather(const void* in, void* out, size_t n, DType t) override {
     count(CollKind::kAllGather, static_cast<int64_t>(n), dtype_size(t));
-    if (in != out && n > 0) std::memmove(out, in, n * dtype_size(t));
+    move(out, in, n * dtype_size(t));
     return {};
   }
   void broadcast(void* /*buf*/, size_t bytes, int root) override {
@@ -54,6 +56,18 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce_scalars(double* /*v*/, int k, ScalarOp /*op*/) override {
     count(CollKind::kScalar, k, sizeof(double));
   }
+
+ private:
+  // in and out are the same buffer or disjoint ones (the engine's collectives never overlap
+  // partly), so the device's copy serves.
+  void move(void* out, const void* in, size_t bytes) {
+    if (in == out || bytes == 0) return;
+    if (be_)
+      be_->copy(out, in, bytes);
+    else
+      std::memmove(out, in, bytes);
+  }
+  Backend* be_;
 };
 
 // 64-bit FNV-1a.
@@ -68,8 +82,8 @@ uint64_t fnv1a(const std::string& s) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single_process_communicator() {
-  return std::make_unique<SingleProcessCommunicator>();
+std::unique_ptr<Communicator> make_single_process_communicator(Backend* be) {
+  return std::make_unique<SingleProcessCommunicator>(be);
 }
 
 // Every rank contributes (hash as four 16-bit parts, length) to its own slot of a zeroed

@@ -65,7 +65,7 @@ class Communicator {
   // out (n * world_size) = concatenation of every rank's in (n), in rank order. in may be this
   // rank's own slice of out (out + rank * n): the all-gather is then in place.
   virtual CommRequest all_gather(const void* in, void* out, size_t n, DType t) = 0;
-  // bytes of buf from rank root to every rank; blocking.
+  // bytes of device buffer buf from rank root to every rank; blocking.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Host scalars reduced over ranks in place; blocking; counted as kScalar.
@@ -85,9 +85,12 @@ class Communicator {
   CommStats stats_{};
 };
 
+class Backend;
+
 // World size 1: collectives copy (reduce-scatter / all-gather) or do nothing, and still count,
-// so a single-rank run reports the same volume formula.
-std::unique_ptr<Communicator> make_single_process_communicator();
+// so a single-rank run reports the same volume formula. Buffers live on `be`'s device and are
+// copied by it (a GPU's memory is not the host's); with be null they are host memory.
+std::unique_ptr<Communicator> make_single_process_communicator(Backend* be = nullptr);
 
 // Agrees across ranks that `what` (e.g. a hash of the config and model) is identical; error on
 // every rank naming `label` and the ranks that differ, so misconfigured launches fail fast.

@@ -17,6 +17,13 @@ class CudaBackend final : public Backend {
 #include "model/backend_kernels.inc"  // NOLINT: memory and kernel overrides
 
   cudaStream_t stream() const { return stream_; }
+#ifdef ZT_CUDA_EMU
+  // Emulated device memory is host memory, unless the emulation guards it (emu/cuda_emu.h).
+  bool host_addressable() const override { return !emu::guard_enabled(); }
+#else
+  bool host_addressable() const override { return false; }
+#endif
+  void* stream_handle() const override { return stream_; }
 
  private:
   // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:

@@ -164,5 +164,30 @@ TEST(CudaEmuDeathTest, ADeadlockIsReportedNotHung) {
   EXPECT_DEATH(launch(Dim3(1), Dim3(32), [] { divergent_shuffle(); }), "deadlock on a GPU");
 }
 
+// The guard (ZT_CUDA_EMU_GUARD=1; ctest runs this test a second time with it, as emu_guard.):
+// device memory is open inside a launch or a DeviceAccess, and a host read outside one faults.
+TEST(CudaEmuDeathTest, GuardedDeviceMemoryFaultsOnHostAccess) {
+  if (!guard_enabled())
+    GTEST_SKIP() << "ZT_CUDA_EMU_GUARD is not 1 (ctest's emu_guard. run sets it)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  int* p = static_cast<int*>(device_alloc(64 * sizeof(int)));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  launch(Dim3(1), Dim3(64), [&] { p[threadIdx.x] = (int)threadIdx.x; });
+  {
+    DeviceAccess open;
+    DeviceAccess nested;  // closing the inner one leaves the memory open
+    { DeviceAccess inner; }
+    EXPECT_EQ(p[63], 63);
+  }
+  EXPECT_DEATH(
+      {
+        volatile int x = p[5];
+        (void)x;
+      },
+      "");
+  device_free(p);
+}
+
 }  // namespace
 }  // namespace zt::emu

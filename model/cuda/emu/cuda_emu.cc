@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
@@ -225,8 +227,73 @@ int lane_id() {
   return s.current->linear % kWarp;
 }
 
+// ---- device memory and its guard ----
+namespace {
+
+struct Guard {
+  std::mutex mu;
+  std::map<void*, size_t> maps;  // guarded allocations: address -> mapped bytes
+  int open = 0;                  // DeviceAccess objects alive
+};
+Guard& guard() {
+  static Guard* g = new Guard;  // never destroyed: frees may come from static destructors
+  return *g;
+}
+const bool g_guard = [] {
+  const char* v = std::getenv("ZT_CUDA_EMU_GUARD");
+  return v && std::string(v) == "1";
+}();
+
+void protect_all(Guard& g, int prot) {
+  for (auto& [p, n] : g.maps)
+    if (mprotect(p, n, prot) != 0) die("mprotect failed on emulated device memory");
+}
+
+}  // namespace
+
+bool guard_enabled() { return g_guard; }
+
+void* device_alloc(size_t bytes) {
+  const size_t n = (bytes + 255) / 256 * 256 + 256;
+  if (!g_guard) return std::aligned_alloc(256, n);
+  const size_t page = 4096, mapped = (n + page - 1) / page * page;
+  Guard& g = guard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  void* p = mmap(nullptr, mapped, g.open ? PROT_READ | PROT_WRITE : PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  g.maps[p] = mapped;
+  return p;
+}
+
+void device_free(void* p) {
+  if (!p) return;
+  if (!g_guard) return std::free(p);
+  Guard& g = guard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  auto it = g.maps.find(p);
+  if (it == g.maps.end()) die("cudaFree of a pointer cudaMalloc did not return");
+  munmap(it->first, it->second);
+  g.maps.erase(it);
+}
+
+DeviceAccess::DeviceAccess() {
+  if (!g_guard) return;
+  Guard& g = guard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (g.open++ == 0) protect_all(g, PROT_READ | PROT_WRITE);
+}
+
+DeviceAccess::~DeviceAccess() {
+  if (!g_guard) return;
+  Guard& g = guard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (--g.open == 0) protect_all(g, PROT_NONE);
+}
+
 void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
   if (t_sched) die("a kernel launched from inside a kernel");
+  DeviceAccess access;
   const size_t threads = (size_t)block.x * block.y * block.z;
   if (threads == 0 || threads > 1024) die("block size must be 1..1024 threads");
   Scheduler s;

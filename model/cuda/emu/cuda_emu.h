@@ -14,6 +14,12 @@
 // Code using it is compiled with -ffp-contract=off, so __fmul_rn / __fadd_rn round as on the
 // GPU instead of being fused.
 //
+// Device memory is host memory, so host code that reads a device pointer would go unnoticed.
+// With ZT_CUDA_EMU_GUARD=1 it cannot: device allocations are mapped PROT_NONE and opened only
+// while an emulated call (a launch, a copy, a memset, a GEMM) runs, so a host access outside
+// one is a segmentation fault at the faulting line (DESIGN.md "Backend": host code never
+// dereferences a device pointer). Each call then costs two mprotect per allocation.
+//
 // Limits: no timing, no memory model beyond program order, no streams or events (calls run at
 // once), no NCCL or cuDNN; fibers have 256 KiB stacks; each switch costs a few hundred
 // nanoseconds, so launches of millions of threads take seconds.
@@ -37,6 +43,21 @@ enum class ThreadOrder { kForward, kReverse, kRandom };
 // How the fibers of a block are ordered within each round (all later launches on any thread).
 void set_thread_order(ThreadOrder order, uint64_t seed = 1);
 ThreadOrder thread_order();
+
+// Device memory (cudaMalloc / cudaFree): 256-byte aligned; PROT_NONE outside emulated calls
+// when guard_enabled(). device_free takes what device_alloc returned (or null).
+bool guard_enabled();
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+// Opens every device allocation for the lifetime of the object (nested and from any thread:
+// closed again when the last one ends). A no-op without the guard.
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
 
 // The indices of the running thread (valid inside a launch).
 struct ThreadIndex {

@@ -34,19 +34,21 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   ++g_mallocs;
-  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);  // cudaMalloc aligns to 256
+  *p = zt::emu::device_alloc(bytes);  // cudaMalloc aligns to 256
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* p) {
-  std::free(p);
+  zt::emu::device_free(p);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                             cudaStream_t) {
+  zt::emu::DeviceAccess access;
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  zt::emu::DeviceAccess access;
   if (bytes) std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -126,6 +128,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   if ((tb ? b->cols : b->rows) != k || dl->rows != m || dl->cols != n || c->rows != m ||
       c->cols != n)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  zt::emu::DeviceAccess access;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const float* pa = static_cast<const float*>(A);
   const float* pb = static_cast<const float*>(B);
