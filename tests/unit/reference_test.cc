@@ -3,6 +3,9 @@
 // logits (max abs diff <= 2e-4), the loss (<= 1e-5), every gradient tensor (max abs diff <=
 // 1e-4 x its max |reference|) and the losses of 10 AdamW steps (<= 1e-4), for a tiny GPT-2
 // and a tiny LLaMA with grouped-query attention.
+// With ZT_TEST_DEVICE=cuda the same checks run on the CUDA backend: on a GPU through
+// scripts/gpu_check.sh (skipped without one), and in CI on the emulation as reference_emu_test
+// (with the emulation's guard on, so no host code reads device memory).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include "model/hf_weights.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "trainer/device.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -47,16 +51,26 @@ Fixture load(const std::string& name) {
   return fx;
 }
 
+// The backend under test: ZT_TEST_DEVICE=cuda is the CUDA backend (null when no GPU is
+// visible), else the CPU backend.
+std::unique_ptr<Backend> test_backend() {
+  const char* device = std::getenv("ZT_TEST_DEVICE");
+  if (!device || std::string(device) != "cuda") return make_cpu_backend();
+  auto be = make_backend(Device::kCuda, 0, 1, 0);
+  return be.ok() ? std::move(*be) : nullptr;
+}
+
 // Model + engine loaded with the fixture's initial weights.
 struct Loaded {
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  std::unique_ptr<Communicator> comm = make_single_process_communicator();
+  std::unique_ptr<Backend> be = test_backend();
+  std::unique_ptr<Communicator> comm = make_single_process_communicator(be.get());
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Engine> engine;
 };
 
 Loaded build(const Fixture& fx, EngineOptions opt = {}) {
   Loaded l;
+  if (!l.be) return l;
   l.model = std::make_unique<Transformer>(fx.config, l.be.get(), fx.B, fx.T);
   l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), opt);
   const ParamLayout& layout = l.model->layout();
@@ -72,6 +86,7 @@ Loaded build(const Fixture& fx, EngineOptions opt = {}) {
 void check_forward_backward(const std::string& name) {
   Fixture fx = load(name);
   Loaded l = build(fx);
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
   const int V = fx.config.vocab_size;
   std::vector<float> logits((size_t)fx.B * fx.T * V), ref_logits(logits.size());
   l.model->logits(*l.engine, fx.tokens.data(), fx.B, fx.T, logits.data());
@@ -121,6 +136,7 @@ void check_adamw(const std::string& name) {
   opt.adam = {hp[1], hp[2], hp[3], hp[4], /*adam_w_mode=*/true, /*bias_correction=*/true};
   opt.gradient_clipping = 0.f;
   Loaded l = build(fx, opt);
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
   for (int s = 0; s < 10; ++s) {
     const auto r =
         l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
@@ -146,6 +162,7 @@ void check_context(const std::string& name, int max_seq_len, int T) {
     std::copy_n(fx.tokens.begin() + (size_t)b * full, T, tokens.begin() + (size_t)b * T);
   fx.T = T;
   Loaded l = build(fx);
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
   std::vector<float> logits((size_t)B * T * V), ref((size_t)B * full * V);
   l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
   ASSERT_TRUE(fx.ref.read_f32("logits", ref).ok());
