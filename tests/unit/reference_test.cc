@@ -21,7 +21,11 @@
 namespace zt {
 namespace {
 
-const std::string kFixtures = std::string(ZT_SOURCE_DIR) + "/tests/fixtures/";
+// The checkout's fixtures; ZT_SOURCE_DIR in the environment names another checkout (the GPU
+// bundle of scripts/gpu_check.sh runs on a machine where this build's path does not exist).
+const std::string kFixtures =
+    std::string(std::getenv("ZT_SOURCE_DIR") ? std::getenv("ZT_SOURCE_DIR") : ZT_SOURCE_DIR) +
+    "/tests/fixtures/";
 
 struct Fixture {
   ModelConfig config;
