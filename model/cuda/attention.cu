@@ -1,183 +1,222 @@
-// Causal attention with grouped-query K/V (equations in model/cpu/attention.cc). One warp per
-// (b, h, t) query row: a plain reference kernel, correct on any shape, behind the
-// FlashAttention-style interface (only the log-sum-exp is kept between forward and backward):
-// it computes its (B,NH,T,T) probabilities in workspace held for the call (so the CUDA
-// backend still needs T x T transiently, counted by the tracker), and the backward rebuilds
-// them from lse. A tiled (flash) kernel replaces it once the GPU checks run.
+// Causal attention with grouped-query K/V, tiled as FlashAttention-2 (Dao 2023), in fp32.
+// Math as model/cpu/attention.cc: per (b, h, t), s_j = q_t . k_j / sqrt(hd) for j <= t,
+// a = softmax(s), out_t = sum_j a_j v_j; query head h reads kv head h / (NH / KVH), and no K/V
+// is replicated per query head.
+//
+// Forward: a block is a tile of kTile query rows of one (b, h), one thread per row. It walks
+// the key tiles up to its last row, staging K and V in shared memory, and keeps per row the
+// running max m, the running sum l and the unnormalised output (online softmax: Milakov &
+// Gimelshein 2018). It saves lse_t = m + log l, so nothing of size T x T exists, in the forward
+// or the backward.
+// Backward, from lse alone (the interface has no saved output):
+//   a_j = exp(s_j - lse_t);  dp_j = dout_t . v_j;  D_t = sum_j a_j dp_j;
+//   ds_j = a_j (dp_j - D_t);  dq_t += ds_j k_j / sqrt(hd);
+//   dk_j += sum_t ds_j q_t / sqrt(hd);  dv_j += sum_t a_j dout_t  (t >= j, over the group's heads)
+// Two kernels: one thread per query row computes D_t (a first pass over the keys) and dq_t; one
+// thread per key row computes dk_j and dv_j over every query row of every head of its group.
+// Every gradient element has one writer adding in a fixed order: no atomics, and two runs give
+// the same bits.
+#include "common/status.h"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
 namespace {
 
+constexpr int kTile = 32;     // rows per block (one warp) and per staged tile
+constexpr int kMaxHd = 128;   // head sizes up to LLaMA's 128
+
 struct AttnShape {
   int B, T, NH, KVH, hd, row, group;
   float scale;
+  __host__ __device__ size_t q(int b, int t, int h) const { return ((size_t)b * T + t) * row + (size_t)h * hd; }
+  __host__ __device__ size_t k(int b, int t, int kvh) const { return q(b, t, NH + kvh); }
+  __host__ __device__ size_t v(int b, int t, int kvh) const { return q(b, t, NH + KVH + kvh); }
+  __host__ __device__ size_t o(int b, int t, int h) const { return ((size_t)b * T + t) * NH * hd + (size_t)h * hd; }
 };
 
-// The query row w = (b, h, t) a warp works on, its kv head, and its q vector.
-struct AttnRow {
-  int t, h, b, kvh;
-  const float* q;
-  __device__ AttnRow(size_t w, const float* qkv, const AttnShape& s)
-      : t(w % s.T),
-        h((w / s.T) % s.NH),
-        b(w / ((size_t)s.T * s.NH)),
-        kvh(h / s.group),
-        q(qkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd) {}
-  __device__ const float* k(const float* qkv, int t2, const AttnShape& s) const {
-    return qkv + ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
-  }
-};
+__device__ inline float dot(const float* x, const float* y, int n) {
+  float d = 0.f;
+  for (int i = 0; i < n; ++i) d += x[i] * y[i];
+  return d;
+}
 
-// Query row w = (b, h, t) by one warp: probabilities into a (T floats, zero past t), the
-// log-sum-exp into *lse_w, the output into o (hd).
-__device__ void attend_row(size_t w, float* o, float* a, float* lse_w, const float* qkv,
-                           const AttnShape& s, int lane) {
-  const AttnRow r(w, qkv, s);
-  const int t = r.t, b = r.b, kvh = r.kvh;
-  const float* q = r.q;
-  float maxv = -INFINITY;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float* k = r.k(qkv, t2, s);
-    float d = 0.f;
-    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
-    a[t2] = d * s.scale;
-    maxv = fmaxf(maxv, a[t2]);
-  }
-  maxv = warp_max(maxv);
-  float sum = 0.f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    a[t2] = expf(a[t2] - maxv);
-    sum += a[t2];
-  }
-  const float total = warp_sum(sum);
-  const float inv = 1.f / total;
-  if (lane == 0) *lse_w = maxv + logf(total);
-  for (int t2 = lane; t2 < s.T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.f;
-  __syncwarp();
-  for (int i = lane; i < s.hd; i += 32) {
-    float acc = 0.f;
-    for (int t2 = 0; t2 <= t; ++t2)
-      acc += a[t2] * qkv[((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + s.KVH + kvh) * s.hd + i];
-    o[i] = acc;
+// Rows [r0, r0 + kTile) of head `head`'s part of src (row-major rows of s.row floats; rows past
+// T left alone) into tile, cooperatively and coalesced.
+__device__ void stage(float (*tile)[kMaxHd], const float* src, int b, int r0, int head,
+                      const AttnShape& s, size_t row_stride, size_t seq_stride) {
+  for (int e = threadIdx.x; e < kTile * s.hd; e += blockDim.x) {
+    const int r = e / s.hd, i = e % s.hd;
+    if (r0 + r < s.T)
+      tile[r][i] = src[(size_t)b * seq_stride + (size_t)(r0 + r) * row_stride +
+                       (size_t)head * s.hd + i];
   }
 }
 
-__global__ void attention_forward_kernel(float* out, float* att, float* lse, const float* qkv,
-                                         AttnShape s) {
-  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  if (w >= (size_t)s.B * s.NH * s.T) return;
-  const AttnRow r(w, qkv, s);
-  float* o = out + ((size_t)r.b * s.T + r.t) * s.NH * s.hd + (size_t)r.h * s.hd;
-  attend_row(w, o, att + w * s.T, lse + w, qkv, s, threadIdx.x % 32);
-}
-
-// attention_decode: the forward's row T - 1 of every head h (B = 1), writing out (NH*hd), the
-// probabilities att (NH, T) and lse (NH).
-__global__ void attention_decode_kernel(float* out, float* att, float* lse, const float* qkv,
-                                        AttnShape s) {
-  const size_t h = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  if (h >= (size_t)s.NH) return;
-  attend_row(h * s.T + (s.T - 1), out + h * s.hd, att + h * s.T, lse + h, qkv, s, threadIdx.x % 32);
-}
-
-// att[w][t2] = exp(q_t . k_t2 * scale - lse[w]) for t2 <= t, else 0: the forward's
-// probabilities, from its log-sum-exp.
-__global__ void attention_probs_kernel(float* att, const float* lse, const float* qkv,
-                                       AttnShape s) {
-  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= (size_t)s.B * s.NH * s.T) return;
-  const AttnRow r(w, qkv, s);
-  const float* q = r.q;
-  float* a = att + w * s.T;
-  for (int t2 = lane; t2 < s.T; t2 += 32) {
-    if (t2 > r.t) {
-      a[t2] = 0.f;
-      continue;
+// Query rows q_first + tile * kTile + threadIdx.x of (b = blockIdx.z, h = blockIdx.y): out and
+// lse hold rows q_first..T-1 of each (b, h) (all of them in training; the last for decoding).
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, AttnShape s,
+                                     int q_first) {
+  __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
+  const int t = q_first + blockIdx.x * kTile + threadIdx.x;
+  const int last = min(s.T - 1, q_first + (int)(blockIdx.x + 1) * kTile - 1);
+  const bool live = t < s.T;
+  float q[kMaxHd], o[kMaxHd];
+  for (int i = 0; i < s.hd; ++i) {
+    q[i] = live ? qkv[s.q(b, t, h) + i] : 0.f;
+    o[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int j0 = 0; j0 <= last; j0 += kTile) {
+    __syncthreads();  // the previous tile is no longer read
+    stage(ks, qkv, b, j0, s.NH + kvh, s, s.row, (size_t)s.T * s.row);
+    stage(vs, qkv, b, j0, s.NH + s.KVH + kvh, s, s.row, (size_t)s.T * s.row);
+    __syncthreads();
+    const int n = live ? min(kTile, t - j0 + 1) : 0;
+    if (n <= 0) continue;
+    float sc[kTile], mt = m;
+    for (int c = 0; c < n; ++c) {
+      sc[c] = dot(q, ks[c], s.hd) * s.scale;
+      mt = fmaxf(mt, sc[c]);
     }
-    const float* k = r.k(qkv, t2, s);
-    float d = 0.f;
-    for (int i = 0; i < s.hd; ++i) d += q[i] * k[i];
-    a[t2] = expf(d * s.scale - lse[w]);
+    const float corr = expf(m - mt);  // 0 on the first tile (m = -inf)
+    l *= corr;
+    for (int i = 0; i < s.hd; ++i) o[i] *= corr;
+    for (int c = 0; c < n; ++c) {
+      const float p = expf(sc[c] - mt);
+      l += p;
+      for (int i = 0; i < s.hd; ++i) o[i] += p * vs[c][i];
+    }
+    m = mt;
+  }
+  if (!live) return;
+  const int rows = s.T - q_first, r = t - q_first;
+  float* y = out + ((size_t)b * rows + r) * s.NH * s.hd + (size_t)h * s.hd;
+  const float inv = 1.f / l;
+  for (int i = 0; i < s.hd; ++i) y[i] = o[i] * inv;
+  lse[((size_t)b * s.NH + h) * rows + r] = m + logf(l);
+}
+
+// dq_t (added into dqkv) and D_t (into d_rows, (B, NH, T)) for query row t of (b, h).
+__global__ void flash_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout,
+                                         const float* qkv, const float* lse, AttnShape s) {
+  __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
+  const int t = blockIdx.x * kTile + threadIdx.x;
+  const int last = min(s.T - 1, (int)(blockIdx.x + 1) * kTile - 1);
+  const bool live = t < s.T;
+  float q[kMaxHd], dy[kMaxHd], dq[kMaxHd];
+  for (int i = 0; i < s.hd; ++i) {
+    q[i] = live ? qkv[s.q(b, t, h) + i] : 0.f;
+    dy[i] = live ? dout[s.o(b, t, h) + i] : 0.f;
+    dq[i] = 0.f;
+  }
+  const float lse_t = live ? lse[((size_t)b * s.NH + h) * s.T + t] : 0.f;
+  float D = 0.f;
+  for (int pass = 0; pass < 2; ++pass)  // 0: D_t; 1: dq_t
+    for (int j0 = 0; j0 <= last; j0 += kTile) {
+      __syncthreads();
+      stage(ks, qkv, b, j0, s.NH + kvh, s, s.row, (size_t)s.T * s.row);
+      stage(vs, qkv, b, j0, s.NH + s.KVH + kvh, s, s.row, (size_t)s.T * s.row);
+      __syncthreads();
+      const int n = live ? min(kTile, t - j0 + 1) : 0;
+      for (int c = 0; c < n; ++c) {
+        const float a = expf(dot(q, ks[c], s.hd) * s.scale - lse_t);
+        const float dp = dot(dy, vs[c], s.hd);
+        if (pass == 0) {
+          D += a * dp;
+        } else {
+          const float ds = a * (dp - D) * s.scale;
+          for (int i = 0; i < s.hd; ++i) dq[i] += ds * ks[c][i];
+        }
+      }
+    }
+  if (!live) return;
+  float* g = dqkv + s.q(b, t, h);
+  for (int i = 0; i < s.hd; ++i) g[i] += dq[i];
+  d_rows[((size_t)b * s.NH + h) * s.T + t] = D;
+}
+
+// dk_j and dv_j (added into dqkv) for key row j of (b, kv head blockIdx.y), over the query rows
+// t >= j of every query head of its group.
+__global__ void flash_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout,
+                                          const float* qkv, const float* lse, AttnShape s) {
+  __shared__ float qs[kTile][kMaxHd], dys[kTile][kMaxHd];
+  __shared__ float lses[kTile], ds_rows[kTile];
+  const int b = blockIdx.z, kvh = blockIdx.y;
+  const int j0 = blockIdx.x * kTile, j = j0 + threadIdx.x;
+  const bool live = j < s.T;
+  float k[kMaxHd], v[kMaxHd], dk[kMaxHd], dv[kMaxHd];
+  for (int i = 0; i < s.hd; ++i) {
+    k[i] = live ? qkv[s.k(b, j, kvh) + i] : 0.f;
+    v[i] = live ? qkv[s.v(b, j, kvh) + i] : 0.f;
+    dk[i] = dv[i] = 0.f;
+  }
+  for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
+    for (int t0 = j0; t0 < s.T; t0 += kTile) {
+      __syncthreads();
+      stage(qs, qkv, b, t0, h, s, s.row, (size_t)s.T * s.row);
+      stage(dys, dout, b, t0, h, s, (size_t)s.NH * s.hd, (size_t)s.T * s.NH * s.hd);
+      const size_t bh = ((size_t)b * s.NH + h) * s.T;
+      if (t0 + (int)threadIdx.x < s.T) {
+        lses[threadIdx.x] = lse[bh + t0 + threadIdx.x];
+        ds_rows[threadIdx.x] = d_rows[bh + t0 + threadIdx.x];
+      }
+      __syncthreads();
+      if (!live) continue;
+      for (int r = max(0, j - t0); r < kTile && t0 + r < s.T; ++r) {
+        const float a = expf(dot(qs[r], k, s.hd) * s.scale - lses[r]);
+        const float dp = dot(dys[r], v, s.hd);
+        const float ds = a * (dp - ds_rows[r]) * s.scale;
+        for (int i = 0; i < s.hd; ++i) {
+          dv[i] += a * dys[r][i];
+          dk[i] += ds * qs[r][i];
+        }
+      }
+    }
+  if (!live) return;
+  float* gk = dqkv + s.k(b, j, kvh);
+  float* gv = dqkv + s.v(b, j, kvh);
+  for (int i = 0; i < s.hd; ++i) {
+    gk[i] += dk[i];
+    gv[i] += dv[i];
   }
 }
 
-__global__ void attention_backward_kernel(float* dqkv, float* da_all, const float* dout,
-                                          const float* qkv, const float* att, AttnShape s) {
-  const size_t w = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= (size_t)s.B * s.NH * s.T) return;
-  const AttnRow r(w, qkv, s);
-  const int t = r.t, h = r.h, b = r.b, kvh = r.kvh;
-  const float* a = att + w * s.T;
-  float* da = da_all + w * s.T;
-  const float* q = r.q;
-  const float* dy = dout + ((size_t)b * s.T + t) * s.NH * s.hd + (size_t)h * s.hd;
-  float dot = 0.f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const size_t r2 = ((size_t)b * s.T + t2) * s.row;
-    const float* v = qkv + r2 + (size_t)(s.NH + s.KVH + kvh) * s.hd;
-    float* dv = dqkv + r2 + (size_t)(s.NH + s.KVH + kvh) * s.hd;
-    float d = 0.f;
-    for (int i = 0; i < s.hd; ++i) {
-      d += dy[i] * v[i];
-      atomicAdd(&dv[i], a[t2] * dy[i]);
-    }
-    da[t2] = d;
-    dot += a[t2] * d;
-  }
-  dot = warp_sum(dot);
-  for (int t2 = lane; t2 <= t; t2 += 32) da[t2] = a[t2] * (da[t2] - dot) * s.scale;  // ds
-  __syncwarp();
-  float* dq = dqkv + ((size_t)b * s.T + t) * s.row + (size_t)h * s.hd;
-  for (int i = lane; i < s.hd; i += 32) {
-    float acc = 0.f;
-    for (int t2 = 0; t2 <= t; ++t2) {
-      const size_t r2 = ((size_t)b * s.T + t2) * s.row + (size_t)(s.NH + kvh) * s.hd;
-      acc += da[t2] * qkv[r2 + i];
-      atomicAdd(&dqkv[r2 + i], da[t2] * q[i]);
-    }
-    dq[i] += acc;
-  }
+AttnShape shape(int B, int T, int NH, int KVH, int hd) {
+  ZT_CHECK(hd >= 1 && hd <= kMaxHd && NH % KVH == 0);
+  return {B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, 1.f / std::sqrt((float)hd)};
 }
 
 }  // namespace
 
 void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
                                     int KVH, int hd) {
-  const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  // (B,NH,T,T) scratch for the reference kernel, through the tracked pool (workspace): the
-  // device-memory limit sees it.
-  DeviceBuffer att(this, (size_t)B * NH * T * T * sizeof(float), MemCategory::kWorkspace);
-  launch_kernel(attention_forward_kernel, blocks_for((size_t)B * NH * T * 32), kThreads, stream_,
-                out, att.f32(), lse, qkv, s);
+  const AttnShape s = shape(B, T, NH, KVH, hd);
+  const dim3 grid((T + kTile - 1) / kTile, NH, B);
+  launch_kernel(flash_forward_kernel, grid, kTile, stream_, out, lse, qkv, s, 0);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH, int hd) {
-  // Rows w = h * T + (T - 1) of the forward kernel (B = 1), one warp each; lse and the
-  // (NH, T) probabilities go to workspace.
-  const AttnShape s{1, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  DeviceBuffer att(this, (size_t)NH * T * sizeof(float), MemCategory::kWorkspace),
-      lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
-  launch_kernel(attention_decode_kernel, blocks_for((size_t)NH * 32), kThreads, stream_, out,
-                att.f32(), lse.f32(), qkv, s);
+  // Query row T - 1 of every head (B = 1): one live thread per head, over all T keys.
+  const AttnShape s = shape(1, T, NH, KVH, hd);
+  DeviceBuffer lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
+  launch_kernel(flash_forward_kernel, dim3(1, NH, 1), kTile, stream_, out, lse.f32(), qkv, s,
+                T - 1);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                      const float* lse, int B, int T, int NH, int KVH, int hd) {
-  const AttnShape s{B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, rsqrtf((float)hd)};
-  const size_t bytes = (size_t)B * NH * T * T * sizeof(float);
-  // The probabilities and the ds rows, through the tracked pool (workspace).
-  DeviceBuffer att(this, bytes, MemCategory::kWorkspace),
-      scratch(this, bytes, MemCategory::kWorkspace);
-  const unsigned blocks = blocks_for((size_t)B * NH * T * 32);
-  launch_kernel(attention_probs_kernel, blocks, kThreads, stream_, att.f32(), lse, qkv, s);
+  const AttnShape s = shape(B, T, NH, KVH, hd);
+  DeviceBuffer d_rows(this, (size_t)B * NH * T * sizeof(float), MemCategory::kWorkspace);
+  const unsigned tiles = (T + kTile - 1) / kTile;
+  launch_kernel(flash_backward_dq_kernel, dim3(tiles, NH, B), kTile, stream_, dqkv, d_rows.f32(),
+                dout, qkv, lse, s);
   ZT_CHECK_CUDA(cudaGetLastError());
-  launch_kernel(attention_backward_kernel, blocks, kThreads, stream_, dqkv, scratch.f32(), dout,
-                qkv, att.f32(), s);
+  launch_kernel(flash_backward_dkv_kernel, dim3(tiles, KVH, B), kTile, stream_, dqkv,
+                d_rows.f32(), dout, qkv, lse, s);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
