@@ -16,6 +16,25 @@ enum class DType { kF32, kBF16, kF16 };
 
 // Bytes per element: 4, 2, 2.
 constexpr size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// A read-only typed view of device memory: a pointer and its dtype (shapes travel as the
+// kernels' int arguments, as in llm.c). Parameters reach the kernels this way, so a GPU can feed
+// bf16 weights to its tensor cores while the CPU backend sees fp32 (Backend::weight_dtype).
+// Converts implicitly from a const float*; + moves by elements; null when data is.
+struct TensorView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  TensorView() = default;
+  TensorView(const float* p) : data(p) {}  // NOLINT: fp32 pointers are views
+  TensorView(std::nullptr_t) {}            // NOLINT
+  TensorView(const void* p, DType t) : data(p), dtype(t) {}
+  TensorView operator+(size_t elements) const {
+    return {static_cast<const char*>(data) + elements * dtype_size(dtype), dtype};
+  }
+  explicit operator bool() const { return data != nullptr; }
+  // The fp32 pointer of an fp32 view (null otherwise): for kernels that take only fp32.
+  const float* f32() const { return dtype == DType::kF32 ? static_cast<const float*>(data) : nullptr; }
+};
 std::string_view dtype_name(DType t);
 // Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; error names the accepted spellings.
 absl::StatusOr<DType> parse_dtype(std::string_view s);

@@ -1,7 +1,10 @@
 // The backend interface: memory on one device (host or a CUDA GPU) and the kernels the
 // transformer needs. Model, ZeRO and offload code never dereference a device pointer on the
-// host; they call these operations (DESIGN.md "Backend"). Every kernel computes in fp32.
-// Tensor arguments are device pointers to row-major fp32 arrays; shapes are in the comments.
+// host; they call these operations (DESIGN.md "Backend"). Every kernel accumulates in fp32.
+// Tensor arguments are device pointers to row-major fp32 arrays, shapes in the comments, except
+// parameters (TensorView: fp32, bf16 or fp16, in the dtype weight_dtype() asks for; a backend
+// accepts any of them, and a GEMM on a 16-bit weight rounds its other operand to that dtype, as
+// PyTorch's autocast does).
 // Backward kernels ACCUMULATE into parameter gradients (+=) and, unless stated, into input
 // gradients too, so gradient accumulation and tied weights need no extra pass.
 #pragma once
@@ -38,6 +41,10 @@ class Backend {
   // The stream the kernels run on, as a cudaStream_t (null on the CPU): NCCL orders its
   // collectives after it.
   virtual void* stream_handle() const { return nullptr; }
+  // The dtype parameters stored in `working` reach this backend's kernels in: fp32 on the CPU
+  // (the engine widens a 16-bit unit once per fetch; its kernels are fp32), the working dtype
+  // itself on a GPU (no fp32 copy; bf16/fp16 GEMMs on tensor cores with fp32 accumulation).
+  virtual DType weight_dtype(DType /*working*/) const { return DType::kF32; }
   MemoryTracker& tracker() { return tracker_; }
   // Caps the bytes allocated on this device (live, every category; 0: no cap, the default).
   // An allocation past it throws DeviceMemoryLimitExceeded (common/memory.h). This is how a
@@ -47,12 +54,12 @@ class Backend {
 
   // ---- kernels ----
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void matmul_forward(float* out, const float* inp, TensorView weight, TensorView bias,
                               int N, int C, int OC) = 0;
   // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
   // dinp and dbias may be null.
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+                               const float* inp, TensorView weight, int N, int C, int OC) = 0;
   // out (B,T,C) fp32 = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
   // stored), so a lookup widens only the rows it reads.
@@ -63,15 +70,15 @@ class Backend {
                                   int B, int T, int C) = 0;
   // LayerNorm (Ba et al.): y = (x - mean) * rstd * w + b per row; saves mean, rstd (N).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* w, const float* b, int N, int C, float eps) = 0;
+                                 TensorView w, TensorView b, int N, int C, float eps) = 0;
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                  const float* inp, const float* w, const float* mean,
+                                  const float* inp, TensorView w, const float* mean,
                                   const float* rstd, int N, int C) = 0;
   // RMSNorm (Zhang & Sennrich): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w, int N,
                                int C, float eps) = 0;
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                const float* w, const float* rstd, int N, int C) = 0;
+                                TensorView w, const float* rstd, int N, int C) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
   // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
   // position pos0 + t (0 for a whole sequence; the decode step's position for one row).

@@ -53,6 +53,7 @@ static const float* at(const float* base, size_t off) {
   return off == kNone ? nullptr : base + off;
 }
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
+static TensorView at(TensorView base, size_t off) { return off == kNone ? nullptr : base + off; }
 // Element `off` of a unit stored in dtype t (fetch_stored).
 static const void* at(const void* base, DType t, size_t off) {
   return off == kNone ? nullptr : static_cast<const char*>(base) + off * dtype_size(t);
@@ -144,8 +145,8 @@ void Transformer::restore_checkpoint(int i) {
                       sizeof(float) * B_ * T_ * config_.hidden);
 }
 
-void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                               const float* b, int N) {
+void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, TensorView w,
+                               TensorView b, int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
     be_->layernorm_forward(out, mean, rstd, x, w, b, N, C, config_.norm_eps);
@@ -154,7 +155,7 @@ void Transformer::norm_forward(float* out, float* mean, float* rstd, const float
 }
 
 void Transformer::norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                                const float* w, const float* mean, const float* rstd, int N) {
+                                TensorView w, const float* mean, const float* rstd, int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
     be_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
@@ -180,7 +181,7 @@ void Transformer::block_forward(UnitEngine& e, int l) {
   e.release(u);
 }
 
-void Transformer::block_compute(const float* p, int l) {
+void Transformer::block_compute(TensorView p, int l) {
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
@@ -198,7 +199,7 @@ void Transformer::block_compute(const float* p, int l) {
              b.ln2_rstd.f32(), b.fc.f32(), b.act.f32(), block_input(l + 1), N);
 }
 
-void Transformer::block_tail(const float* p, const float* x, const float* atty, float* mid,
+void Transformer::block_tail(TensorView p, const float* x, const float* atty, float* mid,
                              float* ln2, float* ln2_mean, float* ln2_rstd, float* fc, float* act,
                              float* out, int N) {
   const ModelConfig& c = config_;
@@ -224,8 +225,8 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, V = c.vocab_size;
   const int hu = layout_.head_unit(), eu = layout_.embedding_unit();
-  const float* ph = e.fetch(hu);
-  const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
+  const TensorView ph = e.fetch(hu);
+  const TensorView pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
   const float* x = block_input(c.n_layer);
   float* lnf = a_->lnf.f32();
   norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
@@ -289,7 +290,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
   const size_t NC = (size_t)N * C;
   const int u = layout_.block_unit(l);
-  const float* p = e.fetch(u);
+  const TensorView p = e.fetch(u);
   float* g = e.grads(u);
   BlockActs& b = acts_of(l);
   float* dx = a_->dx.f32();  // in: d x[l+1]; out: d x[l]
@@ -388,7 +389,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
   e.release(eu);
   for (int l = 0; l < c.n_layer; ++l) {
     const int u = layout_.block_unit(l);
-    const float* p = e.fetch(u);
+    const TensorView p = e.fetch(u);
     norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), p + o.ln1w, at(p, o.ln1b), 1);
     float* row = cache_[l].f32() + (size_t)pos * QKV;  // this position's q, k, v
     be_->matmul_forward(row, ln.f32(), p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
@@ -401,8 +402,8 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
     e.release(u);
   }
   const int hu = layout_.head_unit();
-  const float* ph = e.fetch(hu);
-  const float* pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
+  const TensorView ph = e.fetch(hu);
+  const TensorView pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
   norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), ph + o.lnfw, at(ph, o.lnfb), 1);
   be_->matmul_forward(logits.f32(), ln.f32(), pw, nullptr, 1, C, V);
   be_->copy_to_host(logits_host, logits.data(), sizeof(float) * V);

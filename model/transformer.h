@@ -73,15 +73,15 @@ class Transformer {
   float* block_input(int l);    // x into block l (l = n_layer: into the head)
   void embed(UnitEngine& e, const int* tokens, int B, int T);
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
-  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                    const float* b, int N);
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, TensorView w,
+                    TensorView b, int N);
   void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                     const float* w, const float* mean, const float* rstd, int N);
+                     TensorView w, const float* mean, const float* rstd, int N);
   void block_forward(UnitEngine& e, int l);
-  void block_compute(const float* p, int l);  // block l's forward with parameters p
+  void block_compute(TensorView p, int l);  // block l's forward with parameters p
   // The rest of a block's forward after attention, rows N: mid = x + atty W_o, ln2 = norm(mid),
   // the MLP into fc and act, out = mid + act W_fc_out (out may be x).
-  void block_tail(const float* p, const float* x, const float* atty, float* mid, float* ln2,
+  void block_tail(TensorView p, const float* x, const float* atty, float* mid, float* ln2,
                   float* ln2_mean, float* ln2_rstd, float* fc, float* act, float* out, int N);
   void block_backward(UnitEngine& e, int l);
   // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.

@@ -10,15 +10,18 @@ namespace zt {
 class UnitEngine {
  public:
   virtual ~UnitEngine() = default;
-  // fp32 parameters of `unit` (the unit's flat layout, ParamLayout order) on the device, valid
-  // until the matching release(unit). Calls nest: a unit fetched twice needs two releases.
-  virtual const float* fetch(int unit) = 0;
+  // The parameters of `unit` (the unit's flat layout, ParamLayout order) on the device, in the
+  // dtype the backend's kernels take (Backend::weight_dtype: fp32 on the CPU, the working dtype
+  // on a GPU), valid until the matching release(unit). Calls nest: a unit fetched twice needs
+  // two releases.
+  virtual TensorView fetch(int unit) = 0;
   // The same parameters as stored, in their working dtype (*t: fp32, bf16 or fp16), with no fp32
   // copy made: for callers that read a few rows of a large unit (the embedding lookup). Released
   // by release(unit) like fetch().
   virtual const void* fetch_stored(int unit, DType* t) {
-    *t = DType::kF32;
-    return fetch(unit);
+    const TensorView v = fetch(unit);
+    *t = v.dtype;
+    return v.data;
   }
   virtual void release(int unit) = 0;
   // fp32 gradient accumulator of `unit` (same layout) on the device; backward kernels add

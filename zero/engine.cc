@@ -333,16 +333,16 @@ const void* Engine::fetch_stored(int u, DType* t) {
   return s.whole_params();
 }
 
-const float* Engine::fetch(int u) {
+TensorView Engine::fetch(int u) {
   DType t;
   const void* p = fetch_stored(u, &t);
-  if (t == DType::kF32) return static_cast<const float*>(p);
+  if (be_->weight_dtype(t) == t) return {p, t};
   UnitState& s = unit(u);
   if (!s.fetched.data()) {  // one fp32 view while the unit is live, however often fetched
     s.fetched = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
     be_->convert(p, t, s.fetched.data(), DType::kF32, s.padded);
   }
-  return s.fetched.f32();
+  return TensorView(s.fetched.f32());
 }
 
 void Engine::release(int u) {

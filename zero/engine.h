@@ -106,7 +106,7 @@ class Engine final : public UnitEngine {
   // The averaged gradient the next step() will use, as fp32 (collective in stages 1-3).
   void get_unit_grads(int u, std::span<float> host);
 
-  const float* fetch(int unit) override;
+  TensorView fetch(int unit) override;
   const void* fetch_stored(int unit, DType* t) override;
   void release(int unit) override;
   float* grads(int unit) override;

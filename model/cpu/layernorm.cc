@@ -13,7 +13,10 @@
 namespace zt {
 
 void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* w, const float* b, int N, int C, float eps) {
+                                   TensorView w_v, TensorView b_v, int N, int C, float eps) {
+  std::vector<float> wt, bt;
+  const float* w = widen(w_v, C, wt);
+  const float* b = widen(b_v, C, bt);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + (size_t)n * C;
@@ -32,8 +35,10 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
 }
 
 void CpuBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                    const float* inp, const float* w, const float* mean,
+                                    const float* inp, TensorView w_v, const float* mean,
                                     const float* rstd, int N, int C) {
+  std::vector<float> wt;
+  const float* w = widen(w_v, C, wt);
   // Per-thread partial dw/db, reduced at the end: rows run in parallel without races.
   const int nt = omp_get_max_threads();
   std::vector<float> part((size_t)nt * 2 * C, 0.f);

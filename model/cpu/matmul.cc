@@ -5,8 +5,12 @@
 
 namespace zt {
 
-void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC) {
+void CpuBackend::matmul_forward(float* out, const float* inp, TensorView weight_v,
+                                TensorView bias_v, int N, int C, int OC) {
+  std::vector<float> wt, bt, it;
+  const float* weight = widen(weight_v, (size_t)OC * C, wt);
+  const float* bias = widen(bias_v, OC, bt);
+  inp = round_to(inp, (size_t)N * C, weight_v.dtype, it);
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T. One row (a decoding step) is a matrix-vector
   // product: sgemm would first copy the whole weight into its packed layout.
   if (N == 1)
@@ -21,8 +25,12 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* weigh
   }
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, int N, int C, int OC) {
+void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout_f32,
+                                 const float* inp, TensorView weight_v, int N, int C, int OC) {
+  std::vector<float> wt, it, dt;
+  const float* weight = widen(weight_v, (size_t)OC * C, wt);
+  inp = round_to(inp, (size_t)N * C, weight_v.dtype, it);
+  const float* dout = round_to(dout_f32, (size_t)N * OC, weight_v.dtype, dt);
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C, 1.f,
@@ -34,7 +42,7 @@ void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, cons
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; ++o) {
       float s = 0.f;
-      for (int n = 0; n < N; ++n) s += dout[(size_t)n * OC + o];
+      for (int n = 0; n < N; ++n) s += dout_f32[(size_t)n * OC + o];
       dbias[o] += s;
     }
   }

@@ -11,8 +11,10 @@
 
 namespace zt {
 
-void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
-                                 int C, float eps) {
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w_v,
+                                 int N, int C, float eps) {
+  std::vector<float> wt;
+  const float* w = widen(w_v, C, wt);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + (size_t)n * C;
@@ -26,7 +28,9 @@ void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, cons
 }
 
 void CpuBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                  const float* w, const float* rstd, int N, int C) {
+                                  TensorView w_v, const float* rstd, int N, int C) {
+  std::vector<float> wt;
+  const float* w = widen(w_v, C, wt);
   const int nt = omp_get_max_threads();
   std::vector<float> part((size_t)nt * C, 0.f);
 #pragma omp parallel

@@ -24,6 +24,8 @@ class CudaBackend final : public Backend {
   bool host_addressable() const override { return false; }
 #endif
   void* stream_handle() const override { return stream_; }
+  // Parameters as stored: 16-bit GEMMs run on tensor cores (model/cuda/matmul.cu).
+  DType weight_dtype(DType working) const override { return working; }
 
  private:
   // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:
@@ -31,9 +33,12 @@ class CudaBackend final : public Backend {
   // inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics across rows.
   void norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
                         const float* mean, const float* rstd, int N, int C);
-  // C (rows m, cols n; row-major) = op(A) op(B) with fp32 accumulation, beta 0 or 1.
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* A, int lda,
-            const float* B, int ldb, float* C, int ldc, float beta);
+  // C (rows m, cols n; row-major, fp32) = op(A) op(B) + beta C, A and B of dtype ab_t, with
+  // fp32 accumulation; beta 0 or 1.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+            const void* B, int ldb, DType ab_t, float* C, int ldc, float beta);
+  // x (n, fp32) rounded to t into buf (workspace), or x itself when t is fp32.
+  const void* rounded(const float* x, size_t n, DType t, DeviceBuffer& buf);
   int device_;
   // Freed blocks by exact (256-rounded) size, reused without cudaMalloc, cudaFree or a stream
   // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.

@@ -73,6 +73,8 @@ __device__ inline float load_as_f32(const void* p, DType t, size_t i) {
   return 0.f;
 }
 
+__device__ inline float load_as_f32(TensorView v, size_t i) { return load_as_f32(v.data, v.dtype, i); }
+
 __device__ inline void store_from_f32(void* p, DType t, size_t i, float v) {
   switch (t) {  // round-to-nearest-even, as common/dtype.h on the host
     case DType::kF32: static_cast<float*>(p)[i] = v; break;

@@ -7,7 +7,7 @@ namespace zt {
 namespace {
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* w, const float* b, int N, int C, float eps) {
+                                         TensorView w, TensorView b, int N, int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + (size_t)row * C;
@@ -18,12 +18,12 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   const float r = rsqrtf(warp_sum(v) / C + eps);
   float* y = out + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * w[c] + b[c];
+  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * load_as_f32(w, c) + load_as_f32(b, c);
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
 __global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, const float* dout,
-                                          const float* inp, const float* w, const float* mean,
+                                          const float* inp, TensorView w, const float* mean,
                                           const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -32,7 +32,7 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, con
   const float m = mean[row], r = rstd[row];
   float a = 0.f, bsum = 0.f;
   for (int c = lane; c < C; c += 32) {
-    const float xhat = (x[c] - m) * r, dxhat = dy[c] * w[c];
+    const float xhat = (x[c] - m) * r, dxhat = dy[c] * load_as_f32(w, c);
     a += dxhat;
     bsum += dxhat * xhat;
   }
@@ -40,7 +40,7 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, con
   float* dx = dinp + (size_t)row * C;
   for (int c = lane; c < C; c += 32) {
     const float xhat = (x[c] - m) * r;
-    dx[c] += r * (dy[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+    dx[c] += r * (dy[c] * load_as_f32(w, c) - mean_dxhat - xhat * mean_dxhat_xhat);
   }
 }
 
@@ -65,14 +65,14 @@ __global__ void norm_param_grad_kernel(float* dw, float* db, const float* dout, 
 }  // namespace
 
 void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                    const float* w, const float* b, int N, int C, float eps) {
+                                    TensorView w, TensorView b, int N, int C, float eps) {
   launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
                 rstd, inp, w, b, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                     const float* inp, const float* w, const float* mean,
+                                     const float* inp, TensorView w, const float* mean,
                                      const float* rstd, int N, int C) {
   launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
                 db, dout, inp, w, mean, rstd, N, C);
@@ -82,8 +82,8 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
 
 void CudaBackend::norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
                                    const float* mean, const float* rstd, int N, int C) {
-  launch_kernel(norm_param_grad_kernel, blocks_for((size_t)C), kThreads, stream_, dw, db, dout,
-                inp, mean, rstd, N, C);
+  launch_kernel(norm_param_grad_kernel, blocks_for((size_t)C), kThreads, stream_, dw, db, dout, inp,
+                mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -1,13 +1,25 @@
-// Linear layer: out = inp @ W^T + b (W stored (OC, C), as nn.Linear), GEMM via cuBLASLt in
-// strict fp32 (CUBLAS_COMPUTE_32F, no TF32: this path is compared against the CPU backend).
+// Linear layer: out = inp @ W^T + b (W stored (OC, C), as nn.Linear), GEMM via cuBLASLt with
+// fp32 accumulation (CUBLAS_COMPUTE_32F; no TF32, this path is compared against the CPU
+// backend). A bf16 or fp16 weight is used as stored: the other operand (inp, or dout and inp in
+// the backward) is rounded to its dtype in workspace and the GEMM runs on tensor cores, writing
+// fp32 (PyTorch autocast's recipe); the bias and its gradient stay fp32.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
 namespace {
 
-__global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
+__global__ void add_bias_kernel(float* out, TensorView bias, int N, int OC) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < (size_t)N * OC) out[i] += bias[i % OC];
+  if (i < (size_t)N * OC) out[i] += load_as_f32(bias, i % OC);
+}
+
+cudaDataType cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
 }
 
 // dbias[o] += sum_n dout[n, o]; one thread per column, coalesced across the warp.
@@ -21,8 +33,8 @@ __global__ void bias_grad_kernel(float* dbias, const float* dout, int N, int OC)
 
 }  // namespace
 
-void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* A, int lda,
-                       const float* B, int ldb, float* C, int ldc, float beta) {
+void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+                       const void* B, int ldb, DType ab_t, float* C, int ldc, float beta) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -34,9 +46,9 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const fl
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   cublasLtMatrixLayout_t la, lb, lc;
   ZT_CHECK_CUBLAS(
-      cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, trans_b ? k : n, trans_b ? n : k, ldb));
+      cublasLtMatrixLayoutCreate(&la, cuda_type(ab_t), trans_b ? k : n, trans_b ? n : k, ldb));
   ZT_CHECK_CUBLAS(
-      cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, trans_a ? m : k, trans_a ? k : m, lda));
+      cublasLtMatrixLayoutCreate(&lb, cuda_type(ab_t), trans_a ? m : k, trans_a ? k : m, lda));
   ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc));
   cublasLtMatmulPreference_t pref;
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -73,9 +85,19 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const fl
   cublasLtMatmulDescDestroy(desc);
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* weight,
-                                 const float* bias, int N, int C, int OC) {
-  gemm(false, true, N, OC, C, inp, C, weight, C, out, OC, 0.f);  // (N,C) @ (OC,C)^T
+// x (n, fp32) rounded to dtype t in workspace; x itself for fp32.
+const void* CudaBackend::rounded(const float* x, size_t n, DType t, DeviceBuffer& buf) {
+  if (t == DType::kF32) return x;
+  buf = DeviceBuffer(this, n * dtype_size(t), MemCategory::kWorkspace);
+  convert(x, DType::kF32, buf.data(), t, n);
+  return buf.data();
+}
+
+void CudaBackend::matmul_forward(float* out, const float* inp, TensorView weight, TensorView bias,
+                                 int N, int C, int OC) {
+  DeviceBuffer inp16;
+  const void* a = rounded(inp, (size_t)N * C, weight.dtype, inp16);
+  gemm(false, true, N, OC, C, a, C, weight.data, C, weight.dtype, out, OC, 0.f);  // (N,C)(OC,C)^T
   if (bias) {
     launch_kernel(add_bias_kernel, blocks_for((size_t)N * OC), kThreads, stream_, out, bias, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());
@@ -83,9 +105,13 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* weig
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, int N, int C, int OC) {
-  if (dinp) gemm(false, false, N, C, OC, dout, OC, weight, C, dinp, C, 1.f);  // += dout @ W
-  gemm(true, false, OC, C, N, dout, OC, inp, C, dweight, C, 1.f);             // += dout^T @ inp
+                                  const float* inp, TensorView weight, int N, int C, int OC) {
+  DeviceBuffer dout16, inp16;
+  const DType t = weight.dtype;
+  const void* dy = rounded(dout, (size_t)N * OC, t, dout16);
+  if (dinp) gemm(false, false, N, C, OC, dy, OC, weight.data, C, t, dinp, C, 1.f);  // += dout W
+  gemm(true, false, OC, C, N, dy, OC, rounded(inp, (size_t)N * C, t, inp16), C, t, dweight, C,
+       1.f);  // += dout^T inp
   if (dbias) {
     launch_kernel(bias_grad_kernel, blocks_for(OC), kThreads, stream_, dbias, dout, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());

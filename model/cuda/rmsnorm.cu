@@ -4,7 +4,7 @@
 namespace zt {
 namespace {
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w,
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, TensorView w,
                                        int N, int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -13,30 +13,30 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   for (int c = lane; c < C; c += 32) s += x[c] * x[c];
   const float r = rsqrtf(warp_sum(s) / C + eps);
   float* y = out + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) y[c] = x[c] * r * w[c];
+  for (int c = lane; c < C; c += 32) y[c] = x[c] * r * load_as_f32(w, c);
   if (lane == 0) rstd[row] = r;
 }
 
 __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dout, const float* inp,
-                                        const float* w, const float* rstd, int N, int C) {
+                                        TensorView w, const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + (size_t)row * C;
   const float* dy = dout + (size_t)row * C;
   const float r = rstd[row];
   float s = 0.f;
-  for (int c = lane; c < C; c += 32) s += dy[c] * w[c] * x[c] * r;
+  for (int c = lane; c < C; c += 32) s += dy[c] * load_as_f32(w, c) * x[c] * r;
   const float mean_dxhat_xhat = warp_sum(s) / C;
   float* dx = dinp + (size_t)row * C;
   for (int c = lane; c < C; c += 32) {
     const float xhat = x[c] * r;
-    dx[c] += r * (dy[c] * w[c] - xhat * mean_dxhat_xhat);
+    dx[c] += r * (dy[c] * load_as_f32(w, c) - xhat * mean_dxhat_xhat);
   }
 }
 
 }  // namespace
 
-void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w, int N,
                                   int C, float eps) {
   launch_kernel(rmsnorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, rstd,
                 inp, w, N, C, eps);
@@ -44,7 +44,7 @@ void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, con
 }
 
 void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                   const float* w, const float* rstd, int N, int C) {
+                                   TensorView w, const float* rstd, int N, int C) {
   launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
                 dout, inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());

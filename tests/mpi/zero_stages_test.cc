@@ -651,7 +651,7 @@ TEST_F(ZeroStages, ParamOffloadTraffic) {
 RunResult delayed_reference(const EngineOptions& eo, int D) {
   struct Plain final : UnitEngine {
     std::vector<std::vector<float>> work, grad;
-    const float* fetch(int u) override { return work[u].data(); }
+    TensorView fetch(int u) override { return work[u].data(); }
     void release(int) override {}
     float* grads(int u) override { return grad[u].data(); }
     void reduce_gradients(int) override {}

@@ -107,6 +107,59 @@ TEST_F(CudaVsCpu, Matmul) {
   expect_close(db, 1e-5, "matmul dbias");
 }
 
+// 16-bit weights as a GPU takes them (Backend::weight_dtype): the GEMM rounds its other operand
+// to the weight's dtype and accumulates in fp32, the norms widen their weights; both backends
+// agree, and differ from the fp32 weights' result by the rounding. N, C and OC are odd.
+TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
+  const int N = 37, C = 45, OC = 71;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const char* name = t == DType::kBF16 ? "bf16" : "fp16";
+    auto out = zeros((size_t)N * OC), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),
+         b = make(OC, 1, 3), dinp = zeros((size_t)N * C), dw = zeros((size_t)OC * C),
+         dout = make((size_t)N * OC, 1, 4), exact = zeros((size_t)N * OC);
+    DeviceBuffer wc(cpu_.get(), w.n * 2, MemCategory::kWorkspace),
+        wg(gpu_.get(), w.n * 2, MemCategory::kWorkspace);
+    cpu_->convert(w.cp(), DType::kF32, wc.data(), t, w.n);
+    gpu_->convert(w.gp(), DType::kF32, wg.data(), t, w.n);
+    const TensorView w16c(wc.data(), t), w16g(wg.data(), t);
+    cpu_->matmul_forward(out.cp(), inp.cp(), w16c, b.cp(), N, C, OC);
+    gpu_->matmul_forward(out.gp(), inp.gp(), w16g, b.gp(), N, C, OC);
+    expect_close(out, 1e-5, (std::string(name) + " matmul forward").c_str());
+    cpu_->matmul_forward(exact.cp(), inp.cp(), w.cp(), b.cp(), N, C, OC);
+    std::vector<float> a(out.n), e(out.n);
+    cpu_->copy_to_host(a.data(), out.cp(), out.n * 4);
+    cpu_->copy_to_host(e.data(), exact.cp(), out.n * 4);
+    double diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, (double)std::fabs(a[i] - e[i]));
+    EXPECT_GT(diff, 1e-4) << name << ": the operands were not rounded";
+    EXPECT_LT(diff, 0.5) << name;
+    cpu_->matmul_backward(dinp.cp(), dw.cp(), nullptr, dout.cp(), inp.cp(), w16c, N, C, OC);
+    gpu_->matmul_backward(dinp.gp(), dw.gp(), nullptr, dout.gp(), inp.gp(), w16g, N, C, OC);
+    expect_close(dinp, 1e-5, (std::string(name) + " matmul dinp").c_str());
+    expect_close(dw, 1e-5, (std::string(name) + " matmul dweight").c_str());
+    auto y = zeros((size_t)N * C), mean = zeros(N), rstd = zeros(N), dx = zeros((size_t)N * C),
+         dnw = zeros(C), nb = make(C, 1, 5), nw = make(C, 1, 6);
+    DeviceBuffer nwc(cpu_.get(), C * 2, MemCategory::kWorkspace),
+        nwg(gpu_.get(), C * 2, MemCategory::kWorkspace);
+    cpu_->convert(nw.cp(), DType::kF32, nwc.data(), t, C);
+    gpu_->convert(nw.gp(), DType::kF32, nwg.data(), t, C);
+    cpu_->layernorm_forward(y.cp(), mean.cp(), rstd.cp(), inp.cp(), TensorView(nwc.data(), t),
+                            nb.cp(), N, C, 1e-5f);
+    gpu_->layernorm_forward(y.gp(), mean.gp(), rstd.gp(), inp.gp(), TensorView(nwg.data(), t),
+                            nb.gp(), N, C, 1e-5f);
+    expect_close(y, 1e-5, (std::string(name) + " layernorm").c_str());
+    cpu_->rmsnorm_forward(y.cp(), rstd.cp(), inp.cp(), TensorView(nwc.data(), t), N, C, 1e-5f);
+    gpu_->rmsnorm_forward(y.gp(), rstd.gp(), inp.gp(), TensorView(nwg.data(), t), N, C, 1e-5f);
+    expect_close(y, 1e-5, (std::string(name) + " rmsnorm").c_str());
+    cpu_->rmsnorm_backward(dx.cp(), dnw.cp(), dout.cp(), inp.cp(), TensorView(nwc.data(), t),
+                           rstd.cp(), N, C);
+    gpu_->rmsnorm_backward(dx.gp(), dnw.gp(), dout.gp(), inp.gp(), TensorView(nwg.data(), t),
+                           rstd.gp(), N, C);
+    expect_close(dx, 1e-5, (std::string(name) + " rmsnorm dx").c_str());
+    expect_close(dnw, 1e-5, (std::string(name) + " rmsnorm dw").c_str());
+  }
+}
+
 // Tensors inside a unit start at arbitrary float offsets: GEMM must not assume 256-byte alignment.
 TEST_F(CudaVsCpu, MatmulOnInteriorPointers) {
   const int N = 9, C = 16, OC = 33;

@@ -4,6 +4,7 @@
 
 #include "cublasLt.h"
 #include "cuda_runtime.h"
+#include "common/dtype.h"
 
 #include <atomic>
 
@@ -84,8 +85,8 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F || ld < (int64_t)rows) return CUBLAS_STATUS_NOT_SUPPORTED;
-  *l = new cublasLtMatrixLayoutOpaque_t{rows, cols, ld};
+  if (ld < (int64_t)rows) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *l = new cublasLtMatrixLayoutOpaque_t{rows, cols, ld, type};
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
@@ -116,7 +117,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C.
+// Element i of a matrix of cuBLAS type t, as fp32 (exact).
+static float element(const void* p, cudaDataType t, uint64_t i) {
+  return zt::load_f32(p, t == CUDA_R_32F ? zt::DType::kF32
+                         : t == CUDA_R_16BF ? zt::DType::kBF16
+                                            : zt::DType::kF16, i);
+}
+
+// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C. A and B fp32, bf16 or
+// fp16 (the same), C and D fp32, as cuBLASLt's CUBLAS_COMPUTE_32F allows.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
@@ -126,20 +135,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   const uint64_t m = ta ? a->cols : a->rows, k = ta ? a->rows : a->cols;
   const uint64_t n = tb ? b->rows : b->cols;
   if ((tb ? b->cols : b->rows) != k || dl->rows != m || dl->cols != n || c->rows != m ||
-      c->cols != n)
+      c->cols != n || a->type != b->type || c->type != CUDA_R_32F || dl->type != CUDA_R_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   zt::emu::DeviceAccess access;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const float* pa = static_cast<const float*>(A);
-  const float* pb = static_cast<const float*>(B);
   const float* pc = static_cast<const float*>(C);
   float* pd = static_cast<float*>(D);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
       double acc = 0;
       for (uint64_t p = 0; p < k; ++p) {
-        const float x = ta ? pa[i * a->ld + p] : pa[p * a->ld + i];
-        const float y = tb ? pb[p * b->ld + j] : pb[j * b->ld + p];
+        const float x = element(A, a->type, ta ? i * a->ld + p : p * a->ld + i);
+        const float y = element(B, b->type, tb ? p * b->ld + j : j * b->ld + p);
         acc += (double)x * y;
       }
       const float r = al * (float)acc;

@@ -12,7 +12,7 @@
 enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
-enum cudaDataType { CUDA_R_32F = 0 };
+enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };  // CUDA's values
 enum cublasLtMatmulDescAttributes_t { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -31,6 +31,7 @@ using cublasLtMatmulDesc_t = cublasLtMatmulDescOpaque_t*;
 struct cublasLtMatrixLayoutOpaque_t {
   uint64_t rows = 0, cols = 0;
   int64_t ld = 0;
+  cudaDataType type = CUDA_R_32F;
 };
 using cublasLtMatrixLayout_t = cublasLtMatrixLayoutOpaque_t*;
 struct cublasLtMatmulPreferenceOpaque_t {};
