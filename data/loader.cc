@@ -37,6 +37,10 @@ absl::Status check_options(const DataLoaderOptions& o) {
         "data loader: batch size B and sequence length T must be positive, got B=", o.B,
         " T=", o.T));
   }
+  if (o.micro_batches_per_step <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data loader: micro_batches_per_step must be positive, got ", o.micro_batches_per_step));
+  }
   if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("data loader: rank ", o.rank, " is outside world size ", o.world_size));
@@ -74,8 +78,9 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
 
   DataLoader loader;
   loader.options_ = options;
-  loader.window_stride_ = int64_t{options.world_size} * options.B * options.T;
-  std::string too_small;  // shards skipped for being shorter than one batch (a short tail)
+  const int64_t T = options.T,
+                need = int64_t{options.world_size} * options.B * options.micro_batches_per_step;
+  std::string too_small;  // shards shorter than one sequence (a short tail)
   for (const std::string& path : paths) {
     ZT_ASSIGN_OR_RETURN(MappedShard shard, MappedShard::open(path));
     const uint32_t max_token = shard.max_token();
@@ -89,31 +94,30 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
           "vocabulary than the model. Use the model's tokenizer (re-run zerotrain prepare) or "
           "a model whose vocab_size covers it."));
     }
-    if (shard.num_tokens() < loader.window_stride_ + 1) {
+    if (shard.num_tokens() < T + 1) {
       absl::StrAppend(&too_small, too_small.empty() ? "" : ", ", "'", path, "' (",
                       shard.num_tokens(), " tokens)");
       continue;
     }
     loader.num_tokens_ += shard.num_tokens();
-    loader.batches_per_epoch_ += (shard.num_tokens() - 1) / loader.window_stride_;
+    loader.sequences_ += (shard.num_tokens() - 1) / T;
     loader.shards_.push_back(std::move(shard));
   }
-  if (loader.shards_.empty()) {
+  if (loader.sequences_ < need) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "every token shard is too small for one batch: ", too_small,
-        "; one batch needs B*T+1 = ", int64_t{options.B} * options.T + 1,
-        " tokens per rank, W*B*T+1 = ", loader.window_stride_ + 1, " for ", options.world_size,
-        " rank(s) (B=", options.B, " T=", options.T, "). Use a smaller B or T, or more data."));
+        "the token shards hold ", loader.sequences_, " sequence(s) of T+1 = ", T + 1,
+        " tokens", too_small.empty() ? "" : absl::StrCat(" (too short: ", too_small, ")"),
+        "; one step of ", options.world_size, " rank(s) needs W*B*G = ", need, " (B=",
+        options.B, " T=", T, ", G=", options.micro_batches_per_step,
+        " gradient accumulation steps), W*B*G*T+1 = ", need * T + 1,
+        " tokens. Use a smaller batch or T, or more data."));
   }
   if (!too_small.empty())
-    std::fprintf(stderr, "warning: skipping token shard(s) shorter than one batch: %s\n",
+    std::fprintf(stderr, "warning: skipping token shard(s) shorter than one sequence: %s\n",
                  too_small.c_str());
+  loader.batches_per_epoch_ = loader.sequences_ / need * options.micro_batches_per_step;
   loader.reset();
   return loader;
-}
-
-int64_t DataLoader::samples_in(int shard) const {
-  return (shards_[shard].num_tokens() - 1) / window_stride_;
 }
 
 void DataLoader::begin_epoch(int64_t epoch) {
@@ -124,55 +128,54 @@ void DataLoader::begin_epoch(int64_t epoch) {
     shard_order_.resize(n);
     std::iota(shard_order_.begin(), shard_order_.end(), 0);
   }
-  state_.epoch = epoch;
-  begin_shard(0);
+  first_.assign(n, 0);
+  for (int64_t i = 1; i < n; ++i)
+    first_[i] = first_[i - 1] + (shards_[shard_order_[i - 1]].num_tokens() - 1) / options_.T;
+  perm_shard_ = -1;
+  state_ = {epoch, 0};
 }
 
-void DataLoader::begin_shard(int64_t pos) {
-  const int64_t shard = shard_order_[pos];
-  sample_order_.clear();
+std::pair<const MappedShard*, int64_t> DataLoader::locate(int64_t p) {
+  const auto it = std::upper_bound(first_.begin(), first_.end(), p) - 1;
+  const int64_t shard = shard_order_[it - first_.begin()];
+  int64_t k = p - *it;  // the k-th sequence of that shard in this epoch's order
   if (options_.shuffle) {
-    sample_order_ = permutation(samples_in(shard), options_.seed, state_.epoch, shard);
+    if (perm_shard_ != shard) {
+      perm_ = permutation((shards_[shard].num_tokens() - 1) / options_.T, options_.seed,
+                          state_.epoch, shard);
+      perm_shard_ = shard;
+    }
+    k = perm_[k];
   }
-  state_.shard = pos;
-  state_.sample = 0;
+  return {&shards_[shard], k * options_.T};
 }
 
 void DataLoader::reset() { begin_epoch(0); }
 
 absl::Status DataLoader::restore(const DataLoaderState& s) {
-  if (s.epoch < 0 || s.shard < 0 || s.shard >= num_shards() || s.sample < 0) {
+  const int64_t step = int64_t{options_.world_size} * options_.B;
+  if (s.epoch < 0 || s.position < 0 || s.position % step != 0 ||
+      s.position / step > batches_per_epoch_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data loader state (epoch ", s.epoch, ", shard ", s.shard, ", sample ", s.sample,
-        ") does not fit ", num_shards(), " shard(s); were the shards or B, T, W changed?"));
+        "data loader state (epoch ", s.epoch, ", position ", s.position,
+        ") does not fit these shards: an epoch holds ", batches_per_epoch_ * step,
+        " sequences, drawn W*B = ", step,
+        " at a time; were the shards, T or the global batch changed?"));
   }
   begin_epoch(s.epoch);
-  begin_shard(s.shard);
-  if (s.sample > samples_in(shard_order_[s.shard])) {
-    reset();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data loader state: sample ", s.sample, " is past the end of shard '",
-        shards_[shard_order_[s.shard]].path(), "'; were the shards or B, T, W changed?"));
-  }
-  state_.sample = s.sample;
+  state_.position = s.position;
   return absl::OkStatus();
 }
 
 void DataLoader::next_batch(int* inputs, int* targets) {
-  while (state_.sample >= samples_in(shard_order_[state_.shard])) {
-    if (state_.shard + 1 == num_shards()) {
-      begin_epoch(state_.epoch + 1);
-    } else {
-      begin_shard(state_.shard + 1);
-    }
+  const int64_t W = options_.world_size, B = options_.B, T = options_.T;
+  if (state_.position / (W * B) >= batches_per_epoch_) begin_epoch(state_.epoch + 1);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [shard, start] = locate(state_.position + options_.rank * B + b);
+    shard->read(start, std::span<int>(inputs + b * T, T));       // sequence[0 .. T)
+    shard->read(start + 1, std::span<int>(targets + b * T, T));  // sequence[1 .. T+1)
   }
-  const int64_t sample = sample_order_.empty() ? state_.sample : sample_order_[state_.sample];
-  const int64_t bt = int64_t{options_.B} * options_.T;
-  const int64_t start = sample * window_stride_ + options_.rank * bt;
-  const MappedShard& shard = shards_[shard_order_[state_.shard]];
-  shard.read(start, std::span<int>(inputs, bt));       // window[0 .. B*T)
-  shard.read(start + 1, std::span<int>(targets, bt));  // window[1 .. B*T+1)
-  ++state_.sample;
+  state_.position += W * B;
 }
 
 }  // namespace zt

@@ -1,12 +1,16 @@
-// DataLoader: serves (B, T) batches of next-token pairs from llm.c token shards, as llm.c's
-// DataLoader does. Each sample is a window of B*T+1 tokens; the windows of all ranks
-// together tile a shard in steps of W*B*T tokens:
-//   sample s of a shard, rank r: tokens [s*W*B*T + r*B*T, s*W*B*T + r*B*T + B*T + 1)
-//   inputs = window[0 .. B*T), targets = window[1 .. B*T+1)
-// Samples run through a shard, then the next shard; after the last shard a new epoch
-// starts. With shuffle, each epoch permutes the shard order and each shard's sample order
-// with std::mt19937_64 seeded from (seed, epoch, shard). Unlike llm.c (seed 42 + rank),
-// every rank uses the same seed, so ranks stay disjoint under shuffling.
+// DataLoader: serves (B, T) batches of next-token pairs from llm.c token shards. The unit is a
+// sequence: sequence i of a shard is its tokens [i*T, i*T + T + 1) (inputs the first T,
+// targets the last T). Each epoch is one global stream of every shard's sequences: the shards
+// in order and each shard's sequences in order, or, with shuffle, both permuted by
+// std::mt19937_64 seeded from (seed, epoch, shard) alone. Micro-batch m of rank r (of W) takes
+// the B sequences at stream positions [(m*W + r)*B, (m*W + r + 1)*B), so
+//   - without shuffle the layout is llm.c's (rank r reads tokens [m*W*B*T + r*B*T, ... + B*T + 1));
+//   - the stream does not depend on W, B or gradient accumulation: W ranks draw together what
+//     one rank draws in W micro-batches, and one rank at B = W*b what W ranks draw at b. So a
+//     run sees the same data on any cluster size, and a resume at another world size goes on
+//     with the same stream (PyTorch's DistributedSampler splits one permutation the same way).
+// An epoch ends when fewer than a global batch (W*B*micro_batches_per_step sequences) remain;
+// they are skipped, as a drop_last sampler does, so epochs end on the same step at any W. Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
 #pragma once
 
 #include <cstdint>
@@ -25,26 +29,28 @@ struct DataLoaderOptions {
   int T = 0;                       // sequence length (tokens)
   int rank = 0;                    // this process, 0 <= rank < world_size
   int world_size = 1;              // number of data-parallel ranks
+  int micro_batches_per_step = 1;  // gradient accumulation: an epoch ends on a whole step
   uint64_t seed = 42;              // shuffle seed (same on every rank)
   bool shuffle = false;            // permute shards and samples each epoch
   int vocab_size = 0;              // the model's vocabulary; every token must be below it
 };
 
-// Where a loader is: the next sample is `sample` of the `shard`-th shard (in this epoch's
-// order) of epoch `epoch`. For checkpoints: restore() continues from it.
+// Where the global stream is: `position` sequences of epoch `epoch` have been drawn by all
+// ranks together (a multiple of W*B). It does not depend on W or B, so a checkpoint's state
+// restores at another world size with the same global batch. restore() continues from it.
 struct DataLoaderState {
   int64_t epoch = 0;
-  int64_t shard = 0;
-  int64_t sample = 0;
+  int64_t position = 0;
 };
 
 class DataLoader {
  public:
   // Matches `pattern` (or takes `files`), sorts the paths, maps and checks every shard
-  // (header, size, max token id: one scan of each shard, here at open).
+  // (header, size, max token id: one scan of each shard, here at open). A shard shorter than
+  // one sequence (T+1 tokens) is skipped with a warning.
   // Errors (InvalidArgument unless said): B, T, rank or world_size out of range; no file
   // matches the pattern (names it); a shard's header/size errors (see read_shard_header);
-  // a shard with fewer than W*B*T+1 tokens (names it, its count and the need); a token id
+  // fewer than W*B sequences in all (names the shards, the count and the need); a token id
   // >= vocab_size (names the id, shard and vocab size: tokenizer and model disagree).
   static absl::StatusOr<DataLoader> open(const DataLoaderOptions& options);
 
@@ -55,14 +61,15 @@ class DataLoader {
   // Back to the start of epoch 0 (same order as a fresh loader).
   void reset();
 
-  // Batches this rank draws per epoch (every rank draws the same number):
-  // sum over shards of floor((num_tokens - 1) / (W*B*T)).
+  // Batches this rank draws per epoch (every rank draws the same number): with G = gradient
+  // accumulation, G * floor(sum over shards of floor((num_tokens - 1) / T) / (W*B*G)).
   int64_t num_batches_per_epoch() const { return batches_per_epoch_; }
   // Completed passes over the data; 0 until the first wrap-around.
   int64_t epoch() const { return state_.epoch; }
   DataLoaderState state() const { return state_; }
-  // Continues from `state` (from state() of a loader with the same options).
-  // Errors: InvalidArgument when `state` is outside this loader's shards/samples.
+  // Continues from `state` (from state() of a loader over the same shards and T; W and B may
+  // differ when W*B divides the position). Errors: InvalidArgument when the position is past
+  // the epoch's end or not a multiple of W*B.
   absl::Status restore(const DataLoaderState& state);
 
   int64_t num_tokens() const { return num_tokens_; }  // all shards together
@@ -71,16 +78,18 @@ class DataLoader {
 
  private:
   DataLoader() = default;
-  int64_t samples_in(int shard) const;  // samples of shard index `shard` (file order)
-  void begin_epoch(int64_t epoch);      // sets shard_order_ and the first shard
-  void begin_shard(int64_t pos);        // sets sample_order_ for shard_order_[pos]
+  void begin_epoch(int64_t epoch);  // sets shard_order_ and first_ for `epoch`
+  // The shard and the first token of stream position p in this epoch.
+  std::pair<const MappedShard*, int64_t> locate(int64_t p);
 
   DataLoaderOptions options_;
-  std::vector<MappedShard> shards_;    // sorted by path
-  std::vector<int64_t> shard_order_;   // this epoch's order of shard indices
-  std::vector<int64_t> sample_order_;  // this shard's sample order (empty: identity)
+  std::vector<MappedShard> shards_;   // sorted by path, each at least one sequence long
+  std::vector<int64_t> shard_order_;  // this epoch's order of shard indices
+  std::vector<int64_t> first_;        // stream position of shard_order_[i]'s first sequence
+  int64_t perm_shard_ = -1;           // the shard whose sequence order perm_ holds (shuffle)
+  std::vector<int64_t> perm_;
   DataLoaderState state_;
-  int64_t window_stride_ = 0;  // W*B*T
+  int64_t sequences_ = 0;  // per epoch, all shards
   int64_t batches_per_epoch_ = 0;
   int64_t num_tokens_ = 0;
 };

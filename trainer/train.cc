@@ -134,6 +134,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   lo.T = r.T;
   lo.rank = r.comm->rank();
   lo.world_size = r.comm->world_size();
+  lo.micro_batches_per_step = r.gas;
   lo.seed = opt.seed;
   lo.shuffle = opt.shuffle;
   lo.vocab_size = r.model.vocab_size;
@@ -142,6 +143,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   if (!opt.val_data.empty()) {
     lo.pattern = opt.val_data;
     lo.shuffle = false;
+    lo.micro_batches_per_step = 1;
     ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
     r.val = std::make_unique<DataLoader>(std::move(val));
   }

@@ -1,7 +1,7 @@
 // Tests of data/: tokenizer, llm.c shards, DataLoader, prepare_text.
 // References trusted: Python's sentencepiece package and llm.c's shard writer
 // (dev/data/data_common.py), via fixtures from scripts/make_data_reference.py; for the
-// loader, llm.c's window layout (rank r reads [s*W*B*T + r*B*T, ... + B*T + 1)).
+// loader, llm.c's window layout unshuffled (rank r reads [m*W*B*T + r*B*T, ... + B*T + 1)).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -235,7 +235,7 @@ TEST_F(LoaderTest, WindowsFollowLlmcLayoutAndTargetsAreNextTokens) {
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ(loader->num_shards(), 3);
   EXPECT_EQ(loader->num_tokens(), 1000 + 777 + 300);
-  EXPECT_EQ(loader->num_batches_per_epoch(), 999 / 32 + 776 / 32 + 299 / 32);
+  EXPECT_EQ(loader->num_batches_per_epoch(), (999 / 8 + 776 / 8 + 299 / 8) / 4);  // seqs / (W*B)
   auto [in, tg] = draw(*loader, 2, 8, 2);
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(in[i], 16 + i);       // sample 0, rank 1: tokens [B*T, 2*B*T)
@@ -273,6 +273,40 @@ TEST_F(LoaderTest, TwoRanksTileOneRankWithDoubleBatch) {
                           std::back_inserter(common));
     EXPECT_TRUE(common.empty()) << "ranks share input positions within an epoch";
   }
+}
+
+// The global batch does not depend on the world size: with the default shuffle, W ranks at
+// micro-batch B draw together what one rank draws in W micro-batches (gradient accumulation),
+// and a state saved at one world size restores at another to the same stream.
+TEST_F(LoaderTest, OneGlobalStreamWhateverTheWorldSize) {
+  auto r0 = DataLoader::open(options(2, 8, 0, 2, true));
+  auto r1 = DataLoader::open(options(2, 8, 1, 2, true));
+  DataLoaderOptions gas2 = options(2, 8, 0, 1, true);
+  gas2.micro_batches_per_step = 2;
+  auto one = DataLoader::open(gas2);
+  ASSERT_TRUE(r0.ok() && r1.ok() && one.ok());
+  ASSERT_EQ(2 * r0->num_batches_per_epoch(), one->num_batches_per_epoch());
+  const int steps = 2 * static_cast<int>(r0->num_batches_per_epoch()) + 3;  // 2+ epochs
+  for (int s = 0; s < steps; ++s) {
+    auto [in0, tg0] = draw(*r0, 2, 8, 1);
+    auto [in1, tg1] = draw(*r1, 2, 8, 1);
+    auto [in, tg] = draw(*one, 2, 8, 2);  // two micro-batches of one rank
+    in0.insert(in0.end(), in1.begin(), in1.end());
+    tg0.insert(tg0.end(), tg1.begin(), tg1.end());
+    ASSERT_EQ(in0, in) << "step " << s;
+    ASSERT_EQ(tg0, tg) << "step " << s;
+  }
+  // Saved on one rank, resumed on two: the next step is the one rank's next two micro-batches.
+  auto a = DataLoader::open(options(2, 8, 0, 2, true));
+  auto b = DataLoader::open(options(2, 8, 1, 2, true));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->restore(one->state()).ok());
+  ASSERT_TRUE(b->restore(one->state()).ok());
+  auto [in, tg] = draw(*one, 2, 8, 2);
+  auto [ina, tga] = draw(*a, 2, 8, 1);
+  auto [inb, tgb] = draw(*b, 2, 8, 1);
+  ina.insert(ina.end(), inb.begin(), inb.end());
+  EXPECT_EQ(ina, in);
 }
 
 TEST_F(LoaderTest, ShuffleIsDeterministicAndPermutesWithoutChangingTheMultiset) {
@@ -314,7 +348,8 @@ TEST_F(LoaderTest, ResetAndRestoreReplayTheSameBatches) {
   a->reset();
   EXPECT_EQ(a->epoch(), 0);
   EXPECT_EQ(draw(*a, 2, 8, 5), first);
-  EXPECT_FALSE(b->restore({0, 7, 0}).ok());
+  EXPECT_FALSE(b->restore({0, 3}).ok());  // not a multiple of W*B = 2
+  EXPECT_FALSE(b->restore({0, 2 * (a->num_batches_per_epoch() + 1)}).ok());  // past the epoch
 }
 
 TEST_F(LoaderTest, OpenErrorsSayWhatToChange) {
@@ -323,14 +358,16 @@ TEST_F(LoaderTest, OpenErrorsSayWhatToChange) {
   const std::string none(DataLoader::open(o).status().message());
   EXPECT_TRUE(Contains(none, o.pattern));
 
-  o = options(4, 100, 0, 1, false);  // needs 401 tokens: shard 2 (300) is a skipped tail
+  o = options(4, 300, 0, 1, false);  // sequences of 301 tokens: shard 2 (300) is skipped
   auto tail = DataLoader::open(o);
   ASSERT_TRUE(tail.ok()) << tail.status();
   EXPECT_EQ(tail->num_shards(), 2);
-  o = options(4, 250, 0, 1, false);  // needs 1001 tokens: no shard is large enough
+  EXPECT_EQ(tail->num_batches_per_epoch(), 1);  // 3 + 2 sequences, 4 per micro-batch
+  o = options(4, 400, 0, 1, false);  // 2 + 1 sequences of 401 tokens: fewer than W*B = 4
   const std::string small(DataLoader::open(o).status().message());
+  EXPECT_TRUE(Contains(small, "hold 3 sequence(s) of T+1 = 401 tokens"));
   EXPECT_TRUE(Contains(small, "(300 tokens)"));
-  EXPECT_TRUE(Contains(small, "B*T+1 = 1001"));
+  EXPECT_TRUE(Contains(small, "W*B*G = 4"));
   EXPECT_TRUE(Contains(small, "train_000002.bin"));
 
   o = options(2, 8, 0, 1, false);
