@@ -5,6 +5,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace zt {
@@ -28,6 +31,81 @@ absl::StatusOr<std::string> read_file(const std::string& path, const std::string
   std::fclose(f);
   if (failed) return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "': read error"));
   return text;
+}
+
+namespace {
+absl::Status os_error(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(errno)));
+}
+}  // namespace
+
+absl::StatusOr<FileWriter> FileWriter::create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return os_error("create", path);
+  return FileWriter(path, fd);
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(path_.c_str());
+}
+
+absl::Status FileWriter::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return os_error("write", path_);
+    }
+    p += n;
+    bytes -= (size_t)n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileWriter::close() {
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {
+    const absl::Status s = os_error("write (fsync)", path_);
+    ::close(fd);
+    ::unlink(path_.c_str());
+    return s;
+  }
+  if (::close(fd) != 0) {
+    const absl::Status s = os_error("close", path_);
+    ::unlink(path_.c_str());
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return os_error("open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : os_error("fsync directory", dir);
+}
+
+absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    auto f = FileWriter::create(tmp);
+    if (!f.ok()) return f.status();
+    if (absl::Status s = f->write(bytes.data(), bytes.size()); !s.ok()) return s;
+    if (absl::Status s = f->close(); !s.ok()) return s;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const absl::Status s = os_error("rename to", path);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return fsync_dir(dir.empty() ? "." : dir);
 }
 
 }  // namespace zt

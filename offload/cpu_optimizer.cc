@@ -69,6 +69,26 @@ class CpuOptimizerState final : public OptimizerState {
       std::copy(st.master, st.master + n, host + begin);
     }
   }
+  void set_moments(int u, const float* m, const float* v) override {
+    Unit& x = units_[u];
+    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
+      const size_t n = std::min(x.granule, x.owned - begin);
+      State st = acquire(u, begin, /*read=*/true);  // NVMe: the master is read, kept
+      std::copy(m + begin, m + begin + n, st.m);
+      std::copy(v + begin, v + begin + n, st.v);
+      if (nvme_) release(st, u, begin);
+    }
+    flush();
+  }
+  void get_moments(int u, float* m, float* v) override {
+    Unit& x = units_[u];
+    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
+      const size_t n = std::min(x.granule, x.owned - begin);
+      const State st = acquire(u, begin, /*read=*/true);
+      std::copy(st.m, st.m + n, m + begin);
+      std::copy(st.v, st.v + n, v + begin);
+    }
+  }
   bool master_is_working_copy(int) const override { return false; }
 
   void update(int u, const Io& io, const AdamStep& s) override {

@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev                       # flags, Status/StatusOr, strings
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
+  zlib1g-dev                        # CRC-32 of checkpoint files
   libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
   iproute2                          # `ip netns` for the two-namespace multi-node test

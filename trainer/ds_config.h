@@ -158,6 +158,11 @@ struct ZerotrainConfig {
   int64_t delayed_param_update_warmup = 10;
   // Activation checkpointing (also --gradient_checkpointing), as activation_checkpointing says.
   bool gradient_checkpointing = false;
+  // Checkpoints (trainer/checkpoint.h; also --save_dir, --save_interval, --keep_last): where,
+  // every how many steps (0: at the end only), and how many to keep (0: all).
+  std::string save_dir;
+  int64_t save_interval = 0;
+  int64_t keep_last = 0;
 };
 
 // "activation_checkpointing": {...} (DeepSpeed's section; the model decides where to

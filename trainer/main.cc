@@ -85,6 +85,16 @@ ABSL_FLAG(bool, memory_report, false,
 ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
+ABSL_FLAG(std::string, save_dir, "",
+          "train: directory for checkpoints (also zerotrain.save_dir; docs/checkpoints.md)");
+ABSL_FLAG(int64_t, save_interval, -1,
+          "train: steps between checkpoints (0: at the end only; default zerotrain.save_interval, "
+          "else 0)");
+ABSL_FLAG(int64_t, keep_last, -1,
+          "train: checkpoints kept, newest first (0: all; default zerotrain.keep_last, else 0)");
+ABSL_FLAG(bool, resume, false, "train: continue from --save_dir's latest checkpoint, if any");
+ABSL_FLAG(std::string, resume_from, "",
+          "train: continue from this checkpoint directory (or a save_dir's latest)");
 ABSL_FLAG(std::string, device, "auto",
           "train, sample: auto, cpu or cuda (auto: the node-local GPU when one is visible)");
 ABSL_FLAG(bool, gradient_checkpointing, false,
@@ -177,6 +187,11 @@ int train() {
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.device = absl::GetFlag(FLAGS_device);
+  o.save_dir = absl::GetFlag(FLAGS_save_dir);
+  o.save_interval = absl::GetFlag(FLAGS_save_interval);
+  o.keep_last = absl::GetFlag(FLAGS_keep_last);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.resume_from = absl::GetFlag(FLAGS_resume_from);
   o.memory_report = absl::GetFlag(FLAGS_memory_report);
   o.comm_report = absl::GetFlag(FLAGS_comm_report);
   o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);

@@ -21,6 +21,7 @@
 #include "model/init.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
@@ -53,7 +54,115 @@ struct Run {
   std::unique_ptr<Engine> engine;
   std::optional<MetricsWriter> metrics;  // rank 0 only
   int B = 0, T = 0, gas = 1;
+  std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
+  int64_t save_interval = 0, keep_last = 0;
+  int64_t start_step = 0;  // steps already done (a resumed run)
 };
+
+// What a resumed run must share with the save (trainer/checkpoint.h): the model, the data
+// order, the global batch and every ds_config key that changes the numbers. Not the world size,
+// the stage, offload or the micro-batch split (zero_optimization, the batch keys, zerotrain and
+// the reporting keys), which a resume may change. ds_config keys appear flattened
+// ("ds_config/optimizer/params/lr") so a mismatch names the key.
+nlohmann::json resume_identity(const TrainOptions& opt, const Run& r) {
+  nlohmann::json ds = nlohmann::json::parse(r.ds_text, nullptr, false);
+  if (ds.is_object())
+    for (const char* k : {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+                          "gradient_accumulation_steps", "zerotrain", "steps_per_print",
+                          "wall_clock_breakdown", "activation_checkpointing", "aio",
+                          "comms_logger", "flops_profiler", "tensorboard", "wandb",
+                          "csv_monitor", "memory_breakdown", "dump_state"})
+      ds.erase(k);
+  const ModelConfig& m = r.model;
+  nlohmann::json id = {
+      {"model",
+       {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
+        m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
+      {"seq_len", opt.seq_len},
+      {"global_batch", (int64_t)r.B * r.gas * r.comm->world_size()},
+      {"seed", opt.seed},
+      {"shuffle", opt.shuffle},
+      {"train_tokens", r.train->num_tokens()}};
+  const nlohmann::json flat = ds.flatten();
+  for (const auto& [key, value] : flat.items()) id["ds_config" + key] = value;
+  return id;
+}
+
+// --save_dir / --save_interval / --keep_last against the zerotrain keys of the same names:
+// either alone, or both when they agree.
+absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
+  const ZerotrainConfig& z = r.ds.zerotrain;
+  auto clash = [&](const std::string& name, const std::string& flag, const std::string& key) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " ", flag, " and ", opt.deepspeed,
+                                                   ": zerotrain.", name, " ", key,
+                                                   " disagree; give one of them, or the same "
+                                                   "value in both"));
+  };
+  if (!opt.save_dir.empty() && !z.save_dir.empty() && opt.save_dir != z.save_dir)
+    return clash("save_dir", opt.save_dir, z.save_dir);
+  if (opt.save_interval >= 0 && z.save_interval > 0 && opt.save_interval != z.save_interval)
+    return clash("save_interval", absl::StrCat(opt.save_interval), absl::StrCat(z.save_interval));
+  if (opt.keep_last >= 0 && z.keep_last > 0 && opt.keep_last != z.keep_last)
+    return clash("keep_last", absl::StrCat(opt.keep_last), absl::StrCat(z.keep_last));
+  r.save_dir = opt.save_dir.empty() ? z.save_dir : opt.save_dir;
+  r.save_interval = opt.save_interval >= 0 ? opt.save_interval : z.save_interval;
+  r.keep_last = opt.keep_last >= 0 ? opt.keep_last : z.keep_last;
+  if (opt.resume && r.save_dir.empty() && opt.resume_from.empty())
+    return absl::InvalidArgumentError(
+        "--resume continues from --save_dir's latest save: give --save_dir (or "
+        "zerotrain.save_dir), or --resume_from DIR");
+  if ((r.save_interval > 0 || r.keep_last > 0) && r.save_dir.empty())
+    return absl::InvalidArgumentError(
+        "save_interval and keep_last need a --save_dir (or zerotrain.save_dir) to save into");
+  return absl::OkStatus();
+}
+
+// --resume / --resume_from: the checkpoint's weights, moments and positions replace the
+// initial ones. Not collective (the caller agrees the outcome).
+absl::Status resume(const TrainOptions& opt, Run& r) {
+  if (!opt.resume && opt.resume_from.empty()) return absl::OkStatus();
+  const std::string where = opt.resume_from.empty() ? r.save_dir : opt.resume_from;
+  ZT_ASSIGN_OR_RETURN(const std::optional<std::string> dir, find_checkpoint(where));
+  if (!dir) {
+    if (!opt.resume_from.empty())
+      return absl::NotFoundError(absl::StrCat("--resume_from '", where,
+                                              "' holds no checkpoint (no meta.json, no latest)"));
+    if (r.comm->rank() == 0)
+      std::fprintf(stderr, "notice: no checkpoint in '%s' yet: starting from step 0\n",
+                   where.c_str());
+    return absl::OkStatus();
+  }
+  ZT_ASSIGN_OR_RETURN(const TrainingState st, load_checkpoint(*dir, resume_identity(opt, r),
+                                                              *r.engine,
+                                                              r.transformer->layout()));
+  ZT_RETURN_IF_ERROR(r.train->restore(st.data));
+  if (st.step >= opt.steps)
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint '", *dir, "' is at step ",
+                                                   st.step, ", and --steps is ", opt.steps,
+                                                   ": raise --steps to train further"));
+  r.start_step = st.step;
+  if (r.comm->rank() == 0)
+    std::printf("resumed from '%s' at step %lld\n", dir->c_str(), (long long)st.step);
+  return absl::OkStatus();
+}
+
+// Saves after `step` when due (every save_interval steps, and at the last step).
+absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
+  if (r.save_dir.empty()) return absl::OkStatus();
+  if (step != opt.steps && (r.save_interval <= 0 || step % r.save_interval != 0))
+    return absl::OkStatus();
+  const TrainingState st{step, r.engine->steps_taken(), r.train->state(),
+                         r.engine->loss_scaler_state()};
+  const nlohmann::json info = {{"world_size", r.comm->world_size()},
+                               {"stage", r.ds.zero.stage},
+                               {"device", r.backend->name()},
+                               {"ds_config", r.ds_text}};
+  ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st, resume_identity(opt, r), info,
+                                     *r.engine, r.transformer->layout(), *r.comm));
+  if (r.comm->rank() == 0)
+    std::printf("saved %s/step_%08lld\n", r.save_dir.c_str(), (long long)step);
+  return absl::OkStatus();
+}
 
 // What every rank must agree on before training, since it decides the sequence of collectives:
 // the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
@@ -162,7 +271,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
         " disagree; give one of them, or the same value in both"));
   r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
                                                                   : key_limit));
-  return absl::OkStatus();
+  return resolve_saves(opt, r);
 }
 
 // The model, its ZeRO engine and initial weights, on the backend and communicator of r.
@@ -181,7 +290,9 @@ absl::Status setup_model(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
   }
-  return load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine);
+  ZT_RETURN_IF_ERROR(
+      load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine));
+  return resume(opt, r);
 }
 
 // Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
@@ -317,14 +428,14 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     if (root) std::printf("step %lld | val loss %.4f\n", (long long)step, vl);
     log({{"step", step}, {"val_loss", vl}});
   };
-  validate_now(0);
+  if (r.start_step == 0) validate_now(0);
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
   std::vector<CommStats> comm_steps;
   std::vector<OffloadTraffic> offload_steps;
   MemorySnapshot mem;
   Timer run_timer;
   double loop_ms = 0;
-  for (int64_t step = 1; step <= opt.steps; ++step) {
+  for (int64_t step = r.start_step + 1; step <= opt.steps; ++step) {
     Timer t;
     const CommStats comm_before = r.comm->stats();
     const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
@@ -357,10 +468,10 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
     offload_steps.push_back({r.engine->bytes_to_host() - offload_before.to_host,
                              r.engine->bytes_to_device() - offload_before.to_device});
-    if (step == 1)
+    if (step == r.start_step + 1)
       for (size_t c = 0; c < kNumMemCategories; ++c)
         mem.persistent[c] = r.backend->tracker().current(static_cast<MemCategory>(c));
-    if (step == 1)
+    if (step == r.start_step + 1)
       for (size_t c = 0; c < kNumMemCategories; ++c) {
         const MemCategory cat = static_cast<MemCategory>(c);
         mem.host_persistent[c] =
@@ -369,7 +480,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     const double ms = t.ms();
     loop_ms += ms;
     const double tok_s = tokens_per_step / (ms / 1e3);
-    const double eta = loop_ms / step * (opt.steps - step) / 1e3;
+    const double eta = loop_ms / (step - r.start_step) * (opt.steps - step) / 1e3;
     if (root)
       std::printf(
           "step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
@@ -419,14 +530,15 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
                                               "; lower the learning rate, enable "
                                               "gradient_clipping, or check the data"));
     if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
+    ZT_RETURN_IF_ERROR(maybe_save(opt, r, step));
   }
   r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
   validate_now(opt.steps);
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
   if (root)
-    std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)opt.steps,
+    std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)(opt.steps - r.start_step),
                 format_duration(run_timer.ms() / 1e3).c_str(),
-                tokens_per_step * opt.steps / (loop_ms / 1e3));
+                tokens_per_step * (opt.steps - r.start_step) / (loop_ms / 1e3));
   print_sample(opt, r);
   return absl::OkStatus();
 }

@@ -33,6 +33,12 @@ struct TrainOptions {
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
   bool gradient_checkpointing = false;  // also zerotrain.gradient_checkpointing
+  // Checkpoints (trainer/checkpoint.h), also the zerotrain block's keys of the same names:
+  std::string save_dir;       // where saves go (empty: no saves)
+  int64_t save_interval = -1;  // steps between saves (0: at the end only; -1: not given)
+  int64_t keep_last = -1;      // saves kept (0: all; -1: not given)
+  bool resume = false;         // continue from save_dir's latest save, if there is one
+  std::string resume_from;     // continue from this save (or this save_dir's latest)
 };
 
 // Trains; prints a progress line per step and writes metrics.jsonl. Errors a user can cause

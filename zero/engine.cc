@@ -182,6 +182,41 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   be_->convert(tmp.data(), DType::kF32, s.params.data(), opt_.param_dtype, s.padded);
 }
 
+std::pair<size_t, size_t> Engine::saved_range(int u) const {
+  const UnitState& s = units_[u];
+  if (s.replicated) return {0, rank_ == 0 ? s.numel : 0};
+  const size_t begin = std::min(s.numel, (size_t)rank_ * s.shard);
+  return {begin, std::min(s.numel, begin + s.shard)};
+}
+
+void Engine::get_saved_state(int u, float* master, float* m, float* v) {
+  finish_delayed_update();
+  const auto [begin, end] = saved_range(u);
+  if (begin == end) return;
+  UnitState& s = unit(u);
+  std::vector<float> a(s.owned()), b(s.owned()), c(s.owned());
+  optimizer_->get_master(u, a.data());
+  optimizer_->get_moments(u, b.data(), c.data());
+  const size_t n = end - begin;  // the owned slice starts at `begin`: drop its padding
+  std::copy_n(a.begin(), n, master);
+  std::copy_n(b.begin(), n, m);
+  std::copy_n(c.begin(), n, v);
+}
+
+void Engine::set_unit_state(int u, std::span<const float> master, std::span<const float> m,
+                            std::span<const float> v) {
+  set_unit_params(u, master);
+  UnitState& s = unit(u);
+  ZT_CHECK(m.size() == s.numel && v.size() == s.numel);
+  std::vector<float> om(s.owned(), 0.f), ov(s.owned(), 0.f);
+  const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
+  for (size_t i = 0; i < om.size() && begin + i < s.numel; ++i) {
+    om[i] = m[begin + i];
+    ov[i] = v[begin + i];
+  }
+  optimizer_->set_moments(u, om.data(), ov.data());
+}
+
 void Engine::get_unit_params(int u, std::span<float> host) {
   finish_delayed_update();
   UnitState& s = unit(u);

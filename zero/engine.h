@@ -106,6 +106,27 @@ class Engine final : public UnitEngine {
   // The averaged gradient the next step() will use, as fp32 (collective in stages 1-3).
   void get_unit_grads(int u, std::span<float> host);
 
+  // ---- checkpoints (trainer/checkpoint.h): no collectives, unit by unit ----
+  // The elements [first, second) of unit u that this rank saves: its owned slice without the
+  // padding; a replicated unit (stage 0, small stage-3 units) on rank 0 only, empty elsewhere.
+  std::pair<size_t, size_t> saved_range(int u) const;
+  // The fp32 master weights and Adam moments of those elements (second - first each), after
+  // finishing a delayed update.
+  void get_saved_state(int u, float* master, float* m, float* v);
+  // Restores unit u from its whole state (numel each, the same on every rank): each rank keeps
+  // its owned slice of master and moments, the working copy is the master rounded to the
+  // working dtype (as after a step). Any stage and world size: the shards re-slice here.
+  void set_unit_state(int u, std::span<const float> master, std::span<const float> m,
+                      std::span<const float> v);
+  // Optimizer steps taken (AdamW's bias correction) and the fp16 loss scaler, as saved.
+  void set_steps_taken(int t) { t_ = t; }
+  std::optional<LossScaler::State> loss_scaler_state() const {
+    return scaler_ ? std::optional(scaler_->state()) : std::nullopt;
+  }
+  void restore_loss_scaler(const LossScaler::State& s) {
+    if (scaler_) scaler_->restore(s);
+  }
+
   TensorView fetch(int unit) override;
   const void* fetch_stored(int unit, DType* t) override;
   void release(int unit) override;

@@ -58,6 +58,18 @@ class LossScaler {
 
   int64_t skipped_steps() const { return skipped_steps_; }
 
+  // Everything update() depends on, for checkpoints: restoring it continues bit for bit.
+  struct State {
+    double scale;
+    int hysteresis_left;
+    int64_t iter, last_overflow, skipped_steps;
+  };
+  State state() const { return {scale_, hysteresis_left_, iter_, last_overflow_, skipped_steps_}; }
+  void restore(const State& s) {
+    scale_ = s.scale, hysteresis_left_ = s.hysteresis_left, iter_ = s.iter;
+    last_overflow_ = s.last_overflow, skipped_steps_ = s.skipped_steps;
+  }
+
  private:
   LossScalerConfig config_;
   double scale_;

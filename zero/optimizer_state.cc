@@ -28,6 +28,14 @@ class DeviceOptimizerState final : public OptimizerState {
   void get_master(int u, float* host) override {
     be_->copy_to_host(host, master(u), units_[u].owned * 4);
   }
+  void set_moments(int u, const float* m, const float* v) override {
+    be_->copy_to_device(units_[u].m.data(), m, units_[u].owned * 4);
+    be_->copy_to_device(units_[u].v.data(), v, units_[u].owned * 4);
+  }
+  void get_moments(int u, float* m, float* v) override {
+    be_->copy_to_host(m, units_[u].m.data(), units_[u].owned * 4);
+    be_->copy_to_host(v, units_[u].v.data(), units_[u].owned * 4);
+  }
   bool master_is_working_copy(int u) const override { return units_[u].alias != nullptr; }
   void update(int u, const Io& io, const AdamStep& s) override {
     Unit& x = units_[u];

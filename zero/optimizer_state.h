@@ -28,6 +28,10 @@ class OptimizerState {
   // The fp32 master weights of unit u's owned elements, from or to host memory (owned floats).
   virtual void set_master(int u, const float* host) = 0;
   virtual void get_master(int u, float* host) = 0;
+  // The Adam moments m and v of unit u's owned elements, from or to host memory (owned floats
+  // each): checkpoints save and restore them.
+  virtual void set_moments(int u, const float* m, const float* v) = 0;
+  virtual void get_moments(int u, float* m, float* v) = 0;
   // True when unit u's master is its device working copy, so update() needs no `out`.
   virtual bool master_is_working_copy(int u) const = 0;
   // The buffers of one update (owned elements each).

@@ -169,6 +169,35 @@ TEST_F(Cli, NvmeOffloadChecksItsPathAndCleansUp) {
   EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlived a SIGTERM";
 }
 
+// A checkpoint save onto a full disk (a 2 MiB tmpfs: one save of the tiny model fits, a second
+// does not): exit 2 naming the file and the reason, the previous save and `latest` untouched,
+// no partial save left.
+TEST_F(Cli, CheckpointOnAFullDiskKeepsThePreviousOne) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
+  const std::string ck = path("ck");
+  fs::create_directories(ck);
+  const std::string base = kBin + " " + train("--deepspeed " + path("ds.json") + " --save_dir " + ck);
+  std::string second = base;
+  second.replace(second.find("--steps 3"), 9, "--steps 6 --resume");
+  const std::string cmd = "unshare -m bash -c 'mount -t tmpfs -o size=2m tmpfs " + ck +
+                          " || exit 77; " + base + " > /dev/null 2>&1 || exit 99; " + second +
+                          "; code=$?; echo LATEST:$(cat " + ck + "/latest); echo LEFT:$(ls -A " +
+                          ck + "); exit $code' 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77) GTEST_SKIP() << "cannot mount a tmpfs here: " << out;
+  ASSERT_NE(code, 99) << "the first save did not fit: " << out;
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank_00000.bin"), std::string::npos) << out;
+  EXPECT_NE(out.find("LATEST:step_00000003"), std::string::npos) << out;
+  EXPECT_NE(out.find("LEFT:latest step_00000003\n"), std::string::npos) << out;
+}
+
 // NVMe offload onto a drive too small for the optimizer state (a 1 MiB tmpfs in a private
 // mount namespace): the space is reserved up front, so the run stops before training with
 // exit 2 and the file, not part-way through a swap; nothing is left on the drive.

@@ -1,0 +1,289 @@
+// Checkpoints (trainer/checkpoint.h), end to end through the zerotrain binary:
+// - resume is exact: N steps straight equal K steps + save + resume + (N - K) steps bit for bit
+//   (losses, and the final saves' files), stages 0-3, fp32 and bf16, with optimizer and
+//   parameter offload, on 1 and 2 ranks;
+// - resharding: a save from 2 ranks resumes on 1 (twice the accumulation) and on 4, and from
+//   stage 2 at stage 3, with the uninterrupted run's losses (1e-5 relative);
+// - bad checkpoints are refused with a clear error: a truncated or bit-flipped file, another
+//   configuration (naming the key), a `latest` naming a missing save.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/shard.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = std::string(ZT_BINARY_DIR) + "/zerotrain";
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result run(const std::string& cmd) {
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("zt_ckpt_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::mt19937 rng(3);
+    std::vector<uint32_t> toks(3000);
+    for (auto& t : toks) t = rng() % 256;
+    ASSERT_TRUE(write_shard(path("train_000000.bin"), toks, 256).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // ds_config with micro-batch B, accumulation G, `extra` keys (", ..."); written as `name`.
+  std::string config(const std::string& name, int B, int G, const std::string& extra) const {
+    std::ofstream(path(name)) << "{\"train_micro_batch_size_per_gpu\": " << B
+                              << ", \"gradient_accumulation_steps\": " << G
+                              << ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
+                                 "3e-3, \"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0"
+                              << extra << "}";
+    return path(name);
+  }
+  // `steps` steps of the tiny LLaMA on `ranks` ranks, metrics into run_dir/`run`.
+  Result train(int ranks, const std::string& ds, int steps, const std::string& run,
+               const std::string& extra) const {
+    const std::string launcher =
+        ranks > 1 ? std::string(ZT_MPIRUN) + " -np " + std::to_string(ranks) + " " : "";
+    return ::zt::run(launcher + kBin + " train --model tiny-llama --seq_len 16 --val_every 0" +
+                     " --sample_tokens 0 --threads 1 --train_data " + path("train_*.bin") +
+                     " --deepspeed " + ds + " --steps " + std::to_string(steps) + " --run_dir " +
+                     path(run) + " " + extra);
+  }
+  std::vector<double> losses(const std::string& run) const {
+    std::vector<double> v;
+    std::ifstream in(path(run) + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("loss")) v.push_back(j["loss"]);
+    }
+    return v;
+  }
+  fs::path dir_;
+};
+
+// N = 6 straight against 3 + save + resume + 3, saving at the end of both: the losses of steps
+// 4-6 and every rank file of the final saves are identical.
+TEST_F(Checkpoint, ResumeIsBitwiseExact) {
+  struct Case {
+    int stage;
+    const char* extra;
+  };
+  const Case cases[] = {
+      {0, ""},
+      {0, ", \"bf16\": {\"enabled\": true}"},
+      {1, ", \"bf16\": {\"enabled\": true}"},
+      {2, ""},
+      {2, ", \"bf16\": {\"enabled\": true}"},
+      {2, ", \"bf16\": {\"enabled\": true}, \"OFFLOAD_OPT\": 1"},
+      {3, ""},
+      {3, ", \"bf16\": {\"enabled\": true}"},
+      {3, ", \"bf16\": {\"enabled\": true}, \"OFFLOAD_OPT\": 1, \"OFFLOAD_PARAM\": 1"},
+  };
+  for (int ranks : {1, 2})
+    for (const Case& c : cases) {
+      std::string extra = c.extra, zero = "\"stage\": " + std::to_string(c.stage);
+      auto take = [&](const std::string& marker, const std::string& key) {
+        const size_t at = extra.find(", \"" + marker + "\": 1");
+        if (at == std::string::npos) return;
+        extra.erase(at, marker.size() + 7);
+        zero += ", \"" + key + "\": {\"device\": \"cpu\"}";
+      };
+      take("OFFLOAD_PARAM", "offload_param");
+      take("OFFLOAD_OPT", "offload_optimizer");
+      const std::string what =
+          "ranks " + std::to_string(ranks) + " stage " + std::to_string(c.stage) + " " + c.extra;
+      const std::string ds =
+          config("ds.json", 2, 2 / ranks, extra + ", \"zero_optimization\": {" + zero + "}");
+      fs::remove_all(path("a")), fs::remove_all(path("b"));
+      const Result straight = train(ranks, ds, 6, "run_a", "--save_dir " + path("a"));
+      ASSERT_EQ(straight.code, 0) << what << "\n" << straight.out;
+      const Result first = train(ranks, ds, 3, "run_b1", "--save_dir " + path("b"));
+      ASSERT_EQ(first.code, 0) << what << "\n" << first.out;
+      const Result rest = train(ranks, ds, 6, "run_b2", "--save_dir " + path("b") + " --resume");
+      ASSERT_EQ(rest.code, 0) << what << "\n" << rest.out;
+      EXPECT_NE(rest.out.find("resumed from"), std::string::npos) << what << "\n" << rest.out;
+      const std::vector<double> a = losses("run_a"), b = losses("run_b2");
+      ASSERT_EQ(a.size(), 6u) << what;
+      ASSERT_EQ(b.size(), 3u) << what;
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << what << " step " << 4 + i;
+      for (int r = 0; r < ranks; ++r) {
+        const std::string f = "step_00000006/rank_0000" + std::to_string(r) + ".bin";
+        ASSERT_TRUE(fs::exists(path("a") + "/" + f) && fs::exists(path("b") + "/" + f)) << f;
+        if (r == 0) EXPECT_GT(fs::file_size(path("a") + "/" + f), 0u) << what;
+        EXPECT_EQ(slurp(path("a") + "/" + f), slurp(path("b") + "/" + f)) << what << " " << f;
+      }
+    }
+}
+
+// Saved on 2 ranks at stage 2 (micro-batch 2), resumed on 1 rank with twice the accumulation,
+// on 4 ranks at micro-batch 1, and at stage 3: the uninterrupted run's losses.
+TEST_F(Checkpoint, ResumesAtAnotherWorldSizeAndStage) {
+  const std::string zero2 = ", \"zero_optimization\": {\"stage\": 2}";
+  const std::string zero3 = ", \"zero_optimization\": {\"stage\": 3}";
+  const Result straight = train(2, config("two.json", 2, 1, zero2), 6, "straight", "");
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  const Result saved =
+      train(2, config("two.json", 2, 1, zero2), 3, "saved", "--save_dir " + path("ck"));
+  ASSERT_EQ(saved.code, 0) << saved.out;
+  const std::vector<double> want = losses("straight");
+  ASSERT_EQ(want.size(), 6u);
+  struct Case {
+    int ranks;
+    std::string ds;
+  };
+  const Case cases[] = {{1, config("one.json", 2, 2, zero2)},
+                        {4, config("four.json", 1, 1, zero2)},
+                        {2, config("three.json", 2, 1, zero3)}};
+  for (const Case& c : cases) {
+    const Result r = train(c.ranks, c.ds, 6, "resumed", "--resume_from " + path("ck"));
+    ASSERT_EQ(r.code, 0) << c.ds << "\n" << r.out;
+    const std::vector<double> got = losses("resumed");
+    ASSERT_EQ(got.size(), 3u) << c.ds;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_NEAR(got[i], want[3 + i], 1e-5 * want[3 + i]) << c.ds << " step " << 4 + i;
+  }
+}
+
+TEST_F(Checkpoint, BadCheckpointsAreRefused) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  ASSERT_EQ(train(1, ds, 2, "run", "--save_dir " + path("ck")).code, 0);
+  const fs::path save = fs::path(path("ck")) / "step_00000002";
+  const fs::path file = save / "rank_00000.bin";
+  const std::string good = slurp(file);
+  auto expect_error = [&](const std::string& extra, const std::string& needle) {
+    const Result r = train(1, ds, 4, "again", extra);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "want '" << needle << "' in\n" << r.out;
+  };
+  std::ofstream(file, std::ios::binary) << good.substr(0, good.size() - 8);  // truncated
+  expect_error("--resume_from " + path("ck"), "truncated or replaced");
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x10;
+  std::ofstream(file, std::ios::binary) << flipped;  // one bit
+  expect_error("--resume_from " + path("ck"), "fails its CRC-32 check");
+  std::ofstream(file, std::ios::binary) << good;
+  // Another learning rate, another sequence length: named, with both values.
+  const std::string other = config("other.json", 2, 1, "");
+  {
+    std::string text = slurp(other);
+    text.replace(text.find("3e-3"), 4, "1e-3");
+    std::ofstream(other) << text;
+  }
+  const Result lr =
+      ::zt::run(kBin + " train --model tiny-llama --seq_len 16 --val_every 0" +
+                " --sample_tokens 0 --train_data " + path("train_*.bin") + " --deepspeed " + other +
+                " --steps 4 --run_dir " + path("x") + " --resume_from " + save.string());
+  EXPECT_EQ(lr.code, 2) << lr.out;
+  EXPECT_NE(lr.out.find("ds_config/optimizer/params/lr was 0.003, now 0.001"), std::string::npos)
+      << lr.out;
+  const Result seq =
+      ::zt::run(kBin + " train --model tiny-llama --seq_len 8 --val_every 0" +
+                " --sample_tokens 0 --train_data " + path("train_*.bin") + " --deepspeed " + ds +
+                " --steps 4 --run_dir " + path("x") + " --resume_from " + save.string());
+  EXPECT_EQ(seq.code, 2) << seq.out;
+  EXPECT_NE(seq.out.find("seq_len was 16, now 8"), std::string::npos) << seq.out;
+  // latest naming a save that is gone; an empty directory for --resume_from.
+  std::ofstream(path("ck") + "/latest") << "step_00000099\n";
+  expect_error("--resume_from " + path("ck"), "which is not a complete checkpoint");
+  fs::create_directories(path("empty"));
+  expect_error("--resume_from " + path("empty"), "holds no checkpoint");
+  expect_error("--resume", "--resume continues from --save_dir");
+  // --resume with a save_dir that has nothing yet starts from step 0 (a job's first launch).
+  const Result fresh = train(1, ds, 2, "fresh", "--save_dir " + path("new") + " --resume");
+  EXPECT_EQ(fresh.code, 0) << fresh.out;
+  EXPECT_NE(fresh.out.find("starting from step 0"), std::string::npos) << fresh.out;
+}
+
+// keep_last deletes older saves only once the new one is in place; a directory left by a
+// killed save (.tmp_...) is ignored by resume and cleared by the next save of that step.
+TEST_F(Checkpoint, KeepLastAndLeftovers) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  fs::create_directories(path("ck") + "/.tmp_step_00000004");
+  std::ofstream(path("ck") + "/.tmp_step_00000004/rank_00000.bin") << "partial";
+  const Result r =
+      train(1, ds, 6, "run", "--save_dir " + path("ck") + " --save_interval 2 --keep_last 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(path("ck"))) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step_00000004", "step_00000006"}));
+  EXPECT_EQ(slurp(path("ck") + "/latest"), "step_00000006\n");
+}
+
+// Killed at random moments while saving every step (SIGKILL, 20 trials): `latest` always names
+// a complete save, and --resume goes on from it.
+TEST_F(Checkpoint, SavesSurviveSigkill) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  std::mt19937 rng(11);
+  int resumed_later = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::freopen("/dev/null", "w", stdout);
+      std::freopen("/dev/null", "w", stderr);
+      const std::string steps = "1000", ck = path("ck"), run = path("run"),
+                        data = path("train_*.bin");
+      execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
+            "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
+            data.c_str(), "--deepspeed", ds.c_str(), "--steps", steps.c_str(), "--run_dir",
+            run.c_str(), "--save_dir", ck.c_str(), "--save_interval", "1", "--keep_last", "2",
+            "--resume", (char*)nullptr);
+      _exit(127);
+    }
+    usleep(20000 + rng() % 400000);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!fs::exists(path("ck") + "/latest")) continue;  // killed before the first save
+    const std::string tag = slurp(path("ck") + "/latest");
+    ASSERT_TRUE(fs::exists(path("ck") + "/" + tag.substr(0, tag.size() - 1) + "/meta.json"))
+        << "trial " << trial << ": latest names an incomplete save " << tag;
+    ++resumed_later;  // the next trial resumes from it (--resume)
+  }
+  EXPECT_GT(resumed_later, 10) << "the kills came too early to test saves";
+  // The last state resumes and trains on.
+  const std::string tag = slurp(path("ck") + "/latest");
+  const int64_t at = std::stoll(tag.substr(5));
+  const Result r = train(1, ds, (int)at + 2, "final", "--save_dir " + path("ck") + " --resume");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(losses("final").size(), 2u);
+}
+
+}  // namespace
+}  // namespace zt

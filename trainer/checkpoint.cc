@@ -1,0 +1,360 @@
+// Checkpoint save and load (see checkpoint.h for the format and the guarantees).
+#include "trainer/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file.h"
+#include "common/status.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kFormatVersion = 1;
+
+std::string tag_of(int64_t step) { return absl::StrFormat("step_%08d", step); }
+std::string rank_file(int r) { return absl::StrFormat("rank_%05d.bin", r); }
+
+// The step of a save directory named step_NNNNNNNN, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step_", 0) != 0) return -1;
+  int64_t v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// This rank's file: for each unit with a non-empty saved range, master | m | v. Returns its
+// size and CRC-32 (zlib's).
+absl::StatusOr<std::pair<uint64_t, uint32_t>> write_rank_file(const std::string& path,
+                                                              Engine& engine,
+                                                              const ParamLayout& layout) {
+  ZT_ASSIGN_OR_RETURN(FileWriter f, FileWriter::create(path));
+  uint64_t bytes = 0;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<float> master, m, v;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const auto [begin, end] = engine.saved_range(u);
+    const size_t n = end - begin;
+    if (n == 0) continue;
+    master.resize(n), m.resize(n), v.resize(n);
+    engine.get_saved_state(u, master.data(), m.data(), v.data());
+    for (const std::vector<float>* a : {&master, &m, &v}) {
+      ZT_RETURN_IF_ERROR(f.write(a->data(), n * 4));
+      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(a->data()), n * 4);
+      bytes += n * 4;
+    }
+  }
+  ZT_RETURN_IF_ERROR(f.close());
+  return std::pair<uint64_t, uint32_t>{bytes, static_cast<uint32_t>(crc)};
+}
+
+// Newest first, the saves beyond keep_last are removed (never `keep`).
+void prune(const std::string& save_dir, int64_t keep_last, const std::string& keep) {
+  if (keep_last <= 0) return;
+  std::vector<std::pair<int64_t, std::string>> saves;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (step_of(name) >= 0 && e.is_directory()) saves.push_back({step_of(name), name});
+  }
+  std::sort(saves.rbegin(), saves.rend());
+  for (size_t i = (size_t)keep_last; i < saves.size(); ++i)
+    if (saves[i].second != keep) fs::remove_all(fs::path(save_dir) / saves[i].second, ec);
+}
+
+// Rank 0, once every rank's file is complete: meta.json, the rename into place, `latest`.
+absl::Status publish(const std::string& save_dir, const std::string& tmp, const std::string& tag,
+                     const nlohmann::json& meta, int64_t keep_last) {
+  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(tmp) / "meta.json").string(), meta.dump(1)));
+  const fs::path final_dir = fs::path(save_dir) / tag;
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {  // an earlier save of the same step: replaced whole
+    const fs::path old = fs::path(save_dir) / (".old_" + tag);
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("cannot move aside '", final_dir.string(), "': ", ec.message()));
+    fs::remove_all(old, ec);
+  }
+  fs::rename(tmp, final_dir, ec);
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot rename '", tmp, "' to '", final_dir.string(), "': ", ec.message()));
+  ZT_RETURN_IF_ERROR(fsync_dir(save_dir));
+  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(save_dir) / "latest").string(), tag + "\n"));
+  prune(save_dir, keep_last, tag);
+  return absl::OkStatus();
+}
+
+// All ranks learn whether every rank's `st` is ok; a rank that failed returns its own error,
+// the others say another rank failed.
+absl::Status agree(Communicator& comm, const absl::Status& st, const std::string& what) {
+  double ok = st.ok() ? 1 : 0;
+  comm.all_reduce_scalars(&ok, 1, ScalarOp::kMin);
+  if (!st.ok()) return st;
+  if (ok == 0)
+    return absl::AbortedError(absl::StrCat("another rank failed ", what, "; see its message"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
+                             const TrainingState& st, const nlohmann::json& identity,
+                             const nlohmann::json& info, Engine& engine, const ParamLayout& layout,
+                             Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size(), U = layout.num_units();
+  const std::string tag = tag_of(st.step);
+  const std::string tmp = (fs::path(save_dir) / (".tmp_" + tag)).string();
+  absl::Status made = absl::OkStatus();
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(save_dir, ec);
+    fs::remove_all(tmp, ec);  // a save killed earlier
+    fs::create_directories(tmp, ec);
+    if (ec)
+      made = absl::InternalError(
+          absl::StrCat("cannot create the checkpoint directory '", tmp, "': ", ec.message()));
+  }
+  ZT_RETURN_IF_ERROR(agree(comm, made, "to create the checkpoint directory"));
+  // Each rank's file, then (size, crc, ranges) of every rank in one scalar reduction: rank r
+  // fills its row of a zeroed table (every value is exact in a double).
+  const auto written = write_rank_file((fs::path(tmp) / rank_file(rank)).string(), engine, layout);
+  const size_t row = 2 + 2 * (size_t)U;
+  std::vector<double> table((size_t)world * row, 0.0);
+  if (written.ok()) {
+    double* mine = table.data() + (size_t)rank * row;
+    mine[0] = (double)written->first;
+    mine[1] = (double)written->second;
+    for (int u = 0; u < U; ++u) {
+      const auto [begin, end] = engine.saved_range(u);
+      mine[2 + 2 * u] = (double)begin;
+      mine[3 + 2 * u] = (double)end;
+    }
+  }
+  const absl::Status wrote = agree(comm, written.ok() ? absl::OkStatus() : written.status(),
+                                   "to write its checkpoint file");
+  if (!wrote.ok()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // no partial save left
+    }
+    return wrote;
+  }
+  comm.all_reduce_scalars(table.data(), (int)table.size(), ScalarOp::kSum);
+  absl::Status published = absl::OkStatus();
+  if (rank == 0) {
+    nlohmann::json meta = {{"format", "zerotrain-checkpoint"},
+                           {"version", kFormatVersion},
+                           {"step", st.step},
+                           {"adam_steps", st.adam_steps},
+                           {"data", {{"epoch", st.data.epoch}, {"position", st.data.position}}},
+                           {"identity", identity},
+                           {"info", info},
+                           {"world_size", world}};
+    if (st.loss_scaler) {
+      const LossScaler::State& s = *st.loss_scaler;
+      meta["loss_scaler"] = {{"scale", s.scale},
+                             {"hysteresis_left", s.hysteresis_left},
+                             {"iter", s.iter},
+                             {"last_overflow", s.last_overflow},
+                             {"skipped_steps", s.skipped_steps}};
+    }
+    for (const Unit& u : layout.units())
+      meta["units"].push_back({{"name", u.name}, {"numel", u.numel}});
+    for (int r = 0; r < world; ++r) {
+      const double* t = table.data() + (size_t)r * row;
+      nlohmann::json ranges = nlohmann::json::array();
+      for (int u = 0; u < U; ++u)
+        ranges.push_back({(uint64_t)t[2 + 2 * u], (uint64_t)t[3 + 2 * u]});
+      meta["ranks"].push_back({{"file", rank_file(r)},
+                               {"bytes", (uint64_t)t[0]},
+                               {"crc32", (uint32_t)t[1]},
+                               {"ranges", ranges}});
+    }
+    published = publish(save_dir, tmp, tag, meta, keep_last);
+    if (!published.ok()) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+  }
+  return agree(comm, published, "to publish the checkpoint");
+}
+
+absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "meta.json", ec)) return std::optional<std::string>(dir);
+  const fs::path latest = fs::path(dir) / "latest";
+  if (!fs::exists(latest, ec)) return std::optional<std::string>();
+  ZT_ASSIGN_OR_RETURN(std::string tag, read_file(latest.string(), "checkpoint pointer"));
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  const fs::path target = fs::path(dir) / tag;
+  if (step_of(tag) < 0 || !fs::exists(target / "meta.json", ec))
+    return absl::NotFoundError(absl::StrCat("'", latest.string(), "' names '", tag,
+                                            "', which is not a complete checkpoint in '", dir,
+                                            "'"));
+  return std::optional<std::string>(target.string());
+}
+
+namespace {
+
+// The saved identity against this run's: every field that differs, with both values.
+absl::Status check_identity(const std::string& dir, const nlohmann::json& saved,
+                            const nlohmann::json& now) {
+  std::string diff;
+  for (const auto& [key, value] : now.items()) {
+    const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
+    if (old != value)
+      absl::StrAppend(&diff, diff.empty() ? "" : "; ", key, " was ", old.dump(), ", now ",
+                      value.dump());
+  }
+  for (const auto& [key, value] : saved.items())
+    if (!now.contains(key))
+      absl::StrAppend(&diff, diff.empty() ? "" : "; ", key, " was ", value.dump(), ", now absent");
+  if (diff.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint '", dir, "' does not match this run: ", diff,
+      ". Resume with the settings it was saved with (the world size and ZeRO stage may change)"));
+}
+
+// One rank file being read unit by unit, its CRC accumulated.
+struct RankFile {
+  std::FILE* f = nullptr;
+  std::string path;
+  uint64_t bytes = 0, read = 0;
+  uint32_t crc = 0;
+  uLong running = crc32(0L, Z_NULL, 0);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  ~RankFile() {
+    if (f) std::fclose(f);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
+                                              const nlohmann::json& identity, Engine& engine,
+                                              const ParamLayout& layout) {
+  const std::string meta_path = (fs::path(dir) / "meta.json").string();
+  ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
+  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path, "': ", why));
+  };
+  if (meta.is_discarded() || !meta.is_object() ||
+      meta.value("format", "") != "zerotrain-checkpoint")
+    return bad("not a zerotrain checkpoint (unreadable JSON or no \"format\")");
+  if (meta.value("version", 0) != kFormatVersion)
+    return bad(absl::StrCat("format version ", meta.value("version", 0), ", this build reads ",
+                            kFormatVersion));
+  TrainingState st;
+  try {
+    ZT_RETURN_IF_ERROR(check_identity(dir, meta.at("identity"), identity));
+    st.step = meta.at("step").get<int64_t>();
+    st.adam_steps = meta.at("adam_steps").get<int64_t>();
+    st.data = {meta.at("data").at("epoch").get<int64_t>(),
+               meta.at("data").at("position").get<int64_t>()};
+    if (meta.contains("loss_scaler")) {
+      const nlohmann::json& s = meta["loss_scaler"];
+      st.loss_scaler =
+          LossScaler::State{s.at("scale").get<double>(), s.at("hysteresis_left").get<int>(),
+                            s.at("iter").get<int64_t>(), s.at("last_overflow").get<int64_t>(),
+                            s.at("skipped_steps").get<int64_t>()};
+    }
+    const nlohmann::json& units = meta.at("units");
+    const int U = layout.num_units();
+    if (!units.is_array() || (int)units.size() != U)
+      return bad(absl::StrCat(units.size(), " units, this model has ", U));
+    for (int u = 0; u < U; ++u)
+      if (units[u].at("numel").get<uint64_t>() != layout.units()[u].numel)
+        return bad(absl::StrCat("unit ", u, " has ", units[u].at("numel").get<uint64_t>(),
+                                " elements, this model's has ", layout.units()[u].numel));
+    std::vector<RankFile> files(meta.at("ranks").size());
+    for (size_t r = 0; r < files.size(); ++r) {
+      const nlohmann::json& e = meta["ranks"][r];
+      RankFile& f = files[r];
+      f.path = (fs::path(dir) / e.at("file").get<std::string>()).string();
+      f.bytes = e.at("bytes").get<uint64_t>();
+      f.crc = e.at("crc32").get<uint32_t>();
+      for (const auto& range : e.at("ranges")) {
+        const uint64_t b = range.at(0).get<uint64_t>(), en = range.at(1).get<uint64_t>();
+        if (f.ranges.size() >= (size_t)U || b > en || en > layout.units()[f.ranges.size()].numel)
+          return bad(absl::StrCat("rank file ", r, " has an out-of-range slice"));
+        f.ranges.push_back({b, en});
+      }
+      if ((int)f.ranges.size() != U)
+        return bad(absl::StrCat("rank file ", r, " lists ", f.ranges.size(), " units"));
+      std::error_code ec;
+      const auto size = fs::file_size(f.path, ec);
+      if (ec || size != f.bytes)
+        return absl::DataLossError(
+            absl::StrCat("checkpoint file '", f.path, "' ",
+                         ec ? "is missing"
+                            : absl::StrCat("has ", size, " bytes, ", f.bytes,
+                                           " recorded: truncated or replaced")));
+      f.f = std::fopen(f.path.c_str(), "rb");
+      if (!f.f)
+        return absl::DataLossError(
+            absl::StrCat("cannot read '", f.path, "': ", std::strerror(errno)));
+    }
+    for (int u = 0; u < U; ++u) {  // the slices of each unit tile it exactly
+      std::vector<std::pair<uint64_t, uint64_t>> slices;
+      for (const RankFile& f : files)
+        if (f.ranges[u].first < f.ranges[u].second) slices.push_back(f.ranges[u]);
+      std::sort(slices.begin(), slices.end());
+      uint64_t next = 0;
+      for (const auto& [b, e] : slices) {
+        if (b != next) break;
+        next = e;
+      }
+      if (next != layout.units()[u].numel)
+        return bad(absl::StrCat("the saved slices of unit ", u, " (", layout.units()[u].name,
+                                ") do not cover it exactly once"));
+    }
+    // Unit by unit: the whole master and moments assembled from every file's slice, then set;
+    // each file is read front to back.
+    std::vector<float> master, m, v, buf;
+    for (int u = 0; u < U; ++u) {
+      const size_t numel = layout.units()[u].numel;
+      master.assign(numel, 0.f), m.assign(numel, 0.f), v.assign(numel, 0.f);
+      for (RankFile& f : files) {
+        const auto [b, e] = f.ranges[u];
+        const size_t n = e - b;
+        if (n == 0) continue;
+        for (std::vector<float>* a : {&master, &m, &v}) {
+          if (std::fread(a->data() + b, 4, n, f.f) != n)
+            return absl::DataLossError(
+                absl::StrCat("checkpoint file '", f.path, "' ends early: truncated"));
+          f.running = crc32_z(f.running, reinterpret_cast<const Bytef*>(a->data() + b), n * 4);
+          f.read += n * 4;
+        }
+      }
+      engine.set_unit_state(u, master, m, v);
+    }
+    for (const RankFile& f : files)
+      if (f.read != f.bytes || (uint32_t)f.running != f.crc)
+        return absl::DataLossError(
+            absl::StrCat("checkpoint file '", f.path,
+                         "' fails its CRC-32 check (corrupt); resume from an "
+                         "earlier save (--resume_from DIR)"));
+  } catch (const nlohmann::json::exception& e) {
+    return bad(absl::StrCat("a field is missing or has the wrong type (", e.what(), ")"));
+  }
+  engine.set_steps_taken((int)st.adam_steps);
+  if (st.loss_scaler) engine.restore_loss_scaler(*st.loss_scaler);
+  return st;
+}
+
+}  // namespace zt
