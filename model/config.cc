@@ -245,4 +245,43 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
   return c;
 }
 
+std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,
+                           int eos_id) {
+  nlohmann::json j;
+  if (c.is_gpt2()) {
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"vocab_size", c.vocab_size},
+         {"n_positions", c.max_seq_len},
+         {"n_ctx", c.max_seq_len},
+         {"n_layer", c.n_layer},
+         {"n_head", c.n_head},
+         {"n_embd", c.hidden},
+         {"n_inner", c.intermediate},
+         {"layer_norm_epsilon", c.norm_eps},
+         {"activation_function", "gelu_new"},
+         {"tie_word_embeddings", true}};
+  } else {
+    j = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"vocab_size", c.vocab_size},
+         {"max_position_embeddings", c.max_seq_len},
+         {"num_hidden_layers", c.n_layer},
+         {"num_attention_heads", c.n_head},
+         {"num_key_value_heads", c.n_kv_head},
+         {"hidden_size", c.hidden},
+         {"intermediate_size", c.intermediate},
+         {"rms_norm_eps", c.norm_eps},
+         {"rope_theta", c.rope_theta},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"tie_word_embeddings", c.tied_embeddings}};
+  }
+  j["torch_dtype"] = torch_dtype;
+  if (bos_id >= 0) j["bos_token_id"] = bos_id;
+  if (eos_id >= 0) j["eos_token_id"] = eos_id;
+  return j.dump(2) + "\n";
+}
+
 }  // namespace zt

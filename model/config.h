@@ -39,6 +39,11 @@ std::vector<std::string> preset_names();
 absl::StatusOr<ModelConfig> preset(std::string_view name);
 // Parses a Hugging Face config.json (model_type "gpt2" or "llama").
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std::string_view where);
+// The inverse: the config.json of transformers' GPT2LMHeadModel or LlamaForCausalLM for c, with
+// `torch_dtype` (e.g. "bfloat16") and the token ids of a tokenizer (bos/eos; -1 leaves them
+// out). config_from_hf_json of it gives c back.
+std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,
+                           int eos_id);
 // Checks internal consistency (heads divide hidden, kv heads divide heads, ...).
 absl::Status validate(const ModelConfig& c);
 // Context length as a knob (--max_seq_len): the longest sequence the model is built for. RoPE

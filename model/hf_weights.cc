@@ -110,4 +110,28 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
   return absl::OkStatus();
 }
 
+std::vector<HfTensor> hf_unit_tensors(const ModelConfig& c, const ParamLayout& layout, int u,
+                                      std::span<const float> unit) {
+  ZT_CHECK(unit.size() == layout.units()[u].numel);
+  std::vector<HfTensor> out;
+  for (const HfPiece& p : hf_pieces(c, layout, u)) {
+    HfTensor t;
+    t.name = p.hf_name;
+    const bool vec = p.slot->shape.size() == 1;
+    t.shape = vec ? std::vector<int64_t>{p.rows}
+                  : p.transposed ? std::vector<int64_t>{p.cols, p.rows}
+                                 : std::vector<int64_t>{p.rows, p.cols};
+    const float* src = unit.data() + p.slot->offset + p.row_offset * p.cols;
+    t.values.resize(p.rows * p.cols);
+    if (!p.transposed) {
+      std::copy(src, src + p.rows * p.cols, t.values.begin());
+    } else {  // (rows, cols) -> (cols, rows)
+      for (int64_t i = 0; i < p.cols; ++i)
+        for (int64_t j = 0; j < p.rows; ++j) t.values[i * p.rows + j] = src[j * p.cols + i];
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace zt

@@ -57,4 +57,16 @@ HfTensorReader reader_of(const Source& s, std::string prefix = "") {
 absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const ParamLayout& layout,
                           int u, std::span<float> out);
 
+// A Hugging Face tensor of a unit, as fp32: the inverse of load_hf_unit's reading.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // row-major, shape's product elements
+};
+// The tensors of unit u from its fp32 values (layout order), named and shaped as transformers
+// saves GPT2LMHeadModel ("transformer." prefix, Conv1D weights (in, out)) and LlamaForCausalLM
+// (q/k/v and gate/up split back out). load_hf_unit of them gives `unit` back exactly.
+std::vector<HfTensor> hf_unit_tensors(const ModelConfig& c, const ParamLayout& layout, int u,
+                                      std::span<const float> unit);
+
 }  // namespace zt

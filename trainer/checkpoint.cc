@@ -244,35 +244,30 @@ struct RankFile {
 
 }  // namespace
 
-absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
-                                              const nlohmann::json& identity, Engine& engine,
-                                              const ParamLayout& layout) {
+absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
-  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object() ||
+      meta.value("format", "") != "zerotrain-checkpoint")
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint metadata '", meta_path,
+                     "': not a zerotrain checkpoint (unreadable JSON or "
+                     "no \"format\")"));
+  if (meta.value("version", 0) != kFormatVersion)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path,
+                                                   "': format version ", meta.value("version", 0),
+                                                   ", this build reads ", kFormatVersion));
+  return meta;
+}
+
+absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
+                             const ParamLayout& layout, const UnitStateFn& fn) {
+  const std::string meta_path = (fs::path(dir) / "meta.json").string();
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path, "': ", why));
   };
-  if (meta.is_discarded() || !meta.is_object() ||
-      meta.value("format", "") != "zerotrain-checkpoint")
-    return bad("not a zerotrain checkpoint (unreadable JSON or no \"format\")");
-  if (meta.value("version", 0) != kFormatVersion)
-    return bad(absl::StrCat("format version ", meta.value("version", 0), ", this build reads ",
-                            kFormatVersion));
-  TrainingState st;
   try {
-    ZT_RETURN_IF_ERROR(check_identity(dir, meta.at("identity"), identity));
-    st.step = meta.at("step").get<int64_t>();
-    st.adam_steps = meta.at("adam_steps").get<int64_t>();
-    st.data = {meta.at("data").at("epoch").get<int64_t>(),
-               meta.at("data").at("position").get<int64_t>()};
-    if (meta.contains("loss_scaler")) {
-      const nlohmann::json& s = meta["loss_scaler"];
-      st.loss_scaler =
-          LossScaler::State{s.at("scale").get<double>(), s.at("hysteresis_left").get<int>(),
-                            s.at("iter").get<int64_t>(), s.at("last_overflow").get<int64_t>(),
-                            s.at("skipped_steps").get<int64_t>()};
-    }
     const nlohmann::json& units = meta.at("units");
     const int U = layout.num_units();
     if (!units.is_array() || (int)units.size() != U)
@@ -285,7 +280,10 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
     for (size_t r = 0; r < files.size(); ++r) {
       const nlohmann::json& e = meta["ranks"][r];
       RankFile& f = files[r];
-      f.path = (fs::path(dir) / e.at("file").get<std::string>()).string();
+      const std::string name = e.at("file").get<std::string>();
+      if (name.find('/') != std::string::npos || name == ".." || name.empty())
+        return bad(absl::StrCat("rank file name '", name, "' is not a file in the checkpoint"));
+      f.path = (fs::path(dir) / name).string();
       f.bytes = e.at("bytes").get<uint64_t>();
       f.crc = e.at("crc32").get<uint32_t>();
       for (const auto& range : e.at("ranges")) {
@@ -296,6 +294,11 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
       }
       if ((int)f.ranges.size() != U)
         return bad(absl::StrCat("rank file ", r, " lists ", f.ranges.size(), " units"));
+      uint64_t expect = 0;
+      for (const auto& [b, e2] : f.ranges) expect += 12 * (e2 - b);
+      if (expect != f.bytes)
+        return bad(absl::StrCat("rank file ", r, " records ", f.bytes, " bytes for ", expect,
+                                " bytes of slices"));
       std::error_code ec;
       const auto size = fs::file_size(f.path, ec);
       if (ec || size != f.bytes)
@@ -323,9 +326,9 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
         return bad(absl::StrCat("the saved slices of unit ", u, " (", layout.units()[u].name,
                                 ") do not cover it exactly once"));
     }
-    // Unit by unit: the whole master and moments assembled from every file's slice, then set;
-    // each file is read front to back.
-    std::vector<float> master, m, v, buf;
+    // Unit by unit: the whole master and moments assembled from every file's slice, then
+    // handed on; each file is read front to back.
+    std::vector<float> master, m, v;
     for (int u = 0; u < U; ++u) {
       const size_t numel = layout.units()[u].numel;
       master.assign(numel, 0.f), m.assign(numel, 0.f), v.assign(numel, 0.f);
@@ -341,7 +344,7 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
           f.read += n * 4;
         }
       }
-      engine.set_unit_state(u, master, m, v);
+      ZT_RETURN_IF_ERROR(fn(u, master, m, v));
     }
     for (const RankFile& f : files)
       if (f.read != f.bytes || (uint32_t)f.running != f.crc)
@@ -352,6 +355,38 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
   } catch (const nlohmann::json::exception& e) {
     return bad(absl::StrCat("a field is missing or has the wrong type (", e.what(), ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
+                                              const nlohmann::json& identity, Engine& engine,
+                                              const ParamLayout& layout) {
+  ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(dir));
+  TrainingState st;
+  try {
+    ZT_RETURN_IF_ERROR(check_identity(dir, meta.at("identity"), identity));
+    st.step = meta.at("step").get<int64_t>();
+    st.adam_steps = meta.at("adam_steps").get<int64_t>();
+    st.data = {meta.at("data").at("epoch").get<int64_t>(),
+               meta.at("data").at("position").get<int64_t>()};
+    if (meta.contains("loss_scaler")) {
+      const nlohmann::json& s = meta["loss_scaler"];
+      st.loss_scaler =
+          LossScaler::State{s.at("scale").get<double>(), s.at("hysteresis_left").get<int>(),
+                            s.at("iter").get<int64_t>(), s.at("last_overflow").get<int64_t>(),
+                            s.at("skipped_steps").get<int64_t>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata in '", dir,
+                                                   "': a field is missing or has the wrong type (",
+                                                   e.what(), ")"));
+  }
+  ZT_RETURN_IF_ERROR(read_checkpoint(dir, meta, layout,
+                                     [&](int u, std::span<const float> master,
+                                         std::span<const float> m, std::span<const float> v) {
+                                       engine.set_unit_state(u, master, m, v);
+                                       return absl::OkStatus();
+                                     }));
   engine.set_steps_taken((int)st.adam_steps);
   if (st.loss_scaler) engine.restore_loss_scaler(*st.loss_scaler);
   return st;

@@ -26,6 +26,7 @@
 #include "model/layout.h"
 #include "trainer/ds_config.h"
 #include "trainer/estimate.h"
+#include "trainer/export.h"
 #include "trainer/sampler.h"
 #include "trainer/train.h"
 #include "zero/mpi_comm.h"
@@ -35,7 +36,11 @@ ABSL_FLAG(std::string, model, "shakespeare-llama", "model preset (see `zerotrain
 // prepare
 ABSL_FLAG(std::string, tokenizer, "", "sentencepiece tokenizer .model");
 ABSL_FLAG(std::string, input, "", "prepare: text file(s), comma-separated");
-ABSL_FLAG(std::string, out, "", "prepare: output directory for token shards");
+ABSL_FLAG(std::string, out, "",
+          "prepare: output directory for token shards; export: the model directory to write");
+ABSL_FLAG(std::string, checkpoint, "", "export: a checkpoint, or a save_dir (its latest)");
+ABSL_FLAG(std::string, dtype, "bf16", "export: dtype of the weights (bf16, fp16, fp32)");
+ABSL_FLAG(std::string, max_shard_size, "2GB", "export: bytes per safetensors shard, e.g. 2GB");
 ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) for validation");
 // train
 ABSL_FLAG(std::string, deepspeed, "", "train: DeepSpeed ds_config.json");
@@ -112,6 +117,7 @@ constexpr const char* kUsage =
     "  prepare  --tokenizer M --input F[,F] --out D  text -> llm.c token shards\n"
     "  train    --deepspeed ds_config.json --train_data GLOB [...]\n"
     "  sample   --init_from HF_DIR | --model PRESET --tokenizer M [--sample_prompt TEXT ...]\n"
+    "  export   --checkpoint DIR --out HF_DIR [--dtype bf16|fp32] [--tokenizer M]\n"
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
@@ -202,6 +208,21 @@ int train() {
     o.device_memory_limit = *bytes;
   }
   const absl::Status s = zt::run_train(o);
+  return s.ok() ? 0 : fail(s);
+}
+
+int export_checkpoint() {
+  zt::ExportOptions o;
+  o.checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  o.out = absl::GetFlag(FLAGS_out);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  auto bytes = zt::parse_byte_size(absl::GetFlag(FLAGS_max_shard_size));
+  if (!bytes.ok())
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--max_shard_size: ", bytes.status().message())));
+  o.max_shard_bytes = *bytes;
+  const absl::Status s = zt::run_export(o);
   return s.ok() ? 0 : fail(s);
 }
 
@@ -364,10 +385,12 @@ int main(int argc, char** argv) {
                             "out of memory allocating the model, optimizer or activations; reduce "
                             "--seq_len or train_micro_batch_size_per_gpu, or use a smaller model");
   if (cmd == "estimate") return estimate(given("--model"));
+  if (cmd == "export") return export_checkpoint();
   if (cmd == "sample")
     return or_out_of_memory([&] { return sample(given("--seq_len")); },
                             "out of memory building the model for sampling; use a shorter "
                             "--seq_len window");
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
-                                         "'; use info, prepare, train, sample or estimate"));
+                                         "'; use info, prepare, train, sample, export or "
+                                         "estimate"));
 }

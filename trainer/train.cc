@@ -156,7 +156,9 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
   const nlohmann::json info = {{"world_size", r.comm->world_size()},
                                {"stage", r.ds.zero.stage},
                                {"device", r.backend->name()},
-                               {"ds_config", r.ds_text}};
+                               {"ds_config", r.ds_text},
+                               {"model_config", nlohmann::json::parse(
+                                                    hf_config_json(r.model, "float32", -1, -1))}};
   ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st, resume_identity(opt, r), info,
                                      *r.engine, r.transformer->layout(), *r.comm));
   if (r.comm->rank() == 0)

@@ -6,6 +6,8 @@
 //   stage 2 at stage 3, with the uninterrupted run's losses (1e-5 relative);
 // - bad checkpoints are refused with a clear error: a truncated or bit-flipped file, another
 //   configuration (naming the key), a `latest` naming a missing save.
+#include "trainer/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,7 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "data/shard.h"
+#include "model/config.h"
+#include "model/hf_weights.h"
+#include "model/layout.h"
+#include "model/safetensors.h"
+#include "trainer/export.h"
 
 namespace zt {
 namespace {
@@ -283,6 +291,55 @@ TEST_F(Checkpoint, SavesSurviveSigkill) {
   const Result r = train(1, ds, (int)at + 2, "final", "--save_dir " + path("ck") + " --resume");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(losses("final").size(), 2u);
+}
+
+// Export: every tensor of the Hugging Face directory equals the checkpoint's master weights
+// (fp32 exactly; bf16 rounded to nearest even), for GPT-2 and LLaMA (GQA), split over shards;
+// the index maps every tensor; the config reads back as the model's.
+TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
+  const std::string ds = config("ds.json", 2, 1, ", \"zero_optimization\": {\"stage\": 3}");
+  for (const std::string model : {"tiny-llama", "tiny-gpt2"}) {
+    fs::remove_all(path("ck"));
+    const Result r =
+        ::zt::run(kBin + " train --model " + model + " --seq_len 16 --val_every 0" +
+                  " --sample_tokens 0 --train_data " + path("train_*.bin") + " --deepspeed " + ds +
+                  " --steps 2 --run_dir " + path("run") + " --save_dir " + path("ck"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto c = preset(model);
+    ASSERT_TRUE(c.ok());
+    const ParamLayout layout(*c);
+    auto dir = find_checkpoint(path("ck"));
+    ASSERT_TRUE(dir.ok() && *dir);
+    auto meta = read_checkpoint_meta(**dir);
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    std::vector<std::vector<float>> master(layout.num_units());
+    ASSERT_TRUE(read_checkpoint(**dir, *meta, layout,
+                                [&](int u, std::span<const float> w, std::span<const float>,
+                                    std::span<const float>) {
+                                  master[u].assign(w.begin(), w.end());
+                                  return absl::OkStatus();
+                                })
+                    .ok());
+    for (const std::string dtype : {"fp32", "bf16"}) {
+      const std::string out = path("hf_" + model + "_" + dtype);
+      ExportOptions o{path("ck"), out, dtype, "", 100'000};
+      ASSERT_TRUE(run_export(o).ok()) << model << " " << dtype;
+      auto hf = open_hf_model_dir(out);
+      ASSERT_TRUE(hf.ok()) << hf.status();
+      EXPECT_GT(hf->shards().size(), 1u) << "expected several shards";
+      auto cfg = config_from_hf_json(slurp(out + "/config.json"), out);
+      ASSERT_TRUE(cfg.ok()) << cfg.status();
+      EXPECT_EQ(ParamLayout(*cfg).total_numel(), layout.total_numel());
+      EXPECT_EQ(cfg->n_kv_head, c->n_kv_head);
+      for (int u = 0; u < layout.num_units(); ++u) {
+        std::vector<float> got(layout.units()[u].numel), want = master[u];
+        ASSERT_TRUE(load_hf_unit(reader_of(*hf), *c, layout, u, got).ok()) << model << " " << u;
+        if (dtype == "bf16")
+          for (float& x : want) x = bf16_to_f32(f32_to_bf16(x));
+        EXPECT_EQ(got, want) << model << " " << dtype << " unit " << u;
+      }
+    }
+  }
 }
 
 }  // namespace

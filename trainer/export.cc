@@ -1,0 +1,146 @@
+// zerotrain export (see export.h).
+#include "trainer/export.h"
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/dtype.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "data/tokenizer.h"
+#include "model/config.h"
+#include "model/hf_weights.h"
+#include "model/layout.h"
+#include "model/safetensors.h"
+#include "trainer/checkpoint.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tensors gathered into the current shard, written when it is full.
+struct ShardWriter {
+  std::string out;
+  DType dtype;
+  int64_t max_bytes;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> pending;  // name, shape
+  std::vector<std::vector<std::byte>> data;
+  int64_t bytes = 0, total = 0;
+  std::vector<std::vector<std::string>> shards;  // tensor names per written shard
+
+  absl::Status add(const HfTensor& t) {
+    const int64_t b = (int64_t)(t.values.size() * dtype_size(dtype));
+    if (!pending.empty() && bytes + b > max_bytes) ZT_RETURN_IF_ERROR(flush());
+    std::vector<std::byte> raw(b);
+    convert(t.values.data(), DType::kF32, raw.data(), dtype, t.values.size());
+    pending.push_back({t.name, t.shape});
+    data.push_back(std::move(raw));
+    bytes += b, total += b;
+    return absl::OkStatus();
+  }
+  // Shard k as model-k.tmp.safetensors until the count is known (renamed by finish()).
+  absl::Status flush() {
+    if (pending.empty()) return absl::OkStatus();
+    std::vector<NamedTensor> tensors;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      tensors.push_back({pending[i].first, dtype, pending[i].second, data[i]});
+      names.push_back(pending[i].first);
+    }
+    ZT_RETURN_IF_ERROR(write_safetensors(temp_name(shards.size()), tensors, {{"format", "pt"}}));
+    shards.push_back(std::move(names));
+    pending.clear(), data.clear();
+    bytes = 0;
+    return absl::OkStatus();
+  }
+  std::string temp_name(size_t k) const {
+    return (fs::path(out) / absl::StrFormat("model-%05d.tmp.safetensors", k + 1)).string();
+  }
+  // Final names and the index.
+  absl::Status finish() {
+    ZT_RETURN_IF_ERROR(flush());
+    nlohmann::json index = {{"metadata", {{"total_size", total}}},
+                            {"weight_map", nlohmann::json::object()}};
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const std::string name =
+          absl::StrFormat("model-%05d-of-%05d.safetensors", k + 1, shards.size());
+      std::error_code ec;
+      fs::rename(temp_name(k), fs::path(out) / name, ec);
+      if (ec)
+        return absl::InternalError(absl::StrCat("cannot rename '", temp_name(k), "' to '", name,
+                                                "' in '", out, "': ", ec.message()));
+      for (const std::string& t : shards[k]) index["weight_map"][t] = name;
+    }
+    return write_file_atomic((fs::path(out) / "model.safetensors.index.json").string(),
+                             index.dump(2) + "\n");
+  }
+};
+
+}  // namespace
+
+absl::Status run_export(const ExportOptions& o) {
+  if (o.checkpoint.empty() || o.out.empty())
+    return absl::InvalidArgumentError("export needs --checkpoint DIR --out DIR");
+  ZT_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(o.dtype));
+  if (o.max_shard_bytes < 1) return absl::InvalidArgumentError("--max_shard_size must be positive");
+  ZT_ASSIGN_OR_RETURN(const std::optional<std::string> dir, find_checkpoint(o.checkpoint));
+  if (!dir)
+    return absl::NotFoundError(absl::StrCat("--checkpoint '", o.checkpoint,
+                                            "' holds no checkpoint (no meta.json, no latest)"));
+  ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(*dir));
+  const nlohmann::json* model = nullptr;
+  if (meta.contains("info") && meta["info"].is_object() && meta["info"].contains("model_config"))
+    model = &meta["info"]["model_config"];
+  if (!model)
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", *dir, "' records no model_config in meta.json info"));
+  ZT_ASSIGN_OR_RETURN(const ModelConfig c,
+                      config_from_hf_json(model->dump(), *dir + "/meta.json model_config"));
+  int bos = -1, eos = -1;
+  if (!o.tokenizer.empty()) {
+    ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer));
+    bos = tok.bos_id(), eos = tok.eos_id();
+  } else if (c.is_gpt2()) {
+    bos = eos = 50256;  // GPT-2's <|endoftext|>
+  }
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --out '", o.out, "': ", ec.message()));
+  const ParamLayout layout(c);
+  ShardWriter w{o.out, dtype, o.max_shard_bytes};
+  ZT_RETURN_IF_ERROR(read_checkpoint(
+      *dir, meta, layout,
+      [&](int u, std::span<const float> master, std::span<const float>, std::span<const float>) {
+        for (const HfTensor& t : hf_unit_tensors(c, layout, u, master))
+          ZT_RETURN_IF_ERROR(w.add(t));
+        return absl::OkStatus();
+      }));
+  ZT_RETURN_IF_ERROR(w.finish());
+  const char* torch_dtype = dtype == DType::kBF16  ? "bfloat16"
+                            : dtype == DType::kF16 ? "float16"
+                                                   : "float32";
+  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(o.out) / "config.json").string(),
+                                       hf_config_json(c, torch_dtype, bos, eos)));
+  nlohmann::json gen = {{"_from_model_config", true}};
+  if (bos >= 0) gen["bos_token_id"] = bos;
+  if (eos >= 0) gen["eos_token_id"] = eos;
+  ZT_RETURN_IF_ERROR(
+      write_file_atomic((fs::path(o.out) / "generation_config.json").string(), gen.dump(2) + "\n"));
+  if (!o.tokenizer.empty()) {
+    ZT_ASSIGN_OR_RETURN(const std::string bytes, read_file(o.tokenizer, "tokenizer"));
+    ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(o.out) / "tokenizer.model").string(), bytes));
+  }
+  std::printf("exported '%s' (step %lld) to '%s': %d shard(s), %s\n", dir->c_str(),
+              (long long)meta.value("step", (int64_t)0), o.out.c_str(), (int)w.shards.size(),
+              std::string(dtype_name(dtype)).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace zt
