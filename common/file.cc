@@ -67,6 +67,7 @@ absl::Status FileWriter::write(const void* data, size_t bytes) {
 }
 
 absl::Status FileWriter::close() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "' is closed"));
   const int fd = fd_;
   fd_ = -1;
   if (::fsync(fd) != 0) {

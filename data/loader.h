@@ -4,11 +4,16 @@
 // in order and each shard's sequences in order, or, with shuffle, both permuted by
 // std::mt19937_64 seeded from (seed, epoch, shard) alone. Micro-batch m of rank r (of W) takes
 // the B sequences at stream positions [(m*W + r)*B, (m*W + r + 1)*B), so
-//   - without shuffle the layout is llm.c's (rank r reads tokens [m*W*B*T + r*B*T, ... + B*T + 1));
+//   - without shuffle the layout within a shard is llm.c's (rank r reads tokens
+//     [m*W*B*T + r*B*T, ... + B*T + 1)); unlike llm.c, a shard's tail sequences are used and a
+//     micro-batch may continue into the next shard;
 //   - the stream does not depend on W, B or gradient accumulation: W ranks draw together what
 //     one rank draws in W micro-batches, and one rank at B = W*b what W ranks draw at b. So a
 //     run sees the same data on any cluster size, and a resume at another world size goes on
-//     with the same stream (PyTorch's DistributedSampler splits one permutation the same way).
+//     with the same stream. (PyTorch's DistributedSampler also splits one permutation of the
+//     epoch across ranks, interleaved; here each rank takes a block of B.) With shuffle the
+//     permutation is of the shard order and of each shard's sequences, so a batch draws from
+//     one shard, or two at a boundary.
 // An epoch ends when fewer than a global batch (W*B*micro_batches_per_step sequences) remain;
 // they are skipped, as a drop_last sampler does, so epochs end on the same step at any W. Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
 #pragma once

@@ -23,9 +23,9 @@ constexpr int kFormatVersion = 1;
 std::string tag_of(int64_t step) { return absl::StrFormat("step_%08d", step); }
 std::string rank_file(int r) { return absl::StrFormat("rank_%05d.bin", r); }
 
-// The step of a save directory named step_NNNNNNNN, or -1.
+// The step of a save directory named step_NNNNNNNN (8 digits or more), or -1.
 int64_t step_of(const std::string& name) {
-  if (name.size() != 13 || name.rfind("step_", 0) != 0) return -1;
+  if (name.size() < 13 || name.size() > 23 || name.rfind("step_", 0) != 0) return -1;
   int64_t v = 0;
   for (char c : name.substr(5)) {
     if (c < '0' || c > '9') return -1;
@@ -59,14 +59,17 @@ absl::StatusOr<std::pair<uint64_t, uint32_t>> write_rank_file(const std::string&
   return std::pair<uint64_t, uint32_t>{bytes, static_cast<uint32_t>(crc)};
 }
 
-// Newest first, the saves beyond keep_last are removed (never `keep`).
+// The saves up to `keep` (the one just made), newest first, beyond keep_last are removed.
+// Saves of later steps (another run's, in a save_dir shared after a --resume_from an earlier
+// save) are left alone.
 void prune(const std::string& save_dir, int64_t keep_last, const std::string& keep) {
   if (keep_last <= 0) return;
   std::vector<std::pair<int64_t, std::string>> saves;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(save_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (step_of(name) >= 0 && e.is_directory()) saves.push_back({step_of(name), name});
+    if (step_of(name) >= 0 && step_of(name) <= step_of(keep) && e.is_directory())
+      saves.push_back({step_of(name), name});
   }
   std::sort(saves.rbegin(), saves.rend());
   for (size_t i = (size_t)keep_last; i < saves.size(); ++i)
@@ -78,21 +81,27 @@ absl::Status publish(const std::string& save_dir, const std::string& tmp, const 
                      const nlohmann::json& meta, int64_t keep_last) {
   ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(tmp) / "meta.json").string(), meta.dump(1)));
   const fs::path final_dir = fs::path(save_dir) / tag;
+  const fs::path old = fs::path(save_dir) / (".old_" + tag);
   std::error_code ec;
-  if (fs::exists(final_dir, ec)) {  // an earlier save of the same step: replaced whole
-    const fs::path old = fs::path(save_dir) / (".old_" + tag);
-    fs::remove_all(old, ec);
+  fs::remove_all(old, ec);
+  // An earlier save of the same step is moved aside (find_checkpoint falls back to it if
+  // `latest` names this step and we die before the next rename) and removed once replaced.
+  const bool replacing = fs::exists(final_dir, ec);
+  if (replacing) {
     fs::rename(final_dir, old, ec);
     if (ec)
       return absl::InternalError(
           absl::StrCat("cannot move aside '", final_dir.string(), "': ", ec.message()));
-    fs::remove_all(old, ec);
   }
   fs::rename(tmp, final_dir, ec);
-  if (ec)
+  if (ec) {
+    const std::string why = ec.message();
+    if (replacing) fs::rename(old, final_dir, ec);
     return absl::InternalError(
-        absl::StrCat("cannot rename '", tmp, "' to '", final_dir.string(), "': ", ec.message()));
+        absl::StrCat("cannot rename '", tmp, "' to '", final_dir.string(), "': ", why));
+  }
   ZT_RETURN_IF_ERROR(fsync_dir(save_dir));
+  if (replacing) fs::remove_all(old, ec);
   ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(save_dir) / "latest").string(), tag + "\n"));
   prune(save_dir, keep_last, tag);
   return absl::OkStatus();
@@ -118,15 +127,19 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   const int rank = comm.rank(), world = comm.world_size(), U = layout.num_units();
   const std::string tag = tag_of(st.step);
   const std::string tmp = (fs::path(save_dir) / (".tmp_" + tag)).string();
+  // A pending delayed update is published first, on every rank (it ends in an all-gather),
+  // before any rank's I/O can fail alone.
+  engine.finish_delayed_update();
   absl::Status made = absl::OkStatus();
   if (rank == 0) {
     std::error_code ec;
     fs::create_directories(save_dir, ec);
-    fs::remove_all(tmp, ec);  // a save killed earlier
+    for (const auto& e : fs::directory_iterator(save_dir, ec))  // left by killed saves
+      if (e.path().filename().string().rfind(".tmp_step_", 0) == 0) fs::remove_all(e.path(), ec);
     fs::create_directories(tmp, ec);
-    if (ec)
-      made = absl::InternalError(
-          absl::StrCat("cannot create the checkpoint directory '", tmp, "': ", ec.message()));
+    if (ec || !fs::is_directory(tmp))
+      made = absl::InternalError(absl::StrCat("cannot create the checkpoint directory '", tmp,
+                                              "': ", ec ? ec.message() : "not a directory"));
   }
   ZT_RETURN_IF_ERROR(agree(comm, made, "to create the checkpoint directory"));
   // Each rank's file, then (size, crc, ranges) of every rank in one scalar reduction: rank r
@@ -201,6 +214,10 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
   ZT_ASSIGN_OR_RETURN(std::string tag, read_file(latest.string(), "checkpoint pointer"));
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
   const fs::path target = fs::path(dir) / tag;
+  const fs::path aside = fs::path(dir) / (".old_" + tag);  // a re-save of this step was cut short
+  if (step_of(tag) >= 0 && !fs::exists(target / "meta.json", ec) &&
+      fs::exists(aside / "meta.json", ec))
+    return std::optional<std::string>(aside.string());
   if (step_of(tag) < 0 || !fs::exists(target / "meta.json", ec))
     return absl::NotFoundError(absl::StrCat("'", latest.string(), "' names '", tag,
                                             "', which is not a complete checkpoint in '", dir,
@@ -237,6 +254,9 @@ struct RankFile {
   uint32_t crc = 0;
   uLong running = crc32(0L, Z_NULL, 0);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  RankFile() = default;
+  RankFile(const RankFile&) = delete;
+  RankFile& operator=(const RankFile&) = delete;
   ~RankFile() {
     if (f) std::fclose(f);
   }
@@ -247,17 +267,19 @@ struct RankFile {
 absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
+  ZT_RETURN_IF_ERROR(check_json_nesting(text, 16, meta_path));
   nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object() ||
-      meta.value("format", "") != "zerotrain-checkpoint")
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("format") ||
+      meta["format"] != "zerotrain-checkpoint" || !meta.contains("version") ||
+      !meta["version"].is_number_integer())
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint metadata '", meta_path,
                      "': not a zerotrain checkpoint (unreadable JSON or "
                      "no \"format\")"));
-  if (meta.value("version", 0) != kFormatVersion)
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path,
-                                                   "': format version ", meta.value("version", 0),
-                                                   ", this build reads ", kFormatVersion));
+  if (meta["version"].get<int64_t>() != kFormatVersion)
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint metadata '", meta_path, "': format version ",
+                     meta["version"].get<int64_t>(), ", this build reads ", kFormatVersion));
   return meta;
 }
 
@@ -318,11 +340,12 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
         if (f.ranges[u].first < f.ranges[u].second) slices.push_back(f.ranges[u]);
       std::sort(slices.begin(), slices.end());
       uint64_t next = 0;
+      bool tiled = true;
       for (const auto& [b, e] : slices) {
-        if (b != next) break;
+        tiled = tiled && b == next;
         next = e;
       }
-      if (next != layout.units()[u].numel)
+      if (!tiled || next != layout.units()[u].numel)
         return bad(absl::StrCat("the saved slices of unit ", u, " (", layout.units()[u].name,
                                 ") do not cover it exactly once"));
     }
@@ -367,6 +390,10 @@ absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
     ZT_RETURN_IF_ERROR(check_identity(dir, meta.at("identity"), identity));
     st.step = meta.at("step").get<int64_t>();
     st.adam_steps = meta.at("adam_steps").get<int64_t>();
+    if (st.step < 0 || st.adam_steps < 0 || st.adam_steps > st.step || st.step > (int64_t)1e15)
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata in '", dir, "': step ",
+                                                     st.step, " and adam_steps ", st.adam_steps,
+                                                     " are not a possible pair"));
     st.data = {meta.at("data").at("epoch").get<int64_t>(),
                meta.at("data").at("position").get<int64_t>()};
     if (meta.contains("loss_scaler")) {

@@ -42,9 +42,11 @@ struct TrainingState {
 // Saves the engine's state and `st` as SAVE_DIR/step_<st.step>, then points `latest` at it and
 // keeps the newest keep_last saves (0: all). `identity`: the fields a resume must match (model,
 // dtypes, batch, optimizer...); `info`: recorded, not checked (world size, stage, ds_config).
-// Collective (every rank calls; no rank waits forever on another's failure): every rank returns
-// the same status. Errors name the file and the system's reason; `latest` and earlier saves are
-// untouched on any error.
+// Collective (every rank calls; no rank waits forever on another's failure): every rank fails or
+// succeeds together, a failing rank with its error, the others with Aborted. Errors name the
+// file and the system's reason; `latest` and earlier saves are untouched on any error. A
+// pending delayed parameter update is published first, so a run with DPU that saves goes on
+// from current weights (not bit for bit with one that does not save).
 absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
                              const TrainingState& st, const nlohmann::json& identity,
                              const nlohmann::json& info, Engine& engine, const ParamLayout& layout,

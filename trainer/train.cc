@@ -179,7 +179,8 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
       {"recipe",
        {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
         opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
-        opt.tokenizer.empty(), opt.init_from.empty()}}};
+        opt.tokenizer.empty(), opt.init_from.empty()}},
+      {"checkpoints", {r.save_dir, r.save_interval, r.keep_last, opt.resume, opt.resume_from}}};
   return j.dump();
 }
 
@@ -395,6 +396,9 @@ absl::Status run_train(const TrainOptions& opt) {
     r.comm = std::move(device_comm);
   }
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(opt, r); })));
+  // Every rank resumed the same save (a save_dir that is not shared would differ by node).
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the checkpoint resumed from",
+                                             absl::StrCat("step ", r.start_step)));
   // From here collectives are in flight: a rank that stopped alone would leave the others
   // waiting in one, so an error on any rank ends them all.
   const absl::Status result = guarded(r, [&] { return train_loop(opt, r); });

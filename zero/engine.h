@@ -106,7 +106,9 @@ class Engine final : public UnitEngine {
   // The averaged gradient the next step() will use, as fp32 (collective in stages 1-3).
   void get_unit_grads(int u, std::span<float> host);
 
-  // ---- checkpoints (trainer/checkpoint.h): no collectives, unit by unit ----
+  // ---- checkpoints (trainer/checkpoint.h), unit by unit: no collectives, except that
+  // get_saved_state and set_unit_state first finish a delayed update (an all-gather), which
+  // save_checkpoint does on every rank beforehand ----
   // The elements [first, second) of unit u that this rank saves: its owned slice without the
   // padding; a replicated unit (stage 0, small stage-3 units) on rank 0 only, empty elsewhere.
   std::pair<size_t, size_t> saved_range(int u) const;

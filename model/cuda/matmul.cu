@@ -56,12 +56,13 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
   // Operands are often interior pointers (a tensor inside a unit, a row chunk): tell the
   // heuristic their real alignment, or it may pick a kernel that assumes 256 bytes.
-  auto alignment = [](const void* p) {
+  auto alignment = [](const void* p, size_t floor) {
     uint32_t a = 256;
-    while (a > 4 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+    while (a > floor && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
     return a;
   };
-  const uint32_t al[4] = {alignment(B), alignment(A), alignment(C), alignment(C)};
+  const size_t ab = dtype_size(ab_t);  // a 16-bit operand may sit 2 bytes off a 4-byte boundary
+  const uint32_t al[4] = {alignment(B, ab), alignment(A, ab), alignment(C, 4), alignment(C, 4)};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};

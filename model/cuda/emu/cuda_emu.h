@@ -15,7 +15,8 @@
 // GPU instead of being fused.
 //
 // Device memory is host memory, so host code that reads a device pointer would go unnoticed.
-// With ZT_CUDA_EMU_GUARD=1 it cannot: device allocations are mapped PROT_NONE and opened only
+// With ZT_CUDA_EMU_GUARD=1 it is caught (unless another thread holds an emulated call open at
+// that moment: the opening is process-wide): device allocations are mapped PROT_NONE and opened only
 // while an emulated call (a launch, a copy, a memset, a GEMM) runs, so a host access outside
 // one is a segmentation fault at the faulting line (DESIGN.md "Backend": host code never
 // dereferences a device pointer). Each call then costs two mprotect per allocation.
