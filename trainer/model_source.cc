@@ -1,5 +1,7 @@
 #include "trainer/model_source.h"
 
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +9,7 @@
 #include "common/status.h"
 #include "model/hf_weights.h"
 #include "model/init.h"
+#include "model/llmc_weights.h"
 #include "model/safetensors.h"
 
 namespace zt {
@@ -14,7 +17,16 @@ namespace zt {
 absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
                                           int64_t max_seq_len) {
   ModelConfig c;
-  if (!init_from.empty()) {
+  if (!init_from.empty() && is_llmc_model_file(init_from)) {
+    ZT_ASSIGN_OR_RETURN(const LlmcModelFile f, LlmcModelFile::open(init_from));
+    c = f.config();
+    ZT_RETURN_IF_ERROR(set_max_seq_len(c, max_seq_len, init_from));
+  } else if (!init_from.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(init_from, ec))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init_from '", init_from, "' is a file but not an llm.c GPT-2 model file (no magic ",
+          "20240326); give a Hugging Face model directory or an llm.c .bin"));
     const std::string path = init_from + "/config.json";
     ZT_ASSIGN_OR_RETURN(std::string text,
                         read_file(path, "--init_from needs a Hugging Face model directory; file"));
@@ -38,8 +50,16 @@ absl::Status load_initial_params(const ModelConfig& c, const ParamLayout& layout
     }
     return absl::OkStatus();
   }
-  ZT_ASSIGN_OR_RETURN(SafeTensorsModel ckpt, open_hf_model_dir(init_from));
-  const HfTensorReader reader = reader_of(ckpt);
+  std::optional<SafeTensorsModel> hf;
+  std::optional<LlmcModelFile> llmc;
+  HfTensorReader reader;
+  if (is_llmc_model_file(init_from)) {  // an llm.c GPT-2 .bin
+    ZT_ASSIGN_OR_RETURN(llmc, LlmcModelFile::open(init_from));
+    reader = llmc->reader();
+  } else {
+    ZT_ASSIGN_OR_RETURN(hf, open_hf_model_dir(init_from));
+    reader = reader_of(*hf);
+  }
   for (int u = 0; u < layout.num_units(); ++u) {
     host.resize(layout.units()[u].numel);
     ZT_RETURN_IF_ERROR(load_hf_unit(reader, c, layout, u, host));

@@ -14,8 +14,9 @@
 
 namespace zt {
 
-// The model config: init_from's config.json when init_from is not empty, else the preset
-// `model`; then set_max_seq_len(max_seq_len). Errors: unreadable or invalid config.json, an
+// The model config: init_from's config.json (a Hugging Face directory) or header (an llm.c
+// GPT-2 .bin, model/llmc_weights.h) when init_from is not empty, else the preset `model`; then
+// set_max_seq_len(max_seq_len). Errors: unreadable or invalid config.json, an
 // unknown preset, a bad --max_seq_len (each naming its source).
 absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
                                           int64_t max_seq_len);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "model/hf_weights.h"
+#include "model/llmc_weights.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "trainer/device.h"
@@ -182,6 +183,55 @@ TEST(Reference, LongerLlamaContextChangesNoLogit) {
   check_context("tiny_llama", 4096, load("tiny_llama").T);
 }
 TEST(Reference, TinyLlamaGqaMatchesTransformers) { check_forward_backward("tiny_llama"); }
+
+// llm.c's GPT-2 model files (scripts/make_llmc_fixture.py writes the tiny GPT-2 fixture in
+// llm.c's write_model layout): the fp32 file gives transformers' logits; the bf16 one holds
+// the same weights rounded to bf16; a truncated file is refused.
+TEST(Reference, LlmcModelFileGivesTransformersLogits) {
+  Fixture fx = load("tiny_gpt2");
+  auto f32 = LlmcModelFile::open(kFixtures + "tiny_gpt2/llmc_fp32.bin");
+  auto b16 = LlmcModelFile::open(kFixtures + "tiny_gpt2/llmc_bf16.bin");
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  ASSERT_TRUE(b16.ok()) << b16.status();
+  EXPECT_TRUE(is_llmc_model_file(kFixtures + "tiny_gpt2/llmc_fp32.bin"));
+  EXPECT_FALSE(is_llmc_model_file(kFixtures + "tiny_gpt2/model.safetensors"));
+  const ModelConfig& c = f32->config();
+  EXPECT_EQ(c.vocab_size, fx.config.vocab_size);
+  EXPECT_EQ(c.n_layer, fx.config.n_layer);
+  EXPECT_EQ(c.max_seq_len, fx.config.max_seq_len);
+  Loaded l;
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
+  l.model = std::make_unique<Transformer>(c, l.be.get(), fx.B, fx.T);
+  l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), EngineOptions{});
+  const ParamLayout& layout = l.model->layout();
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> a(layout.units()[u].numel), b(a.size());
+    ASSERT_TRUE(load_hf_unit(f32->reader(), c, layout, u, a).ok());
+    ASSERT_TRUE(load_hf_unit(b16->reader(), c, layout, u, b).ok());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(b[i], bf16_to_f32(f32_to_bf16(a[i]))) << "unit " << u << " element " << i;
+    l.engine->set_unit_params(u, a);
+  }
+  const int V = c.vocab_size;
+  std::vector<float> logits((size_t)fx.B * fx.T * V), ref(logits.size());
+  l.model->logits(*l.engine, fx.tokens.data(), fx.B, fx.T, logits.data());
+  ASSERT_TRUE(fx.ref.read_f32("logits", ref).ok());
+  double max_diff = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    max_diff = std::max(max_diff, (double)std::fabs(logits[i] - ref[i]));
+  EXPECT_LE(max_diff, 2e-4);
+  // Truncated by one byte: refused, naming the sizes.
+  const std::string cut = ::testing::TempDir() + "/llmc_cut.bin";
+  {
+    std::ifstream in(kFixtures + "tiny_gpt2/llmc_fp32.bin", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 1);
+  }
+  auto bad = LlmcModelFile::open(cut);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("truncated"), std::string::npos)
+      << bad.status();
+}
 TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
 
