@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "data/alpaca.h"
 
 namespace zt {
 namespace {
@@ -99,9 +101,24 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
                       shard.num_tokens(), " tokens)");
       continue;
     }
+    std::vector<uint8_t> mask;
+    if (std::filesystem::exists(mask_path_for(path))) {
+      ZT_ASSIGN_OR_RETURN(LossMask m, read_mask(mask_path_for(path)));
+      if ((int64_t)m.trained.size() != shard.num_tokens())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loss mask '", mask_path_for(path), "' has ", m.trained.size(), " entries for the ",
+            shard.num_tokens(), " tokens of '", path, "'; re-run zerotrain prepare"));
+      if (m.seq_len != T)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token shard '", path, "' holds one example per sequence of ", m.seq_len,
+            " tokens (its loss mask says); train with --seq_len ", m.seq_len,
+            ", or prepare it again with --seq_len ", T));
+      mask = std::move(m.trained);
+    }
     loader.num_tokens_ += shard.num_tokens();
     loader.sequences_ += (shard.num_tokens() - 1) / T;
     loader.shards_.push_back(std::move(shard));
+    loader.masks_.push_back(std::move(mask));
   }
   if (loader.sequences_ < need) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -174,6 +191,10 @@ void DataLoader::next_batch(int* inputs, int* targets) {
     const auto [shard, start] = locate(state_.position + options_.rank * B + b);
     shard->read(start, std::span<int>(inputs + b * T, T));       // sequence[0 .. T)
     shard->read(start + 1, std::span<int>(targets + b * T, T));  // sequence[1 .. T+1)
+    const std::vector<uint8_t>& mask = masks_[shard - shards_.data()];
+    if (!mask.empty())
+      for (int64_t i = 0; i < T; ++i)
+        if (!mask[start + 1 + i]) targets[b * T + i] = -1;  // not trained: the loss skips it
   }
   state_.position += W * B;
 }

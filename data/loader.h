@@ -15,7 +15,10 @@
 //     permutation is of the shard order and of each shard's sequences, so a batch draws from
 //     one shard, or two at a boundary.
 // An epoch ends when fewer than a global batch (W*B*micro_batches_per_step sequences) remain;
-// they are skipped, as a drop_last sampler does, so epochs end on the same step at any W. Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
+// they are skipped, as a drop_last sampler does, so epochs end on the same step at any W.
+// Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
+// A shard X.bin with a loss mask X.mask beside it (instruction data, data/alpaca.h) gives -1
+// (ignored by the loss) as the target of every untrained token.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +59,8 @@ class DataLoader {
   // Errors (InvalidArgument unless said): B, T, rank or world_size out of range; no file
   // matches the pattern (names it); a shard's header/size errors (see read_shard_header);
   // fewer than W*B sequences in all (names the shards, the count and the need); a token id
-  // >= vocab_size (names the id, shard and vocab size: tokenizer and model disagree).
+  // >= vocab_size (names the id, shard and vocab size: tokenizer and model disagree); a mask
+  // that is unreadable, of another length, or laid out for another T (names both).
   static absl::StatusOr<DataLoader> open(const DataLoaderOptions& options);
 
   // Fills the next batch: inputs (B, T) int32 token ids, targets (B, T) int32 = inputs
@@ -89,6 +93,7 @@ class DataLoader {
 
   DataLoaderOptions options_;
   std::vector<MappedShard> shards_;   // sorted by path, each at least one sequence long
+  std::vector<std::vector<uint8_t>> masks_;  // per shard: its loss mask (data/alpaca.h) or empty
   std::vector<int64_t> shard_order_;  // this epoch's order of shard indices
   std::vector<int64_t> first_;        // stream position of shard_order_[i]'s first sequence
   int64_t perm_shard_ = -1;           // the shard whose sequence order perm_ holds (shuffle)

@@ -24,6 +24,7 @@
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "data/alpaca.h"
 #include "trainer/ds_config.h"
 #include "trainer/estimate.h"
 #include "trainer/export.h"
@@ -42,6 +43,12 @@ ABSL_FLAG(std::string, checkpoint, "", "export: a checkpoint, or a save_dir (its
 ABSL_FLAG(std::string, dtype, "bf16", "export: dtype of the weights (bf16, fp16, fp32)");
 ABSL_FLAG(std::string, max_shard_size, "2GB", "export: bytes per safetensors shard, e.g. 2GB");
 ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) for validation");
+ABSL_FLAG(std::string, format, "text",
+          "prepare: text (plain text files) or alpaca (instruction JSON: a loss mask trains only "
+          "the responses, one example per --seq_len sequence; data/alpaca.h)");
+ABSL_FLAG(std::string, template, "",
+          "prepare --format alpaca: a prompt template JSON (default Alpaca's); sample: alpaca, "
+          "or such a file, to wrap --sample_prompt as an instruction");
 // train
 ABSL_FLAG(std::string, deepspeed, "", "train: DeepSpeed ds_config.json");
 ABSL_FLAG(std::string, init_from, "", "train: Hugging Face model directory to start from");
@@ -139,7 +146,26 @@ int info() {
   return 0;
 }
 
-int prepare() {
+int prepare(bool seq_len_given) {
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format == "alpaca") {
+    zt::InstructionPrepareOptions a;
+    a.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+    a.input = absl::GetFlag(FLAGS_input);
+    a.out_dir = absl::GetFlag(FLAGS_out);
+    a.template_path = absl::GetFlag(FLAGS_template);
+    a.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+    a.seq_len = seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 256;
+    if (a.tokenizer_path.empty() || a.input.empty() || a.out_dir.empty())
+      return fail(absl::InvalidArgumentError(
+          "prepare --format alpaca needs --tokenizer MODEL --input FILE.json --out DIR "
+          "[--seq_len T]"));
+    const absl::Status s = zt::prepare_instructions(a);
+    return s.ok() ? 0 : fail(s);
+  }
+  if (format != "text")
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--format '", format, "' is not one of text, alpaca")));
   zt::PrepareOptions o;
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   for (auto& s : absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty()))
@@ -164,6 +190,7 @@ int sample(bool seq_len_given) {
   c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   c.threads = absl::GetFlag(FLAGS_threads);
   c.device = absl::GetFlag(FLAGS_device);
+  c.prompt_template = absl::GetFlag(FLAGS_template);
   c.sample = {absl::GetFlag(FLAGS_sample_prompt), absl::GetFlag(FLAGS_sample_tokens),
               absl::GetFlag(FLAGS_temperature),   absl::GetFlag(FLAGS_top_k),
               absl::GetFlag(FLAGS_seed),          absl::GetFlag(FLAGS_seq_len)};
@@ -366,7 +393,6 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError(std::string("unexpected argument '") + pos[2] +
                                            "'; flags start with --"));
   if (cmd == "info") return info();
-  if (cmd == "prepare") return prepare();
   // Running out of host memory while building a model is the user's sizing, not a crash.
   auto or_out_of_memory = [](auto command, const char* advice) {
     try {
@@ -380,6 +406,7 @@ int main(int argc, char** argv) {
       return a == flag || a.rfind(flag + "=", 0) == 0;
     });
   };
+  if (cmd == "prepare") return prepare(given("--seq_len"));
   if (cmd == "train")
     return or_out_of_memory(train,
                             "out of memory allocating the model, optimizer or activations; reduce "

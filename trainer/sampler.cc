@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "data/alpaca.h"
 #include "trainer/device.h"
 #include "trainer/model_source.h"
 
@@ -92,6 +93,13 @@ absl::Status run_sample(const SampleCommand& cmd) {
         "sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
         "the tokens");
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(cmd.device));
+  if (!cmd.prompt_template.empty()) {
+    PromptTemplate t = alpaca_template();
+    if (cmd.prompt_template != "alpaca") {
+      ZT_ASSIGN_OR_RETURN(t, load_template(cmd.prompt_template));
+    }
+    s.prompt = format_prompt(t, InstructionExample{s.prompt, "", ""});
+  }
   if (s.tokens < 1) return bad("--sample_tokens must be at least 1 for sample");
   ZT_RETURN_IF_ERROR(check_sampling(s.temperature, s.top_k));
   if (cmd.threads < 0 || cmd.threads > 1024)

@@ -53,6 +53,9 @@ struct SampleCommand {
   int64_t max_seq_len = 0;
   int threads = 0;
   std::string device = "auto";  // trainer/device.h
+  // "alpaca" or a template file (data/alpaca.h): the prompt is wrapped as an instruction, as
+  // instruction fine-tuning saw it. Empty: the prompt as it is.
+  std::string prompt_template;
   SampleOptions sample;
   // --seq_len was given: sample.window is the user's (checked); else 256, or the model's
   // max_seq_len when shorter.

@@ -537,6 +537,16 @@ TEST_F(Cli, SampleCommand) {
   expect_user_error(run(base + "--temperature -1"), {"--temperature"});
   expect_user_error(run("sample --init_from " + tok + "_missing --tokenizer " + tok),
                     {"config.json"});
+  // --template alpaca: the prompt is the instruction of Alpaca's template.
+  const Result wrapped = run(base + "--temperature 0 --template alpaca");
+  ASSERT_EQ(wrapped.code, 0) << wrapped.out;
+  EXPECT_EQ(wrapped.out.rfind("sample:\n---\nBelow is an instruction that describes a task. "
+                              "Write a response that appropriately completes the request.\n\n"
+                              "### Instruction:\nROMEO:\n\n### Response:\n",
+                              0),
+            0u)
+      << wrapped.out;
+  expect_user_error(run(base + "--template " + path("none.json")), {"prompt template", "none.json"});
 }
 
 }  // namespace

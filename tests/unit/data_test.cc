@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/alpaca.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -489,6 +490,82 @@ TEST_F(DataTest, PrepareErrorsSayWhatIsWrong) {
   o.model_vocab_size = 1000;
   EXPECT_TRUE(Contains(std::string(run(o).message()), "32000 tokens"));
   EXPECT_FALSE(fs::exists(path("out")));
+}
+
+}  // namespace
+}  // namespace zt
+
+// ---------------------------------------------------------------- instruction data
+
+namespace zt {
+namespace {
+
+TEST_F(DataTest, AlpacaRecordsAreCheckedByIndex) {
+  auto ok = parse_alpaca(R"([{"instruction": "a", "output": "b"},
+                            {"instruction": "c", "input": "d", "output": "e", "id": 3}])",
+                         "x.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].input, "");
+  EXPECT_EQ((*ok)[1].input, "d");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"instruction": "a"})", "expected a JSON list"},
+      {R"([])", "the list is empty"},
+      {R"([{"instruction": "a", "output": "b"}, {"output": "b"}])", "record 1 has no \"instruction\""},
+      {R"([{"instruction": "a", "output": 7}])", "record 0: \"output\" is number, not a string"},
+      {R"([{"instruction": "a", "input": null, "output": "b"}])", "record 0: \"input\" is null"},
+      {R"([{"instruction": "a", "output": "b"}, 5])", "record 1 is not an object"},
+      {R"([{"instruction": "a", "output": "b")", "not valid JSON"}};
+  for (const auto& [text, needle] : bad) {
+    const auto r = parse_alpaca(text, "x.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_TRUE(Contains(std::string(r.status().message()), needle)) << r.status();
+    EXPECT_TRUE(Contains(std::string(r.status().message()), "x.json")) << r.status();
+  }
+}
+
+// prepare --format alpaca: one example per T-token sequence; the loader's targets are the
+// response and its EOS, every other target -1 (ignored by the loss: the reference fixtures check
+// against PyTorch that ignored targets add no gradient). A loader at another T is refused.
+TEST_F(DataTest, InstructionShardsTrainOnlyTheResponses) {
+  SKIP_WITHOUT_TOKENIZER();
+  auto tok = Tokenizer::load(kTokenizer);
+  ASSERT_TRUE(tok.ok());
+  const std::string json = path("data.json");
+  std::ofstream(json) << R"([
+    {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "Five."},
+    {"instruction": "Write a very long story.", "output": ")" + std::string(3000, 'x') + R"("}])";
+  InstructionPrepareOptions o{kTokenizer, json, path("out"), "", 64, 0.0};
+  ASSERT_TRUE(prepare_instructions(o).ok());
+  DataLoaderOptions lo;
+  lo.pattern = path("out/train_*.bin");
+  lo.B = 1, lo.T = 64, lo.vocab_size = 32000;
+  auto loader = DataLoader::open(lo);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(loader->num_batches_per_epoch(), 2);  // the long story was skipped
+  const InstructionExample examples[] = {{"Name a colour.", "", "Blue."},
+                                         {"Add the numbers.", "2 and 3", "Five."}};
+  for (const InstructionExample& e : examples) {
+    std::vector<int> in(64), tg(64);
+    loader->next_batch(in.data(), tg.data());
+    const std::vector<int> prompt = tok->encode(format_prompt(alpaca_template(), e));
+    std::vector<int> response = tok->encode(e.output);
+    response.push_back(tok->eos_id());
+    EXPECT_EQ(in[0], tok->bos_id());
+    EXPECT_EQ(std::vector<int>(in.begin() + 1, in.begin() + 1 + prompt.size()), prompt);
+    // Position p predicts token p + 1: the prompt's last position predicts the response's first.
+    std::vector<int> trained;
+    for (int p = 0; p < 64; ++p) {
+      const bool in_response = p >= (int)prompt.size() && p < (int)(prompt.size() + response.size());
+      if (in_response) trained.push_back(tg[p]);
+      else EXPECT_EQ(tg[p], -1) << e.instruction << " position " << p;
+    }
+    EXPECT_EQ(trained, response) << e.instruction;
+  }
+  lo.T = 32;
+  const auto other = DataLoader::open(lo);
+  ASSERT_FALSE(other.ok());
+  EXPECT_TRUE(Contains(std::string(other.status().message()), "train with --seq_len 64"));
 }
 
 }  // namespace
