@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -39,7 +40,8 @@ ABSL_FLAG(std::string, tokenizer, "", "sentencepiece tokenizer .model");
 ABSL_FLAG(std::string, input, "", "prepare: text file(s), comma-separated");
 ABSL_FLAG(std::string, out, "",
           "prepare: output directory for token shards; export: the model directory to write");
-ABSL_FLAG(std::string, checkpoint, "", "export: a checkpoint, or a save_dir (its latest)");
+ABSL_FLAG(std::string, checkpoint, "",
+          "export, sample: a zerotrain checkpoint, or a save_dir (its latest)");
 ABSL_FLAG(std::string, dtype, "bf16", "export: dtype of the weights (bf16, fp16, fp32)");
 ABSL_FLAG(std::string, max_shard_size, "2GB", "export: bytes per safetensors shard, e.g. 2GB");
 ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) for validation");
@@ -67,6 +69,10 @@ ABSL_FLAG(int, sample_tokens, 128,
 ABSL_FLAG(std::string, sample_prompt, "", "train, sample: text the sample continues");
 ABSL_FLAG(float, temperature, 0.8f, "train, sample: sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 50, "train, sample: sample from the k most likely tokens (0: all)");
+ABSL_FLAG(float, top_p, 1.f,
+          "train, sample: then from the most likely tokens up to this probability (1: off)");
+ABSL_FLAG(std::string, prompt, "", "sample: the same as --sample_prompt");
+ABSL_FLAG(int, max_new_tokens, 128, "sample: the same as --sample_tokens");
 ABSL_FLAG(uint64_t, seed, 1337,
           "train, sample: seed for initialisation, data order and sampling");
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
@@ -181,8 +187,26 @@ int prepare(bool seq_len_given) {
 
 // seq_len_given: --seq_len was on the command line (else the window is 256, or the model's
 // context when shorter: trainer/sampler.h).
-int sample(bool seq_len_given) {
+// given(flag): the flag was on the command line (for its aliases: --prompt, --max_new_tokens).
+int sample(const std::function<bool(const std::string&)>& given) {
+  const bool seq_len_given = given("--seq_len");
+  // The spellings are aliases: --prompt of --sample_prompt, --max_new_tokens of
+  // --sample_tokens; both of a pair given is an error unless they agree.
+  std::string prompt = absl::GetFlag(FLAGS_sample_prompt);
+  int tokens = absl::GetFlag(FLAGS_sample_tokens);
+  if (given("--prompt")) {
+    if (given("--sample_prompt") && prompt != absl::GetFlag(FLAGS_prompt))
+      return fail(absl::InvalidArgumentError("--prompt and --sample_prompt disagree; give one"));
+    prompt = absl::GetFlag(FLAGS_prompt);
+  }
+  if (given("--max_new_tokens")) {
+    if (given("--sample_tokens") && tokens != absl::GetFlag(FLAGS_max_new_tokens))
+      return fail(absl::InvalidArgumentError(
+          "--max_new_tokens and --sample_tokens disagree; give one"));
+    tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  }
   zt::SampleCommand c;
+  c.checkpoint = absl::GetFlag(FLAGS_checkpoint);
   c.window_given = seq_len_given;
   c.model = absl::GetFlag(FLAGS_model);
   c.init_from = absl::GetFlag(FLAGS_init_from);
@@ -191,9 +215,13 @@ int sample(bool seq_len_given) {
   c.threads = absl::GetFlag(FLAGS_threads);
   c.device = absl::GetFlag(FLAGS_device);
   c.prompt_template = absl::GetFlag(FLAGS_template);
-  c.sample = {absl::GetFlag(FLAGS_sample_prompt), absl::GetFlag(FLAGS_sample_tokens),
-              absl::GetFlag(FLAGS_temperature),   absl::GetFlag(FLAGS_top_k),
-              absl::GetFlag(FLAGS_seed),          absl::GetFlag(FLAGS_seq_len)};
+  c.sample = {prompt,
+              tokens,
+              absl::GetFlag(FLAGS_temperature),
+              absl::GetFlag(FLAGS_top_k),
+              absl::GetFlag(FLAGS_seed),
+              absl::GetFlag(FLAGS_seq_len),
+              absl::GetFlag(FLAGS_top_p)};
   const absl::Status s = zt::run_sample(c);
   return s.ok() ? 0 : fail(s);
 }
@@ -216,6 +244,7 @@ int train() {
   o.sample_prompt = absl::GetFlag(FLAGS_sample_prompt);
   o.temperature = absl::GetFlag(FLAGS_temperature);
   o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.top_p = absl::GetFlag(FLAGS_top_p);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
@@ -414,7 +443,7 @@ int main(int argc, char** argv) {
   if (cmd == "estimate") return estimate(given("--model"));
   if (cmd == "export") return export_checkpoint();
   if (cmd == "sample")
-    return or_out_of_memory([&] { return sample(given("--seq_len")); },
+    return or_out_of_memory([&] { return sample(given); },
                             "out of memory building the model for sampling; use a shorter "
                             "--seq_len window");
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +

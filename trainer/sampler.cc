@@ -7,12 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "data/alpaca.h"
+#include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/model_source.h"
 
 namespace zt {
 
-int sample_token(std::span<const float> logits, float temperature, int top_k,
+int sample_token(std::span<const float> logits, float temperature, int top_k, float top_p,
                  std::mt19937_64& rng) {
   const int V = static_cast<int>(logits.size());
   if (temperature <= 0.f)
@@ -20,13 +21,21 @@ int sample_token(std::span<const float> logits, float temperature, int top_k,
   std::vector<int> ids(V);
   std::iota(ids.begin(), ids.end(), 0);
   int k = (top_k > 0 && top_k < V) ? top_k : V;
-  if (k < V)
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                      [&](int a, int b) { return logits[a] > logits[b]; });
+  auto more_likely = [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (k < V || top_p < 1.f) std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), more_likely);
   float maxv = -INFINITY;
   for (int i = 0; i < k; ++i) maxv = std::max(maxv, logits[ids[i]]);
   std::vector<double> p(k);
   for (int i = 0; i < k; ++i) p[i] = std::exp((logits[ids[i]] - maxv) / temperature);
+  if (top_p < 1.f) {  // keep the most likely ids up to cumulative probability top_p
+    const double total = std::accumulate(p.begin(), p.end(), 0.0);
+    double cum = 0;
+    int keep = 0;
+    while (keep < k && cum < top_p * total) cum += p[keep++];
+    p.resize(std::max(keep, 1));
+  }
   std::discrete_distribution<int> d(p.begin(), p.end());
   return ids[d(rng)];
 }
@@ -58,7 +67,8 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   for (int i = 0; i < s.tokens; ++i) {
     // Ranks must agree on when to stop: rank 0's token, through a host scalar sum (token ids
     // are exact in a double; broadcast would move device memory).
-    double chosen = comm.rank() == 0 ? sample_token(logits, s.temperature, s.top_k, rng) : 0;
+    double chosen =
+        comm.rank() == 0 ? sample_token(logits, s.temperature, s.top_k, s.top_p, rng) : 0;
     comm.all_reduce_scalars(&chosen, 1, ScalarOp::kSum);
     const int next = static_cast<int>(chosen);
     if (next == tok.eos_id()) break;
@@ -77,7 +87,9 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   if (out) std::fprintf(out, "\n---\n");
 }
 
-absl::Status check_sampling(float temperature, int top_k) {
+absl::Status check_sampling(float temperature, int top_k, float top_p) {
+  if (!(top_p > 0.f && top_p <= 1.f))
+    return absl::InvalidArgumentError("--top_p must be in (0, 1] (1: off)");
   if (top_k < 0)
     return absl::InvalidArgumentError("--top_k must be >= 0 (0: sample from every token)");
   if (!(temperature >= 0) || !std::isfinite(temperature))
@@ -101,11 +113,30 @@ absl::Status run_sample(const SampleCommand& cmd) {
     s.prompt = format_prompt(t, InstructionExample{s.prompt, "", ""});
   }
   if (s.tokens < 1) return bad("--sample_tokens must be at least 1 for sample");
-  ZT_RETURN_IF_ERROR(check_sampling(s.temperature, s.top_k));
+  ZT_RETURN_IF_ERROR(check_sampling(s.temperature, s.top_k, s.top_p));
   if (cmd.threads < 0 || cmd.threads > 1024)
     return bad(absl::StrCat("--threads ", cmd.threads, " must be in [0, 1024] (0: all cores)"));
-  ZT_ASSIGN_OR_RETURN(const ModelConfig c,
-                      resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
+  // The model: a zerotrain checkpoint (its recorded config and master weights), else --init_from
+  // or the preset.
+  std::optional<std::string> ckpt;
+  nlohmann::json meta;
+  ModelConfig c;
+  if (!cmd.checkpoint.empty()) {
+    if (!cmd.init_from.empty()) return bad("give --checkpoint or --init_from for sample, not both");
+    ZT_ASSIGN_OR_RETURN(ckpt, find_checkpoint(cmd.checkpoint));
+    if (!ckpt)
+      return absl::NotFoundError(absl::StrCat("--checkpoint '", cmd.checkpoint,
+                                              "' holds no checkpoint (no meta.json, no latest)"));
+    ZT_ASSIGN_OR_RETURN(meta, read_checkpoint_meta(*ckpt));
+    if (!meta.contains("info") || !meta["info"].is_object() ||
+        !meta["info"].contains("model_config"))
+      return bad(absl::StrCat("checkpoint '", *ckpt, "' records no model_config"));
+    ZT_ASSIGN_OR_RETURN(
+        c, config_from_hf_json(meta["info"]["model_config"].dump(), *ckpt + "/meta.json"));
+    ZT_RETURN_IF_ERROR(set_max_seq_len(c, cmd.max_seq_len, *ckpt));
+  } else {
+    ZT_ASSIGN_OR_RETURN(c, resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
+  }
   // The KV cache and the model's buffers are sized by the window: --seq_len's default, 256,
   // unless the model is shorter (a long-context model's full length could be hundreds of GB).
   if (!cmd.window_given) s.window = std::min(256, c.max_seq_len);
@@ -118,7 +149,16 @@ absl::Status run_sample(const SampleCommand& cmd) {
   auto comm = make_single_process_communicator(be.get());
   Transformer model(c, be.get(), 1, s.window);
   Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});
-  ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));
+  if (ckpt) {
+    ZT_RETURN_IF_ERROR(read_checkpoint(
+        *ckpt, meta, model.layout(),
+        [&](int u, std::span<const float> master, std::span<const float>, std::span<const float>) {
+          engine.set_unit_params(u, master);
+          return absl::OkStatus();
+        }));
+  } else {
+    ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));
+  }
   generate(model, engine, *comm, tok, s, stdout);
   return absl::OkStatus();
 }

@@ -19,12 +19,15 @@
 namespace zt {
 
 // Draws a token id from logits (V) scaled by 1/temperature, restricted to the top_k most
-// likely ids when top_k > 0; temperature <= 0 is greedy (argmax).
-int sample_token(std::span<const float> logits, float temperature, int top_k, std::mt19937_64& rng);
+// likely ids when top_k > 0, then to the smallest set of most likely ids whose probability
+// reaches top_p when top_p < 1 (nucleus sampling, Holtzman et al. 2020, as transformers'
+// TopPLogitsWarper); temperature <= 0 is greedy (argmax).
+int sample_token(std::span<const float> logits, float temperature, int top_k, float top_p,
+                 std::mt19937_64& rng);
 
 // The sampling flags' ranges, as train and sample both check them: top_k >= 0, temperature
-// finite and >= 0. Error (InvalidArgument) naming the flag.
-absl::Status check_sampling(float temperature, int top_k);
+// finite and >= 0, top_p in (0, 1]. Error (InvalidArgument) naming the flag.
+absl::Status check_sampling(float temperature, int top_k, float top_p);
 
 struct SampleOptions {
   std::string prompt;  // text the sample continues, after the tokenizer's BOS (if it has one)
@@ -32,7 +35,8 @@ struct SampleOptions {
   float temperature = 0.8f;
   int top_k = 50;
   uint64_t seed = 1337;
-  int window = 256;  // the model's T for this sample: the KV cache holds at most this many
+  int window = 256;   // the model's T for this sample: the KV cache holds at most this many
+  float top_p = 1.f;  // nucleus sampling (1: off)
 };
 
 // Generates with KV-cache decoding (Transformer::decode: O(T) per token). When the context
@@ -53,6 +57,7 @@ struct SampleCommand {
   int64_t max_seq_len = 0;
   int threads = 0;
   std::string device = "auto";  // trainer/device.h
+  std::string checkpoint;       // a zerotrain checkpoint (or save_dir) instead of init_from
   // "alpaca" or a template file (data/alpaca.h): the prompt is wrapped as an instruction, as
   // instruction fine-tuning saw it. Empty: the prompt as it is.
   std::string prompt_template;

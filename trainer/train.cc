@@ -195,7 +195,7 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
   if (opt.val_batches < 1) return bad("--val_batches must be at least 1");
   if (opt.sample_tokens < 0) return bad("--sample_tokens must be >= 0 (0: no sample)");
-  ZT_RETURN_IF_ERROR(check_sampling(opt.temperature, opt.top_k));
+  ZT_RETURN_IF_ERROR(check_sampling(opt.temperature, opt.top_k, opt.top_p));
   if (opt.threads < 0 || opt.threads > 1024)
     return bad(absl::StrCat("--threads ", opt.threads,
                             " must be in [0, 1024] (0: the cores of "
@@ -318,8 +318,8 @@ double evaluate(Run& r, int batches) {
 // The end-of-training sample (trainer/sampler.h): every rank in lockstep, rank 0 prints.
 void print_sample(const TrainOptions& opt, Run& r) {
   if (opt.sample_tokens <= 0 || !r.tokenizer) return;
-  const SampleOptions s{opt.sample_prompt, opt.sample_tokens, opt.temperature, opt.top_k, opt.seed,
-                        r.T};
+  const SampleOptions s{opt.sample_prompt, opt.sample_tokens, opt.temperature, opt.top_k,
+                        opt.seed,          r.T,               opt.top_p};
   generate(*r.transformer, *r.engine, *r.comm, *r.tokenizer, s,
            r.comm->rank() == 0 ? stdout : nullptr);
 }

@@ -25,6 +25,7 @@ struct TrainOptions {
   std::string sample_prompt;            // text the sample continues (empty: BOS)
   float temperature = 0.8f;             // sampling temperature (0: greedy)
   int top_k = 50;                       // sampling restricted to the k most likely tokens (0: all)
+  float top_p = 1.f;                    // and to the nucleus of probability top_p (1: off)
   uint64_t seed = 1337;                 // initialisation, data order and sampling
   bool shuffle = true;                  // shuffle training data each epoch
   std::string device = "auto";          // auto, cpu or cuda (trainer/device.h)

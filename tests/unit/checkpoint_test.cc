@@ -342,5 +342,37 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
   }
 }
 
+// sample --checkpoint reads a save directly: the same greedy text as its fp32 export through
+// --init_from; --prompt and --max_new_tokens are --sample_prompt and --sample_tokens.
+TEST_F(Checkpoint, SampleFromACheckpoint) {
+  const std::string tok = std::string(ZT_SOURCE_DIR) + "/../shared/data/llama2_tokenizer.model";
+  if (!fs::exists(tok)) GTEST_SKIP() << "shared data absent";
+  const std::string ds = config("ds.json", 2, 1, "");
+  const Result r = ::zt::run(kBin + " train --model shakespeare-llama --seq_len 16 --val_every 0" +
+                             " --sample_tokens 0 --threads 1 --train_data " +
+                             path("train_*.bin") + " --deepspeed " + ds +
+                             " --steps 1 --run_dir " + path("run") + " --save_dir " + path("ck"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(::zt::run(kBin + " export --dtype fp32 --checkpoint " + path("ck") + " --out " +
+                      path("hf")).code,
+            0);
+  const std::string args = " --tokenizer " + tok + " --temperature 0 --threads 1 --seq_len 32";
+  const Result a = ::zt::run(kBin + " sample --checkpoint " + path("ck") + args +
+                             " --prompt ROMEO: --max_new_tokens 10");
+  const Result b = ::zt::run(kBin + " sample --init_from " + path("hf") + args +
+                             " --sample_prompt ROMEO: --sample_tokens 10");
+  ASSERT_EQ(a.code, 0) << a.out;
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out.rfind("sample:\n---\nROMEO:", 0), 0u) << a.out;
+  const Result both = ::zt::run(kBin + " sample --checkpoint " + path("ck") + " --init_from " +
+                                path("hf") + args);
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
+  const Result clash = ::zt::run(kBin + " sample --checkpoint " + path("ck") + args +
+                                 " --prompt A --sample_prompt B");
+  EXPECT_EQ(clash.code, 2) << clash.out;
+}
+
 }  // namespace
 }  // namespace zt

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "model/config.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "zero/comm.h"
+#include "trainer/sampler.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -82,6 +84,29 @@ TEST(Decode, GreedyGenerationPicksTheSameTokens) {
     }
     EXPECT_EQ(cached, full) << name;
   }
+}
+
+// Nucleus sampling: with logits 0..3 (probabilities 0.032, 0.087, 0.237, 0.644 at temperature 1)
+// top_p 0.5 keeps only the most likely id, top_p 0.85 the two most likely (0.644 + 0.237 is the
+// first sum to reach it), drawn in proportion 0.644 : 0.237; top_p 1 keeps all four.
+TEST(Sampling, TopPKeepsTheSmallestNucleus) {
+  const std::vector<float> logits = {0.f, 1.f, 2.f, 3.f};
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(sample_token(logits, 1.f, 0, 0.5f, rng), 3);
+  int count[4] = {0, 0, 0, 0};
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++count[sample_token(logits, 1.f, 0, 0.85f, rng)];
+  EXPECT_EQ(count[0] + count[1], 0);
+  EXPECT_NEAR((double)count[3] / n, 0.6439 / (0.6439 + 0.2369), 0.01);
+  int all[4] = {0, 0, 0, 0};
+  for (int i = 0; i < n; ++i) ++all[sample_token(logits, 1.f, 0, 1.f, rng)];
+  EXPECT_NEAR((double)all[0] / n, 0.0321, 0.005);
+  // With top_k first: top_k 3 and top_p 0.7 keep ids 3 and 2 (0.665 of the top 3's mass alone
+  // falls short of 0.7).
+  int both[4] = {0, 0, 0, 0};
+  for (int i = 0; i < n; ++i) ++both[sample_token(logits, 1.f, 3, 0.7f, rng)];
+  EXPECT_EQ(both[0] + both[1], 0);
+  EXPECT_GT(both[2], 0);
 }
 
 }  // namespace
