@@ -184,6 +184,48 @@ TEST(Reference, LongerLlamaContextChangesNoLogit) {
 }
 TEST(Reference, TinyLlamaGqaMatchesTransformers) { check_forward_backward("tiny_llama"); }
 
+// Directories transformers' save_pretrained wrote sharded, in bf16 and fp32
+// (scripts/make_hf_variants.py), load through --init_from's reader and give the logits
+// transformers computes from the same saved weights.
+TEST(Reference, ShardedBf16AndFp32SavesGiveTransformersLogits) {
+  for (const std::string name : {"tiny_llama_bf16_sharded", "tiny_llama_fp32_sharded",
+                                 "tiny_gpt2_bf16_sharded", "tiny_gpt2_fp32_sharded"}) {
+    const std::string dir = kFixtures + name;
+    std::ifstream f(dir + "/config.json");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto c = config_from_hf_json(ss.str(), dir + "/config.json");
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto hf = open_hf_model_dir(dir);
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    EXPECT_GT(hf->shards().size(), 1u) << name;
+    auto ref = SafeTensorsFile::open(dir + "/reference.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto ids = ref->read_i64("input_ids");
+    ASSERT_TRUE(ids.ok());
+    const int B = (int)ref->info("input_ids")->shape[0], T = (int)ref->info("input_ids")->shape[1];
+    Loaded l;
+    if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
+    l.model = std::make_unique<Transformer>(*c, l.be.get(), B, T);
+    l.engine =
+        std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), EngineOptions{});
+    const ParamLayout& layout = l.model->layout();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> host(layout.units()[u].numel);
+      ASSERT_TRUE(load_hf_unit(reader_of(*hf), *c, layout, u, host).ok()) << name;
+      l.engine->set_unit_params(u, host);
+    }
+    const std::vector<int> tokens(ids->begin(), ids->end());
+    std::vector<float> logits((size_t)B * T * c->vocab_size), want(logits.size());
+    l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
+    ASSERT_TRUE(ref->read_f32("logits", want).ok());
+    double max_diff = 0;
+    for (size_t i = 0; i < logits.size(); ++i)
+      max_diff = std::max(max_diff, (double)std::fabs(logits[i] - want[i]));
+    EXPECT_LE(max_diff, 2e-4) << name;
+  }
+}
+
 // llm.c's GPT-2 model files (scripts/make_llmc_fixture.py writes the tiny GPT-2 fixture in
 // llm.c's write_model layout): the fp32 file gives transformers' logits; the bf16 one holds
 // the same weights rounded to bf16; a truncated file is refused.
