@@ -11,6 +11,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
   zlib1g-dev                        # CRC-32 of checkpoint files
+  clang libclang-rt-14-dev          # libFuzzer + AddressSanitizer for tests/fuzz (clang 14 on Debian 12)
   libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
   iproute2                          # `ip netns` for the two-namespace multi-node test

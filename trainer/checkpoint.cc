@@ -18,21 +18,8 @@ namespace zt {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kFormatVersion = 1;
 
-std::string tag_of(int64_t step) { return absl::StrFormat("step_%08d", step); }
 std::string rank_file(int r) { return absl::StrFormat("rank_%05d.bin", r); }
-
-// The step of a save directory named step_NNNNNNNN (8 digits or more), or -1.
-int64_t step_of(const std::string& name) {
-  if (name.size() < 13 || name.size() > 23 || name.rfind("step_", 0) != 0) return -1;
-  int64_t v = 0;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
 
 // This rank's file: for each unit with a non-empty saved range, master | m | v. Returns its
 // size and CRC-32 (zlib's).
@@ -68,8 +55,9 @@ void prune(const std::string& save_dir, int64_t keep_last, const std::string& ke
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(save_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (step_of(name) >= 0 && step_of(name) <= step_of(keep) && e.is_directory())
-      saves.push_back({step_of(name), name});
+    if (checkpoint_step(name) >= 0 && checkpoint_step(name) <= checkpoint_step(keep) &&
+        e.is_directory())
+      saves.push_back({checkpoint_step(name), name});
   }
   std::sort(saves.rbegin(), saves.rend());
   for (size_t i = (size_t)keep_last; i < saves.size(); ++i)
@@ -125,7 +113,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
                              const nlohmann::json& info, Engine& engine, const ParamLayout& layout,
                              Communicator& comm) {
   const int rank = comm.rank(), world = comm.world_size(), U = layout.num_units();
-  const std::string tag = tag_of(st.step);
+  const std::string tag = checkpoint_tag(st.step);
   const std::string tmp = (fs::path(save_dir) / (".tmp_" + tag)).string();
   // A pending delayed update is published first, on every rank (it ends in an all-gather),
   // before any rank's I/O can fail alone.
@@ -170,7 +158,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   absl::Status published = absl::OkStatus();
   if (rank == 0) {
     nlohmann::json meta = {{"format", "zerotrain-checkpoint"},
-                           {"version", kFormatVersion},
+                           {"version", kCheckpointFormatVersion},
                            {"step", st.step},
                            {"adam_steps", st.adam_steps},
                            {"data", {{"epoch", st.data.epoch}, {"position", st.data.position}}},
@@ -206,25 +194,6 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   return agree(comm, published, "to publish the checkpoint");
 }
 
-absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(fs::path(dir) / "meta.json", ec)) return std::optional<std::string>(dir);
-  const fs::path latest = fs::path(dir) / "latest";
-  if (!fs::exists(latest, ec)) return std::optional<std::string>();
-  ZT_ASSIGN_OR_RETURN(std::string tag, read_file(latest.string(), "checkpoint pointer"));
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  const fs::path target = fs::path(dir) / tag;
-  const fs::path aside = fs::path(dir) / (".old_" + tag);  // a re-save of this step was cut short
-  if (step_of(tag) >= 0 && !fs::exists(target / "meta.json", ec) &&
-      fs::exists(aside / "meta.json", ec))
-    return std::optional<std::string>(aside.string());
-  if (step_of(tag) < 0 || !fs::exists(target / "meta.json", ec))
-    return absl::NotFoundError(absl::StrCat("'", latest.string(), "' names '", tag,
-                                            "', which is not a complete checkpoint in '", dir,
-                                            "'"));
-  return std::optional<std::string>(target.string());
-}
-
 namespace {
 
 // The saved identity against this run's: every field that differs, with both values.
@@ -246,140 +215,7 @@ absl::Status check_identity(const std::string& dir, const nlohmann::json& saved,
       ". Resume with the settings it was saved with (the world size and ZeRO stage may change)"));
 }
 
-// One rank file being read unit by unit, its CRC accumulated.
-struct RankFile {
-  std::FILE* f = nullptr;
-  std::string path;
-  uint64_t bytes = 0, read = 0;
-  uint32_t crc = 0;
-  uLong running = crc32(0L, Z_NULL, 0);
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  RankFile() = default;
-  RankFile(const RankFile&) = delete;
-  RankFile& operator=(const RankFile&) = delete;
-  ~RankFile() {
-    if (f) std::fclose(f);
-  }
-};
-
 }  // namespace
-
-absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
-  const std::string meta_path = (fs::path(dir) / "meta.json").string();
-  ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
-  ZT_RETURN_IF_ERROR(check_json_nesting(text, 16, meta_path));
-  nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object() || !meta.contains("format") ||
-      meta["format"] != "zerotrain-checkpoint" || !meta.contains("version") ||
-      !meta["version"].is_number_integer())
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint metadata '", meta_path,
-                     "': not a zerotrain checkpoint (unreadable JSON or "
-                     "no \"format\")"));
-  if (meta["version"].get<int64_t>() != kFormatVersion)
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint metadata '", meta_path, "': format version ",
-                     meta["version"].get<int64_t>(), ", this build reads ", kFormatVersion));
-  return meta;
-}
-
-absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
-                             const ParamLayout& layout, const UnitStateFn& fn) {
-  const std::string meta_path = (fs::path(dir) / "meta.json").string();
-  auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path, "': ", why));
-  };
-  try {
-    const nlohmann::json& units = meta.at("units");
-    const int U = layout.num_units();
-    if (!units.is_array() || (int)units.size() != U)
-      return bad(absl::StrCat(units.size(), " units, this model has ", U));
-    for (int u = 0; u < U; ++u)
-      if (units[u].at("numel").get<uint64_t>() != layout.units()[u].numel)
-        return bad(absl::StrCat("unit ", u, " has ", units[u].at("numel").get<uint64_t>(),
-                                " elements, this model's has ", layout.units()[u].numel));
-    std::vector<RankFile> files(meta.at("ranks").size());
-    for (size_t r = 0; r < files.size(); ++r) {
-      const nlohmann::json& e = meta["ranks"][r];
-      RankFile& f = files[r];
-      const std::string name = e.at("file").get<std::string>();
-      if (name.find('/') != std::string::npos || name == ".." || name.empty())
-        return bad(absl::StrCat("rank file name '", name, "' is not a file in the checkpoint"));
-      f.path = (fs::path(dir) / name).string();
-      f.bytes = e.at("bytes").get<uint64_t>();
-      f.crc = e.at("crc32").get<uint32_t>();
-      for (const auto& range : e.at("ranges")) {
-        const uint64_t b = range.at(0).get<uint64_t>(), en = range.at(1).get<uint64_t>();
-        if (f.ranges.size() >= (size_t)U || b > en || en > layout.units()[f.ranges.size()].numel)
-          return bad(absl::StrCat("rank file ", r, " has an out-of-range slice"));
-        f.ranges.push_back({b, en});
-      }
-      if ((int)f.ranges.size() != U)
-        return bad(absl::StrCat("rank file ", r, " lists ", f.ranges.size(), " units"));
-      uint64_t expect = 0;
-      for (const auto& [b, e2] : f.ranges) expect += 12 * (e2 - b);
-      if (expect != f.bytes)
-        return bad(absl::StrCat("rank file ", r, " records ", f.bytes, " bytes for ", expect,
-                                " bytes of slices"));
-      std::error_code ec;
-      const auto size = fs::file_size(f.path, ec);
-      if (ec || size != f.bytes)
-        return absl::DataLossError(
-            absl::StrCat("checkpoint file '", f.path, "' ",
-                         ec ? "is missing"
-                            : absl::StrCat("has ", size, " bytes, ", f.bytes,
-                                           " recorded: truncated or replaced")));
-      f.f = std::fopen(f.path.c_str(), "rb");
-      if (!f.f)
-        return absl::DataLossError(
-            absl::StrCat("cannot read '", f.path, "': ", std::strerror(errno)));
-    }
-    for (int u = 0; u < U; ++u) {  // the slices of each unit tile it exactly
-      std::vector<std::pair<uint64_t, uint64_t>> slices;
-      for (const RankFile& f : files)
-        if (f.ranges[u].first < f.ranges[u].second) slices.push_back(f.ranges[u]);
-      std::sort(slices.begin(), slices.end());
-      uint64_t next = 0;
-      bool tiled = true;
-      for (const auto& [b, e] : slices) {
-        tiled = tiled && b == next;
-        next = e;
-      }
-      if (!tiled || next != layout.units()[u].numel)
-        return bad(absl::StrCat("the saved slices of unit ", u, " (", layout.units()[u].name,
-                                ") do not cover it exactly once"));
-    }
-    // Unit by unit: the whole master and moments assembled from every file's slice, then
-    // handed on; each file is read front to back.
-    std::vector<float> master, m, v;
-    for (int u = 0; u < U; ++u) {
-      const size_t numel = layout.units()[u].numel;
-      master.assign(numel, 0.f), m.assign(numel, 0.f), v.assign(numel, 0.f);
-      for (RankFile& f : files) {
-        const auto [b, e] = f.ranges[u];
-        const size_t n = e - b;
-        if (n == 0) continue;
-        for (std::vector<float>* a : {&master, &m, &v}) {
-          if (std::fread(a->data() + b, 4, n, f.f) != n)
-            return absl::DataLossError(
-                absl::StrCat("checkpoint file '", f.path, "' ends early: truncated"));
-          f.running = crc32_z(f.running, reinterpret_cast<const Bytef*>(a->data() + b), n * 4);
-          f.read += n * 4;
-        }
-      }
-      ZT_RETURN_IF_ERROR(fn(u, master, m, v));
-    }
-    for (const RankFile& f : files)
-      if (f.read != f.bytes || (uint32_t)f.running != f.crc)
-        return absl::DataLossError(
-            absl::StrCat("checkpoint file '", f.path,
-                         "' fails its CRC-32 check (corrupt); resume from an "
-                         "earlier save (--resume_from DIR)"));
-  } catch (const nlohmann::json::exception& e) {
-    return bad(absl::StrCat("a field is missing or has the wrong type (", e.what(), ")"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
                                               const nlohmann::json& identity, Engine& engine,

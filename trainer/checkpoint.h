@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "data/loader.h"
 #include "model/layout.h"
+#include "trainer/checkpoint_format.h"
 #include "zero/comm.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
@@ -51,24 +52,6 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
                              const TrainingState& st, const nlohmann::json& identity,
                              const nlohmann::json& info, Engine& engine, const ParamLayout& layout,
                              Communicator& comm);
-
-// The checkpoint directory `dir` names: dir itself when it holds meta.json, else the save that
-// dir/latest points to; nullopt when dir has neither (nothing saved yet). Errors: a `latest`
-// naming a save that does not exist.
-absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir);
-
-// meta.json of the checkpoint in `dir`, parsed, its format and version checked (errors name the
-// file).
-absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir);
-
-// Reads the saved state of every unit of `layout`, whole (assembled from every rank's slice),
-// and calls fn(u, master, m, v) in unit order. Checks the metadata against the layout, each
-// file's size before and CRC-32 after reading, and that each unit's slices tile it exactly once:
-// errors name the file. fn's error stops the reading.
-using UnitStateFn = std::function<absl::Status(int u, std::span<const float> master,
-                                               std::span<const float> m, std::span<const float> v)>;
-absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
-                             const ParamLayout& layout, const UnitStateFn& fn);
 
 // Loads the checkpoint in `dir` into `engine` (any world size and stage: each rank keeps its
 // slice) and returns its TrainingState. Checks first that `identity` equals the saved one

@@ -1,0 +1,42 @@
+// The checkpoint format's reading side (checkpoint.h describes the format): finding a save,
+// its metadata, and every unit's saved state. No engine and no collectives, so export and
+// sample use it too, and tests/fuzz feeds it hostile metadata under AddressSanitizer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/layout.h"
+
+namespace zt {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+// "step_00000100": the directory name of the save after `step` steps.
+std::string checkpoint_tag(int64_t step);
+// The step a save directory's name stands for (step_ and 8 or more digits), or -1.
+int64_t checkpoint_step(const std::string& name);
+
+// The checkpoint directory `dir` names: dir itself when it holds meta.json, else the save that
+// dir/latest points to; nullopt when dir has neither (nothing saved yet). Errors: a `latest`
+// naming a save that does not exist.
+absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir);
+
+// meta.json of the checkpoint in `dir`, parsed, its format and version checked (errors name the
+// file).
+absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir);
+
+// Reads the saved state of every unit of `layout`, whole (assembled from every rank's slice),
+// and calls fn(u, master, m, v) in unit order. Checks the metadata against the layout, each
+// file's size before and CRC-32 after reading, and that each unit's slices tile it exactly once:
+// errors name the file. fn's error stops the reading.
+using UnitStateFn = std::function<absl::Status(int u, std::span<const float> master,
+                                               std::span<const float> m, std::span<const float> v)>;
+absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
+                             const ParamLayout& layout, const UnitStateFn& fn);
+
+}  // namespace zt
