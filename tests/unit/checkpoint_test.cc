@@ -29,6 +29,7 @@
 #include "model/layout.h"
 #include "model/safetensors.h"
 #include "trainer/export.h"
+#include "tests/unit/cli_helpers.h"
 
 namespace zt {
 namespace {
@@ -36,19 +37,8 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kBin = std::string(ZT_BINARY_DIR) + "/zerotrain";
 
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result run(const std::string& cmd) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using test::Result;
+Result run(const std::string& cmd) { return test::run_shell(cmd); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -60,15 +50,8 @@ std::string slurp(const fs::path& p) {
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("zt_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::mt19937 rng(3);
-    std::vector<uint32_t> toks(3000);
-    for (auto& t : toks) t = rng() % 256;
-    ASSERT_TRUE(write_shard(path("train_000000.bin"), toks, 256).ok());
+    dir_ = test::test_dir("ckpt");
+    ASSERT_TRUE(test::write_random_shards(dir_, {"train_000000.bin"}, 3000, 256, 3));
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
@@ -93,13 +76,7 @@ class Checkpoint : public ::testing::Test {
                      path(run) + " " + extra);
   }
   std::vector<double> losses(const std::string& run) const {
-    std::vector<double> v;
-    std::ifstream in(path(run) + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      if (j.contains("loss")) v.push_back(j["loss"]);
-    }
-    return v;
+    return test::metric_values(path(run), "loss");
   }
   fs::path dir_;
 };

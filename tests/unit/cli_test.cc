@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/shard.h"
+#include "tests/unit/cli_helpers.h"
 
 namespace zt {
 namespace {
@@ -22,32 +23,16 @@ namespace fs = std::filesystem;
 const std::string kBin = std::string(ZT_BINARY_DIR) + "/zerotrain";
 const std::string kShared = std::string(ZT_SOURCE_DIR) + "/../shared/data/";
 
-struct Result {
-  int code;
-  std::string out;
-};
+using test::Result;
 
-Result run(const std::string& args) {
-  std::FILE* p = popen((kBin + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+Result run(const std::string& args) { return test::run_shell(kBin + " " + args); }
 
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("zt_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-    std::mt19937 rng(1);
-    std::vector<uint32_t> toks(4000);
-    for (auto& t : toks) t = rng() % 256;
-    ASSERT_TRUE(write_shard(path("train_000000.bin"), toks, 256).ok());
-    ASSERT_TRUE(write_shard(path("val_000000.bin"), toks, 256).ok());
+    dir_ = test::test_dir("cli");
+    ASSERT_TRUE(test::write_random_shards(dir_, {"train_000000.bin", "val_000000.bin"}, 4000,
+                                          256, 1));
     write(path("ds.json"), R"({"train_micro_batch_size_per_gpu": 2,
                               "gradient_accumulation_steps": 2,
                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})");
@@ -556,13 +541,7 @@ namespace zt {
 namespace {
 
 std::vector<double> losses_in(const std::string& run_dir) {
-  std::vector<double> v;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) v.push_back(j["loss"]);
-  }
-  return v;
+  return test::metric_values(run_dir, "loss");
 }
 
 // The global batch does not depend on the world size (data/loader.h): with the default
@@ -583,11 +562,8 @@ TEST_F(Cli, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
     ASSERT_EQ(one.code, 0) << one.out;
     const std::string two_cmd = std::string(ZT_MPIRUN) + " -np 2 " + kBin + args +
                                 " --deepspeed " + path("g1.json") + " --run_dir " + path("two");
-    std::FILE* p = popen((two_cmd + " 2>&1").c_str(), "r");
-    char buf[4096];
-    std::string out;
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    ASSERT_EQ(pclose(p), 0) << out;
+    const Result two = test::run_shell(two_cmd);
+    ASSERT_EQ(two.code, 0) << two.out;
     const std::vector<double> a = losses_in(path("one")), b = losses_in(path("two"));
     ASSERT_EQ(a.size(), 70u);
     ASSERT_EQ(b.size(), a.size());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/shard.h"
+#include "tests/unit/cli_helpers.h"
 
 namespace zt {
 namespace {
@@ -27,50 +28,24 @@ namespace fs = std::filesystem;
 const std::string kBin = std::string(ZT_BINARY_DIR) + "/zerotrain";
 const std::string kEmuBin = std::string(ZT_BINARY_DIR) + "/zerotrain_emu";
 
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result run(const std::string& cmd) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using test::Result;
+Result run(const std::string& cmd) { return test::run_shell(cmd); }
 
 struct StepMetrics {
   std::vector<double> loss, grad_norm, val_loss;
 };
 
 StepMetrics read_metrics(const fs::path& run_dir) {
-  StepMetrics m;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) m.val_loss.push_back(j["val_loss"]);
-    if (j.contains("loss")) {
-      m.loss.push_back(j["loss"]);
-      m.grad_norm.push_back(j["grad_norm"]);
-    }
-  }
-  return m;
+  return {test::metric_values(run_dir, "loss"), test::metric_values(run_dir, "grad_norm"),
+          test::metric_values(run_dir, "val_loss")};
 }
 
 class Device : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("zt_device_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-    std::mt19937 rng(1);
-    std::vector<uint32_t> toks(4000);
-    for (auto& t : toks) t = rng() % 256;
-    ASSERT_TRUE(write_shard(path("train_000000.bin"), toks, 256).ok());
-    ASSERT_TRUE(write_shard(path("val_000000.bin"), toks, 256).ok());
+    dir_ = test::test_dir("device");
+    ASSERT_TRUE(test::write_random_shards(dir_, {"train_000000.bin", "val_000000.bin"}, 4000,
+                                          256, 1));
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
