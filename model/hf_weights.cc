@@ -81,7 +81,7 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
                                               "' is missing from the "
                                               "checkpoint; is it a ",
                                               c.is_gpt2() ? "GPT-2" : "LLaMA",
-                                              " model matching --model?"));
+                                              " model whose config.json matches its weights?"));
     ZT_ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.shape(name));
     const bool vec = p.slot->shape.size() == 1;
     std::vector<int64_t> want = vec            ? std::vector<int64_t>{p.rows}
@@ -94,7 +94,7 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
                                                      "] but the model "
                                                      "config needs [",
                                                      absl::StrJoin(want, ", "),
-                                                     "]; check that --model matches the "
+                                                     "]; check that the config matches the "
                                                      "checkpoint"));
     buf.resize((prefix_ok ? shape[0] : p.rows) * p.cols);
     ZT_RETURN_IF_ERROR(r.read_f32(name, buf));

@@ -210,6 +210,7 @@ int sample(const std::function<bool(const std::string&)>& given) {
   c.window_given = seq_len_given;
   c.model = absl::GetFlag(FLAGS_model);
   c.init_from = absl::GetFlag(FLAGS_init_from);
+  if (!c.init_from.empty() && !given("--model")) c.model.clear();
   c.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   c.threads = absl::GetFlag(FLAGS_threads);
@@ -226,10 +227,12 @@ int sample(const std::function<bool(const std::string&)>& given) {
   return s.ok() ? 0 : fail(s);
 }
 
-int train() {
+// given(flag): the flag was on the command line (--model beside --init_from is compared with it).
+int train(const std::function<bool(const std::string&)>& given) {
   zt::TrainOptions o;
   o.model = absl::GetFlag(FLAGS_model);
   o.init_from = absl::GetFlag(FLAGS_init_from);
+  if (!o.init_from.empty() && !given("--model")) o.model.clear();
   o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
   o.train_data = absl::GetFlag(FLAGS_train_data);
   o.val_data = absl::GetFlag(FLAGS_val_data);
@@ -437,7 +440,7 @@ int main(int argc, char** argv) {
   };
   if (cmd == "prepare") return prepare(given("--seq_len"));
   if (cmd == "train")
-    return or_out_of_memory(train,
+    return or_out_of_memory([&] { return train(given); },
                             "out of memory allocating the model, optimizer or activations; reduce "
                             "--seq_len or train_micro_batch_size_per_gpu, or use a smaller model");
   if (cmd == "estimate") return estimate(given("--model"));

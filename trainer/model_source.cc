@@ -16,6 +16,32 @@ namespace zt {
 
 absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
                                           int64_t max_seq_len) {
+  ZT_ASSIGN_OR_RETURN(ModelConfig c, model_of(model, init_from, max_seq_len));
+  if (init_from.empty() || model.empty()) return c;
+  // Both given: they must describe the same model.
+  ZT_ASSIGN_OR_RETURN(ModelConfig p, preset(model));
+  ZT_RETURN_IF_ERROR(set_max_seq_len(p, c.max_seq_len, "--model " + model));
+  std::string diff;
+  auto field = [&](const char* name, auto a, auto b) {
+    if (a != b) absl::StrAppend(&diff, diff.empty() ? "" : ", ", name, " ", a, " vs ", b);
+  };
+  field("architecture", p.is_gpt2() ? "gpt2" : "llama", c.is_gpt2() ? "gpt2" : "llama");
+  field("vocab_size", p.vocab_size, c.vocab_size);
+  field("n_layer", p.n_layer, c.n_layer);
+  field("n_head", p.n_head, c.n_head);
+  field("n_kv_head", p.n_kv_head, c.n_kv_head);
+  field("hidden", p.hidden, c.hidden);
+  field("intermediate", p.intermediate, c.intermediate);
+  field("tied_embeddings", p.tied_embeddings, c.tied_embeddings);
+  if (!diff.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", model, " and --init_from '", init_from, "' are different models (", diff,
+        "); give --init_from alone (its config is used), or a --model that matches it"));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string& init_from,
+                                     int64_t max_seq_len) {
   ModelConfig c;
   if (!init_from.empty() && is_llmc_model_file(init_from)) {
     ZT_ASSIGN_OR_RETURN(const LlmcModelFile f, LlmcModelFile::open(init_from));

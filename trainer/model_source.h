@@ -18,8 +18,14 @@ namespace zt {
 // GPT-2 .bin, model/llmc_weights.h) when init_from is not empty, else the preset `model`; then
 // set_max_seq_len(max_seq_len). Errors: unreadable or invalid config.json, an
 // unknown preset, a bad --max_seq_len (each naming its source).
+// With both `model` (not empty: --model given) and init_from, the preset must describe the
+// same shapes as init_from's config (error naming each field that differs); --model alone is
+// the preset, --init_from alone its own config.
 absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
                                           int64_t max_seq_len);
+// The config of init_from when given, else of the preset `model`, without the comparison.
+absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string& init_from,
+                                     int64_t max_seq_len);
 
 // Every unit's initial parameters into `engine`: init_from's weights (converted to fp32, as
 // model/hf_weights.h maps them), or with init_from empty the model's random initialisation

@@ -26,8 +26,8 @@
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
 #include "trainer/lr_schedule.h"
-#include "trainer/model_source.h"
 #include "trainer/metrics.h"
+#include "trainer/model_source.h"
 #include "trainer/reports.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
@@ -67,22 +67,21 @@ struct Run {
 nlohmann::json resume_identity(const TrainOptions& opt, const Run& r) {
   nlohmann::json ds = nlohmann::json::parse(r.ds_text, nullptr, false);
   if (ds.is_object())
-    for (const char* k : {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
-                          "gradient_accumulation_steps", "zerotrain", "steps_per_print",
-                          "wall_clock_breakdown", "activation_checkpointing", "aio",
-                          "comms_logger", "flops_profiler", "tensorboard", "wandb",
-                          "csv_monitor", "memory_breakdown", "dump_state"})
+    for (const char* k :
+         {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+          "gradient_accumulation_steps", "zerotrain", "steps_per_print", "wall_clock_breakdown",
+          "activation_checkpointing", "aio", "comms_logger", "flops_profiler", "tensorboard",
+          "wandb", "csv_monitor", "memory_breakdown", "dump_state"})
       ds.erase(k);
   const ModelConfig& m = r.model;
-  nlohmann::json id = {
-      {"model",
-       {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
-        m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
-      {"seq_len", opt.seq_len},
-      {"global_batch", (int64_t)r.B * r.gas * r.comm->world_size()},
-      {"seed", opt.seed},
-      {"shuffle", opt.shuffle},
-      {"train_tokens", r.train->num_tokens()}};
+  nlohmann::json id = {{"model",
+                        {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head,
+                         m.hidden, m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
+                       {"seq_len", opt.seq_len},
+                       {"global_batch", (int64_t)r.B * r.gas * r.comm->world_size()},
+                       {"seed", opt.seed},
+                       {"shuffle", opt.shuffle},
+                       {"train_tokens", r.train->num_tokens()}};
   const nlohmann::json flat = ds.flatten();
   for (const auto& [key, value] : flat.items()) id["ds_config" + key] = value;
   return id;
@@ -133,8 +132,7 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
     return absl::OkStatus();
   }
   ZT_ASSIGN_OR_RETURN(const TrainingState st, load_checkpoint(*dir, resume_identity(opt, r),
-                                                              *r.engine,
-                                                              r.transformer->layout()));
+                                                              *r.engine, r.transformer->layout()));
   ZT_RETURN_IF_ERROR(r.train->restore(st.data));
   if (st.step >= opt.steps)
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint '", *dir, "' is at step ",
@@ -153,12 +151,12 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
     return absl::OkStatus();
   const TrainingState st{step, r.engine->steps_taken(), r.train->state(),
                          r.engine->loss_scaler_state()};
-  const nlohmann::json info = {{"world_size", r.comm->world_size()},
-                               {"stage", r.ds.zero.stage},
-                               {"device", r.backend->name()},
-                               {"ds_config", r.ds_text},
-                               {"model_config", nlohmann::json::parse(
-                                                    hf_config_json(r.model, "float32", -1, -1))}};
+  const nlohmann::json info = {
+      {"world_size", r.comm->world_size()},
+      {"stage", r.ds.zero.stage},
+      {"device", r.backend->name()},
+      {"ds_config", r.ds_text},
+      {"model_config", nlohmann::json::parse(hf_config_json(r.model, "float32", -1, -1))}};
   ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st, resume_identity(opt, r), info,
                                      *r.engine, r.transformer->layout(), *r.comm));
   if (r.comm->rank() == 0)
@@ -268,12 +266,12 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // The device-memory limit: the flag, the ds_config key, or both when they agree.
   const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
   if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device_memory_limit ", format_bytes(opt.device_memory_limit), " and ", opt.deepspeed,
-        ": zerotrain.device_memory_limit ", format_bytes(key_limit),
-        " disagree; give one of them, or the same value in both"));
-  r.backend->set_memory_limit((size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit
-                                                                  : key_limit));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device_memory_limit ", format_bytes(opt.device_memory_limit), " and ",
+                     opt.deepspeed, ": zerotrain.device_memory_limit ", format_bytes(key_limit),
+                     " disagree; give one of them, or the same value in both"));
+  r.backend->set_memory_limit(
+      (size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit : key_limit));
   return resolve_saves(opt, r);
 }
 
@@ -286,9 +284,9 @@ absl::Status setup_model(const TrainOptions& opt, Run& r) {
                       optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,
                       param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
-  r.engine = std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
-                                      engine_options(r.ds), std::move(optimizer),
-                                      std::move(params));
+  r.engine =
+      std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
+                               engine_options(r.ds), std::move(optimizer), std::move(params));
   if (r.comm->rank() == 0) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
@@ -318,8 +316,8 @@ double evaluate(Run& r, int batches) {
 // The end-of-training sample (trainer/sampler.h): every rank in lockstep, rank 0 prints.
 void print_sample(const TrainOptions& opt, Run& r) {
   if (opt.sample_tokens <= 0 || !r.tokenizer) return;
-  const SampleOptions s{opt.sample_prompt, opt.sample_tokens, opt.temperature, opt.top_k,
-                        opt.seed,          r.T,               opt.top_p};
+  const SampleOptions s{
+      opt.sample_prompt, opt.sample_tokens, opt.temperature, opt.top_k, opt.seed, r.T, opt.top_p};
   generate(*r.transformer, *r.engine, *r.comm, *r.tokenizer, s,
            r.comm->rank() == 0 ? stdout : nullptr);
 }
@@ -336,17 +334,18 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
-      mem.host_peak[c] = r.engine->host_bytes(cat, /*peak=*/true) +
-                         r.transformer->host_tracker().peak(cat);
+      mem.host_peak[c] =
+          r.engine->host_bytes(cat, /*peak=*/true) + r.transformer->host_tracker().peak(cat);
     }
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
     ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
                                   memory_report(mem, in, predicted, rank)));
   }
   if (opt.comm_report)
-    ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
-                                  comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
-                                              r.ds.zero.stage, r.comm->world_size(), rank)));
+    ZT_RETURN_IF_ERROR(
+        write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
+                   comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
+                               r.ds.zero.stage, r.comm->world_size(), rank)));
   return absl::OkStatus();
 }
 
@@ -388,7 +387,7 @@ absl::Status run_train(const TrainOptions& opt) {
   };
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_inputs(opt, r); })));
   ZT_RETURN_IF_ERROR(
-      check_same_on_all_ranks(*r.comm, "the device, model, ds_config and recipe", fingerprint(opt, r)));
+      check_same_on_all_ranks(*r.comm, "device, model, ds_config and recipe", fingerprint(opt, r)));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> device_comm,
                       make_device_communicator(*r.comm, *r.backend));
   if (device_comm) {
@@ -397,7 +396,7 @@ absl::Status run_train(const TrainOptions& opt) {
   }
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(opt, r); })));
   // Every rank resumed the same save (a save_dir that is not shared would differ by node).
-  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "the checkpoint resumed from",
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "checkpoint to resume from",
                                              absl::StrCat("step ", r.start_step)));
   // From here collectives are in flight: a rank that stopped alone would leave the others
   // waiting in one, so an error on any rank ends them all.
@@ -427,7 +426,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         r.ds.bf16.enabled   ? "bf16"
         : r.ds.fp16.enabled ? "fp16"
                             : "fp32",
-        std::string(r.backend->name()).c_str(), omp_get_max_threads(), absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
+        std::string(r.backend->name()).c_str(), omp_get_max_threads(),
+        absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return;
     const double vl = evaluate(r, opt.val_batches);

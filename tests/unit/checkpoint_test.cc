@@ -136,7 +136,8 @@ TEST_F(Checkpoint, ResumeIsBitwiseExact) {
 }
 
 // Saved on 2 ranks at stage 2 (micro-batch 2), resumed on 1 rank with twice the accumulation,
-// on 4 ranks at micro-batch 1, and at stage 3: the uninterrupted run's losses.
+// on 4 ranks at micro-batch 1, and at stage 3; and saved on 4 ranks at stage 3, resumed on 2 at
+// stage 2: the uninterrupted run's losses.
 TEST_F(Checkpoint, ResumesAtAnotherWorldSizeAndStage) {
   const std::string zero2 = ", \"zero_optimization\": {\"stage\": 2}";
   const std::string zero3 = ", \"zero_optimization\": {\"stage\": 3}";
@@ -162,6 +163,17 @@ TEST_F(Checkpoint, ResumesAtAnotherWorldSizeAndStage) {
     for (int i = 0; i < 3; ++i)
       EXPECT_NEAR(got[i], want[3 + i], 1e-5 * want[3 + i]) << c.ds << " step " << 4 + i;
   }
+  // Saved on 4 ranks (micro-batch 1) at stage 3, resumed on 2 at stage 2.
+  const Result four = train(4, config("four3.json", 1, 1, zero3), 3, "four",
+                            "--save_dir " + path("ck4"));
+  ASSERT_EQ(four.code, 0) << four.out;
+  const Result back = train(2, config("two.json", 2, 1, zero2), 6, "back",
+                            "--resume_from " + path("ck4"));
+  ASSERT_EQ(back.code, 0) << back.out;
+  const std::vector<double> got = losses("back");
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(got[i], want[3 + i], 1e-5 * want[3 + i]) << "4 -> 2 ranks, step " << 4 + i;
 }
 
 TEST_F(Checkpoint, BadCheckpointsAreRefused) {
@@ -315,6 +327,18 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
           for (float& x : want) x = bf16_to_f32(f32_to_bf16(x));
         EXPECT_EQ(got, want) << model << " " << dtype << " unit " << u;
       }
+      // --model beside --init_from: the same shapes are fine, others an error naming them.
+      const std::string other = model == "tiny-llama" ? "tiny-gpt2" : "tiny-llama";
+      const std::string base = kBin + " train --seq_len 16 --val_every 0 --sample_tokens 0" +
+                               " --steps 1 --train_data " + path("train_*.bin") +
+                               " --deepspeed " + ds + " --run_dir " + path("x") +
+                               " --init_from " + out;
+      const Result same = ::zt::run(base + " --model " + model);
+      EXPECT_EQ(same.code, 0) << same.out;
+      const Result clash = ::zt::run(base + " --model " + other);
+      EXPECT_EQ(clash.code, 2) << clash.out;
+      EXPECT_NE(clash.out.find("are different models (architecture"), std::string::npos)
+          << clash.out;
     }
   }
 }
