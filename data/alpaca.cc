@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/status.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -23,9 +24,11 @@ absl::StatusOr<std::vector<InstructionExample>> parse_alpaca(std::string_view te
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("instruction data '", where, "': ", why));
   };
-  ZT_RETURN_IF_ERROR(check_json_nesting(text, 8, where));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad("not valid JSON");
+  auto parsed = parse_json(text, where, 8);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("instruction data ", parsed.status().message()));
+  const nlohmann::json& j = *parsed;
   if (!j.is_array())
     return bad("expected a JSON list of {\"instruction\", \"input\", \"output\"} records");
   if (j.empty()) return bad("the list is empty");
@@ -62,11 +65,11 @@ PromptTemplate alpaca_template() {
 
 absl::StatusOr<PromptTemplate> load_template(const std::string& path) {
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(path, "prompt template"));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  ZT_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(text, path, 8));
   PromptTemplate t;
   for (auto [key, dst] : {std::pair{"prompt_input", &t.prompt_input},
                           std::pair{"prompt_no_input", &t.prompt_no_input}}) {
-    if (j.is_discarded() || !j.is_object() || !j.contains(key) || !j[key].is_string())
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
       return absl::InvalidArgumentError(absl::StrCat(
           "prompt template '", path, "': needs a string \"", key,
           "\" ({\"prompt_input\": ..., \"prompt_no_input\": ...}, with {instruction} and "

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/status.h"
 
 namespace zt {
@@ -171,13 +172,7 @@ class HfFields {
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
                                                 std::string_view where_sv) {
   const std::string where(where_sv);
-  ZT_RETURN_IF_ERROR(check_json_nesting(json_text, 64, where));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", e.what()));
-  }
+  ZT_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(json_text, where));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
   const HfFields f(j, where);
   ZT_ASSIGN_OR_RETURN(const std::string type, f.text("model_type", ""));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -129,13 +130,9 @@ absl::StatusOr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
                                        " goes beyond the file (", size, " bytes)"));
   }
   const char* htext = reinterpret_cast<const char*>(map->data + 8);
-  json header;
-  try {
-    ZT_RETURN_IF_ERROR(check_json_nesting(std::string_view(htext, header_len), 64, path));
-    header = json::parse(htext, htext + header_len);
-  } catch (const json::parse_error& e) {
-    return bad_file(path, absl::StrCat("bad JSON header: ", e.what()));
-  }
+  auto parsed = parse_json(std::string_view(htext, header_len), "bad JSON header");
+  if (!parsed.ok()) return bad_file(path, std::string(parsed.status().message()));
+  const json header = std::move(*parsed);
   if (!header.is_object()) return bad_file(path, "the JSON header is not an object");
 
   SafeTensorsFile f;
@@ -332,13 +329,7 @@ absl::StatusOr<SafeTensorsModel> open_hf_model_dir(const std::string& dir) {
                      "model directory"));
 
   ZT_ASSIGN_OR_RETURN(std::string text, read_file(index, "safetensors index"));
-  json j;
-  try {
-    ZT_RETURN_IF_ERROR(check_json_nesting(text, 64, index));
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(index, ": bad JSON: ", e.what()));
-  }
+  ZT_ASSIGN_OR_RETURN(const json j, parse_json(text, index));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     return absl::InvalidArgumentError(
         absl::StrCat(index, ": missing \"weight_map\" object (tensor name -> shard file)"));

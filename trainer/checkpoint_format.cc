@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/status.h"
 
 namespace zt {
@@ -73,9 +74,8 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
 absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
-  ZT_RETURN_IF_ERROR(check_json_nesting(text, 16, meta_path));
-  nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object() || !meta.contains("format") ||
+  ZT_ASSIGN_OR_RETURN(nlohmann::json meta, parse_json(text, meta_path, 16));
+  if (!meta.is_object() || !meta.contains("format") ||
       meta["format"] != "zerotrain-checkpoint" || !meta.contains("version") ||
       !meta["version"].is_number_integer())
     return absl::InvalidArgumentError(

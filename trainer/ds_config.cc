@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/memory.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -855,17 +856,8 @@ absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_s
     return absl::InvalidArgumentError(
         absl::StrCat(src, ": world size ", world_size, " must be >= 1"));
   }
-  json root;
-  ZT_RETURN_IF_ERROR(check_json_nesting(json_text, 64, std::string(source_name)));
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    // e.what() carries "parse error at line L, column C: ...".
-    return absl::InvalidArgumentError(
-        absl::StrCat(src, ": malformed JSON (byte ", e.byte, "): ", std::string(e.what())));
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(src, ": ", std::string(e.what())));
-  }
+  // A key given twice is an error, as DeepSpeed's "Duplicate keys in DeepSpeed config".
+  ZT_ASSIGN_OR_RETURN(const json root, parse_json(json_text, src));
   DsConfig c;
   try {
     ZT_RETURN_IF_ERROR(parse_top(src, root, world_size, &c));

@@ -420,6 +420,12 @@ TEST_F(Cli, BadDsConfigKeysAndValues) {
       {R"({"train_batch_size": "auto"})", {"auto"}},
       {R"({"train_batch_size": 4, "zero_optimization": {"stage": 7}})", {"stage"}},
       {R"({"train_batch_size": 4, )", {"malformed JSON", "bad.json"}},
+      // A key given twice: trained at stage 0 before (the last one won).
+      {R"({"train_batch_size": 4, "zero_optimization": {"stage": 2, "stage": 0}})",
+       {"bad.json: zero_optimization.stage: given twice"}},
+      {R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3,
+          "lr": 0.5}}})",
+       {"bad.json: optimizer.params.lr: given twice"}},
   };
   for (const auto& [json, phrases] : cases) {
     write(path("bad.json"), json);

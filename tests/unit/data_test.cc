@@ -514,7 +514,7 @@ TEST_F(DataTest, AlpacaRecordsAreCheckedByIndex) {
       {R"([{"instruction": "a", "output": 7}])", "record 0: \"output\" is number, not a string"},
       {R"([{"instruction": "a", "input": null, "output": "b"}])", "record 0: \"input\" is null"},
       {R"([{"instruction": "a", "output": "b"}, 5])", "record 1 is not an object"},
-      {R"([{"instruction": "a", "output": "b")", "not valid JSON"}};
+      {R"([{"instruction": "a", "output": "b")", "malformed JSON"}};
   for (const auto& [text, needle] : bad) {
     const auto r = parse_alpaca(text, "x.json");
     ASSERT_FALSE(r.ok()) << text;
