@@ -1,5 +1,7 @@
 #include "trainer/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -22,17 +24,24 @@ absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& dir) {
   if (!f)
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot write '", path, "': ", std::strerror(errno), "; pass a writable --run-dir"));
-  return MetricsWriter(f);
+  return MetricsWriter(f, path);
 }
 
 MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
 
-void MetricsWriter::write(const nlohmann::json& line) {
-  const std::string s = line.dump();
-  std::fprintf(f_, "%s\n", s.c_str());
-  std::fflush(f_);
+absl::Status MetricsWriter::write(const nlohmann::json& line) {
+  const std::string s = line.dump() + "\n";
+  const long at = std::ftell(f_);
+  errno = 0;
+  if (std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0)
+    return absl::OkStatus();
+  const int err = errno ? errno : EIO;
+  std::clearerr(f_);
+  if (at >= 0 && ::ftruncate(fileno(f_), at) == 0) std::fseek(f_, at, SEEK_SET);  // no torn line
+  return absl::InternalError(absl::StrCat("cannot write '", path_, "': ", std::strerror(err),
+                                          " (it keeps every complete line up to here)"));
 }
 
 std::string format_duration(double seconds) {

@@ -15,14 +15,19 @@ class MetricsWriter {
   // Creates dir/metrics.jsonl (a previous one becomes metrics.jsonl.prev), creating dir if
   // needed. Error names the path.
   static absl::StatusOr<MetricsWriter> open(const std::string& dir);
-  MetricsWriter(MetricsWriter&& o) noexcept : f_(o.f_) { o.f_ = nullptr; }
+  MetricsWriter(MetricsWriter&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) {
+    o.f_ = nullptr;
+  }
   MetricsWriter& operator=(MetricsWriter&&) = delete;
   ~MetricsWriter();
-  void write(const nlohmann::json& line);
+  // Appends `line` and flushes it. A failed write (ENOSPC, EFBIG, EIO) is an error naming the
+  // file and the reason (Internal), and the file is cut back to its last complete line.
+  absl::Status write(const nlohmann::json& line);
 
  private:
-  explicit MetricsWriter(std::FILE* f) : f_(f) {}
+  MetricsWriter(std::FILE* f, std::string path) : f_(f), path_(std::move(path)) {}
   std::FILE* f_ = nullptr;
+  std::string path_;
 };
 
 // "1h02m", "3m07s", "42s": a duration in seconds for progress lines.

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 
 namespace zt {
 
@@ -107,16 +108,9 @@ nlohmann::json comm_report(const std::vector<CommStats>& steps,
 absl::Status write_json(const std::string& dir, const std::string& name, const nlohmann::json& j) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path = dir + "/" + name, tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return absl::InvalidArgumentError(absl::StrCat("cannot write '", tmp, "'"));
-  const std::string text = j.dump(2);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok)
-    return absl::InvalidArgumentError(absl::StrCat("cannot write '", tmp, "'"));
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot rename to '", path, "'"));
-  return absl::OkStatus();
+  // Under a temporary name, fsynced and renamed: a failure names the reason and never leaves a
+  // torn report where a good one was.
+  return write_file_atomic(dir + "/" + name, j.dump(2) + "\n");
 }
 
 }  // namespace zt

@@ -1,6 +1,8 @@
 #include "trainer/sampler.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 
@@ -160,6 +162,9 @@ absl::Status run_sample(const SampleCommand& cmd) {
     ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));
   }
   generate(model, engine, *comm, tok, s, stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))  // e.g. redirected onto a full disk
+    return absl::InternalError(absl::StrCat("cannot write the sample to standard output: ",
+                                            std::strerror(errno ? errno : EIO)));
   return absl::OkStatus();
 }
 

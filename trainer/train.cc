@@ -2,8 +2,10 @@
 
 #include <omp.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -411,7 +413,7 @@ namespace {
 absl::Status train_loop(const TrainOptions& opt, Run& r) {
   const bool root = r.comm->rank() == 0;
   auto log = [&](const nlohmann::json& j) {
-    if (r.metrics) r.metrics->write(j);
+    return r.metrics ? r.metrics->write(j) : absl::OkStatus();
   };
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
@@ -429,12 +431,12 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         std::string(r.backend->name()).c_str(), omp_get_max_threads(),
         absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
-    if (!r.val) return;
+    if (!r.val) return absl::OkStatus();
     const double vl = evaluate(r, opt.val_batches);
     if (root) std::printf("step %lld | val loss %.4f\n", (long long)step, vl);
-    log({{"step", step}, {"val_loss", vl}});
+    return log({{"step", step}, {"val_loss", vl}});
   };
-  if (r.start_step == 0) validate_now(0);
+  if (r.start_step == 0) ZT_RETURN_IF_ERROR(validate_now(0));
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
   std::vector<CommStats> comm_steps;
   std::vector<OffloadTraffic> offload_steps;
@@ -519,7 +521,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
           o.grad_out_ms, o.adam_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
     }
     std::fflush(stdout);
-    log({{"step", step},
+    ZT_RETURN_IF_ERROR(log({{"step", step},
          {"loss", loss},
          {"lr", lr},
          {"grad_norm", st.grad_norm},
@@ -530,22 +532,27 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
          {"optimizer_ms", opt_ms},
          {"comm_wait_ms", r.engine->comm_wait_ms()},
          {"loss_scale", st.loss_scale},
-         {"skipped", st.skipped}});
+         {"skipped", st.skipped}}));
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
                                               "; lower the learning rate, enable "
                                               "gradient_clipping, or check the data"));
-    if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps) validate_now(step);
+    if (opt.val_every > 0 && step % opt.val_every == 0 && step != opt.steps)
+      ZT_RETURN_IF_ERROR(validate_now(step));
     ZT_RETURN_IF_ERROR(maybe_save(opt, r, step));
   }
   r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
-  validate_now(opt.steps);
+  ZT_RETURN_IF_ERROR(validate_now(opt.steps));
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
   if (root)
     std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)(opt.steps - r.start_step),
                 format_duration(run_timer.ms() / 1e3).c_str(),
                 tokens_per_step * (opt.steps - r.start_step) / (loop_ms / 1e3));
   print_sample(opt, r);
+  // Progress lines and the sample went to stdout: a redirect onto a full disk is an error too.
+  if (root && (std::fflush(stdout) != 0 || std::ferror(stdout)))
+    return absl::InternalError(absl::StrCat("cannot write to standard output: ",
+                                            std::strerror(errno ? errno : EIO)));
   return absl::OkStatus();
 }
 

@@ -183,6 +183,31 @@ TEST_F(Cli, CheckpointOnAFullDiskKeepsThePreviousOne) {
   EXPECT_NE(out.find("LEFT:latest step_00000003\n"), std::string::npos) << out;
 }
 
+// Failed writes stop the run (issue 10): metrics.jsonl past a file-size limit (ulimit -f, with
+// SIGXFSZ ignored so the write fails with EFBIG), and stdout on a full device (/dev/full). Exit
+// 2 naming the file and the reason; metrics.jsonl keeps only complete lines.
+TEST_F(Cli, FailedWritesStopTheRunWithTheReason) {
+  const std::string limited = "bash -c 'trap \"\" XFSZ; ulimit -f 1; " + kBin + " " +
+                              train("--deepspeed " + path("ds.json")) +
+                              " --steps 30 > /dev/null'";
+  const Result r = test::run_shell(limited);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot write '" + path("run/metrics.jsonl") + "': File too large"),
+            std::string::npos)
+      << r.out;
+  std::ifstream in(path("run/metrics.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines)
+    EXPECT_TRUE(nlohmann::json::accept(line)) << "torn line: " << line;
+  EXPECT_GT(lines, 0);
+  const Result full = test::run_shell("(" + kBin + " " + train("--deepspeed " + path("ds.json")) +
+                                      " > /dev/full)");
+  EXPECT_EQ(full.code, 2) << full.out;
+  EXPECT_NE(full.out.find("cannot write to standard output: No space left on device"),
+            std::string::npos)
+      << full.out;
+}
+
 // NVMe offload onto a drive too small for the optimizer state (a 1 MiB tmpfs in a private
 // mount namespace): the space is reserved up front, so the run stops before training with
 // exit 2 and the file, not part-way through a swap; nothing is left on the drive.
