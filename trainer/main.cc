@@ -210,7 +210,8 @@ int sample(const std::function<bool(const std::string&)>& given) {
   c.window_given = seq_len_given;
   c.model = absl::GetFlag(FLAGS_model);
   c.init_from = absl::GetFlag(FLAGS_init_from);
-  if (!c.init_from.empty() && !given("--model")) c.model.clear();
+  if ((!c.init_from.empty() || !absl::GetFlag(FLAGS_checkpoint).empty()) && !given("--model"))
+    c.model.clear();
   c.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   c.threads = absl::GetFlag(FLAGS_threads);

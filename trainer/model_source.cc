@@ -18,9 +18,14 @@ absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::s
                                           int64_t max_seq_len) {
   ZT_ASSIGN_OR_RETURN(ModelConfig c, model_of(model, init_from, max_seq_len));
   if (init_from.empty() || model.empty()) return c;
-  // Both given: they must describe the same model.
+  ZT_RETURN_IF_ERROR(check_same_model(model, c, "--init_from '" + init_from + "'"));
+  return c;
+}
+
+absl::Status check_same_model(const std::string& model, const ModelConfig& c,
+                              const std::string& source) {
+  if (model.empty()) return absl::OkStatus();
   ZT_ASSIGN_OR_RETURN(ModelConfig p, preset(model));
-  ZT_RETURN_IF_ERROR(set_max_seq_len(p, c.max_seq_len, "--model " + model));
   std::string diff;
   auto field = [&](const char* name, auto a, auto b) {
     if (a != b) absl::StrAppend(&diff, diff.empty() ? "" : ", ", name, " ", a, " vs ", b);
@@ -35,9 +40,9 @@ absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::s
   field("tied_embeddings", p.tied_embeddings, c.tied_embeddings);
   if (!diff.empty())
     return absl::InvalidArgumentError(absl::StrCat(
-        "--model ", model, " and --init_from '", init_from, "' are different models (", diff,
-        "); give --init_from alone (its config is used), or a --model that matches it"));
-  return c;
+        "--model ", model, " and ", source, " are different models (", diff, "); give ", source,
+        " alone (its config is used), or a --model that matches it"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string& init_from,

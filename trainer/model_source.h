@@ -23,6 +23,10 @@ namespace zt {
 // the preset, --init_from alone its own config.
 absl::StatusOr<ModelConfig> resolve_model(const std::string& model, const std::string& init_from,
                                           int64_t max_seq_len);
+// The preset `model` (empty: not given, fine) against the config c read from `source` (e.g.
+// "--init_from 'DIR'"): error naming each shape that differs.
+absl::Status check_same_model(const std::string& model, const ModelConfig& c,
+                              const std::string& source);
 // The config of init_from when given, else of the preset `model`, without the comparison.
 absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string& init_from,
                                      int64_t max_seq_len);

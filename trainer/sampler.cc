@@ -136,6 +136,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
     ZT_ASSIGN_OR_RETURN(
         c, config_from_hf_json(meta["info"]["model_config"].dump(), *ckpt + "/meta.json"));
     ZT_RETURN_IF_ERROR(set_max_seq_len(c, cmd.max_seq_len, *ckpt));
+    ZT_RETURN_IF_ERROR(check_same_model(cmd.model, c, "--checkpoint '" + cmd.checkpoint + "'"));
   } else {
     ZT_ASSIGN_OR_RETURN(c, resolve_model(cmd.model, cmd.init_from, cmd.max_seq_len));
   }

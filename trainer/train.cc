@@ -108,6 +108,9 @@ absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
   r.save_dir = opt.save_dir.empty() ? z.save_dir : opt.save_dir;
   r.save_interval = opt.save_interval >= 0 ? opt.save_interval : z.save_interval;
   r.keep_last = opt.keep_last >= 0 ? opt.keep_last : z.keep_last;
+  if (opt.resume && !opt.resume_from.empty())
+    return absl::InvalidArgumentError(
+        "give --resume (from --save_dir's latest) or --resume_from DIR, not both");
   if (opt.resume && r.save_dir.empty() && opt.resume_from.empty())
     return absl::InvalidArgumentError(
         "--resume continues from --save_dir's latest save: give --save_dir (or "

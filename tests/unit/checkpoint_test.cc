@@ -220,6 +220,7 @@ TEST_F(Checkpoint, BadCheckpointsAreRefused) {
   fs::create_directories(path("empty"));
   expect_error("--resume_from " + path("empty"), "holds no checkpoint");
   expect_error("--resume", "--resume continues from --save_dir");
+  expect_error("--resume --save_dir " + path("ck") + " --resume_from " + path("ck"), "not both");
   // --resume with a save_dir that has nothing yet starts from step 0 (a job's first launch).
   const Result fresh = train(1, ds, 2, "fresh", "--save_dir " + path("new") + " --resume");
   EXPECT_EQ(fresh.code, 0) << fresh.out;
@@ -373,6 +374,10 @@ TEST_F(Checkpoint, SampleFromACheckpoint) {
   const Result clash = ::zt::run(kBin + " sample --checkpoint " + path("ck") + args +
                                  " --prompt A --sample_prompt B");
   EXPECT_EQ(clash.code, 2) << clash.out;
+  const Result other = ::zt::run(kBin + " sample --checkpoint " + path("ck") + args +
+                                 " --model tiny-gpt2");
+  EXPECT_EQ(other.code, 2) << other.out;
+  EXPECT_NE(other.out.find("are different models"), std::string::npos) << other.out;
 }
 
 }  // namespace
