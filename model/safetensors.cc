@@ -54,21 +54,6 @@ T load(const std::byte* p) {
   return v;
 }
 
-// Writes all of `data` to fd; false on error (errno set).
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -420,24 +405,16 @@ absl::Status write_safetensors(const std::string& path, const std::vector<NamedT
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(text.size() >> (8 * i));
 
   const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot create: ", errno_text()));
-  bool ok = write_all(fd, len_le, 8) && write_all(fd, text.data(), text.size());
-  for (size_t i = 0; ok && i < tensors.size(); ++i)
-    ok = write_all(fd, tensors[i].bytes.data(), tensors[i].bytes.size());
-  ok = ok && ::fsync(fd) == 0;
-  std::string why = ok ? "" : errno_text();
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    why = errno_text();
-  }
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return absl::InvalidArgumentError(absl::StrCat(tmp, ": write failed: ", why));
+  {  // FileWriter removes the temporary file on any error
+    ZT_ASSIGN_OR_RETURN(FileWriter f, FileWriter::create(tmp));
+    ZT_RETURN_IF_ERROR(f.write(len_le, 8));
+    ZT_RETURN_IF_ERROR(f.write(text.data(), text.size()));
+    for (const NamedTensor& t : tensors)
+      ZT_RETURN_IF_ERROR(f.write(t.bytes.data(), t.bytes.size()));
+    ZT_RETURN_IF_ERROR(f.close());
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    why = errno_text();
+    const std::string why = errno_text();
     ::unlink(tmp.c_str());
     return absl::InvalidArgumentError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
   }

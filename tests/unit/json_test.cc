@@ -97,6 +97,10 @@ TEST(Json, EveryReaderRefusesRepeatedKeys) {
       << R"({"weight_map": {"w": "x.safetensors", "w": "y.safetensors"}})";
   expect_twice(open_hf_model_dir((dir / "hf").string()).status(), "model.safetensors.index.json",
                "weight_map.w");
+  std::ofstream(dir / "hf/model.safetensors.index.json")
+      << R"({"weight_map": {"w": "x.safetensors"}, "weight_map": {}})";
+  expect_twice(open_hf_model_dir((dir / "hf").string()).status(), "model.safetensors.index.json",
+               "weight_map");
   // Checkpoint metadata.
   fs::create_directories(dir / "ck");
   std::ofstream(dir / "ck/meta.json")
