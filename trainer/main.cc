@@ -446,10 +446,20 @@ int main(int argc, char** argv) {
                             "--seq_len or train_micro_batch_size_per_gpu, or use a smaller model");
   if (cmd == "estimate") return estimate(given("--model"));
   if (cmd == "export") return export_checkpoint();
-  if (cmd == "sample")
+  if (cmd == "sample") {
+    // Flags only train reads would be ignored without a word: refuse them instead.
+    for (const char* flag : {"--deepspeed", "--train_data", "--val_data", "--run_dir", "--steps",
+                             "--val_every", "--val_batches", "--shuffle", "--memory_report",
+                             "--comm_report", "--gradient_checkpointing", "--device_memory_limit",
+                             "--save_dir", "--save_interval", "--keep_last", "--resume",
+                             "--resume_from"})
+      if (given(flag))
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat(flag, " is a train flag; sample does not read it")));
     return or_out_of_memory([&] { return sample(given); },
                             "out of memory building the model for sampling; use a shorter "
                             "--seq_len window");
+  }
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
                                          "'; use info, prepare, train, sample, export or "
                                          "estimate"));

@@ -1,7 +1,7 @@
 // Checkpoints (trainer/checkpoint.h), end to end through the zerotrain binary:
 // - resume is exact: N steps straight equal K steps + save + resume + (N - K) steps bit for bit
-//   (losses, and the final saves' files), stages 0-3, fp32 and bf16, with optimizer and
-//   parameter offload, on 1 and 2 ranks;
+//   (losses, and the final saves' files), stages 0-3, fp32 and bf16, with optimizer offload
+//   (CPU and NVMe) and parameter offload, on 1 and 2 ranks;
 // - resharding: a save from 2 ranks resumes on 1 (twice the accumulation) and on 4, and from
 //   stage 2 at stage 3, with the uninterrupted run's losses (1e-5 relative);
 // - bad checkpoints are refused with a clear error: a truncated or bit-flipped file, another
@@ -98,18 +98,22 @@ TEST_F(Checkpoint, ResumeIsBitwiseExact) {
       {3, ""},
       {3, ", \"bf16\": {\"enabled\": true}"},
       {3, ", \"bf16\": {\"enabled\": true}, \"OFFLOAD_OPT\": 1, \"OFFLOAD_PARAM\": 1"},
+      {2, ", \"bf16\": {\"enabled\": true}, \"OFFLOAD_NVME\": 1"},
   };
   for (int ranks : {1, 2})
     for (const Case& c : cases) {
       std::string extra = c.extra, zero = "\"stage\": " + std::to_string(c.stage);
-      auto take = [&](const std::string& marker, const std::string& key) {
+      auto take = [&](const std::string& marker, const std::string& key, const std::string& where) {
         const size_t at = extra.find(", \"" + marker + "\": 1");
         if (at == std::string::npos) return;
         extra.erase(at, marker.size() + 7);
-        zero += ", \"" + key + "\": {\"device\": \"cpu\"}";
+        zero += ", \"" + key + "\": " + where;
       };
-      take("OFFLOAD_PARAM", "offload_param");
-      take("OFFLOAD_OPT", "offload_optimizer");
+      fs::create_directories(path("nvme"));
+      take("OFFLOAD_PARAM", "offload_param", "{\"device\": \"cpu\"}");
+      take("OFFLOAD_OPT", "offload_optimizer", "{\"device\": \"cpu\"}");
+      take("OFFLOAD_NVME", "offload_optimizer",
+           "{\"device\": \"nvme\", \"nvme_path\": \"" + path("nvme") + "\"}");
       const std::string what =
           "ranks " + std::to_string(ranks) + " stage " + std::to_string(c.stage) + " " + c.extra;
       const std::string ds =

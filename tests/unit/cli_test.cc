@@ -563,6 +563,9 @@ TEST_F(Cli, SampleCommand) {
             0u)
       << wrapped.out;
   expect_user_error(run(base + "--template " + path("none.json")), {"prompt template", "none.json"});
+  // A flag only train reads is refused rather than ignored.
+  expect_user_error(run(base + "--deepspeed " + path("ds.json")),
+                    {"--deepspeed is a train flag; sample does not read it"});
 }
 
 }  // namespace
