@@ -95,17 +95,6 @@ absl::Status publish(const std::string& save_dir, const std::string& tmp, const 
   return absl::OkStatus();
 }
 
-// All ranks learn whether every rank's `st` is ok; a rank that failed returns its own error,
-// the others say another rank failed.
-absl::Status agree(Communicator& comm, const absl::Status& st, const std::string& what) {
-  double ok = st.ok() ? 1 : 0;
-  comm.all_reduce_scalars(&ok, 1, ScalarOp::kMin);
-  if (!st.ok()) return st;
-  if (ok == 0)
-    return absl::AbortedError(absl::StrCat("another rank failed ", what, "; see its message"));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
@@ -129,7 +118,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
       made = absl::InternalError(absl::StrCat("cannot create the checkpoint directory '", tmp,
                                               "': ", ec ? ec.message() : "not a directory"));
   }
-  ZT_RETURN_IF_ERROR(agree(comm, made, "to create the checkpoint directory"));
+  ZT_RETURN_IF_ERROR(agree_on_all_ranks(comm, made, "to create the checkpoint directory"));
   // Each rank's file, then (size, crc, ranges) of every rank in one scalar reduction: rank r
   // fills its row of a zeroed table (every value is exact in a double).
   const auto written = write_rank_file((fs::path(tmp) / rank_file(rank)).string(), engine, layout);
@@ -145,8 +134,8 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
       mine[3 + 2 * u] = (double)end;
     }
   }
-  const absl::Status wrote = agree(comm, written.ok() ? absl::OkStatus() : written.status(),
-                                   "to write its checkpoint file");
+  const absl::Status wrote = agree_on_all_ranks(
+      comm, written.ok() ? absl::OkStatus() : written.status(), "to write its checkpoint file");
   if (!wrote.ok()) {
     if (rank == 0) {
       std::error_code ec;
@@ -191,7 +180,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
       fs::remove_all(tmp, ec);
     }
   }
-  return agree(comm, published, "to publish the checkpoint");
+  return agree_on_all_ranks(comm, published, "to publish the checkpoint");
 }
 
 namespace {

@@ -71,13 +71,27 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
   return std::optional<std::string>(target.string());
 }
 
+absl::StatusOr<std::string> require_checkpoint(const std::string& dir, const std::string& flag) {
+  ZT_ASSIGN_OR_RETURN(const std::optional<std::string> found, find_checkpoint(dir));
+  if (!found)
+    return absl::NotFoundError(
+        absl::StrCat(flag, " '", dir, "' holds no checkpoint (no meta.json, no latest)"));
+  return *found;
+}
+
+absl::StatusOr<ModelConfig> checkpoint_model(const nlohmann::json& meta, const std::string& dir) {
+  if (!meta.contains("info") || !meta["info"].is_object() || !meta["info"].contains("model_config"))
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", dir, "' records no model_config in meta.json info"));
+  return config_from_hf_json(meta["info"]["model_config"].dump(), dir + "/meta.json model_config");
+}
+
 absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
   ZT_ASSIGN_OR_RETURN(nlohmann::json meta, parse_json(text, meta_path, 16));
-  if (!meta.is_object() || !meta.contains("format") ||
-      meta["format"] != "zerotrain-checkpoint" || !meta.contains("version") ||
-      !meta["version"].is_number_integer())
+  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "zerotrain-checkpoint" ||
+      !meta.contains("version") || !meta["version"].is_number_integer())
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint metadata '", meta_path,
                      "': not a zerotrain checkpoint (unreadable JSON or "

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "model/config.h"
 #include "model/layout.h"
 
 namespace zt {
@@ -25,6 +26,14 @@ int64_t checkpoint_step(const std::string& name);
 // dir/latest points to; nullopt when dir has neither (nothing saved yet). Errors: a `latest`
 // naming a save that does not exist.
 absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir);
+
+// find_checkpoint for a flag that needs one: NotFound "FLAG 'DIR' holds no checkpoint (no
+// meta.json, no latest)" when there is none.
+absl::StatusOr<std::string> require_checkpoint(const std::string& dir, const std::string& flag);
+
+// The model a checkpoint was saved with: its meta.json info.model_config (a Hugging Face
+// config.json). Errors name the checkpoint directory `dir`.
+absl::StatusOr<ModelConfig> checkpoint_model(const nlohmann::json& meta, const std::string& dir);
 
 // meta.json of the checkpoint in `dir`, parsed, its format and version checked (errors name the
 // file).

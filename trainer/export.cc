@@ -88,19 +88,9 @@ absl::Status run_export(const ExportOptions& o) {
     return absl::InvalidArgumentError("export needs --checkpoint DIR --out DIR");
   ZT_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(o.dtype));
   if (o.max_shard_bytes < 1) return absl::InvalidArgumentError("--max_shard_size must be positive");
-  ZT_ASSIGN_OR_RETURN(const std::optional<std::string> dir, find_checkpoint(o.checkpoint));
-  if (!dir)
-    return absl::NotFoundError(absl::StrCat("--checkpoint '", o.checkpoint,
-                                            "' holds no checkpoint (no meta.json, no latest)"));
-  ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(*dir));
-  const nlohmann::json* model = nullptr;
-  if (meta.contains("info") && meta["info"].is_object() && meta["info"].contains("model_config"))
-    model = &meta["info"]["model_config"];
-  if (!model)
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint '", *dir, "' records no model_config in meta.json info"));
-  ZT_ASSIGN_OR_RETURN(const ModelConfig c,
-                      config_from_hf_json(model->dump(), *dir + "/meta.json model_config"));
+  ZT_ASSIGN_OR_RETURN(const std::string dir, require_checkpoint(o.checkpoint, "--checkpoint"));
+  ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(dir));
+  ZT_ASSIGN_OR_RETURN(const ModelConfig c, checkpoint_model(meta, dir));
   int bos = -1, eos = -1;
   if (!o.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer));
@@ -116,7 +106,7 @@ absl::Status run_export(const ExportOptions& o) {
   const ParamLayout layout(c);
   ShardWriter w{o.out, dtype, o.max_shard_bytes};
   ZT_RETURN_IF_ERROR(read_checkpoint(
-      *dir, meta, layout,
+      dir, meta, layout,
       [&](int u, std::span<const float> master, std::span<const float>, std::span<const float>) {
         for (const HfTensor& t : hf_unit_tensors(c, layout, u, master))
           ZT_RETURN_IF_ERROR(w.add(t));
@@ -137,7 +127,7 @@ absl::Status run_export(const ExportOptions& o) {
     ZT_ASSIGN_OR_RETURN(const std::string bytes, read_file(o.tokenizer, "tokenizer"));
     ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(o.out) / "tokenizer.model").string(), bytes));
   }
-  std::printf("exported '%s' (step %lld) to '%s': %d shard(s), %s\n", dir->c_str(),
+  std::printf("exported '%s' (step %lld) to '%s': %d shard(s), %s\n", dir.c_str(),
               (long long)meta.value("step", (int64_t)0), o.out.c_str(), (int)w.shards.size(),
               std::string(dtype_name(dtype)).c_str());
   return absl::OkStatus();

@@ -125,16 +125,9 @@ absl::Status run_sample(const SampleCommand& cmd) {
   ModelConfig c;
   if (!cmd.checkpoint.empty()) {
     if (!cmd.init_from.empty()) return bad("give --checkpoint or --init_from for sample, not both");
-    ZT_ASSIGN_OR_RETURN(ckpt, find_checkpoint(cmd.checkpoint));
-    if (!ckpt)
-      return absl::NotFoundError(absl::StrCat("--checkpoint '", cmd.checkpoint,
-                                              "' holds no checkpoint (no meta.json, no latest)"));
+    ZT_ASSIGN_OR_RETURN(ckpt, require_checkpoint(cmd.checkpoint, "--checkpoint"));
     ZT_ASSIGN_OR_RETURN(meta, read_checkpoint_meta(*ckpt));
-    if (!meta.contains("info") || !meta["info"].is_object() ||
-        !meta["info"].contains("model_config"))
-      return bad(absl::StrCat("checkpoint '", *ckpt, "' records no model_config"));
-    ZT_ASSIGN_OR_RETURN(
-        c, config_from_hf_json(meta["info"]["model_config"].dump(), *ckpt + "/meta.json"));
+    ZT_ASSIGN_OR_RETURN(c, checkpoint_model(meta, *ckpt));
     ZT_RETURN_IF_ERROR(set_max_seq_len(c, cmd.max_seq_len, *ckpt));
     ZT_RETURN_IF_ERROR(check_same_model(cmd.model, c, "--checkpoint '" + cmd.checkpoint + "'"));
   } else {

@@ -89,22 +89,26 @@ nlohmann::json resume_identity(const TrainOptions& opt, const Run& r) {
   return id;
 }
 
+// A flag and the zerotrain key of the same name given with different values.
+absl::Status clash(const TrainOptions& opt, const std::string& name, const std::string& flag,
+                   const std::string& key) {
+  return absl::InvalidArgumentError(absl::StrCat("--", name, " ", flag, " and ", opt.deepspeed,
+                                                 ": zerotrain.", name, " ", key,
+                                                 " disagree; give one of them, or the same "
+                                                 "value in both"));
+}
+
 // --save_dir / --save_interval / --keep_last against the zerotrain keys of the same names:
 // either alone, or both when they agree.
 absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
   const ZerotrainConfig& z = r.ds.zerotrain;
-  auto clash = [&](const std::string& name, const std::string& flag, const std::string& key) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " ", flag, " and ", opt.deepspeed,
-                                                   ": zerotrain.", name, " ", key,
-                                                   " disagree; give one of them, or the same "
-                                                   "value in both"));
-  };
   if (!opt.save_dir.empty() && !z.save_dir.empty() && opt.save_dir != z.save_dir)
-    return clash("save_dir", opt.save_dir, z.save_dir);
+    return clash(opt, "save_dir", opt.save_dir, z.save_dir);
   if (opt.save_interval >= 0 && z.save_interval > 0 && opt.save_interval != z.save_interval)
-    return clash("save_interval", absl::StrCat(opt.save_interval), absl::StrCat(z.save_interval));
+    return clash(opt, "save_interval", absl::StrCat(opt.save_interval),
+                 absl::StrCat(z.save_interval));
   if (opt.keep_last >= 0 && z.keep_last > 0 && opt.keep_last != z.keep_last)
-    return clash("keep_last", absl::StrCat(opt.keep_last), absl::StrCat(z.keep_last));
+    return clash(opt, "keep_last", absl::StrCat(opt.keep_last), absl::StrCat(z.keep_last));
   r.save_dir = opt.save_dir.empty() ? z.save_dir : opt.save_dir;
   r.save_interval = opt.save_interval >= 0 ? opt.save_interval : z.save_interval;
   r.keep_last = opt.keep_last >= 0 ? opt.keep_last : z.keep_last;
@@ -126,11 +130,13 @@ absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
 absl::Status resume(const TrainOptions& opt, Run& r) {
   if (!opt.resume && opt.resume_from.empty()) return absl::OkStatus();
   const std::string where = opt.resume_from.empty() ? r.save_dir : opt.resume_from;
-  ZT_ASSIGN_OR_RETURN(const std::optional<std::string> dir, find_checkpoint(where));
+  std::optional<std::string> dir;
+  if (!opt.resume_from.empty()) {  // a save must be there
+    ZT_ASSIGN_OR_RETURN(dir, require_checkpoint(where, "--resume_from"));
+  } else {  // --resume: none yet is a fresh start (a job's first launch)
+    ZT_ASSIGN_OR_RETURN(dir, find_checkpoint(where));
+  }
   if (!dir) {
-    if (!opt.resume_from.empty())
-      return absl::NotFoundError(absl::StrCat("--resume_from '", where,
-                                              "' holds no checkpoint (no meta.json, no latest)"));
     if (r.comm->rank() == 0)
       std::fprintf(stderr, "notice: no checkpoint in '%s' yet: starting from step 0\n",
                    where.c_str());
@@ -271,10 +277,8 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // The device-memory limit: the flag, the ds_config key, or both when they agree.
   const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
   if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device_memory_limit ", format_bytes(opt.device_memory_limit), " and ",
-                     opt.deepspeed, ": zerotrain.device_memory_limit ", format_bytes(key_limit),
-                     " disagree; give one of them, or the same value in both"));
+    return clash(opt, "device_memory_limit", format_bytes(opt.device_memory_limit),
+                 format_bytes(key_limit));
   r.backend->set_memory_limit(
       (size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit : key_limit));
   return resolve_saves(opt, r);
@@ -384,11 +388,7 @@ absl::Status run_train(const TrainOptions& opt) {
   // Every rank validates the same inputs; they agree before any collective of the run, so a
   // rank that failed (say, a file missing on its node) never leaves the others waiting.
   auto agree = [&r](const absl::Status& st) {
-    double ok = st.ok() ? 1 : 0;
-    r.comm->all_reduce_scalars(&ok, 1, ScalarOp::kMin);
-    if (!st.ok()) return st;
-    if (ok == 0) return absl::AbortedError("another rank failed during setup; see its message");
-    return absl::OkStatus();
+    return agree_on_all_ranks(*r.comm, st, "during setup");
   };
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_inputs(opt, r); })));
   ZT_RETURN_IF_ERROR(
@@ -525,17 +525,17 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     }
     std::fflush(stdout);
     ZT_RETURN_IF_ERROR(log({{"step", step},
-         {"loss", loss},
-         {"lr", lr},
-         {"grad_norm", st.grad_norm},
-         {"step_ms", ms},
-         {"tokens_per_s", tok_s},
-         {"forward_ms", fwd_ms},
-         {"backward_ms", bwd_ms},
-         {"optimizer_ms", opt_ms},
-         {"comm_wait_ms", r.engine->comm_wait_ms()},
-         {"loss_scale", st.loss_scale},
-         {"skipped", st.skipped}}));
+                            {"loss", loss},
+                            {"lr", lr},
+                            {"grad_norm", st.grad_norm},
+                            {"step_ms", ms},
+                            {"tokens_per_s", tok_s},
+                            {"forward_ms", fwd_ms},
+                            {"backward_ms", bwd_ms},
+                            {"optimizer_ms", opt_ms},
+                            {"comm_wait_ms", r.engine->comm_wait_ms()},
+                            {"loss_scale", st.loss_scale},
+                            {"skipped", st.skipped}}));
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
                                               "; lower the learning rate, enable "
@@ -554,8 +554,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   print_sample(opt, r);
   // Progress lines and the sample went to stdout: a redirect onto a full disk is an error too.
   if (root && (std::fflush(stdout) != 0 || std::ferror(stdout)))
-    return absl::InternalError(absl::StrCat("cannot write to standard output: ",
-                                            std::strerror(errno ? errno : EIO)));
+    return absl::InternalError(
+        absl::StrCat("cannot write to standard output: ", std::strerror(errno ? errno : EIO)));
   return absl::OkStatus();
 }
 

@@ -86,6 +86,16 @@ std::unique_ptr<Communicator> make_single_process_communicator(Backend* be) {
   return std::make_unique<SingleProcessCommunicator>(be);
 }
 
+absl::Status agree_on_all_ranks(Communicator& comm, const absl::Status& st,
+                                const std::string& what) {
+  double ok = st.ok() ? 1 : 0;
+  comm.all_reduce_scalars(&ok, 1, ScalarOp::kMin);
+  if (!st.ok()) return st;
+  if (ok == 0)
+    return absl::AbortedError(absl::StrCat("another rank failed ", what, "; see its message"));
+  return absl::OkStatus();
+}
+
 // Every rank contributes (hash as four 16-bit parts, length) to its own slot of a zeroed
 // (world_size, 5) table of doubles; one scalar sum gives every rank the whole table (exact: each
 // value < 2^53), so all ranks compare the same data and return the same verdict. One collective

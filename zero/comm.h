@@ -92,6 +92,12 @@ class Backend;
 // copied by it (a GPU's memory is not the host's); with be null they are host memory.
 std::unique_ptr<Communicator> make_single_process_communicator(Backend* be = nullptr);
 
+// Every rank learns whether every rank's `st` is ok (one scalar reduction, so it cannot hang
+// when some ranks failed): a failing rank gets its own error back, the others Aborted saying
+// "another rank failed <what>; see its message". Collective.
+absl::Status agree_on_all_ranks(Communicator& comm, const absl::Status& st,
+                                const std::string& what);
+
 // Agrees across ranks that `what` (e.g. a hash of the config and model) is identical; error on
 // every rank naming `label` and the ranks that differ, so misconfigured launches fail fast.
 absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& label,

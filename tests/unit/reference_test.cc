@@ -73,19 +73,35 @@ struct Loaded {
   std::unique_ptr<Engine> engine;
 };
 
-Loaded build(const Fixture& fx, EngineOptions opt = {}) {
+// Model c for batches of B x T, its weights from `weights` (Hugging Face names); be is null
+// when ZT_TEST_DEVICE=cuda finds no GPU.
+Loaded build(const ModelConfig& c, int B, int T, const HfTensorReader& weights,
+             EngineOptions opt = {}) {
   Loaded l;
   if (!l.be) return l;
-  l.model = std::make_unique<Transformer>(fx.config, l.be.get(), fx.B, fx.T);
+  l.model = std::make_unique<Transformer>(c, l.be.get(), B, T);
   l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), opt);
   const ParamLayout& layout = l.model->layout();
   for (int u = 0; u < layout.num_units(); ++u) {
     std::vector<float> host(layout.units()[u].numel);
-    const absl::Status s = load_hf_unit(reader_of(fx.weights), fx.config, layout, u, host);
+    const absl::Status s = load_hf_unit(weights, c, layout, u, host);
     EXPECT_TRUE(s.ok()) << s;
     l.engine->set_unit_params(u, host);
   }
   return l;
+}
+
+Loaded build(const Fixture& fx, EngineOptions opt = {}) {
+  return build(fx.config, fx.B, fx.T, reader_of(fx.weights), opt);
+}
+
+// The largest |a[i] - b[i]|.
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d = std::max(d, (double)std::fabs(a[i] - b[i]));
+  return d;
 }
 
 void check_forward_backward(const std::string& name) {
@@ -96,10 +112,7 @@ void check_forward_backward(const std::string& name) {
   std::vector<float> logits((size_t)fx.B * fx.T * V), ref_logits(logits.size());
   l.model->logits(*l.engine, fx.tokens.data(), fx.B, fx.T, logits.data());
   ASSERT_TRUE(fx.ref.read_f32("logits", ref_logits).ok());
-  double max_diff = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    max_diff = std::max(max_diff, (double)std::fabs(logits[i] - ref_logits[i]));
-  EXPECT_LE(max_diff, 2e-4) << "logits";
+  EXPECT_LE(max_abs_diff(logits, ref_logits), 2e-4) << "logits";
 
   const auto res =
       l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
@@ -204,25 +217,13 @@ TEST(Reference, ShardedBf16AndFp32SavesGiveTransformersLogits) {
     auto ids = ref->read_i64("input_ids");
     ASSERT_TRUE(ids.ok());
     const int B = (int)ref->info("input_ids")->shape[0], T = (int)ref->info("input_ids")->shape[1];
-    Loaded l;
+    Loaded l = build(*c, B, T, reader_of(*hf));
     if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
-    l.model = std::make_unique<Transformer>(*c, l.be.get(), B, T);
-    l.engine =
-        std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), EngineOptions{});
-    const ParamLayout& layout = l.model->layout();
-    for (int u = 0; u < layout.num_units(); ++u) {
-      std::vector<float> host(layout.units()[u].numel);
-      ASSERT_TRUE(load_hf_unit(reader_of(*hf), *c, layout, u, host).ok()) << name;
-      l.engine->set_unit_params(u, host);
-    }
     const std::vector<int> tokens(ids->begin(), ids->end());
     std::vector<float> logits((size_t)B * T * c->vocab_size), want(logits.size());
     l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
     ASSERT_TRUE(ref->read_f32("logits", want).ok());
-    double max_diff = 0;
-    for (size_t i = 0; i < logits.size(); ++i)
-      max_diff = std::max(max_diff, (double)std::fabs(logits[i] - want[i]));
-    EXPECT_LE(max_diff, 2e-4) << name;
+    EXPECT_LE(max_abs_diff(logits, want), 2e-4) << name;
   }
 }
 
@@ -241,27 +242,21 @@ TEST(Reference, LlmcModelFileGivesTransformersLogits) {
   EXPECT_EQ(c.vocab_size, fx.config.vocab_size);
   EXPECT_EQ(c.n_layer, fx.config.n_layer);
   EXPECT_EQ(c.max_seq_len, fx.config.max_seq_len);
-  Loaded l;
-  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
-  l.model = std::make_unique<Transformer>(c, l.be.get(), fx.B, fx.T);
-  l.engine = std::make_unique<Engine>(l.model->layout(), l.be.get(), l.comm.get(), EngineOptions{});
-  const ParamLayout& layout = l.model->layout();
+  const ParamLayout layout(c);
   for (int u = 0; u < layout.num_units(); ++u) {
     std::vector<float> a(layout.units()[u].numel), b(a.size());
     ASSERT_TRUE(load_hf_unit(f32->reader(), c, layout, u, a).ok());
     ASSERT_TRUE(load_hf_unit(b16->reader(), c, layout, u, b).ok());
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_EQ(b[i], bf16_to_f32(f32_to_bf16(a[i]))) << "unit " << u << " element " << i;
-    l.engine->set_unit_params(u, a);
   }
+  Loaded l = build(c, fx.B, fx.T, f32->reader());
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
   const int V = c.vocab_size;
   std::vector<float> logits((size_t)fx.B * fx.T * V), ref(logits.size());
   l.model->logits(*l.engine, fx.tokens.data(), fx.B, fx.T, logits.data());
   ASSERT_TRUE(fx.ref.read_f32("logits", ref).ok());
-  double max_diff = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    max_diff = std::max(max_diff, (double)std::fabs(logits[i] - ref[i]));
-  EXPECT_LE(max_diff, 2e-4);
+  EXPECT_LE(max_abs_diff(logits, ref), 2e-4);
   // Truncated by one byte: refused, naming the sizes.
   const std::string cut = ::testing::TempDir() + "/llmc_cut.bin";
   {
