@@ -79,6 +79,15 @@ class Backend {
                                int C, float eps) = 0;
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
                                 TensorView w, const float* rstd, int N, int C) = 0;
+  // The residual add fused into the norm that follows it (llm.c's fused residual forward):
+  // x (N,C) += residual (N,C) in place, then out = the norm of the sum, as layernorm_forward /
+  // rmsnorm_forward (same statistics saved, same bits as add_inplace then the norm). One pass
+  // over the residual stream where the two ops take two.
+  virtual void residual_layernorm_forward(float* x, const float* residual, float* out,
+                                          float* mean, float* rstd, TensorView w, TensorView b,
+                                          int N, int C, float eps) = 0;
+  virtual void residual_rmsnorm_forward(float* x, const float* residual, float* out, float* rstd,
+                                        TensorView w, int N, int C, float eps) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
   // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
   // position pos0 + t (0 for a whole sequence; the decode step's position for one row).

@@ -206,8 +206,11 @@ void Transformer::block_tail(TensorView p, const float* x, const float* atty, fl
   const Offsets& o = a_->off;
   const int C = c.hidden, I = c.intermediate;
   be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
-  be_->add_inplace(mid, x, (size_t)N * C);
-  norm_forward(ln2, ln2_mean, ln2_rstd, mid, p + o.ln2w, at(p, o.ln2b), N);
+  if (c.is_gpt2())  // the residual add and the norm after it in one pass
+    be_->residual_layernorm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N, C,
+                                    c.norm_eps);
+  else
+    be_->residual_rmsnorm_forward(mid, x, ln2, ln2_rstd, p + o.ln2w, N, C, c.norm_eps);
   if (c.is_gpt2()) {  // fc (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA; act (N, I)
     be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
     be_->gelu_forward(act, fc, (size_t)N * I);

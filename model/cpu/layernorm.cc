@@ -3,6 +3,7 @@
 //   y = xhat w + b.
 // Backward: dxhat = dy w; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat));
 //   dw += sum_n dy xhat; db += sum_n dy.
+// Fused residual forward: x += residual first, then the norm of the sum (same bits as the two ops).
 #include <omp.h>
 
 #include <cmath>
@@ -12,6 +13,25 @@
 
 namespace zt {
 
+namespace {
+
+// One row: y (C) = LayerNorm(x (C)); returns mean and rstd through m_out and s_out.
+void layernorm_row(float* y, float* m_out, float* s_out, const float* x, const float* w,
+                   const float* b, int C, float eps) {
+  double m = 0.0;
+  for (int c = 0; c < C; ++c) m += x[c];
+  m /= C;
+  double var = 0.0;
+  for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+  var /= C;
+  const float s = static_cast<float>(1.0 / std::sqrt(var + eps));
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - static_cast<float>(m)) * s * w[c] + b[c];
+  *m_out = static_cast<float>(m);
+  *s_out = s;
+}
+
+}  // namespace
+
 void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                    TensorView w_v, TensorView b_v, int N, int C, float eps) {
   std::vector<float> wt, bt;
@@ -19,18 +39,23 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
   const float* b = widen(b_v, C, bt);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    const float* x = inp + (size_t)n * C;
-    double m = 0.0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    double var = 0.0;
-    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    var /= C;
-    const float s = static_cast<float>(1.0 / std::sqrt(var + eps));
-    float* y = out + (size_t)n * C;
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - static_cast<float>(m)) * s * w[c] + b[c];
-    mean[n] = static_cast<float>(m);
-    rstd[n] = s;
+    const size_t r = (size_t)n * C;
+    layernorm_row(out + r, mean + n, rstd + n, inp + r, w, b, C, eps);
+  }
+}
+
+// The row's sum is still in cache when its norm reads it.
+void CpuBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
+                                            float* mean, float* rstd, TensorView w_v,
+                                            TensorView b_v, int N, int C, float eps) {
+  std::vector<float> wt, bt;
+  const float* w = widen(w_v, C, wt);
+  const float* b = widen(b_v, C, bt);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const size_t r = (size_t)n * C;
+    for (int c = 0; c < C; ++c) x[r + c] += residual[r + c];
+    layernorm_row(out + r, mean + n, rstd + n, x + r, w, b, C, eps);
   }
 }
 

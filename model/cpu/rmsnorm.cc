@@ -2,6 +2,7 @@
 //   rstd = 1/sqrt(sum x^2 / C + eps), y = x rstd w.
 // Backward: dxhat = dy w; dx = rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd;
 //   dw += sum_n dy xhat.
+// Fused residual forward: x += residual first, then the norm of the sum (same bits as the two ops).
 #include <omp.h>
 
 #include <cmath>
@@ -11,19 +12,37 @@
 
 namespace zt {
 
+namespace {
+
+// One row: y (C) = RMSNorm(x (C)); returns rstd through s_out.
+void rmsnorm_row(float* y, float* s_out, const float* x, const float* w, int C, float eps) {
+  double ss = 0.0;
+  for (int c = 0; c < C; ++c) ss += (double)x[c] * x[c];
+  const float s = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+  for (int c = 0; c < C; ++c) y[c] = x[c] * s * w[c];
+  *s_out = s;
+}
+
+}  // namespace
+
 void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w_v,
                                  int N, int C, float eps) {
   std::vector<float> wt;
   const float* w = widen(w_v, C, wt);
 #pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n)
+    rmsnorm_row(out + (size_t)n * C, rstd + n, inp + (size_t)n * C, w, C, eps);
+}
+
+void CpuBackend::residual_rmsnorm_forward(float* x, const float* residual, float* out,
+                                          float* rstd, TensorView w_v, int N, int C, float eps) {
+  std::vector<float> wt;
+  const float* w = widen(w_v, C, wt);
+#pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    const float* x = inp + (size_t)n * C;
-    double ss = 0.0;
-    for (int c = 0; c < C; ++c) ss += (double)x[c] * x[c];
-    const float s = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
-    float* y = out + (size_t)n * C;
-    for (int c = 0; c < C; ++c) y[c] = x[c] * s * w[c];
-    rstd[n] = s;
+    const size_t r = (size_t)n * C;
+    for (int c = 0; c < C; ++c) x[r + c] += residual[r + c];
+    rmsnorm_row(out + r, rstd + n, x + r, w, C, eps);
   }
 }
 

@@ -63,6 +63,12 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
+// One warp's share of x (C) += r (C): lane handles columns lane, lane + 32, ... (the columns it
+// reads back afterwards, so the warp needs no barrier between the add and its reads).
+__device__ inline void add_row(float* x, const float* r, int lane, int C) {
+  for (int c = lane; c < C; c += 32) x[c] += r[c];
+}
+
 // Element i of a buffer of dtype t, as fp32; and its store, rounding to nearest even.
 __device__ inline float load_as_f32(const void* p, DType t, size_t i) {
   switch (t) {

@@ -1,16 +1,21 @@
 // LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The weight and bias
 // gradients are sums over rows: a second kernel gives each column to one thread, which adds
-// the rows in order, so two runs give the same bits (no atomics). RMSNorm uses it too.
+// the rows in order, so two runs give the same bits (no atomics). RMSNorm uses it too. The
+// forward optionally adds the residual first (x += residual, then the norm of the sum).
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
 namespace {
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         TensorView w, TensorView b, int N, int C, float eps) {
+// With residual non-null, inp (N,C) += residual first, in place: each lane writes the sums it
+// reads back, so no barrier is needed.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* inp,
+                                         const float* residual, TensorView w, TensorView b, int N,
+                                         int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + (size_t)row * C;
+  float* x = inp + (size_t)row * C;
+  if (residual) add_row(x, residual + (size_t)row * C, lane, C);
   float s = 0.f;
   for (int c = lane; c < C; c += 32) s += x[c];
   const float m = warp_sum(s) / C;
@@ -66,8 +71,17 @@ __global__ void norm_param_grad_kernel(float* dw, float* db, const float* dout, 
 
 void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                     TensorView w, TensorView b, int N, int C, float eps) {
+  // Without a residual the kernel only reads inp.
   launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
-                rstd, inp, w, b, N, C, eps);
+                rstd, const_cast<float*>(inp), (const float*)nullptr, w, b, N, C, eps);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
+                                             float* mean, float* rstd, TensorView w, TensorView b,
+                                             int N, int C, float eps) {
+  launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
+                rstd, x, residual, w, b, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

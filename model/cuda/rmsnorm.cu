@@ -4,11 +4,13 @@
 namespace zt {
 namespace {
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, TensorView w,
-                                       int N, int C, float eps) {
+// With residual non-null, inp (N,C) += residual first, in place (as layernorm.cu).
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, float* inp, const float* residual,
+                                       TensorView w, int N, int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + (size_t)row * C;
+  float* x = inp + (size_t)row * C;
+  if (residual) add_row(x, residual + (size_t)row * C, lane, C);
   float s = 0.f;
   for (int c = lane; c < C; c += 32) s += x[c] * x[c];
   const float r = rsqrtf(warp_sum(s) / C + eps);
@@ -38,8 +40,16 @@ __global__ void rmsnorm_backward_kernel(float* dinp, float* dw, const float* dou
 
 void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w, int N,
                                   int C, float eps) {
+  // Without a residual the kernel only reads inp.
   launch_kernel(rmsnorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, rstd,
-                inp, w, N, C, eps);
+                const_cast<float*>(inp), (const float*)nullptr, w, N, C, eps);
+  ZT_CHECK_CUDA(cudaGetLastError());
+}
+
+void CudaBackend::residual_rmsnorm_forward(float* x, const float* residual, float* out,
+                                           float* rstd, TensorView w, int N, int C, float eps) {
+  launch_kernel(rmsnorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, rstd, x,
+                residual, w, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 

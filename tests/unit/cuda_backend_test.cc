@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/backend.h"
@@ -194,6 +196,45 @@ TEST_F(CudaVsCpu, NormsForwardBackward) {
   gpu_->rmsnorm_backward(dx2.gp(), dw2.gp(), dy.gp(), x.gp(), w.gp(), r2.gp(), N, C);
   expect_close(dx2, 1e-5, "rmsnorm dx");
   expect_close(dw2, 1e-5, "rmsnorm dw");
+}
+
+// The residual add fused into the norm: on each backend the same bits as add_inplace then the
+// norm, and the two backends agree (C = 67 and 200: not multiples of 32 or 64).
+TEST_F(CudaVsCpu, ResidualFusedNormsEqualAddThenNorm) {
+  for (int C : {67, 200}) {
+    const int N = 29;
+    const size_t NC = (size_t)N * C;
+    auto w = make(C, 1, 2), b = make(C, 1, 3), r = make(NC, 1, 4);
+    for (bool layer : {true, false}) {
+      const std::string what = std::string(layer ? "layernorm" : "rmsnorm") + ", C " +
+                               std::to_string(C);
+      auto x = make(NC), xf = make(NC), y = zeros(NC), yf = zeros(NC), m = zeros(N),
+           mf = zeros(N), s = zeros(N), sf = zeros(N);
+      for (Backend* be : {cpu_.get(), gpu_.get()}) {
+        const bool c = be == cpu_.get();
+        auto p = [c](Pair& t) { return c ? t.cp() : t.gp(); };
+        be->add_inplace(p(x), p(r), NC);  // the unfused pair
+        if (layer) {
+          be->layernorm_forward(p(y), p(m), p(s), p(x), p(w), p(b), N, C, 1e-5f);
+          be->residual_layernorm_forward(p(xf), p(r), p(yf), p(mf), p(sf), p(w), p(b), N, C,
+                                         1e-5f);
+        } else {
+          be->rmsnorm_forward(p(y), p(s), p(x), p(w), N, C, 1e-5f);
+          be->residual_rmsnorm_forward(p(xf), p(r), p(yf), p(sf), p(w), N, C, 1e-5f);
+        }
+        for (auto [a, f, n] : {std::tuple{&x, &xf, NC}, {&y, &yf, NC}, {&s, &sf, (size_t)N}}) {
+          std::vector<float> ha(n), hf(n);
+          be->copy_to_host(ha.data(), p(*a), n * 4);
+          be->copy_to_host(hf.data(), p(*f), n * 4);
+          EXPECT_EQ(ha, hf) << what << (c ? ", cpu" : ", cuda") << ": fused differs from unfused";
+        }
+      }
+      expect_close(xf, 1e-6, (what + ": residual sum").c_str());
+      expect_close(yf, 1e-5, (what + ": normed").c_str());
+      expect_close(sf, 1e-5, (what + ": rstd").c_str());
+      if (layer) expect_close(mf, 1e-5, (what + ": mean").c_str());
+    }
+  }
 }
 
 TEST_F(CudaVsCpu, RopeAndGqaAttention) {
