@@ -9,6 +9,8 @@
 // gradients too, so gradient accumulation and tied weights need no extra pass.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,6 +47,29 @@ class Backend {
   // (the engine widens a 16-bit unit once per fetch; its kernels are fp32), the working dtype
   // itself on a GPU (no fp32 copy; bf16/fp16 GEMMs on tensor cores with fp32 accumulation).
   virtual DType weight_dtype(DType /*working*/) const { return DType::kF32; }
+  // ---- host memory and copies that overlap the kernels (offload's pipeline) ----
+  // Page-locks [p, p + bytes) of host memory (whole pages, not yet pinned) so copies to and
+  // from it run by DMA and asynchronously: cudaHostRegister on a GPU, mlock on the CPU. False
+  // when the OS refuses (RLIMIT_MEMLOCK, `ulimit -l`); the memory then stays pageable.
+  virtual bool pin_host(void* p, size_t bytes) { return mlock(p, bytes) == 0; }
+  virtual void unpin_host(void* p, size_t bytes) { munlock(p, bytes); }
+  // Queues a copy on the copy stream and returns at once with a ticket. A device -> host copy
+  // starts after the kernels queued so far (it reads what they wrote); a host -> device copy
+  // starts after them too (they may still read its destination) and every kernel queued after
+  // the call sees its data. Copies complete in the order queued. Until wait_copy(ticket) has
+  // returned, the host memory stays untouched, the device memory allocated, and a device source
+  // unwritten by later kernels; pinned host memory (pin_host) lets the copy overlap the
+  // kernels. The CPU backend copies at once and returns ticket 0.
+  virtual uint64_t copy_to_host_async(void* host_dst, const void* dev_src, size_t bytes) {
+    copy_to_host(host_dst, dev_src, bytes);
+    return 0;
+  }
+  virtual uint64_t copy_to_device_async(void* dev_dst, const void* host_src, size_t bytes) {
+    copy_to_device(dev_dst, host_src, bytes);
+    return 0;
+  }
+  // Blocks until the copy with this ticket, and every copy queued before it, is done.
+  virtual void wait_copy(uint64_t /*ticket*/) {}
   MemoryTracker& tracker() { return tracker_; }
   // Caps the bytes allocated on this device (live, every category; 0: no cap, the default).
   // An allocation past it throws DeviceMemoryLimitExceeded (common/memory.h). This is how a

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -27,6 +28,10 @@ class CpuOptimizerState final : public OptimizerState {
  public:
   CpuOptimizerState(Backend* be, const CpuOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
       : be_(be), opt_(o), nvme_(std::move(nvme)) {}
+  ~CpuOptimizerState() override {  // no copy may still read or write freed memory
+    settle_gradients();
+    be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));
+  }
 
   void add_unit(size_t owned, float* /*fp32_working: the master lives off the device*/) override {
     Unit u;
@@ -41,7 +46,7 @@ class CpuOptimizerState final : public OptimizerState {
       host_.on_alloc(MemCategory::kNvme, bytes);
     } else {
       for (HostBuffer* b : {&u.master, &u.m, &u.v})
-        *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, opt_.pin_memory);
+        *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, pin_with());
     }
     granule_ = std::max(granule_, u.granule);
     units_.push_back(std::move(u));
@@ -91,51 +96,83 @@ class CpuOptimizerState final : public OptimizerState {
   }
   bool master_is_working_copy(int) const override { return false; }
 
+  // The pipeline of ZeRO-Offload (Ren et al. 2021, Section 4.2) inside one unit: its elements
+  // go in tiles of half a staging buffer, so while CPU Adam works on tile k, tile k + 1's
+  // gradient moves device -> host and tile k - 1's updated weights host -> device, both on the
+  // backend's copy stream. The last tiles' copies stay in flight into the next call (flush()
+  // waits for them).
   void update(int u, const Io& io, const AdamStep& s) override {
     Unit& x = units_[u];
     const size_t gb = dtype_size(io.grad_t), ob = dtype_size(io.out_t);
     ensure_staging();
     AdamStep host_step = s;
-    // A device gradient is copied into scratch and zeroed on the device below; the state's own
+    // A device gradient is copied into staging and zeroed on the device below; the state's own
     // host gradient is read in place and zeroed by CPU Adam in the same pass; a host snapshot
     // is read in place and kept.
     const bool own = !io.grad, on_device = io.grad && !io.grad_on_host;
+    const bool out_on_device = io.out && !io.out_on_host;
+    if (own) settle_gradients();  // the backward's copies into the host gradient have landed
     host_step.zero_grad = own && s.zero_grad;
     if (host_step.zero_grad) x.grad_ss = 0.0;
-    for (size_t begin = 0; begin < x.owned; begin += x.granule) {
-      const size_t n = std::min(x.granule, x.owned - begin);
-      const State st = acquire(u, begin, /*read=*/true);  // NVMe: read in (or read ahead)
-      void* g = static_cast<char*>(own ? x.grad.data() : io.grad) + begin * gb;
+    char* const grad = static_cast<char*>(own ? x.grad.data() : io.grad);
+    char* const out = static_cast<char*>(io.out);
+    const size_t half = staging_elems(granule_) / 2;
+    auto tile_at = [&](size_t pos) {  // a tile never crosses a sub-group (an NVMe window)
+      return std::min({half, x.owned - pos, (pos / x.granule + 1) * x.granule - pos});
+    };
+    auto stage = [&](const HostBuffer& b, int h) { return b.data_bytes() + h * half * 4; };
+    uint64_t grad_ticket[2] = {0, 0};
+    auto fetch = [&](size_t pos, int h) {
+      const size_t n = tile_at(pos);
+      grad_ticket[h] = be_->copy_to_host_async(stage(grad_stage_, h), grad + pos * gb, n * gb);
+      to_host_ += (int64_t)(n * gb);
+    };
+    if (on_device && x.owned > 0) fetch(0, 0);
+    State st{};
+    size_t st_begin = SIZE_MAX;  // the sub-group st holds
+    int h = 0;
+    for (size_t pos = 0; pos < x.owned; h = 1 - h) {
+      const size_t n = tile_at(pos), sg = pos / x.granule * x.granule;
+      if (sg != st_begin) {
+        if (nvme_ && st_begin != SIZE_MAX) release(st, u, st_begin);  // written back (or behind)
+        st = acquire(u, sg, /*read=*/true);  // NVMe: read in (or read ahead)
+        st_begin = sg;
+      }
+      void* g = grad + pos * gb;
       if (on_device) {
         Timer t;
-        be_->copy_to_host(grad_stage_.data(), g, n * gb);
-        to_host_ += (int64_t)(n * gb);
-        if (s.zero_grad) be_->zero(g, n * gb);
-        g = grad_stage_.data();
+        be_->wait_copy(grad_ticket[h]);
+        if (s.zero_grad) be_->zero(grad + pos * gb, n * gb);  // its copy has read it
+        if (pos + n < x.owned) fetch(pos + n, 1 - h);
+        g = stage(grad_stage_, h);
         clock_.add(OffloadClock::kGradOut, t.ms());
       }
       // Host-resident weights (parameter offload, delayed update) take the update directly.
-      void* o = !io.out         ? nullptr
-                : io.out_on_host ? static_cast<char*>(io.out) + begin * ob
-                                 : out_stage_.data();
-      Timer adam;
-      cpu_adam_step(st.master, g, io.grad_t, st.m, st.v, o, io.out_t, n, host_step);
-      clock_.add(OffloadClock::kAdam, adam.ms());
-      if (nvme_) release(st, u, begin);  // and written back (or behind)
-      if (io.out && !io.out_on_host) {
+      void* o = !io.out ? nullptr : io.out_on_host ? out + pos * ob : stage(out_stage_, h);
+      if (out_on_device) {  // this half's previous copy to the device has read it
         Timer t;
-        be_->copy_to_device(static_cast<char*>(io.out) + begin * ob, out_stage_.data(), n * ob);
-        to_device_ += (int64_t)(n * ob);
+        be_->wait_copy(out_ticket_[h]);
         clock_.add(OffloadClock::kParamIn, t.ms());
       }
+      Timer adam;
+      const size_t off = pos - sg;
+      cpu_adam_step(st.master + off, g, io.grad_t, st.m + off, st.v + off, o, io.out_t, n,
+                    host_step);
+      clock_.add(OffloadClock::kAdam, adam.ms());
+      if (out_on_device) {
+        out_ticket_[h] = be_->copy_to_device_async(out + pos * ob, o, n * ob);
+        to_device_ += (int64_t)(n * ob);
+      }
+      pos += n;
     }
+    if (nvme_ && st_begin != SIZE_MAX) release(st, u, st_begin);
   }
 
   bool keeps_gradients() const override { return true; }
   void add_gradient(int u, DType t) override {
     Unit& x = units_[u];
     x.grad_t = t;
-    x.grad = HostBuffer(x.owned * dtype_size(t), MemCategory::kGrads, &host_, opt_.pin_memory);
+    x.grad = HostBuffer(x.owned * dtype_size(t), MemCategory::kGrads, &host_, pin_with());
     std::memset(x.grad.data(), 0, x.grad.bytes());
   }
   void accumulate_gradient(int u, const float* src, float scale, bool accumulate) override {
@@ -147,12 +184,16 @@ class CpuOptimizerState final : public OptimizerState {
     } done{clock_, t};
     Unit& x = units_[u];
     const size_t gb = dtype_size(x.grad_t);
+    settle_gradients();  // the previous unit's copy, long done: one in flight at a time
     if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
       DeviceBuffer tmp(be_, x.owned * gb, MemCategory::kCommBuffers);
       double ss = 0;  // the norm's share, summed as the gradient is written
       be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, &ss);
       x.grad_ss = ss;
-      be_->copy_to_host(x.grad.data(), tmp.data(), x.owned * gb);
+      // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
+      const uint64_t ticket = be_->copy_to_host_async(x.grad.data(), tmp.data(), x.owned * gb);
+      std::lock_guard<std::mutex> lock(grad_copy_mu_);
+      grad_copy_ = {ticket, std::move(tmp)};
       to_host_ += (int64_t)(x.owned * gb);
       return;
     }
@@ -167,23 +208,28 @@ class CpuOptimizerState final : public OptimizerState {
     }
   }
   double gradient_sum_squares(int u) override {
+    settle_gradients();
     const Unit& x = units_[u];
     return x.grad_ss ? *x.grad_ss : cpu_sum_squares(x.grad.data(), x.grad_t, x.owned);
   }
   void get_gradient(int u, float* host) override {
+    settle_gradients();
     const Unit& x = units_[u];
     convert(x.grad.data(), x.grad_t, host, DType::kF32, x.owned);
   }
   void copy_gradient(int u, void* host) override {
+    settle_gradients();
     std::memcpy(host, units_[u].grad.data(), units_[u].grad.bytes());
   }
   void flush() override {
+    be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));  // the working copy is whole
     if (!nvme_ || win_.empty()) return;
     Timer t;
     for (int w = 0; w < (int)win_.size(); ++w) settle(w);
     clock_.add(OffloadClock::kNvmeWrite, t.ms());
   }
   void zero_gradient(int u) override {
+    settle_gradients();
     std::memset(units_[u].grad.data(), 0, units_[u].grad.bytes());
     units_[u].grad_ss = 0.0;
   }
@@ -222,13 +268,22 @@ class CpuOptimizerState final : public OptimizerState {
     throw std::runtime_error(std::string(s.message()));
   }
 
+  Backend* pin_with() const { return opt_.pin_memory ? be_ : nullptr; }
   // One sub-group of gradient and of working copy, at the first use (every unit is known
   // then). Once: a delayed update's thread and the next backward may both get here first.
   void ensure_staging() {
     std::call_once(staging_once_, [this] {
-      grad_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
-      out_stage_ = HostBuffer(granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory);
+      const size_t bytes = staging_elems(granule_) * 4;
+      grad_stage_ = HostBuffer(bytes, MemCategory::kPinnedHost, &host_, pin_with());
+      out_stage_ = HostBuffer(bytes, MemCategory::kPinnedHost, &host_, pin_with());
     });
+  }
+  // Waits for the gradient copy accumulate_gradient left in flight, and frees its source.
+  void settle_gradients() {
+    std::lock_guard<std::mutex> lock(grad_copy_mu_);
+    if (!grad_copy_.second.data()) return;
+    be_->wait_copy(grad_copy_.first);
+    grad_copy_.second.reset();
   }
 
   // The state of the sub-group of unit u starting at element `begin`: the unit's host buffers,
@@ -305,7 +360,7 @@ class CpuOptimizerState final : public OptimizerState {
     win_.resize(opt_.pipeline_read || opt_.pipeline_write ? 2 : 1);
     for (Window& w : win_)
       w.buf =
-          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, opt_.pin_memory, kAlign);
+          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, pin_with(), kAlign);
   }
   static size_t offset(const Unit& x, size_t begin) { return begin / x.granule * 3 * x.region; }
 
@@ -319,6 +374,9 @@ class CpuOptimizerState final : public OptimizerState {
   int next_win_ = 0;
   std::once_flag staging_once_;
   int64_t to_host_ = 0, to_device_ = 0;
+  uint64_t out_ticket_[2] = {0, 0};  // the last copy out of each half of out_stage_
+  std::mutex grad_copy_mu_;
+  std::pair<uint64_t, DeviceBuffer> grad_copy_;  // accumulate_gradient's copy in flight
   OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the window it reads into is freed.
   std::unique_ptr<NvmeSwapper> nvme_;

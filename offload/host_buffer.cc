@@ -1,7 +1,5 @@
 #include "offload/host_buffer.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -12,16 +10,23 @@
 
 namespace zt {
 
-HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool pin, size_t align)
+HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, Backend* pin_with,
+                       size_t align)
     : bytes_(bytes), cat_(c), tracker_(tracker) {
   if (bytes == 0) return;
-  ptr_ = alloc_streaming(bytes, std::max<size_t>(align, 64));
+  constexpr size_t kPage = 4096;
+  // Pinned: whole pages, since cudaHostRegister refuses a page registered twice.
+  const size_t alloc_bytes = pin_with ? (bytes + kPage - 1) / kPage * kPage : bytes;
+  ptr_ = alloc_streaming(alloc_bytes, std::max<size_t>(align, pin_with ? kPage : 64));
   if (!ptr_) throw std::bad_alloc();
   std::memset(ptr_, 0, bytes);  // first touch now, not on the step's path
-  if (pin) {
-    pinned_ = mlock(ptr_, bytes) == 0;
+  if (pin_with) {
+    if (pin_with->pin_host(ptr_, alloc_bytes)) {
+      pinned_by_ = pin_with;
+      pinned_bytes_ = alloc_bytes;
+    }
     static std::atomic<bool> warned{false};
-    if (!pinned_ && !warned.exchange(true))
+    if (!pinned_by_ && !warned.exchange(true))
       std::fprintf(stderr,
                    "warning: could not page-lock %zu bytes of offload memory (%s); it stays "
                    "pageable. Raise the limit (ulimit -l, or memlock in "
@@ -34,18 +39,19 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, bool
 HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
     reset();
-    ptr_ = o.ptr_, bytes_ = o.bytes_, cat_ = o.cat_, tracker_ = o.tracker_, pinned_ = o.pinned_;
-    o.ptr_ = nullptr, o.bytes_ = 0, o.pinned_ = false;
+    ptr_ = o.ptr_, bytes_ = o.bytes_, cat_ = o.cat_, tracker_ = o.tracker_;
+    pinned_by_ = o.pinned_by_, pinned_bytes_ = o.pinned_bytes_;
+    o.ptr_ = nullptr, o.bytes_ = 0, o.pinned_by_ = nullptr, o.pinned_bytes_ = 0;
   }
   return *this;
 }
 
 void HostBuffer::reset() {
   if (!ptr_) return;
-  if (pinned_) munlock(ptr_, bytes_);
+  if (pinned_by_) pinned_by_->unpin_host(ptr_, pinned_bytes_);
   std::free(ptr_);
   if (tracker_) tracker_->on_free(cat_, bytes_);
-  ptr_ = nullptr, bytes_ = 0, pinned_ = false;
+  ptr_ = nullptr, bytes_ = 0, pinned_by_ = nullptr, pinned_bytes_ = 0;
 }
 
 }  // namespace zt

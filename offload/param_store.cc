@@ -30,7 +30,7 @@ class OffloadedParamStore final : public ParamStore {
     const int64_t elems = (int64_t)(bytes / (elem_bytes_ ? elem_bytes_ : 1));
     if (!nvme_ || in_cpu_ + elems <= opt_.max_in_cpu) {
       in_cpu_ += elems;
-      s.host = HostBuffer(bytes, MemCategory::kParams, &host_, opt_.pin_memory);
+      s.host = HostBuffer(bytes, MemCategory::kParams, &host_, pin_with());
     } else {
       s.rounded = (bytes + NvmeSwapper::kAlign - 1) / NvmeSwapper::kAlign * NvmeSwapper::kAlign;
       auto h = nvme_->create(s.rounded);
@@ -110,7 +110,7 @@ class OffloadedParamStore final : public ParamStore {
       const int64_t n = std::max<int64_t>(opt_.buffer_count, 1);
       for (int64_t i = 0; i < n; ++i)
         pool_.push_back({HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_,
-                                    opt_.pin_memory, NvmeSwapper::kAlign),
+                                    pin_with(), NvmeSwapper::kAlign),
                          -1, 0});
     }
     Slot* pick = &pool_[0];
@@ -125,6 +125,7 @@ class OffloadedParamStore final : public ParamStore {
     return *pick;
   }
 
+  Backend* pin_with() const { return opt_.pin_memory ? be_ : nullptr; }
   Backend* be_;
   ParamOffloadOptions opt_;
   size_t elem_bytes_;

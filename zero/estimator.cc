@@ -125,7 +125,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   e.dev(M::kGrads) = grads;
   e.hst(M::kGrads) += host_grad_bytes;
   // Two fp32 staging buffers of the largest sub-group: the gradient and the working copy.
-  const int64_t staging = 2 * 4 * granule, nvme_staging = 2 * 4 * nvme_granule;
+  const int64_t staging = 2 * 4 * (int64_t)staging_elems(granule),
+                nvme_staging = 2 * 4 * (int64_t)staging_elems(nvme_granule);
   switch (in.offload_optimizer) {
     case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim; break;
     case OffloadDevice::kCpu:

@@ -91,6 +91,10 @@ inline size_t offload_granule(size_t owned, int64_t sub_group_size, size_t align
   if (sub_group_size > 0 && (size_t)sub_group_size < g) g = (size_t)sub_group_size;
   return (g + align - 1) / align * align;
 }
+// Elements of each of an offloaded state's two staging buffers (gradient, working copy) for
+// sub-groups of at most `granule`: two tiles of half a sub-group, so the copy stream moves one
+// tile while CPU Adam works on the other. Shared by offload/cpu_optimizer.cc and the estimator.
+inline size_t staging_elems(size_t granule) { return (granule + 1) / 2 * 2; }
 // NVMe bytes of one unit's state: whole sub-groups of master, m and v (12 bytes per element).
 inline size_t nvme_state_bytes(size_t owned, int64_t sub_group_size) {
   const size_t g = offload_granule(owned, sub_group_size, 1024);

@@ -29,13 +29,23 @@ CudaBackend::CudaBackend(int device)
     : device_(device), cache_(kCacheLimit, [](void* p, size_t) { cudaFree(p); }) {
   ZT_CHECK_CUDA(cudaSetDevice(device));
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  ZT_CHECK_CUDA(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+#ifdef ZT_CUDA_EMU
+  emu::defer_stream(copy_stream_);  // its copies run late, so a missing wait shows in the tests
+#endif
   ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
   ZT_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
   ZT_CHECK_CUDA(cudaMalloc(&reduce_, (kMaxReduceBlocks + 1) * sizeof(double)));
 }
 
 CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(copy_stream_);
   cudaStreamSynchronize(stream_);
+  for (auto& [ticket, e] : copies_) cudaEventDestroy(e);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+  cudaEventDestroy(compute_mark_);
+  cudaStreamDestroy(copy_stream_);
   cache_.clear();
   cudaFree(reduce_);
   cudaFree(workspace_);
@@ -81,6 +91,48 @@ void CudaBackend::zero(void* p, size_t bytes) {
   ZT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
 }
 void CudaBackend::synchronize() { ZT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+bool CudaBackend::pin_host(void* p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  cudaGetLastError();  // refused (the memlock limit): the caller keeps pageable memory
+  return false;
+}
+void CudaBackend::unpin_host(void* p, size_t) { cudaHostUnregister(p); }
+
+uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  std::lock_guard<std::mutex> lock(copy_mu_);
+  // After the kernels queued so far: a D2H reads what they wrote, an H2D must not overwrite
+  // what they still read.
+  ZT_CHECK_CUDA(cudaEventRecord(compute_mark_, stream_));
+  ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+  cudaEvent_t done;
+  if (spare_events_.empty()) {
+    ZT_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else {
+    done = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  ZT_CHECK_CUDA(cudaEventRecord(done, copy_stream_));
+  if (kind == cudaMemcpyHostToDevice)  // the kernels queued from now on read the new data
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(stream_, done, 0));
+  copies_.emplace_back(++last_ticket_, done);
+  return last_ticket_;
+}
+uint64_t CudaBackend::copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  return queue_copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+uint64_t CudaBackend::copy_to_device_async(void* dst, const void* src, size_t bytes) {
+  return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+void CudaBackend::wait_copy(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(copy_mu_);
+  while (!copies_.empty() && copies_.front().first <= ticket) {  // in order: done up to ticket
+    ZT_CHECK_CUDA(cudaEventSynchronize(copies_.front().second));
+    spare_events_.push_back(copies_.front().second);
+    copies_.pop_front();
+  }
+}
 
 namespace {
 

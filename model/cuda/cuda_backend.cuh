@@ -1,6 +1,13 @@
 // CudaBackend: declaration shared by the kernel files (one family per file, as model/cpu/).
-// All kernels run on one stream owned by the backend; synchronize() waits for it.
+// All kernels run on one stream owned by the backend; synchronize() waits for it. Offload's
+// asynchronous copies run on a second, copy stream, ordered against the first by events.
 #pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common/block_cache.h"
 #include "model/cuda/cuda_backend.h"
@@ -26,6 +33,11 @@ class CudaBackend final : public Backend {
   void* stream_handle() const override { return stream_; }
   // Parameters as stored: 16-bit GEMMs run on tensor cores (model/cuda/matmul.cu).
   DType weight_dtype(DType working) const override { return working; }
+  bool pin_host(void* p, size_t bytes) override;
+  void unpin_host(void* p, size_t bytes) override;
+  uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
+  uint64_t copy_to_device_async(void* dst, const void* src, size_t bytes) override;
+  void wait_copy(uint64_t ticket) override;
 
  private:
   // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:
@@ -40,11 +52,23 @@ class CudaBackend final : public Backend {
   // x (n, fp32) rounded to t into buf (workspace), or x itself when t is fp32.
   const void* rounded(const float* x, size_t n, DType t, DeviceBuffer& buf);
   int device_;
+  // The copy stream's side of copy_to_*_async: the copy after the kernels queued so far, an
+  // event after it (the H2D's also joins stream_), and its ticket. Copies may be queued from
+  // several host threads (the delayed update's and the trainer's), so copy_mu_ guards them.
+  uint64_t queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   // Freed blocks by exact (256-rounded) size, reused without cudaMalloc, cudaFree or a stream
   // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.
+  // (A block a queued copy reads or writes is not freed before its wait_copy: the callers'
+  // contract, Backend::copy_to_host_async.)
   static constexpr size_t kCacheLimit = size_t{1} << 30;
   BlockCache cache_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr;  // re-recorded on stream_ before each queued copy
+  std::mutex copy_mu_;
+  uint64_t last_ticket_ = 0;
+  std::deque<std::pair<uint64_t, cudaEvent_t>> copies_;  // queued, not yet waited for
+  std::vector<cudaEvent_t> spare_events_;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 32u << 20;

@@ -46,7 +46,7 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 template <class... P, class... A>
 void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
 #ifdef ZT_CUDA_EMU
-  (void)stream;  // the emulation runs every call at once
+  emu::before_work(stream);  // the emulation runs every launch at once
   emu::launch(grid, block, [&] { k(args...); });
 #else
   k<<<grid, block, 0, stream>>>(std::forward<A>(args)...);

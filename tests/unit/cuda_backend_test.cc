@@ -94,6 +94,37 @@ TEST_F(CudaVsCpu, FreedBlocksAreReusedAndStillAccounted) {
   gpu_->set_memory_limit(0);
 }
 
+// The copy stream: a host -> device copy is seen by the kernels queued after it without a
+// host wait, a device -> host copy reads what the kernels before it wrote, and pinning host
+// memory round-trips. (In the emulation the copies wait in a queue until something waits for
+// them, so each ordering below is really exercised.)
+TEST_F(CudaVsCpu, AsyncCopiesAreOrderedAgainstKernels) {
+  const size_t n = 1000;
+  std::vector<float> a(n), b(n, -1.f), y0(n), ones(n, 1.f);
+  for (size_t i = 0; i < n; ++i) a[i] = (float)i, y0[i] = 0.5f * (float)i;
+  DeviceBuffer x(gpu_.get(), n * 4, MemCategory::kWorkspace),
+      y(gpu_.get(), n * 4, MemCategory::kWorkspace), one(gpu_.get(), n * 4, MemCategory::kWorkspace);
+  gpu_->copy_to_device(y.data(), y0.data(), n * 4);
+  gpu_->copy_to_device(one.data(), ones.data(), n * 4);
+  ASSERT_TRUE(gpu_->pin_host(a.data(), n * 4));  // need not be whole pages for the test
+  const uint64_t in = gpu_->copy_to_device_async(x.data(), a.data(), n * 4);
+  gpu_->add_inplace(y.f32(), x.f32(), n);  // y = y0 + a, no host wait in between
+  gpu_->add_inplace(x.f32(), one.f32(), n);  // x = a + 1
+  const uint64_t out = gpu_->copy_to_host_async(b.data(), x.data(), n * 4);
+  EXPECT_GT(out, in) << "tickets grow in queue order";
+#ifdef ZT_CUDA_EMU
+  EXPECT_EQ(b[1], -1.f) << "the emulation runs a queued copy only when it is waited for";
+#endif
+  gpu_->wait_copy(out);
+  std::vector<float> hy(n);
+  gpu_->copy_to_host(hy.data(), y.data(), n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hy[i], y0[i] + a[i]) << "kernel after the host -> device copy, element " << i;
+    ASSERT_EQ(b[i], a[i] + 1.f) << "device -> host copy after the kernel, element " << i;
+  }
+  gpu_->unpin_host(a.data(), n * 4);
+}
+
 TEST_F(CudaVsCpu, Matmul) {
   const int N = 37, C = 45, OC = 71;
   auto out = zeros((size_t)N * OC), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),

@@ -223,7 +223,8 @@ TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
 }
 
 // Units {10, 7, 1} over N_d = 4: owned shards 3 + 2 + 1 = 6 elements, padded Ψ 24; the largest
-// owned shard (3) sizes the two fp32 staging buffers of offload/cpu_optimizer.cc: 2 x 4 x 3.
+// owned shard (3) sizes the two fp32 staging buffers of offload/cpu_optimizer.cc, each two tiles
+// of half a sub-group (2 + 2 elements): 2 x 4 x 4.
 TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EstimateInput in = small(2);
   in.offload_optimizer = OffloadDevice::kCpu;
@@ -234,7 +235,7 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EXPECT_EQ(e->hst(M::kGrads), 2 * 6);
   EXPECT_EQ(e->dev(M::kOptimizer), 0);
   EXPECT_EQ(e->hst(M::kOptimizer), 12 * 6);
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 3);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 4);
   EXPECT_EQ(e->nvme(), 0);
   in.sub_group_size = 2;  // staging shrinks to one sub-group
   e = estimate_memory(in);

@@ -7,16 +7,62 @@
 #include "common/dtype.h"
 
 #include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+// A stream: immediate (each call runs at once, after what it was told to wait for), or deferred
+// (calls queue, numbered, and run in order when waited for).
+struct CUstream_st {
+  bool deferred = false;
+  std::deque<std::pair<uint64_t, std::function<void()>>> queue;
+  uint64_t queued = 0;
+  std::vector<std::pair<CUstream_st*, uint64_t>> waits;  // immediate: run these first
+};
+// An event: the point of its stream's queue it was recorded at (0 on an immediate stream: done).
+struct CUevent_st {
+  CUstream_st* stream = nullptr;
+  uint64_t seq = 0;
+};
 
 namespace {
-struct StreamTag {};
-StreamTag g_streams[1];
 std::atomic<long long> g_mallocs{0};
+// One lock for every stream: queued work may run on whichever host thread waits for it.
+std::recursive_mutex g_streams_mu;
+
+void run_until(CUstream_st* s, uint64_t seq) {
+  while (!s->queue.empty() && s->queue.front().first <= seq) {
+    auto work = std::move(s->queue.front().second);
+    s->queue.pop_front();
+    work();
+  }
+}
+void settle(CUstream_st* s) {
+  for (auto [other, seq] : s->waits) run_until(other, seq);
+  s->waits.clear();
+}
+// Runs `work` on stream s now, or queues it when s is deferred.
+void on_stream(cudaStream_t s, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  if (s && s->deferred) {
+    s->queue.emplace_back(++s->queued, std::move(work));
+    return;
+  }
+  if (s) settle(s);
+  work();
+}
 }  // namespace
 
 long long zt::emu::cuda_malloc_calls() { return g_mallocs.load(); }
+void zt::emu::defer_stream(cudaStream_t s) { s->deferred = true; }
+void zt::emu::before_work(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  if (s && !s->deferred) settle(s);
+}
 
-struct CUstream_st {};
 struct cublasLtContext {};
 
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -43,22 +89,74 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
-                            cudaStream_t) {
-  zt::emu::DeviceAccess access;
-  if (bytes) std::memmove(dst, src, bytes);
+                            cudaStream_t s) {
+  if (bytes)
+    on_stream(s, [=] {
+      zt::emu::DeviceAccess access;
+      std::memmove(dst, src, bytes);
+    });
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  zt::emu::DeviceAccess access;
-  if (bytes) std::memset(p, value, bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes)
+    on_stream(s, [=] {
+      zt::emu::DeviceAccess access;
+      std::memset(p, value, bytes);
+    });
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = reinterpret_cast<cudaStream_t>(&g_streams[0]);
+  *s = new CUstream_st;
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  cudaStreamSynchronize(s);
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  if (s) {
+    settle(s);
+    run_until(s, s->queued);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  e->stream = s;
+  e->seq = s && s->deferred ? s->queued : 0;
+  if (s && !s->deferred) settle(s);  // what it waited for is behind the event too
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  if (e->stream && e->seq) run_until(e->stream, e->seq);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  CUstream_st* other = e->stream;
+  const uint64_t seq = e->seq;
+  if (!other || !seq || other == s) return cudaSuccess;  // done, or in s's own order
+  if (s && s->deferred)
+    s->queue.emplace_back(++s->queued, [other, seq] { run_until(other, seq); });
+  else if (s)
+    s->waits.emplace_back(other, seq);
+  else
+    run_until(other, seq);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   static cublasLtContext ctx;
@@ -130,7 +228,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  zt::emu::before_work(stream);
   const bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
   const uint64_t m = ta ? a->cols : a->rows, k = ta ? a->rows : a->cols;
   const uint64_t n = tb ? b->rows : b->cols;

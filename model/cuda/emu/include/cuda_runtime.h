@@ -1,5 +1,8 @@
 // The CUDA runtime API as the CUDA emulation provides it (model/cuda/emu/cuda_emu.h): only
-// what model/cuda/ uses. Device memory is host memory; a stream runs each call at once.
+// what model/cuda/ uses. Device memory is host memory. A stream runs each call at once, except
+// one marked with zt::emu::defer_stream: its copies wait in a queue until the host or another
+// stream waits for them (an event, a stream synchronise), so code that reads a copy's result, or
+// reuses its buffer, without the wait CUDA requires sees the wrong bytes in the tests.
 #pragma once
 
 #include <cmath>
@@ -36,10 +39,26 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaEventDisableTiming = 2;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+constexpr unsigned cudaHostRegisterDefault = 0;
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void* p);
 
 namespace zt::emu {
 // cudaMalloc calls so far (all threads): what a caching allocator saves, for tests.
 long long cuda_malloc_calls();
+// Queues the copies and memsets of stream s until something waits for them (see the top).
+void defer_stream(cudaStream_t s);
+// Called before work on stream s runs at once (a kernel, a GEMM): runs first what s was told
+// to wait for (cudaStreamWaitEvent on a deferred stream's event).
+void before_work(cudaStream_t s);
 }  // namespace zt::emu
 
 // Device math the host library lacks.
