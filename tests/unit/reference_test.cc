@@ -7,8 +7,10 @@
 // scripts/gpu_check.sh (skipped without one), and in CI on the emulation as reference_emu_test
 // (with the emulation's guard on, so no host code reads device memory).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "trainer/device.h"
+#include "trainer/export.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -197,6 +200,32 @@ TEST(Reference, LongerLlamaContextChangesNoLogit) {
 }
 TEST(Reference, TinyLlamaGqaMatchesTransformers) { check_forward_backward("tiny_llama"); }
 
+// The logits zerotrain computes from the Hugging Face directory `dir` (through --init_from's
+// reader) against those transformers computed from it, stored in `reference` (input_ids,
+// logits).
+void expect_transformers_logits(const std::string& dir, const std::string& reference,
+                                const std::string& what) {
+  std::ifstream f(dir + "/config.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto c = config_from_hf_json(ss.str(), dir + "/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto hf = open_hf_model_dir(dir);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto ref = SafeTensorsFile::open(reference);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto ids = ref->read_i64("input_ids");
+  ASSERT_TRUE(ids.ok());
+  const int B = (int)ref->info("input_ids")->shape[0], T = (int)ref->info("input_ids")->shape[1];
+  Loaded l = build(*c, B, T, reader_of(*hf));
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
+  const std::vector<int> tokens(ids->begin(), ids->end());
+  std::vector<float> logits((size_t)B * T * c->vocab_size), want(logits.size());
+  l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
+  ASSERT_TRUE(ref->read_f32("logits", want).ok());
+  EXPECT_LE(max_abs_diff(logits, want), 2e-4) << what;
+}
+
 // Directories transformers' save_pretrained wrote sharded, in bf16 and fp32
 // (scripts/make_hf_variants.py), load through --init_from's reader and give the logits
 // transformers computes from the same saved weights.
@@ -204,27 +233,28 @@ TEST(Reference, ShardedBf16AndFp32SavesGiveTransformersLogits) {
   for (const std::string name : {"tiny_llama_bf16_sharded", "tiny_llama_fp32_sharded",
                                  "tiny_gpt2_bf16_sharded", "tiny_gpt2_fp32_sharded"}) {
     const std::string dir = kFixtures + name;
-    std::ifstream f(dir + "/config.json");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto c = config_from_hf_json(ss.str(), dir + "/config.json");
-    ASSERT_TRUE(c.ok()) << c.status();
     auto hf = open_hf_model_dir(dir);
     ASSERT_TRUE(hf.ok()) << hf.status();
     EXPECT_GT(hf->shards().size(), 1u) << name;
-    auto ref = SafeTensorsFile::open(dir + "/reference.safetensors");
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    auto ids = ref->read_i64("input_ids");
-    ASSERT_TRUE(ids.ok());
-    const int B = (int)ref->info("input_ids")->shape[0], T = (int)ref->info("input_ids")->shape[1];
-    Loaded l = build(*c, B, T, reader_of(*hf));
-    if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
-    const std::vector<int> tokens(ids->begin(), ids->end());
-    std::vector<float> logits((size_t)B * T * c->vocab_size), want(logits.size());
-    l.model->logits(*l.engine, tokens.data(), B, T, logits.data());
-    ASSERT_TRUE(ref->read_f32("logits", want).ok());
-    EXPECT_LE(max_abs_diff(logits, want), 2e-4) << name;
+    expect_transformers_logits(dir, dir + "/reference.safetensors", name);
   }
+}
+
+// A stored zerotrain save of the tiny LLaMA after 3 steps (scripts/make_export_fixture.py),
+// exported again now: its logits are those transformers computed from the fixture's export.
+// Old saves stay readable and the export stays what transformers reads.
+TEST(Reference, ExportOfAStoredCheckpointGivesTransformersLogits) {
+  const std::string ck = kFixtures + "tiny_llama_checkpoint";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("zt_export_" + std::to_string(::getpid()));
+  ExportOptions o;
+  o.checkpoint = ck;
+  o.out = out.string();
+  o.dtype = "fp32";
+  const absl::Status st = run_export(o);
+  ASSERT_TRUE(st.ok()) << st;
+  expect_transformers_logits(out.string(), ck + "/reference.safetensors", "export of " + ck);
+  std::filesystem::remove_all(out);
 }
 
 // llm.c's GPT-2 model files (scripts/make_llmc_fixture.py writes the tiny GPT-2 fixture in
