@@ -145,13 +145,21 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(const TrainingState st, load_checkpoint(*dir, resume_identity(opt, r),
                                                               *r.engine, r.transformer->layout()));
   ZT_RETURN_IF_ERROR(r.train->restore(st.data));
-  if (st.step >= opt.steps)
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoint '", *dir, "' is at step ",
-                                                   st.step, ", and --steps is ", opt.steps,
-                                                   ": raise --steps to train further"));
+  // --steps equal to the save's step with another --save_dir: nothing to train, the state is
+  // saved again as this run lays it out (world size, stage): resharding without training.
+  std::error_code ec;  // (a save directory not made yet is not the checkpoint's)
+  const bool resave = st.step == opt.steps && !r.save_dir.empty() &&
+                      !std::filesystem::equivalent(std::filesystem::path(r.save_dir),
+                                                   std::filesystem::path(*dir).parent_path(), ec);
+  if (st.step >= opt.steps && !resave)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint '", *dir, "' is at step ", st.step, ", and --steps is ", opt.steps,
+        ": raise --steps to train further (or, to save it again for this world size and stage "
+        "without training, give --steps ", st.step, " and a different --save_dir)"));
   r.start_step = st.step;
   if (r.comm->rank() == 0)
     std::printf("resumed from '%s' at step %lld\n", dir->c_str(), (long long)st.step);
+  std::fflush(stdout);  // a log follower (or a pipe) sees it now
   return absl::OkStatus();
 }
 
@@ -172,6 +180,7 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
                                      *r.engine, r.transformer->layout(), *r.comm));
   if (r.comm->rank() == 0)
     std::printf("saved %s/step_%08lld\n", r.save_dir.c_str(), (long long)step);
+  std::fflush(stdout);
   return absl::OkStatus();
 }
 
@@ -544,10 +553,11 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
       ZT_RETURN_IF_ERROR(validate_now(step));
     ZT_RETURN_IF_ERROR(maybe_save(opt, r, step));
   }
+  if (r.start_step == opt.steps) ZT_RETURN_IF_ERROR(maybe_save(opt, r, opt.steps));  // a re-save
   r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
   ZT_RETURN_IF_ERROR(validate_now(opt.steps));
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
-  if (root)
+  if (root && opt.steps > r.start_step)
     std::printf("trained %lld steps in %s (%.0f tok/s)\n", (long long)(opt.steps - r.start_step),
                 format_duration(run_timer.ms() / 1e3).c_str(),
                 tokens_per_step * (opt.steps - r.start_step) / (loop_ms / 1e3));

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -178,6 +179,49 @@ TEST_F(Checkpoint, ResumesAtAnotherWorldSizeAndStage) {
   ASSERT_EQ(got.size(), 3u);
   for (int i = 0; i < 3; ++i)
     EXPECT_NEAR(got[i], want[3 + i], 1e-5 * want[3 + i]) << "4 -> 2 ranks, step " << 4 + i;
+}
+
+// Export does not depend on the layout a state was saved in: a 2-rank stage-2 save, resumed
+// with --steps at its own step and saved again (no training) on 1 and 4 ranks and at stage 3,
+// exports to the same bytes as the original; re-saving into the directory it came from is refused.
+TEST_F(Checkpoint, ResavedAtAnyLayoutExportsTheSameBytes) {
+  const std::string zero2 = ", \"zero_optimization\": {\"stage\": 2}";
+  const std::string zero3 = ", \"zero_optimization\": {\"stage\": 3}";
+  const Result saved =
+      train(2, config("two.json", 2, 1, zero2), 3, "saved", "--save_dir " + path("ck"));
+  ASSERT_EQ(saved.code, 0) << saved.out;
+  auto files = [&](const std::string& ck, const std::string& out) {
+    const Result e = ::zt::run(kBin + " export --dtype fp32 --checkpoint " + path(ck) +
+                               " --out " + path(out));
+    EXPECT_EQ(e.code, 0) << e.out;
+    std::map<std::string, std::string> f;
+    for (const auto& entry : fs::directory_iterator(path(out)))
+      f[entry.path().filename().string()] = slurp(entry.path());
+    return f;
+  };
+  const auto want = files("ck", "hf_ck");
+  ASSERT_GE(want.size(), 3u);  // config, weights, index or generation config
+  struct Case {
+    int ranks;
+    std::string ds;
+  };
+  const Case cases[] = {{1, config("one.json", 2, 2, zero2)},
+                        {4, config("four.json", 1, 1, zero2)},
+                        {2, config("three.json", 2, 1, zero3)},
+                        {4, config("four3.json", 1, 1, zero3)}};
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const std::string re = "re" + std::to_string(i);
+    const Result r = train(cases[i].ranks, cases[i].ds, 3, "run_" + re,
+                           "--resume_from " + path("ck") + " --save_dir " + path(re));
+    ASSERT_EQ(r.code, 0) << cases[i].ds << "\n" << r.out;
+    EXPECT_NE(r.out.find("saved "), std::string::npos) << r.out;
+    EXPECT_TRUE(losses("run_" + re).empty()) << "a re-save trains no step";
+    EXPECT_EQ(files(re, "hf_" + re), want) << cases[i].ranks << " ranks, " << cases[i].ds;
+  }
+  const Result same = train(2, config("two.json", 2, 1, zero2), 3, "same",
+                            "--save_dir " + path("ck") + " --resume");
+  EXPECT_EQ(same.code, 2) << same.out;
+  EXPECT_NE(same.out.find("a different --save_dir"), std::string::npos) << same.out;
 }
 
 TEST_F(Checkpoint, BadCheckpointsAreRefused) {
