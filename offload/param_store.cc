@@ -23,6 +23,7 @@ class OffloadedParamStore final : public ParamStore {
   OffloadedParamStore(Backend* be, const ParamOffloadOptions& o, size_t elem_bytes,
                       std::unique_ptr<NvmeSwapper> nvme)
       : be_(be), opt_(o), elem_bytes_(elem_bytes), nvme_(std::move(nvme)) {}
+  ~OffloadedParamStore() override { be_->wait_copy(last_ticket_); }  // none reads freed memory
 
   int add(size_t bytes) override {
     Shard s;
@@ -43,12 +44,15 @@ class OffloadedParamStore final : public ParamStore {
     return (int)shards_.size() - 1;
   }
 
-  void load(int h, void* device_dst) override {
+  uint64_t load(int h, void* device_dst) override {
     Shard& s = shards_[h];
     const void* src = s.host.data();
+    Slot* slot = nullptr;
     if (!src) {
       Slot& b = slot_for(h);
+      slot = &b;
       if (b.holder != h) {
+        be_->wait_copy(b.ticket);  // its last copy to the device has read it
         b.holder = -1;  // holds nothing valid until the read succeeds
         Timer wait;
         const absl::Status st = nvme_->read(s.file, b.buf.data(), s.rounded, 0);
@@ -58,16 +62,21 @@ class OffloadedParamStore final : public ParamStore {
       }
       src = b.buf.data();
     }
-    Timer t;
-    be_->copy_to_device(device_dst, src, s.bytes);
+    Timer t;  // the copy overlaps the kernels queued before it (the previous unit's)
+    s.ticket = be_->copy_to_device_async(device_dst, src, s.bytes);
+    if (slot) slot->ticket = s.ticket;
+    last_ticket_ = s.ticket;
     to_device_ += (int64_t)s.bytes;
     clock_.add(OffloadClock::kParamIn, t.ms());
+    return s.ticket;
   }
 
   void* begin_write(int h) override {
     Shard& s = shards_[h];
+    be_->wait_copy(s.ticket);  // the shard's last copy to the device has read it
     if (s.host.data()) return s.host.data();
     Slot& b = slot_for(h);
+    be_->wait_copy(b.ticket);
     b.holder = -1;  // not a valid copy until end_write
     writing_ = &b;
     return b.buf.data();
@@ -94,6 +103,7 @@ class OffloadedParamStore final : public ParamStore {
   struct Shard {
     size_t bytes = 0;
     HostBuffer host;    // resident in host memory
+    uint64_t ticket = 0;  // its last copy to the device
     int file = -1;      // or on the drive
     size_t rounded = 0;  // file bytes (whole 4 KiB blocks)
   };
@@ -101,6 +111,7 @@ class OffloadedParamStore final : public ParamStore {
     HostBuffer buf;
     int holder = -1;  // the shard whose current value the buffer holds
     uint64_t used = 0;
+    uint64_t ticket = 0;  // its last copy to the device
   };
 
   // The buffer holding shard h, else the least recently used one. The pool is allocated at the
@@ -111,7 +122,7 @@ class OffloadedParamStore final : public ParamStore {
       for (int64_t i = 0; i < n; ++i)
         pool_.push_back({HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_,
                                     pin_with(), NvmeSwapper::kAlign),
-                         -1, 0});
+                         -1, 0, 0});
     }
     Slot* pick = &pool_[0];
     for (Slot& b : pool_) {
@@ -136,6 +147,7 @@ class OffloadedParamStore final : public ParamStore {
   size_t buffer_bytes_ = 0;
   int64_t in_cpu_ = 0, to_device_ = 0;
   uint64_t lru_clock_ = 0;
+  uint64_t last_ticket_ = 0;  // the last copy to the device
   OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the buffers it reads into are freed.
   std::unique_ptr<NvmeSwapper> nvme_;

@@ -296,7 +296,10 @@ void Engine::gather(int u) {
   const void* shard = s.params.data();
   if (s.store >= 0) {  // offloaded: into this rank's slice, then gathered in place
     char* own = static_cast<char*>(s.gathered.data()) + (size_t)rank_ * s.shard * pbytes;
-    params_->load(s.store, own);
+    const uint64_t copy = params_->load(s.store, own);
+    // A communicator reading device memory from the host (MPI) reads the slice at once; on a
+    // GPU the collective's stream is ordered after the copy instead.
+    if (be_->host_addressable()) be_->wait_copy(copy);
     shard = own;
   }
   s.gather_req = comm_->all_gather(shard, s.gathered.data(), s.shard, opt_.param_dtype);

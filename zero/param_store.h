@@ -21,9 +21,11 @@ class ParamStore {
 
   // Registers the next offloaded shard (handles 0, 1, ... in order) of `bytes` bytes.
   virtual int add(size_t bytes) = 0;
-  // Copies shard h into device memory at device_dst (its bytes). Throws std::runtime_error when
-  // the drive cannot be read.
-  virtual void load(int h, void* device_dst) = 0;
+  // Queues shard h's copy into device memory at device_dst (its bytes) on the backend's copy
+  // stream and returns its ticket (Backend::copy_to_device_async): kernels queued after the
+  // call see the shard; a host reader of device_dst waits for the ticket first. Throws
+  // std::runtime_error when the drive cannot be read.
+  virtual uint64_t load(int h, void* device_dst) = 0;
   // Host memory receiving shard h's new value (its bytes, any alignment the caller needs for
   // 16-bit or fp32 elements); end_write(h) stores it (NVMe: writes it out; throws
   // std::runtime_error with the OS error when the write fails).
