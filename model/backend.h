@@ -9,8 +9,6 @@
 // gradients too, so gradient accumulation and tied weights need no extra pass.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,8 +49,8 @@ class Backend {
   // Page-locks [p, p + bytes) of host memory (whole pages, not yet pinned) so copies to and
   // from it run by DMA and asynchronously: cudaHostRegister on a GPU, mlock on the CPU. False
   // when the OS refuses (RLIMIT_MEMLOCK, `ulimit -l`); the memory then stays pageable.
-  virtual bool pin_host(void* p, size_t bytes) { return mlock(p, bytes) == 0; }
-  virtual void unpin_host(void* p, size_t bytes) { munlock(p, bytes); }
+  virtual bool pin_host(void* p, size_t bytes);
+  virtual void unpin_host(void* p, size_t bytes);
   // Queues a copy on the copy stream and returns at once with a ticket. A device -> host copy
   // starts after the kernels queued so far (it reads what they wrote); a host -> device copy
   // starts after them too (they may still read its destination) and every kernel queued after
@@ -70,12 +68,13 @@ class Backend {
   }
   // Blocks until the copy with this ticket, and every copy queued before it, is done.
   virtual void wait_copy(uint64_t /*ticket*/) {}
-  MemoryTracker& tracker() { return tracker_; }
+  // (Virtual so that a decorator, model/profiling_backend.h, reports its inner backend's.)
+  virtual MemoryTracker& tracker() { return tracker_; }
   // Caps the bytes allocated on this device (live, every category; 0: no cap, the default).
   // An allocation past it throws DeviceMemoryLimitExceeded (common/memory.h). This is how a
   // big machine proves a run fits a small GPU ("zerotrain": {"device_memory_limit": "8GiB"}).
-  void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
-  size_t memory_limit() const { return memory_limit_; }
+  virtual void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
+  virtual size_t memory_limit() const { return memory_limit_; }
 
   // ---- kernels ----
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).

@@ -368,7 +368,7 @@ class CpuOptimizerState final : public OptimizerState {
   CpuOffloadOptions opt_;
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Unit> units_;
-  size_t granule_ = 0;  // elements per staging buffer: the largest sub-group of any unit
+  size_t granule_ = 0;  // the largest sub-group of any unit (staging: staging_elems of it)
   HostBuffer grad_stage_, out_stage_;
   std::vector<Window> win_;
   int next_win_ = 0;

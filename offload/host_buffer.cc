@@ -29,8 +29,9 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, Back
     if (!pinned_by_ && !warned.exchange(true))
       std::fprintf(stderr,
                    "warning: could not page-lock %zu bytes of offload memory (%s); it stays "
-                   "pageable. Raise the limit (ulimit -l, or memlock in "
-                   "/etc/security/limits.conf) or set pin_memory false to silence this\n",
+                   "pageable. Raise the memlock limit (ulimit -l, or memlock in "
+                   "/etc/security/limits.conf; a GPU driver may refuse for its own reasons) or "
+                   "set pin_memory false to silence this\n",
                    bytes, std::strerror(errno));
   }
   if (tracker_) tracker_->on_alloc(cat_, bytes_);

@@ -17,8 +17,8 @@ class HostBuffer {
  public:
   HostBuffer() = default;
   // bytes (>= 0) of `align`-aligned host memory (a power of two >= 64; 4096 for O_DIRECT),
-  // pinned by pin_with unless it is null (then whole pages of their own, so no two buffers
-  // register one page); throws std::bad_alloc when there is none.
+  // pageable when pin_with is null, else pinned by it in whole pages of its own (so no two
+  // buffers register one page); throws std::bad_alloc when there is none.
   HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, Backend* pin_with,
              size_t align = 64);
   ~HostBuffer() { reset(); }

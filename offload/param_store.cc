@@ -62,7 +62,9 @@ class OffloadedParamStore final : public ParamStore {
       }
       src = b.buf.data();
     }
-    Timer t;  // the copy overlaps the kernels queued before it (the previous unit's)
+    // Queued, not waited for: the host goes on queuing the kernels before the gather's use
+    // instead of waiting for every kernel already queued, as a synchronous copy would.
+    Timer t;
     s.ticket = be_->copy_to_device_async(device_dst, src, s.bytes);
     if (slot) slot->ticket = s.ticket;
     last_ticket_ = s.ticket;

@@ -101,6 +101,12 @@ void CudaBackend::unpin_host(void* p, size_t) { cudaHostUnregister(p); }
 
 uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   std::lock_guard<std::mutex> lock(copy_mu_);
+  // Copies nobody waits for (a gather's load) are done once their event is: recycle those.
+  while (!copies_.empty() && cudaEventQuery(copies_.front().second) == cudaSuccess) {
+    spare_events_.push_back(copies_.front().second);
+    copies_.pop_front();
+  }
+  cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
   // After the kernels queued so far: a D2H reads what they wrote, an H2D must not overwrite
   // what they still read.
   ZT_CHECK_CUDA(cudaEventRecord(compute_mark_, stream_));
@@ -126,9 +132,18 @@ uint64_t CudaBackend::copy_to_device_async(void* dst, const void* src, size_t by
   return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 void CudaBackend::wait_copy(uint64_t ticket) {
+  cudaEvent_t last = nullptr;  // the latest queued copy up to ticket: in order, it implies the rest
+  {
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    for (const auto& [t, e] : copies_)
+      if (t <= ticket) last = e;
+  }
+  if (!last) return;  // done and waited for already
+  // Outside the lock, so other threads keep queuing. The event stays listed until it is done,
+  // so a concurrent wait for an earlier ticket still finds something to wait on.
+  ZT_CHECK_CUDA(cudaEventSynchronize(last));
   std::lock_guard<std::mutex> lock(copy_mu_);
-  while (!copies_.empty() && copies_.front().first <= ticket) {  // in order: done up to ticket
-    ZT_CHECK_CUDA(cudaEventSynchronize(copies_.front().second));
+  while (!copies_.empty() && copies_.front().first <= ticket) {
     spare_events_.push_back(copies_.front().second);
     copies_.pop_front();
   }

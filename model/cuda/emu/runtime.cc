@@ -76,6 +76,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }
@@ -141,6 +142,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   if (e->stream && e->seq) run_until(e->stream, e->seq);
   return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
+  const CUstream_st* s = e->stream;
+  const bool pending = s && e->seq && !s->queue.empty() && s->queue.front().first <= e->seq;
+  return pending ? cudaErrorNotReady : cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);

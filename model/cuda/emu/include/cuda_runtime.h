@@ -10,7 +10,12 @@
 
 #include "model/cuda/emu/cuda_emu.h"
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorNotReady = 600
+};
 using cudaError = cudaError_t;
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost,
@@ -46,6 +51,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);  // cudaErrorNotReady while queued work is before it
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 constexpr unsigned cudaHostRegisterDefault = 0;
 cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags);
