@@ -797,8 +797,21 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
   // where a default is given.
   ZT_ASSIGN_OR_RETURN(const json* ac, section(r, {"activation_checkpointing"}));
   if (ac) ZT_RETURN_IF_ERROR(parse_activation_checkpointing(src, *ac, c));
-  for (const char* k : {"flops_profiler",
-                        "tensorboard",
+  ZT_ASSIGN_OR_RETURN(const json* fp, section(r, {"flops_profiler"}));
+  if (fp) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *fp, "flops_profiler"));
+    FlopsProfilerConfig& f = c->flops_profiler;
+    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &f.enabled));
+    ZT_RETURN_IF_ERROR(p.get_int({"profile_step"}, &f.profile_step, 1));
+    ZT_RETURN_IF_ERROR(p.get_string({"output_file"}, &f.output_file));
+    int64_t ignored = 0;  // per module in DeepSpeed; the table here is per op
+    bool detailed = true;
+    ZT_RETURN_IF_ERROR(p.get_int({"module_depth"}, &ignored, -1));
+    ZT_RETURN_IF_ERROR(p.get_int({"top_modules"}, &ignored, 1));
+    ZT_RETURN_IF_ERROR(p.get_bool({"detailed"}, &detailed));
+    ZT_RETURN_IF_ERROR(p.finish());
+  }
+  for (const char* k : {"tensorboard",
                         "wandb",
                         "csv_monitor",
                         "comet",

@@ -181,6 +181,16 @@ struct ActivationCheckpointingConfig {
   bool profile = false;  // wall_clock_breakdown adds the backward's recompute time
 };
 
+// "flops_profiler" (DeepSpeed's keys and defaults): at step profile_step the trainer times every
+// backend op and counts its FLOPs (model/profiling_backend.h), and prints one table per op and
+// shape, slowest first, with the share of the step no op accounts for. DeepSpeed profiles by
+// module; module_depth, top_modules and detailed are accepted and change nothing here.
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  int64_t profile_step = 1;  // >= 1: the global step profiled (none when a resume starts past it)
+  std::string output_file;   // the table goes here too (empty: stdout only)
+};
+
 // The whole ds_config.json.
 struct DsConfig {
   BatchConfig batch;
@@ -200,6 +210,7 @@ struct DsConfig {
   ZeroConfig zero;
   AioConfig aio;
   ActivationCheckpointingConfig activation_checkpointing;
+  FlopsProfilerConfig flops_profiler;
   ZerotrainConfig zerotrain;
   // One line each for keys accepted without effect in this build (printed once at start).
   std::vector<std::string> notices;

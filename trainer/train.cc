@@ -21,6 +21,7 @@
 #include "data/tokenizer.h"
 #include "model/hf_weights.h"
 #include "model/init.h"
+#include "model/profiling_backend.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "trainer/checkpoint.h"
@@ -52,6 +53,7 @@ struct Run {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<DataLoader> train, val;
   std::unique_ptr<Backend> backend;
+  ProfilingBackend* profiler = nullptr;  // backend itself, with flops_profiler.enabled
   std::unique_ptr<Transformer> transformer;
   std::unique_ptr<Engine> engine;
   std::optional<MetricsWriter> metrics;  // rank 0 only
@@ -147,10 +149,12 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(r.train->restore(st.data));
   // --steps equal to the save's step with another --save_dir: nothing to train, the state is
   // saved again as this run lays it out (world size, stage): resharding without training.
-  std::error_code ec;  // (a save directory not made yet is not the checkpoint's)
+  // (Compared as canonical paths: a trailing slash, a relative path or a link names the same.)
+  namespace fs = std::filesystem;
+  std::error_code ec;
   const bool resave = st.step == opt.steps && !r.save_dir.empty() &&
-                      !std::filesystem::equivalent(std::filesystem::path(r.save_dir),
-                                                   std::filesystem::path(*dir).parent_path(), ec);
+                      fs::weakly_canonical(r.save_dir, ec) !=
+                          fs::weakly_canonical(*dir, ec).parent_path();
   if (st.step >= opt.steps && !resave)
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint '", *dir, "' is at step ", st.step, ", and --steps is ", opt.steps,
@@ -161,6 +165,18 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
     std::printf("resumed from '%s' at step %lld\n", dir->c_str(), (long long)st.step);
   std::fflush(stdout);  // a log follower (or a pipe) sees it now
   return absl::OkStatus();
+}
+
+// flops_profiler: rank 0's table for `step` (step_ms long) on stdout, and into output_file.
+absl::Status report_profile(Run& r, int64_t step, double step_ms) {
+  r.profiler->set_recording(false);
+  if (r.comm->rank() != 0) return absl::OkStatus();
+  const std::string table =
+      absl::StrCat("flops profile of step ", step, " (rank 0; every op waited for):\n",
+                   r.profiler->format(step_ms));
+  std::fputs(table.c_str(), stdout);
+  const std::string& file = r.ds.flops_profiler.output_file;
+  return file.empty() ? absl::OkStatus() : write_file_atomic(file, table);
 }
 
 // Saves after `step` when due (every save_interval steps, and at the last step).
@@ -283,6 +299,11 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
   ZT_ASSIGN_OR_RETURN(r.backend,
                       make_backend(device, r.comm->local_rank(), r.comm->local_size(), threads));
+  if (r.ds.flops_profiler.enabled) {  // times every op of profile_step
+    auto p = std::make_unique<ProfilingBackend>(std::move(r.backend));
+    r.profiler = p.get();
+    r.backend = std::move(p);
+  }
   // The device-memory limit: the flag, the ds_config key, or both when they agree.
   const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
   if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
@@ -456,6 +477,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   Timer run_timer;
   double loop_ms = 0;
   for (int64_t step = r.start_step + 1; step <= opt.steps; ++step) {
+    const bool profiling = r.profiler && step == r.ds.flops_profiler.profile_step;
+    if (profiling) r.profiler->set_recording(true);
     Timer t;
     const CommStats comm_before = r.comm->stats();
     const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
@@ -499,6 +522,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
       }
     const double ms = t.ms();
     loop_ms += ms;
+    if (profiling) ZT_RETURN_IF_ERROR(report_profile(r, step, ms));
     const double tok_s = tokens_per_step / (ms / 1e3);
     const double eta = loop_ms / (step - r.start_step) * (opt.steps - step) / 1e3;
     if (root)

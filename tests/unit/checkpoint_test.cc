@@ -218,10 +218,16 @@ TEST_F(Checkpoint, ResavedAtAnyLayoutExportsTheSameBytes) {
     EXPECT_TRUE(losses("run_" + re).empty()) << "a re-save trains no step";
     EXPECT_EQ(files(re, "hf_" + re), want) << cases[i].ranks << " ranks, " << cases[i].ds;
   }
-  const Result same = train(2, config("two.json", 2, 1, zero2), 3, "same",
-                            "--save_dir " + path("ck") + " --resume");
-  EXPECT_EQ(same.code, 2) << same.out;
-  EXPECT_NE(same.out.find("a different --save_dir"), std::string::npos) << same.out;
+  // The same directory, also spelled through the step directory with a trailing slash, or a link.
+  fs::create_directory_symlink(path("ck"), path("ck_link"));
+  for (const std::string from :
+       {std::string("--resume"), "--resume_from " + path("ck") + "/step_00000003/",
+        "--resume_from " + path("ck_link") + "/step_00000003"}) {
+    const Result same =
+        train(2, config("two.json", 2, 1, zero2), 3, "same", "--save_dir " + path("ck") + " " + from);
+    EXPECT_EQ(same.code, 2) << from << "\n" << same.out;
+    EXPECT_NE(same.out.find("a different --save_dir"), std::string::npos) << same.out;
+  }
 }
 
 TEST_F(Checkpoint, BadCheckpointsAreRefused) {

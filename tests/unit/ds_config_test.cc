@@ -341,8 +341,23 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
       Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})", 1, unimpl),
                {"not implemented in this build"}));
   EXPECT_TRUE(
-      Contains(error_of(R"({"train_batch_size": 8, "flops_profiler": {}})", 1, unimpl),
-               {"flops_profiler", "known DeepSpeed"}));
+      Contains(error_of(R"({"train_batch_size": 8, "tensorboard": {}})", 1, unimpl),
+               {"tensorboard", "known DeepSpeed"}));
+  // flops_profiler is read (DeepSpeed's keys; the per-module ones are accepted).
+  auto fp = parse_ds_config(R"({"train_batch_size": 8, "flops_profiler": {"enabled": true,
+                                "profile_step": 3, "module_depth": -1, "top_modules": 1,
+                                "detailed": true, "output_file": "p.txt"}})",
+                            1, "test.json");
+  ASSERT_TRUE(fp.ok()) << fp.status();
+  EXPECT_TRUE(fp->flops_profiler.enabled);
+  EXPECT_EQ(fp->flops_profiler.profile_step, 3);
+  EXPECT_EQ(fp->flops_profiler.output_file, "p.txt");
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "flops_profiler": {"profile_step": 0}})",
+                                1, absl::StatusCode::kInvalidArgument),
+                       {"flops_profiler.profile_step", "out of range"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "flops_profiler": {"enabeld": true}})",
+                                1, absl::StatusCode::kInvalidArgument),
+                       {"enabeld"}));
   // activation_checkpointing is read.
   auto ac = parse_ds_config(R"({"train_batch_size": 8, "activation_checkpointing": {
                                 "number_checkpoints": 4, "synchronize_checkpoint_boundary": true,
