@@ -6,6 +6,8 @@ micro-batch must equal zerotrain's own step-0 validation loss on the same tokens
 export loaded with --init_from (fp32; 1e-5 relative).
 
     python3 scripts/check_export.py [--zerotrain build/zerotrain] [--model tiny-llama]
+    python3 scripts/check_export.py --export HF_DIR --val VAL.bin --deepspeed FP32.json \
+        [--micro_batch 1] [--seq_len 64]    # an existing export (the TinyLlama benchmark)
 
 Needs torch and transformers (pip); exits 1 on a mismatch.
 """
@@ -31,11 +33,58 @@ def write_shard(path, tokens):
         f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
+def compare(zerotrain, hf, val, B, T, ds, run_dir, extra=()):
+    """zerotrain's step-0 validation loss from export `hf` (--init_from, ds_config `ds`) against
+    transformers' loss on the same first validation micro-batch of token array `val` (the val
+    shard's tokens): sequences b = 0..B-1 of T+1 tokens at stride T. Returns (ours, theirs)."""
+    subprocess.run([zerotrain, "train", "--seq_len", str(T), "--sample_tokens", "0",
+                    "--deepspeed", str(ds), "--init_from", str(hf), "--steps", "1",
+                    "--val_every", "0", "--val_batches", "1", "--run_dir", str(run_dir),
+                    *extra], check=True, capture_output=True)
+    ours = next(json.loads(l)["val_loss"] for l in open(pathlib.Path(run_dir) / "metrics.jsonl")
+                if '"val_loss"' in l)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float32)
+    model.eval()
+    x = torch.tensor(np.stack([val[b * T:b * T + T] for b in range(B)]), dtype=torch.long)
+    y = torch.tensor(np.stack([val[b * T + 1:b * T + T + 1] for b in range(B)]), dtype=torch.long)
+    with torch.no_grad():
+        logits = model(input_ids=x).logits.double()
+    theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                               y.reshape(-1)).item()
+    return ours, theirs
+
+
+def report(name, ours, theirs):
+    rel = abs(ours - theirs) / abs(theirs)
+    ok = rel <= 1e-5
+    print(f"{name}: zerotrain {ours:.7f}, transformers {theirs:.7f}, relative "
+          f"difference {rel:.1e} (limit 1e-5): {'pass' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def read_shard(path):
+    """The tokens of an llm.c uint16 shard."""
+    data = pathlib.Path(path).read_bytes()
+    return np.frombuffer(data[1024:], dtype=np.uint16).astype(np.int64)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zerotrain", default=str(pathlib.Path(__file__).parent.parent / "build/zerotrain"))
     ap.add_argument("--model", default="tiny-llama", choices=["tiny-llama", "tiny-gpt2"])
+    # An existing export instead of the tiny round trip (benchmarks/tinyllama_checkpoint.sh):
+    ap.add_argument("--export", help="a Hugging Face directory zerotrain exported")
+    ap.add_argument("--val", help="with --export: the validation shard (llm.c uint16 .bin)")
+    ap.add_argument("--deepspeed", help="with --export: the fp32 ds_config zerotrain loads it with")
+    ap.add_argument("--micro_batch", type=int, default=1)
+    ap.add_argument("--seq_len", type=int, default=64)
     a = ap.parse_args()
+    if a.export:
+        with tempfile.TemporaryDirectory() as tmp:
+            ours, theirs = compare(a.zerotrain, a.export, read_shard(a.val), a.micro_batch,
+                                   a.seq_len, a.deepspeed, pathlib.Path(tmp) / "eval",
+                                   ["--val_data", a.val, "--train_data", a.val])
+        return report(pathlib.Path(a.export).name, ours, theirs)
     B, T = 2, 16
     with tempfile.TemporaryDirectory() as tmp:
         d = pathlib.Path(tmp)
@@ -54,28 +103,10 @@ def main():
                                  "--save_dir", str(d / "ck")], check=True, capture_output=True)
         subprocess.run([a.zerotrain, "export", "--checkpoint", str(d / "ck"), "--out",
                         str(d / "hf"), "--dtype", "fp32"], check=True)
-        # zerotrain's loss on the first validation micro-batch (step 0, before any update).
-        subprocess.run(common + ["--init_from", str(d / "hf"), "--steps", "1", "--val_every", "0",
-                                 "--val_batches", "1", "--val_data", str(d / "val_*.bin"),
-                                 "--run_dir", str(d / "eval")], check=True, capture_output=True)
-        ours = next(json.loads(l)["val_loss"] for l in open(d / "eval/metrics.jsonl")
-                    if '"val_loss"' in l)
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(d / "hf"),
-                                                                  dtype=torch.float32)
-        model.eval()
-        # The loader's first micro-batch: sequences b = 0..B-1 of T+1 tokens at stride T.
-        x = torch.tensor(np.stack([val[b * T:b * T + T] for b in range(B)]), dtype=torch.long)
-        y = torch.tensor(np.stack([val[b * T + 1:b * T + T + 1] for b in range(B)]),
-                         dtype=torch.long)
-        with torch.no_grad():
-            logits = model(input_ids=x).logits.double()
-        theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                   y.reshape(-1)).item()
-        rel = abs(ours - theirs) / abs(theirs)
-        ok = rel <= 1e-5
-        print(f"{a.model}: zerotrain {ours:.7f}, transformers {theirs:.7f}, relative "
-              f"difference {rel:.1e} (limit 1e-5): {'pass' if ok else 'FAIL'}")
-        return 0 if ok else 1
+        ours, theirs = compare(a.zerotrain, d / "hf", val, B, T, d / "ds.json", d / "eval",
+                               ["--model", a.model, "--train_data", str(d / "train_*.bin"),
+                                "--val_data", str(d / "val_*.bin")])
+        return report(a.model, ours, theirs)
 
 
 if __name__ == "__main__":
