@@ -7,13 +7,15 @@
 // Nothing of size T x T is kept (as FlashAttention, Dao et al. 2022; backward as in
 // FlashAttention-2): the forward saves the row's log-sum-exp lse_t = max + log(sum exp(s - max))
 // and the backward recomputes a[t2] = exp(s[t2] - lse_t) row by row, in a per-thread row
-// buffer of T floats. The forward's softmax is the same computation as the T x T reference's
-// (model/cpu/attention_reference.cc); outputs and gradients agree with it to rounding
+// buffer of T floats. The exponentials are exp_fast (model/cpu/vec_math.h, 3e-7 relative), in
+// passes of their own that the compiler vectorises; outputs and gradients agree with the T x T
+// reference (model/cpu/attention_reference.cc, std::exp) to rounding
 // (tests/unit/attention_test.cc: within 1e-5).
 #include <cmath>
 #include <vector>
 
 #include "model/cpu/cpu_backend.h"
+#include "model/cpu/vec_math.h"
 
 namespace zt {
 
@@ -35,8 +37,9 @@ float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t
     maxv = std::max(maxv, s);
   }
   float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
   for (int t2 = 0; t2 <= t; ++t2) {
-    a[t2] = std::exp(a[t2] - maxv);
+    a[t2] = exp_fast(a[t2] - maxv);
     sum += a[t2];
   }
   const float inv = 1.f / sum;
@@ -90,16 +93,20 @@ void CpuBackend::attention_backward(float* dqkv, const float* dout, const float*
           float* dq = dqkv + ((size_t)b * T + t) * row + (size_t)h * hd;
           const float* dy = dout + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
           const float l = lse[((size_t)b * NH + h) * T + t];
-          float dot = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const size_t r2 = ((size_t)b * T + t2) * row;
-            const float* k = qkv + r2 + (size_t)(NH + kvh) * hd;
-            const float* v = qkv + r2 + (size_t)(NH + KVH + kvh) * hd;
-            float* dv = dqkv + r2 + (size_t)(NH + KVH + kvh) * hd;
+          for (int t2 = 0; t2 <= t; ++t2) {  // the probabilities, recomputed
+            const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
             for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-            a[t2] = std::exp(s * scale - l);  // the probability, recomputed
+            a[t2] = s * scale - l;
+          }
+#pragma omp simd
+          for (int t2 = 0; t2 <= t; ++t2) a[t2] = exp_fast(a[t2]);  // a pass the compiler vectorises
+          float dot = 0.f;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const size_t r2 = ((size_t)b * T + t2) * row;
+            const float* v = qkv + r2 + (size_t)(NH + KVH + kvh) * hd;
+            float* dv = dqkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float d = 0.f;
 #pragma omp simd reduction(+ : d)
             for (int i = 0; i < hd; ++i) {
