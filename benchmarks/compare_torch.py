@@ -4,12 +4,20 @@
 Both sides train the same architecture (same parameter count, asserted), same micro-batch B,
 sequence length T, thread count and optimizer (AdamW on every parameter, weight decay 0.1,
 constant lr, gradient clipping 1.0), fp32, for the same number of steps. Each step is
-forward + backward + clip + optimizer step. tokens/s is the median over the steps after the
-warm-up ones, computed the same way on both sides (B*T / step time).
+forward + backward + clip + optimizer step. The sides alternate over --rounds rounds (ours,
+then each PyTorch variant, then ours again...), so a machine that gets busier cannot favour one
+side. A round's tokens/s is the median over its steps after the warm-up ones (B*T / step time),
+and each row reports the median over rounds, with every round's load average. GFLOP/s counts
+the model's FLOPs (6 N Psi_linear for the products, plus causal attention, as the flops
+profiler does) over the step time; the machine's sgemm rate (benchmarks/sgemm_bench, 4096^3,
+same threads) is measured before the first round and after the last. Peak memory is each
+side's max RSS.
 
   python3 benchmarks/compare_torch.py                       # shakespeare-llama, B=32, T=128
-  python3 benchmarks/compare_torch.py --model-preset tiny-llama --batch 8 --seq 64
+  python3 benchmarks/compare_torch.py --model-preset gpt2-124m --batch 8 --seq 256 \
+      --steps 4 --warmup 1 --rounds 3 --torch-attn eager
   python3 benchmarks/compare_torch.py --markdown docs/benchmarks.md
+  python3 benchmarks/compare_torch.py --baseline /path/to/older/zerotrain   # a row for it too
 
 PyTorch/transformers are used only by this script, never by the trainer.
 """
@@ -19,6 +27,7 @@ import glob
 import json
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
@@ -42,6 +51,8 @@ PRESETS = {
                        vocab=256, max_seq=64, eps=1e-5, theta=1e4),
     "tiny-gpt2": dict(arch="gpt2", hidden=64, layers=2, heads=4, vocab=256, max_seq=64,
                       eps=1e-5),
+    "gpt2-124m": dict(arch="gpt2", hidden=768, layers=12, heads=12, vocab=50257, max_seq=1024,
+                      eps=1e-5),
 }
 
 
@@ -50,11 +61,14 @@ def parse_args():
     p.add_argument("--model-preset", default="shakespeare-llama", choices=sorted(PRESETS))
     p.add_argument("--batch", type=int, default=32, help="micro-batch B")
     p.add_argument("--seq", type=int, default=128, help="sequence length T")
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--steps", type=int, default=12, help="steps per side and round")
+    p.add_argument("--rounds", type=int, default=1, help="alternations of the sides")
     p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the median")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "zerotrain"))
+    p.add_argument("--baseline", default=None,
+                   help="another zerotrain binary (an older build) run in the same rounds")
     p.add_argument("--data", default=None,
                    help="glob of llm.c token shards (default: TinyShakespeare shards for 32k-vocab "
                         "presets, prepared if missing; random tokens for the tiny presets)")
@@ -112,7 +126,7 @@ def our_param_count(a):
     raise RuntimeError(f"no 'total' line in zerotrain info output:\n{out}")
 
 
-def run_ours(a, data, tmp):
+def run_ours(a, data, tmp, binary=None):
     with open(os.path.join(ROOT, "benchmarks", "ds_bench.json")) as f:
         ds = json.load(f)
     ds["train_micro_batch_size_per_gpu"] = a.batch
@@ -121,19 +135,23 @@ def run_ours(a, data, tmp):
     with open(ds_path, "w") as f:
         json.dump(ds, f)
     run_dir = os.path.join(tmp, "run")
-    cmd = [a.binary, "train", "--model", a.model_preset, "--deepspeed", ds_path,
+    cmd = [binary or a.binary, "train", "--model", a.model_preset, "--deepspeed", ds_path,
            "--train_data", data, "--seq_len", str(a.seq), "--steps", str(a.steps),
            "--threads", str(a.threads), "--sample_tokens", "0", "--val_data", "",
            "--val_every", "0", "--run_dir", run_dir]
     print("ours:", " ".join(shlex.quote(c) for c in cmd), flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    # The peak RSS of this child alone: GNU time's %M (getrusage's children maximum would
+    # include the other children).
+    timed = ["/usr/bin/time", "-f", "maxrss_kib %M", "-o", os.path.join(tmp, "rss.txt")]
+    subprocess.run(timed + cmd, check=True, stdout=subprocess.DEVNULL)
+    rss_gb = int(open(os.path.join(tmp, "rss.txt")).read().split()[-1]) * 1024 / 1e9
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(l) for l in f if l.strip()]
     rows = [r for r in rows if "tokens_per_s" in r][a.warmup:]
     med = lambda k: statistics.median(r[k] for r in rows)
     return dict(tok_s=med("tokens_per_s"), step_ms=med("step_ms"), forward_ms=med("forward_ms"),
                 backward_ms=med("backward_ms"), optimizer_ms=med("optimizer_ms"),
-                loss=rows[-1]["loss"])
+                loss=rows[-1]["loss"], rss_gb=rss_gb)
 
 
 # ---------------------------------------------------------------------------- torch
@@ -202,9 +220,50 @@ def run_torch(a, cfg, tokens, attn, profile=False):
         prof_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
     steady = rows[a.warmup:]
     med = lambda i: statistics.median(r[i] for r in steady)
+    del model, opt  # (this process's peak RSS below includes them)
+    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     return dict(tok_s=statistics.median(B * T / (r[4] / 1e3) for r in steady), step_ms=med(4),
                 forward_ms=med(1), backward_ms=med(2), optimizer_ms=med(3), loss=steady[-1][0],
-                n_params=n_params, profile=prof_table)
+                n_params=n_params, profile=prof_table, rss_gb=rss_gb)
+
+
+# ---------------------------------------------------------------------------- FLOPs, sgemm
+
+def step_flops(cfg, B, T):
+    """The model's FLOPs per step, as the flops profiler counts them: 6 N Psi_linear for the
+    matrix products (2 forward, 4 backward) and causal attention, T(T+1)/2 x hd multiply-adds
+    per head for each of QK^T and PV forward, five such products backward."""
+    C, L, V, H = cfg["hidden"], cfg["layers"], cfg["vocab"], cfg["heads"]
+    hd = C // H
+    if cfg["arch"] == "gpt2":
+        per_layer = C * 3 * C + C * C + 2 * C * 4 * C
+    else:
+        per_layer = (C * (H + 2 * cfg["kv_heads"]) * hd + C * C + 3 * C * cfg["intermediate"])
+    linear = L * per_layer + V * C
+    causal = 2 * B * H * (T * (T + 1) / 2) * hd
+    return 6 * B * T * linear + L * 7 * causal
+
+
+def sgemm_rate(a):
+    """GFLOP/s of a 4096^3 sgemm through zerotrain's BLAS on --threads threads, or None."""
+    exe = os.path.join(os.path.dirname(a.binary), "benchmarks", "sgemm_bench")
+    if not os.path.exists(exe):
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    out = subprocess.run([exe, "--benchmark_filter=BM_Sgemm/N:4096", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)["benchmarks"][0]["GFLOP/s"]
+
+
+def combine(rounds):
+    """One row from a side's rounds: the median of each figure over the rounds."""
+    keys = ["tok_s", "step_ms", "forward_ms", "backward_ms", "optimizer_ms"]
+    row = {k: statistics.median(r[k] for r in rounds) for k in keys}
+    row["rounds_tok_s"] = [r["tok_s"] for r in rounds]
+    row["loss"] = rounds[-1]["loss"]
+    row["n_params"] = rounds[-1].get("n_params")
+    row["rss_gb"] = max(r["rss_gb"] for r in rounds)
+    return row
 
 
 # ---------------------------------------------------------------------------- report
@@ -220,21 +279,23 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def table(results, ref_key):
+def table(results, ref_key, flops):
     ref = results[ref_key]["tok_s"]
-    lines = ["| implementation | tokens/s | step ms | forward ms | backward ms | optimizer ms "
-             "| ours / this |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| implementation | tokens/s (rounds) | step ms | forward ms | backward ms "
+             "| optimizer ms | GFLOP/s | peak RSS GB | ours / this |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ours = results["zerotrain (ours)"]["tok_s"]
     for name, r in results.items():
-        ratio = "—" if name.startswith("zerotrain") else f"{ours / r['tok_s']:.2f}x"
-        lines.append(f"| {name} | {r['tok_s']:.0f} | {r['step_ms']:.0f} | {r['forward_ms']:.0f} "
-                     f"| {r['backward_ms']:.0f} | {r['optimizer_ms']:.0f} | {ratio} |")
+        ratio = "—" if name == "zerotrain (ours)" else f"{ours / r['tok_s']:.2f}x"
+        rounds = ", ".join(f"{x:.0f}" for x in r["rounds_tok_s"])
+        lines.append(f"| {name} | {r['tok_s']:.0f} ({rounds}) | {r['step_ms']:.0f} "
+                     f"| {r['forward_ms']:.0f} | {r['backward_ms']:.0f} | {r['optimizer_ms']:.0f} "
+                     f"| {flops / r['step_ms'] / 1e6:.1f} | {r['rss_gb']:.2f} | {ratio} |")
     return "\n".join(lines), ours / ref
 
 
 def write_markdown(path, a, body):
-    write_section(path, f"compare_torch:{a.model_preset}", body)
+    write_section(path, f"compare_torch:{a.model_preset}:{a.batch}x{a.seq}", body)
 
 
 def main():
@@ -250,46 +311,75 @@ def main():
     with tempfile.TemporaryDirectory(prefix="zt_bench_") as tmp:
         data = resolve_data(a, cfg, tmp)
         ours_params = our_param_count(a)
-        results = {}
-        t0 = time.time()
-        results["zerotrain (ours)"] = run_ours(a, data, tmp)
         tokens = np.concatenate([read_shard(p) for p in sorted(glob.glob(data))])
-        profile_table = None
-        for attn in [s for s in a.torch_attn.split(",") if s]:
-            r = run_torch(a, cfg, tokens, attn, profile=a.profile and attn == "eager")
-            if r["n_params"] != ours_params:
-                sys.exit(f"parameter count mismatch: zerotrain {ours_params:,} vs "
-                         f"PyTorch {r['n_params']:,} ({attn})")
-            profile_table = profile_table or r["profile"]
-            results[f"PyTorch eager ({attn} attention)"] = r
+        t0 = time.time()
+        sgemm = [sgemm_rate(a)]
+        per_side, loads, profile_table = {}, [], None
+        for rnd in range(a.rounds):  # the sides alternate, round after round
+            loads.append(os.getloadavg()[0])
+            per_side.setdefault("zerotrain (ours)", []).append(run_ours(a, data, tmp))
+            if a.baseline:
+                per_side.setdefault("zerotrain (baseline build)", []).append(
+                    run_ours(a, data, tmp, a.baseline))
+            for attn in [s for s in a.torch_attn.split(",") if s]:
+                r = run_torch(a, cfg, tokens, attn,
+                              profile=a.profile and attn == "eager" and rnd == 0)
+                if r["n_params"] != ours_params:
+                    sys.exit(f"parameter count mismatch: zerotrain {ours_params:,} vs "
+                             f"PyTorch {r['n_params']:,} ({attn})")
+                profile_table = profile_table or r["profile"]
+                per_side.setdefault(f"PyTorch eager ({attn} attention)", []).append(r)
+        sgemm.append(sgemm_rate(a))
         wall = time.time() - t0
+    results = {name: combine(rounds) for name, rounds in per_side.items()}
+    for name in results:
+        if name.startswith("zerotrain"):
+            results[name]["n_params"] = ours_params
 
-    ref_key = list(results)[1]
-    tab, ratio = table(results, ref_key)
+    flops = step_flops(cfg, a.batch, a.seq)
+    # The ratio is against the first PyTorch row (else the baseline build).
+    ref_key = next((k for k in results if k.startswith("PyTorch")), list(results)[-1])
+    tab, ratio = table(results, ref_key, flops)
+    ours_gflops = flops / results["zerotrain (ours)"]["step_ms"] / 1e6
+    if None in sgemm:
+        peak_line = "sgemm: build/benchmarks/sgemm_bench not built, no peak measured"
+    else:
+        peak_line = (f"sgemm 4096^3 on {a.threads} threads: {sgemm[0]:.1f} GFLOP/s before the "
+                     f"rounds, {sgemm[1]:.1f} after; ours runs at "
+                     f"{100 * ours_gflops / max(sgemm):.0f}-{100 * ours_gflops / min(sgemm):.0f}% "
+                     f"of it")
+    load_line = "load average (1 min) at each round's start: " + ", ".join(
+        f"{x:.2f}" for x in loads)
     argv = " ".join(shlex.quote(x) for x in ["python3", "benchmarks/compare_torch.py"] + sys.argv[1:])
     print(f"\nparameters: zerotrain {ours_params:,} | PyTorch {results[ref_key]['n_params']:,}")
     print(f"model {a.model_preset} | B={a.batch} T={a.seq} | {a.threads} threads | "
           f"median of steps {a.warmup + 1}..{a.steps}\n")
     print(tab)
     print(f"\nratio ours / {ref_key}: {ratio:.2f}x")
+    print(f"model FLOPs per step {flops / 1e9:.1f} G; {peak_line}")
+    print(load_line)
     print("losses at last step: " + ", ".join(f"{k} {v['loss']:.3f}" for k, v in results.items()))
     if profile_table:
         print("\ntorch profiler, one eager step (self CPU time):\n" + profile_table)
 
     if a.markdown:
         body = "\n".join([
-            f"## {a.model_preset}: training tokens/s, zerotrain CPU vs PyTorch eager",
+            f"## {a.model_preset}, B x T = {a.batch} x {a.seq}: training tokens/s, zerotrain CPU "
+            f"vs PyTorch eager",
             "",
             f"Model `{a.model_preset}` ({ours_params:,} parameters on both sides), micro-batch "
             f"B={a.batch}, T={a.seq}, fp32, AdamW (weight decay 0.1 on every parameter, constant "
             f"lr {a.lr:g}), gradient clipping 1.0; each step = forward + backward + clip + "
             f"optimizer step. tokens/s = median over steps {a.warmup + 1}..{a.steps} "
-            f"({a.warmup} warm-up steps dropped), B*T / step time on both sides.",
+            f"({a.warmup} warm-up steps dropped), B*T / step time on both sides; {a.rounds} "
+            f"alternating round(s), the row is the median over rounds (each round in brackets). "
+            f"GFLOP/s = the model's {flops / 1e9:.1f} GFLOP per step / step time.",
             "",
             tab,
             "",
-            f"**Ratio ours / {ref_key}: {ratio:.2f}x.**",
+            f"**Ratio ours / {ref_key}: {ratio:.2f}x.** {peak_line}.",
             "",
+            f"- {load_line}.",
             f"- Machine: {cpu_model()}, {os.cpu_count()} logical cores, {a.threads} threads on "
             f"both sides (`--threads`, `torch.set_num_threads`).",
             f"- Versions: torch {torch.__version__}, transformers {transformers.__version__}, "

@@ -30,33 +30,33 @@ void layernorm_row(float* y, float* m_out, float* s_out, const float* x, const f
   *s_out = s;
 }
 
+// The forward's rows; with `residual`, sum (N,C) += residual first and is the norm's input.
+void layernorm_rows(float* out, float* mean, float* rstd, const float* inp, float* sum,
+                    const float* residual, const float* w, const float* b, int N, int C,
+                    float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const size_t r = (size_t)n * C;
+    if (residual)  // the row's sum is still in cache when its norm reads it
+      for (int c = 0; c < C; ++c) sum[r + c] += residual[r + c];
+    layernorm_row(out + r, mean + n, rstd + n, inp + r, w, b, C, eps);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                    TensorView w_v, TensorView b_v, int N, int C, float eps) {
   std::vector<float> wt, bt;
-  const float* w = widen(w_v, C, wt);
-  const float* b = widen(b_v, C, bt);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const size_t r = (size_t)n * C;
-    layernorm_row(out + r, mean + n, rstd + n, inp + r, w, b, C, eps);
-  }
+  layernorm_rows(out, mean, rstd, inp, nullptr, nullptr, widen(w_v, C, wt), widen(b_v, C, bt), N,
+                 C, eps);
 }
 
-// The row's sum is still in cache when its norm reads it.
 void CpuBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
                                             float* mean, float* rstd, TensorView w_v,
                                             TensorView b_v, int N, int C, float eps) {
   std::vector<float> wt, bt;
-  const float* w = widen(w_v, C, wt);
-  const float* b = widen(b_v, C, bt);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const size_t r = (size_t)n * C;
-    for (int c = 0; c < C; ++c) x[r + c] += residual[r + c];
-    layernorm_row(out + r, mean + n, rstd + n, x + r, w, b, C, eps);
-  }
+  layernorm_rows(out, mean, rstd, x, x, residual, widen(w_v, C, wt), widen(b_v, C, bt), N, C, eps);
 }
 
 void CpuBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,

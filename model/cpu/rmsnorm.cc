@@ -23,27 +23,30 @@ void rmsnorm_row(float* y, float* s_out, const float* x, const float* w, int C, 
   *s_out = s;
 }
 
+// The forward's rows; with `residual`, sum (N,C) += residual first and is the norm's input.
+void rmsnorm_rows(float* out, float* rstd, const float* inp, float* sum, const float* residual,
+                  const float* w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const size_t r = (size_t)n * C;
+    if (residual)
+      for (int c = 0; c < C; ++c) sum[r + c] += residual[r + c];
+    rmsnorm_row(out + r, rstd + n, inp + r, w, C, eps);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w_v,
                                  int N, int C, float eps) {
   std::vector<float> wt;
-  const float* w = widen(w_v, C, wt);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n)
-    rmsnorm_row(out + (size_t)n * C, rstd + n, inp + (size_t)n * C, w, C, eps);
+  rmsnorm_rows(out, rstd, inp, nullptr, nullptr, widen(w_v, C, wt), N, C, eps);
 }
 
 void CpuBackend::residual_rmsnorm_forward(float* x, const float* residual, float* out,
                                           float* rstd, TensorView w_v, int N, int C, float eps) {
   std::vector<float> wt;
-  const float* w = widen(w_v, C, wt);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const size_t r = (size_t)n * C;
-    for (int c = 0; c < C; ++c) x[r + c] += residual[r + c];
-    rmsnorm_row(out + r, rstd + n, x + r, w, C, eps);
-  }
+  rmsnorm_rows(out, rstd, x, x, residual, widen(w_v, C, wt), N, C, eps);
 }
 
 void CpuBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
