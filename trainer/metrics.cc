@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,13 +19,35 @@ absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot create run directory '", dir, "': ", ec.message(), "; pass a writable --run-dir"));
   const std::string path = dir + "/metrics.jsonl";
-  // A previous run's log is kept as metrics.jsonl.prev rather than truncated.
-  if (std::filesystem::exists(path, ec)) std::filesystem::rename(path, path + ".prev", ec);
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::FILE* f = std::fopen(path.c_str(), "a");  // writable, and nothing changed yet
   if (!f)
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot write '", path, "': ", std::strerror(errno), "; pass a writable --run-dir"));
   return MetricsWriter(f, path);
+}
+
+absl::Status MetricsWriter::begin(int64_t resumed_step) {
+  std::fclose(f_);
+  f_ = nullptr;
+  std::error_code ec;
+  std::string kept;
+  if (resumed_step < 0) {
+    if (std::filesystem::exists(path_, ec)) std::filesystem::rename(path_, path_ + ".prev", ec);
+  } else {
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() > resumed_step)
+        continue;  // from after the save: the resumed run writes its own
+      if (!j.is_discarded()) kept += line + "\n";  // (a torn last line is dropped)
+    }
+  }
+  f_ = std::fopen(path_.c_str(), "w");
+  if (!f_ || std::fwrite(kept.data(), 1, kept.size(), f_) != kept.size() || std::fflush(f_) != 0)
+    return absl::InternalError(
+        absl::StrCat("cannot write '", path_, "': ", std::strerror(errno ? errno : EIO)));
+  return absl::OkStatus();
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -2,6 +2,7 @@
 // formats"), flushed per line so a crashed run keeps what it measured.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,9 +13,14 @@ namespace zt {
 
 class MetricsWriter {
  public:
-  // Creates dir/metrics.jsonl (a previous one becomes metrics.jsonl.prev), creating dir if
-  // needed. Error names the path.
+  // Opens dir/metrics.jsonl for appending, creating dir if needed, and leaves what is there
+  // until begin(). Error names the path.
   static absl::StatusOr<MetricsWriter> open(const std::string& dir);
+  // Once the run knows where it starts: a fresh run (resumed_step < 0) starts a new file, the
+  // previous one kept as metrics.jsonl.prev; a run resumed after step k continues the file,
+  // keeping the lines of steps <= k and dropping later ones (written by the run that was
+  // stopped after the save), so one log covers the whole job however often it resumes.
+  absl::Status begin(int64_t resumed_step);
   MetricsWriter(MetricsWriter&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) {
     o.f_ = nullptr;
   }

@@ -1,6 +1,7 @@
 #include "trainer/train.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -300,6 +301,13 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(r.backend,
                       make_backend(device, r.comm->local_rank(), r.comm->local_size(), threads));
   if (r.ds.flops_profiler.enabled) {  // times every op of profile_step
+    const std::string& file = r.ds.flops_profiler.output_file;
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    if (!file.empty() && ::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("flops_profiler.output_file '", file, "': cannot write into '",
+                       dir.empty() ? "." : dir.string(), "' (", std::strerror(errno),
+                       "); give a path in a writable directory, or null for stdout only"));
     auto p = std::make_unique<ProfilingBackend>(std::move(r.backend));
     r.profiler = p.get();
     r.backend = std::move(p);
@@ -332,7 +340,10 @@ absl::Status setup_model(const TrainOptions& opt, Run& r) {
   }
   ZT_RETURN_IF_ERROR(
       load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine));
-  return resume(opt, r);
+  ZT_RETURN_IF_ERROR(resume(opt, r));
+  // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
+  // a new one.
+  return r.metrics ? r.metrics->begin(r.start_step > 0 ? r.start_step : -1) : absl::OkStatus();
 }
 
 // Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
@@ -476,6 +487,12 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   MemorySnapshot mem;
   Timer run_timer;
   double loop_ms = 0;
+  const int64_t profile_step = r.ds.flops_profiler.profile_step;
+  if (root && r.profiler && (profile_step <= r.start_step || profile_step > opt.steps))
+    std::fprintf(stderr,
+                 "notice: flops_profiler.profile_step %lld is not among this run's steps "
+                 "(%lld to %lld): no profile\n",
+                 (long long)profile_step, (long long)r.start_step + 1, (long long)opt.steps);
   for (int64_t step = r.start_step + 1; step <= opt.steps; ++step) {
     const bool profiling = r.profiler && step == r.ds.flops_profiler.profile_step;
     if (profiling) r.profiler->set_recording(true);

@@ -374,6 +374,57 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   EXPECT_EQ(vals, 2);  // start and end
 }
 
+// A resumed run continues metrics.jsonl: the lines up to the save stay, later ones (from the
+// run that went on past it) go, so the log holds each step once, as a straight run's.
+TEST_F(Cli, ResumeContinuesTheMetricsLog) {
+  const std::string ck = path("ck");
+  ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --steps 5 --save_dir " + ck +
+                      " --save_interval 2 --run_dir " + path("job")))
+                .code,
+            0);
+  const Result resumed = run(train("--deepspeed " + path("ds.json") + " --steps 6 --save_dir " +
+                                   path("ck2") + " --resume_from " + ck + "/step_00000004" +
+                                   " --run_dir " + path("job")));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --steps 6 --run_dir " +
+                      path("straight")))
+                .code,
+            0);
+  EXPECT_EQ(test::metric_values(path("job"), "loss"),
+            test::metric_values(path("straight"), "loss"));
+  EXPECT_EQ(test::metric_values(path("job"), "step"),
+            (std::vector<double>{1, 2, 3, 4, 5, 6}))
+      << "steps after the save are written once";
+}
+
+// flops_profiler: the table of profile_step; an output_file in a directory that cannot be
+// written is an error before any step; a profile_step outside the run says so.
+TEST_F(Cli, FlopsProfilerPrintsItsStepAndChecksItsFile) {
+  write(path("prof.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "flops_profiler": {"enabled": true, "profile_step": 2, "output_file": ")" +
+                               path("prof.txt") + R"("}})");
+  const Result r = run(train("--deepspeed " + path("prof.json")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("flops profile of step 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("matmul_forward"), std::string::npos) << r.out;
+  std::ifstream f(path("prof.txt"));
+  EXPECT_TRUE(f.good());
+  write(path("bad.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "flops_profiler": {"enabled": true, "output_file": "/nonexistent/dir/p.txt"}})");
+  const Result bad = run(train("--deepspeed " + path("bad.json")));
+  expect_user_error(bad, {"flops_profiler.output_file", "/nonexistent/dir"});
+  EXPECT_EQ(bad.out.find("step    1"), std::string::npos) << "stopped before training";
+  write(path("late.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "flops_profiler": {"enabled": true, "profile_step": 9}})");
+  const Result late = run(train("--deepspeed " + path("late.json")));
+  EXPECT_EQ(late.code, 0) << late.out;
+  EXPECT_NE(late.out.find("profile_step 9 is not among this run's steps"), std::string::npos)
+      << late.out;
+}
+
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
