@@ -76,8 +76,19 @@ struct ShardWriter {
                                                 "' in '", out, "': ", ec.message()));
       for (const std::string& t : shards[k]) index["weight_map"][t] = name;
     }
-    return write_file_atomic((fs::path(out) / "model.safetensors.index.json").string(),
-                             index.dump(2) + "\n");
+    ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(out) / "model.safetensors.index.json").string(),
+                                         index.dump(2) + "\n"));
+    // An earlier export into the same directory with another shard count left shards the new
+    // index does not name: remove them (only files of that naming pattern).
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+      const std::string f = e.path().filename().string();
+      const bool shard_name = f.starts_with("model-") && f.ends_with(".safetensors") &&
+                              f.find("-of-") != std::string::npos;
+      if (shard_name && f.find(absl::StrFormat("-of-%05d.", shards.size())) == std::string::npos)
+        fs::remove(e.path(), ec);
+    }
+    return absl::OkStatus();
   }
 };
 
@@ -99,6 +110,10 @@ absl::Status run_export(const ExportOptions& o) {
     bos = eos = 50256;  // GPT-2's <|endoftext|>
   }
   std::error_code ec;
+  if (fs::exists(fs::path(o.out) / "meta.json", ec) || fs::exists(fs::path(o.out) / "latest", ec))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out '", o.out, "' holds a zerotrain checkpoint; export into another "
+                     "directory"));
   fs::create_directories(o.out, ec);
   if (ec)
     return absl::InvalidArgumentError(

@@ -396,6 +396,17 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
           << clash.out;
     }
   }
+  // Exporting again into the same directory in one shard leaves no shard of the earlier
+  // export; a checkpoint directory is refused as --out.
+  const std::string out = path("hf_tiny-gpt2_fp32");
+  ASSERT_TRUE(run_export(ExportOptions{path("ck"), out, "fp32", "", 2'000'000'000}).ok());
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path().filename().string());
+  EXPECT_EQ(shards, std::vector<std::string>{"model-00001-of-00001.safetensors"});
+  const absl::Status into_ck = run_export(ExportOptions{path("ck"), path("ck"), "fp32", "", 1000});
+  EXPECT_EQ(into_ck.code(), absl::StatusCode::kInvalidArgument) << into_ck;
+  EXPECT_NE(std::string(into_ck.message()).find("holds a zerotrain checkpoint"), std::string::npos);
 }
 
 // sample --checkpoint reads a save directly: the same greedy text as its fp32 export through
