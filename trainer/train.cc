@@ -62,6 +62,7 @@ struct Run {
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
   int64_t save_interval = 0, keep_last = 0;
   int64_t start_step = 0;  // steps already done (a resumed run)
+  bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
 };
 
 // What a resumed run must share with the save (trainer/checkpoint.h): the model, the data
@@ -153,16 +154,18 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   // (Compared as canonical paths: a trailing slash, a relative path or a link names the same.)
   namespace fs = std::filesystem;
   std::error_code ec;
-  const bool resave = st.step == opt.steps && !r.save_dir.empty() &&
-                      fs::weakly_canonical(r.save_dir, ec) !=
-                          fs::weakly_canonical(*dir, ec).parent_path();
-  if (st.step >= opt.steps && !resave)
+  r.resave = st.step == opt.steps && !r.save_dir.empty() &&
+             fs::weakly_canonical(r.save_dir, ec) != fs::weakly_canonical(*dir, ec).parent_path();
+  if (st.step > opt.steps)
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint '", *dir, "' is at step ", st.step, ", and --steps is ", opt.steps,
         ": raise --steps to train further (or, to save it again for this world size and stage "
         "without training, give --steps ", st.step, " and a different --save_dir)"));
   r.start_step = st.step;
-  if (r.comm->rank() == 0)
+  if (r.comm->rank() == 0 && st.step == opt.steps && !r.resave)  // a finished job relaunched
+    std::printf("the checkpoint '%s' is at --steps (%lld): nothing to train\n", dir->c_str(),
+                (long long)st.step);
+  else if (r.comm->rank() == 0)
     std::printf("resumed from '%s' at step %lld\n", dir->c_str(), (long long)st.step);
   std::fflush(stdout);  // a log follower (or a pipe) sees it now
   return absl::OkStatus();
@@ -594,7 +597,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
       ZT_RETURN_IF_ERROR(validate_now(step));
     ZT_RETURN_IF_ERROR(maybe_save(opt, r, step));
   }
-  if (r.start_step == opt.steps) ZT_RETURN_IF_ERROR(maybe_save(opt, r, opt.steps));  // a re-save
+  if (r.resave) ZT_RETURN_IF_ERROR(maybe_save(opt, r, opt.steps));
   r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
   ZT_RETURN_IF_ERROR(validate_now(opt.steps));
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));

@@ -183,7 +183,8 @@ TEST_F(Checkpoint, ResumesAtAnotherWorldSizeAndStage) {
 
 // Export does not depend on the layout a state was saved in: a 2-rank stage-2 save, resumed
 // with --steps at its own step and saved again (no training) on 1 and 4 ranks and at stage 3,
-// exports to the same bytes as the original; re-saving into the directory it came from is refused.
+// exports to the same bytes as the original; relaunched into the directory it came from, it
+// trains and rewrites nothing.
 TEST_F(Checkpoint, ResavedAtAnyLayoutExportsTheSameBytes) {
   const std::string zero2 = ", \"zero_optimization\": {\"stage\": 2}";
   const std::string zero3 = ", \"zero_optimization\": {\"stage\": 3}";
@@ -218,16 +219,25 @@ TEST_F(Checkpoint, ResavedAtAnyLayoutExportsTheSameBytes) {
     EXPECT_TRUE(losses("run_" + re).empty()) << "a re-save trains no step";
     EXPECT_EQ(files(re, "hf_" + re), want) << cases[i].ranks << " ranks, " << cases[i].ds;
   }
-  // The same directory, also spelled through the step directory with a trailing slash, or a link.
+  // Into the directory it came from (also spelled through the step directory with a trailing
+  // slash, or a link): a finished job relaunched, nothing trained and nothing rewritten.
   fs::create_directory_symlink(path("ck"), path("ck_link"));
+  const std::string rank0 = slurp(path("ck") + "/step_00000003/rank_00000.bin");
   for (const std::string from :
        {std::string("--resume"), "--resume_from " + path("ck") + "/step_00000003/",
         "--resume_from " + path("ck_link") + "/step_00000003"}) {
     const Result same =
         train(2, config("two.json", 2, 1, zero2), 3, "same", "--save_dir " + path("ck") + " " + from);
-    EXPECT_EQ(same.code, 2) << from << "\n" << same.out;
-    EXPECT_NE(same.out.find("a different --save_dir"), std::string::npos) << same.out;
+    EXPECT_EQ(same.code, 0) << from << "\n" << same.out;
+    EXPECT_NE(same.out.find("nothing to train"), std::string::npos) << same.out;
+    EXPECT_EQ(same.out.find("saved "), std::string::npos) << same.out;
+    EXPECT_EQ(slurp(path("ck") + "/step_00000003/rank_00000.bin"), rank0);
   }
+  // A save past --steps is still an error.
+  const Result past =
+      train(2, config("two.json", 2, 1, zero2), 2, "past", "--resume_from " + path("ck"));
+  EXPECT_EQ(past.code, 2) << past.out;
+  EXPECT_NE(past.out.find("raise --steps"), std::string::npos) << past.out;
 }
 
 TEST_F(Checkpoint, BadCheckpointsAreRefused) {
