@@ -1,6 +1,9 @@
 #include "model/config.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -240,6 +243,16 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
   return c;
 }
 
+namespace {
+// The double a float prints as at its shortest (1e-05f -> 1e-05, not 9.999999747378752e-06), so
+// a config.json holds the value the model was configured with.
+double shortest(float x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+}  // namespace
+
 std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,
                            int eos_id) {
   nlohmann::json j;
@@ -253,7 +266,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"n_head", c.n_head},
          {"n_embd", c.hidden},
          {"n_inner", c.intermediate},
-         {"layer_norm_epsilon", c.norm_eps},
+         {"layer_norm_epsilon", shortest(c.norm_eps)},
          {"activation_function", "gelu_new"},
          {"tie_word_embeddings", true}};
   } else {
@@ -266,7 +279,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"num_key_value_heads", c.n_kv_head},
          {"hidden_size", c.hidden},
          {"intermediate_size", c.intermediate},
-         {"rms_norm_eps", c.norm_eps},
+         {"rms_norm_eps", shortest(c.norm_eps)},
          {"rope_theta", c.rope_theta},
          {"hidden_act", "silu"},
          {"attention_bias", false},

@@ -73,9 +73,15 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
 
 absl::StatusOr<std::string> require_checkpoint(const std::string& dir, const std::string& flag) {
   ZT_ASSIGN_OR_RETURN(const std::optional<std::string> found, find_checkpoint(dir));
+  std::error_code ec;
+  if (!found && !std::filesystem::exists(dir, ec))
+    return absl::NotFoundError(absl::StrCat(flag, " '", dir, "' does not exist"));
   if (!found)
-    return absl::NotFoundError(
-        absl::StrCat(flag, " '", dir, "' holds no checkpoint (no meta.json, no latest)"));
+    return absl::NotFoundError(absl::StrCat(
+        flag, " '", dir, "' holds no checkpoint (no meta.json, no latest)",
+        std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec)
+            ? "; it looks like a Hugging Face model directory: load it with --init_from"
+            : ""));
   return *found;
 }
 

@@ -129,8 +129,9 @@ constexpr const char* kUsage =
     "  info     --model PRESET                       parameter counts per unit\n"
     "  prepare  --tokenizer M --input F[,F] --out D  text -> llm.c token shards\n"
     "  train    --deepspeed ds_config.json --train_data GLOB [...]\n"
-    "  sample   --init_from HF_DIR | --model PRESET --tokenizer M [--sample_prompt TEXT ...]\n"
-    "  export   --checkpoint DIR --out HF_DIR [--dtype bf16|fp32] [--tokenizer M]\n"
+    "  sample   --init_from HF_DIR | --checkpoint DIR | --model PRESET, --tokenizer M\n"
+    "           [--prompt TEXT --template alpaca --max_new_tokens N ...]\n"
+    "  export   --checkpoint DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--tokenizer M]\n"
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
@@ -412,6 +413,13 @@ int main(int argc, char** argv) {
     mpi = std::move(*rt);
   }
   absl::SetProgramUsageMessage(kUsage);
+  // --help / -h anywhere: the usage (absl's --help would list no flags of its own and exit 1);
+  // --helpfull still lists every flag.
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    }
   std::vector<std::string> args = {argv[0]};
   if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok()) return fail(s);
   std::vector<char*> cargv;

@@ -283,6 +283,9 @@ TEST_F(Checkpoint, BadCheckpointsAreRefused) {
   expect_error("--resume_from " + path("ck"), "which is not a complete checkpoint");
   fs::create_directories(path("empty"));
   expect_error("--resume_from " + path("empty"), "holds no checkpoint");
+  expect_error("--resume_from " + path("missing"), "'" + path("missing") + "' does not exist");
+  std::ofstream(path("empty") + "/config.json") << "{}";  // a Hugging Face directory, say
+  expect_error("--resume_from " + path("empty"), "load it with --init_from");
   expect_error("--resume", "--resume continues from --save_dir");
   expect_error("--resume --save_dir " + path("ck") + " --resume_from " + path("ck"), "not both");
   // --resume with a save_dir that has nothing yet starts from step 0 (a job's first launch).

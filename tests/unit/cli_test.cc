@@ -428,6 +428,11 @@ TEST_F(Cli, FlopsProfilerPrintsItsStepAndChecksItsFile) {
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
+  for (const char* help : {"--help", "train --help", "-h"}) {  // the usage, exit 0
+    const Result r = run(help);
+    EXPECT_EQ(r.code, 0) << help << "\n" << r.out;
+    EXPECT_NE(r.out.find("zerotrain <command>"), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(Cli, UnknownFlagNamesClosest) {
