@@ -122,7 +122,8 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
   }
   if (loader.sequences_ < need) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the token shards hold ", loader.sequences_, " sequence(s) of T+1 = ", T + 1,
+        "the token shards '", options.pattern, "' hold ", loader.sequences_,
+        " sequence(s) of T+1 = ", T + 1,
         " tokens", too_small.empty() ? "" : absl::StrCat(" (too short: ", too_small, ")"),
         "; one step of ", options.world_size, " rank(s) needs W*B*G = ", need, " (B=",
         options.B, " T=", T, ", G=", options.micro_batches_per_step,
