@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -102,10 +103,16 @@ absl::Status check_sampling(float temperature, int top_k, float top_p) {
 absl::Status run_sample(const SampleCommand& cmd) {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
   SampleOptions s = cmd.sample;
-  if (cmd.tokenizer.empty())
+  // A Hugging Face directory (a zerotrain export with --tokenizer) may carry its own.
+  std::string tokenizer = cmd.tokenizer;
+  std::error_code ec;
+  if (tokenizer.empty() && !cmd.init_from.empty() &&
+      std::filesystem::exists(std::filesystem::path(cmd.init_from) / "tokenizer.model", ec))
+    tokenizer = (std::filesystem::path(cmd.init_from) / "tokenizer.model").string();
+  if (tokenizer.empty())
     return bad(
         "sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
-        "the tokens");
+        "the tokens (an --init_from directory holding tokenizer.model provides it)");
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(cmd.device));
   if (!cmd.prompt_template.empty()) {
     PromptTemplate t = alpaca_template();
@@ -140,7 +147,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
     return bad(absl::StrCat("--seq_len ", s.window, " must be in [1, ", c.max_seq_len,
                             "] for this model (its max_seq_len; RoPE models take a longer "
                             "--max_seq_len)"));
-  ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(cmd.tokenizer, c));
+  ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(tokenizer, c));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_backend(device, 0, 1, cmd.threads));
   auto comm = make_single_process_communicator(be.get());
   Transformer model(c, be.get(), 1, s.window);

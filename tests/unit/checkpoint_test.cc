@@ -423,7 +423,8 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
 }
 
 // sample --checkpoint reads a save directly: the same greedy text as its fp32 export through
-// --init_from; --prompt and --max_new_tokens are --sample_prompt and --sample_tokens.
+// --init_from (which takes the export's tokenizer.model); --prompt and --max_new_tokens are
+// --sample_prompt and --sample_tokens.
 TEST_F(Checkpoint, SampleFromACheckpoint) {
   const std::string tok = std::string(ZT_SOURCE_DIR) + "/../shared/data/llama2_tokenizer.model";
   if (!fs::exists(tok)) GTEST_SKIP() << "shared data absent";
@@ -434,12 +435,14 @@ TEST_F(Checkpoint, SampleFromACheckpoint) {
                              " --steps 1 --run_dir " + path("run") + " --save_dir " + path("ck"));
   ASSERT_EQ(r.code, 0) << r.out;
   ASSERT_EQ(::zt::run(kBin + " export --dtype fp32 --checkpoint " + path("ck") + " --out " +
-                      path("hf")).code,
+                      path("hf") + " --tokenizer " + tok).code,
             0);
-  const std::string args = " --tokenizer " + tok + " --temperature 0 --threads 1 --seq_len 32";
+  const std::string opts = " --temperature 0 --threads 1 --seq_len 32";
+  const std::string args = " --tokenizer " + tok + opts;
   const Result a = ::zt::run(kBin + " sample --checkpoint " + path("ck") + args +
                              " --prompt ROMEO: --max_new_tokens 10");
-  const Result b = ::zt::run(kBin + " sample --init_from " + path("hf") + args +
+  // The export carries tokenizer.model, so --init_from needs no --tokenizer.
+  const Result b = ::zt::run(kBin + " sample --init_from " + path("hf") + opts +
                              " --sample_prompt ROMEO: --sample_tokens 10");
   ASSERT_EQ(a.code, 0) << a.out;
   ASSERT_EQ(b.code, 0) << b.out;
