@@ -154,6 +154,15 @@ void Transformer::norm_forward(float* out, float* mean, float* rstd, const float
     be_->rmsnorm_forward(out, rstd, x, w, N, C, config_.norm_eps);
 }
 
+void Transformer::residual_norm_forward(float* x, const float* residual, float* out, float* mean,
+                                        float* rstd, TensorView w, TensorView b, int N) {
+  const int C = config_.hidden;
+  if (config_.is_gpt2())
+    be_->residual_layernorm_forward(x, residual, out, mean, rstd, w, b, N, C, config_.norm_eps);
+  else
+    be_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, config_.norm_eps);
+}
+
 void Transformer::norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                                 TensorView w, const float* mean, const float* rstd, int N) {
   const int C = config_.hidden;
@@ -206,11 +215,7 @@ void Transformer::block_tail(TensorView p, const float* x, const float* atty, fl
   const Offsets& o = a_->off;
   const int C = c.hidden, I = c.intermediate;
   be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
-  if (c.is_gpt2())  // the residual add and the norm after it in one pass
-    be_->residual_layernorm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N, C,
-                                    c.norm_eps);
-  else
-    be_->residual_rmsnorm_forward(mid, x, ln2, ln2_rstd, p + o.ln2w, N, C, c.norm_eps);
+  residual_norm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N);
   if (c.is_gpt2()) {  // fc (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA; act (N, I)
     be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
     be_->gelu_forward(act, fc, (size_t)N * I);

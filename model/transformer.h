@@ -77,6 +77,9 @@ class Transformer {
                     TensorView b, int N);
   void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                      TensorView w, const float* mean, const float* rstd, int N);
+  // x += residual in place, then norm_forward of the sum, in one pass (Backend::residual_*).
+  void residual_norm_forward(float* x, const float* residual, float* out, float* mean,
+                             float* rstd, TensorView w, TensorView b, int N);
   void block_forward(UnitEngine& e, int l);
   void block_compute(TensorView p, int l);  // block l's forward with parameters p
   // The rest of a block's forward after attention, rows N: mid = x + atty W_o, ln2 = norm(mid),

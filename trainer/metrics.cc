@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
+#include "common/status.h"
 
 namespace zt {
 
@@ -30,10 +32,10 @@ absl::Status MetricsWriter::begin(int64_t resumed_step) {
   std::fclose(f_);
   f_ = nullptr;
   std::error_code ec;
-  std::string kept;
   if (resumed_step < 0) {
     if (std::filesystem::exists(path_, ec)) std::filesystem::rename(path_, path_ + ".prev", ec);
   } else {
+    std::string kept;
     std::ifstream in(path_);
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
@@ -42,9 +44,10 @@ absl::Status MetricsWriter::begin(int64_t resumed_step) {
         continue;  // from after the save: the resumed run writes its own
       if (!j.is_discarded()) kept += line + "\n";  // (a torn last line is dropped)
     }
+    ZT_RETURN_IF_ERROR(write_file_atomic(path_, kept));  // the old log stays until this is whole
   }
-  f_ = std::fopen(path_.c_str(), "w");
-  if (!f_ || std::fwrite(kept.data(), 1, kept.size(), f_) != kept.size() || std::fflush(f_) != 0)
+  f_ = std::fopen(path_.c_str(), resumed_step < 0 ? "w" : "a");
+  if (!f_)
     return absl::InternalError(
         absl::StrCat("cannot write '", path_, "': ", std::strerror(errno ? errno : EIO)));
   return absl::OkStatus();

@@ -497,7 +497,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
                  "(%lld to %lld): no profile\n",
                  (long long)profile_step, (long long)r.start_step + 1, (long long)opt.steps);
   for (int64_t step = r.start_step + 1; step <= opt.steps; ++step) {
-    const bool profiling = r.profiler && step == r.ds.flops_profiler.profile_step;
+    const bool profiling = r.profiler && step == profile_step;
     if (profiling) r.profiler->set_recording(true);
     Timer t;
     const CommStats comm_before = r.comm->stats();
