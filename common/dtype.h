@@ -35,6 +35,23 @@ struct TensorView {
   // The fp32 pointer of an fp32 view (null otherwise): for kernels that take only fp32.
   const float* f32() const { return dtype == DType::kF32 ? static_cast<const float*>(data) : nullptr; }
 };
+// The writable twin of TensorView: a pointer and its dtype, for activations and their gradients
+// (fp32 on the CPU backend; bf16/fp16 on a GPU running mixed precision, Backend::
+// activation_dtype). Converts implicitly from a float* and to a TensorView.
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  TensorRef() = default;
+  TensorRef(float* p) : data(p) {}  // NOLINT: fp32 pointers are views
+  TensorRef(std::nullptr_t) {}      // NOLINT
+  TensorRef(void* p, DType t) : data(p), dtype(t) {}
+  TensorRef operator+(size_t elements) const {
+    return {static_cast<char*>(data) + elements * dtype_size(dtype), dtype};
+  }
+  operator TensorView() const { return {data, dtype}; }  // NOLINT: a writable view reads too
+  explicit operator bool() const { return data != nullptr; }
+  size_t bytes(size_t elements) const { return elements * dtype_size(dtype); }
+};
 std::string_view dtype_name(DType t);
 // Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; error names the accepted spellings.
 absl::StatusOr<DType> parse_dtype(std::string_view s);

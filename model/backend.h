@@ -1,10 +1,14 @@
 // The backend interface: memory on one device (host or a CUDA GPU) and the kernels the
 // transformer needs. Model, ZeRO and offload code never dereference a device pointer on the
 // host; they call these operations (DESIGN.md "Backend"). Every kernel accumulates in fp32.
-// Tensor arguments are device pointers to row-major fp32 arrays, shapes in the comments, except
-// parameters (TensorView: fp32, bf16 or fp16, in the dtype weight_dtype() asks for; a backend
-// accepts any of them, and a GEMM on a 16-bit weight rounds its other operand to that dtype, as
-// PyTorch's autocast does).
+// Tensor arguments are device pointers to row-major arrays, shapes in the comments:
+// - parameters (TensorView) in fp32, bf16 or fp16, the dtype weight_dtype() asks for; a GEMM on
+//   a 16-bit weight rounds its other operand to that dtype, as PyTorch's autocast does;
+// - activations and their gradients (TensorRef written, TensorView read) in the dtype
+//   activation_dtype() gives: fp32 on the CPU, the 16-bit working dtype on a GPU (llm.c's
+//   floatX), every value computed in fp32 and rounded once where it is stored;
+// - parameter gradients, norm and softmax statistics (mean, rstd, lse), losses and logits are
+//   fp32 (float*) everywhere.
 // Backward kernels ACCUMULATE into parameter gradients (+=) and, unless stated, into input
 // gradients too, so gradient accumulation and tied weights need no extra pass.
 #pragma once
@@ -45,6 +49,11 @@ class Backend {
   // (the engine widens a 16-bit unit once per fetch; its kernels are fp32), the working dtype
   // itself on a GPU (no fp32 copy; bf16/fp16 GEMMs on tensor cores with fp32 accumulation).
   virtual DType weight_dtype(DType /*working*/) const { return DType::kF32; }
+  // The dtype this backend keeps activations and their gradients in when parameters work in
+  // `working`: fp32 on the CPU (its kernels are fp32); on a GPU the 16-bit working dtype itself
+  // (half the activation memory and bandwidth; GEMMs read and write it on tensor cores). The
+  // Transformer allocates its activations in it (zero/estimator.h counts them so).
+  virtual DType activation_dtype(DType /*working*/) const { return DType::kF32; }
   // ---- host memory and copies that overlap the kernels (offload's pipeline) ----
   // Page-locks [p, p + bytes) of host memory (whole pages, not yet pinned) so copies to and
   // from it run by DMA and asynchronously: cudaHostRegister on a GPU, mlock on the CPU. False
@@ -78,71 +87,70 @@ class Backend {
 
   // ---- kernels ----
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).
-  virtual void matmul_forward(float* out, const float* inp, TensorView weight, TensorView bias,
+  virtual void matmul_forward(TensorRef out, TensorView inp, TensorView weight, TensorView bias,
                               int N, int C, int OC) = 0;
   // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
   // dinp and dbias may be null.
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, TensorView weight, int N, int C, int OC) = 0;
+  virtual void matmul_backward(TensorRef dinp, float* dweight, float* dbias, TensorView dout,
+                               TensorView inp, TensorView weight, int N, int C, int OC) = 0;
   // out (B,T,C) fp32 = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
   // stored), so a lookup widens only the rows it reads.
-  virtual void embedding_forward(float* out, const int* tokens, const void* wte, const void* wpe,
+  virtual void embedding_forward(TensorRef out, const int* tokens, const void* wte, const void* wpe,
                                  DType table_t, int B, int T, int C) = 0;
   // dwte[tokens] += dout; dwpe[t] += dout (when dwpe is not null).
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+  virtual void embedding_backward(float* dwte, float* dwpe, TensorView dout, const int* tokens,
                                   int B, int T, int C) = 0;
   // LayerNorm (Ba et al.): y = (x - mean) * rstd * w + b per row; saves mean, rstd (N).
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+  virtual void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                  TensorView w, TensorView b, int N, int C, float eps) = 0;
-  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                  const float* inp, TensorView w, const float* mean,
+  virtual void layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+                                  TensorView inp, TensorView w, const float* mean,
                                   const float* rstd, int N, int C) = 0;
   // RMSNorm (Zhang & Sennrich): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w, int N,
+  virtual void rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w, int N,
                                int C, float eps) = 0;
-  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+  virtual void rmsnorm_backward(TensorRef dinp, float* dw, TensorView dout, TensorView inp,
                                 TensorView w, const float* rstd, int N, int C) = 0;
   // The residual add fused into the norm that follows it (llm.c's fused residual forward):
   // x (N,C) += residual (N,C) in place, then out = the norm of the sum, as layernorm_forward /
   // rmsnorm_forward (same statistics saved, same bits as add_inplace then the norm). One pass
   // over the residual stream where the two ops take two.
-  virtual void residual_layernorm_forward(float* x, const float* residual, float* out,
+  virtual void residual_layernorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                           float* mean, float* rstd, TensorView w, TensorView b,
                                           int N, int C, float eps) = 0;
-  virtual void residual_rmsnorm_forward(float* x, const float* residual, float* out, float* rstd,
-                                        TensorView w, int N, int C, float eps) = 0;
+  virtual void residual_rmsnorm_forward(TensorRef x, TensorView residual, TensorRef out,
+                                        float* rstd, TensorView w, int N, int C, float eps) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
   // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
   // position pos0 + t (0 for a whole sequence; the decode step's position for one row).
   // inverse=true rotates by -angle, which is the backward (a rotation's transpose is its
   // inverse).
-  virtual void rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
+  virtual void rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
                     int pos0) = 0;
   // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
   // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
   // lse (B,NH,T) saves each row's softmax log-sum-exp for the backward, which recomputes the
   // probabilities from it (FlashAttention's interface: nothing of size T x T is kept).
-  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+  virtual void attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
                                  int KVH, int hd) = 0;
   // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's lse.
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* lse, int B, int T, int NH, int KVH, int hd) = 0;
+  virtual void attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv, const float* lse,
+                                  int B, int T, int NH, int KVH, int hd) = 0;
   // One decoding step with a KV cache: out (NH*hd) = the attention of the last row's queries
   // over rows 0..T-1 of qkv (T,(NH+2*KVH)*hd), one sequence: row T-1 of attention_forward,
   // in O(T) instead of O(T^2).
-  virtual void attention_decode(float* out, const float* qkv, int T, int NH, int KVH,
-                                int hd) = 0;
+  virtual void attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH, int hd) = 0;
   // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_forward(TensorRef out, TensorView inp, size_t n) = 0;
   // dinp (n) = (overwrites) dout * gelu'(inp).
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void gelu_backward(TensorRef dinp, TensorView inp, TensorView dout, size_t n) = 0;
   // SwiGLU: out (N,I) = silu(inp[:, :I]) * inp[:, I:], inp (N,2I) = [gate | up].
-  virtual void swiglu_forward(float* out, const float* inp, int N, int I) = 0;
+  virtual void swiglu_forward(TensorRef out, TensorView inp, int N, int I) = 0;
   // dinp (N,2I) = (overwrites) the gradient w.r.t. [gate | up].
-  virtual void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) = 0;
+  virtual void swiglu_backward(TensorRef dinp, TensorView dout, TensorView inp, int N, int I) = 0;
   // y (n) += x (n).
-  virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  virtual void add_inplace(TensorRef y, TensorView x, size_t n) = 0;
   // Fused softmax cross-entropy over logits (N,V) with targets (N) (ignore_index < 0 counts no
   // loss and no gradient). losses (N) gets -log p[target] (0 for ignored). When dlogits_scale
   // != 0, logits are overwritten by their gradient: (softmax - onehot) * dlogits_scale.

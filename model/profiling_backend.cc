@@ -84,96 +84,96 @@ void ProfilingBackend::convert(const void* src, DType st, void* dst, DType dt, s
 void ProfilingBackend::synchronize() { inner_->synchronize(); }
 
 // ---- kernels ----
-void ProfilingBackend::matmul_forward(float* out, const float* inp, TensorView w, TensorView b,
+void ProfilingBackend::matmul_forward(TensorRef out, TensorView inp, TensorView w, TensorView b,
                                       int N, int C, int OC) {
   timed("matmul_forward", gemm_shape(N, C, OC, w.dtype), 2.0 * N * C * OC,
         [&] { inner_->matmul_forward(out, inp, w, b, N, C, OC); });
 }
-void ProfilingBackend::matmul_backward(float* dinp, float* dw, float* db, const float* dout,
-                                       const float* inp, TensorView w, int N, int C, int OC) {
+void ProfilingBackend::matmul_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+                                       TensorView inp, TensorView w, int N, int C, int OC) {
   timed("matmul_backward", gemm_shape(N, C, OC, w.dtype), (dinp ? 4.0 : 2.0) * N * C * OC,
         [&] { inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC); });
 }
-void ProfilingBackend::embedding_forward(float* out, const int* tokens, const void* wte,
+void ProfilingBackend::embedding_forward(TensorRef out, const int* tokens, const void* wte,
                                          const void* wpe, DType t, int B, int T, int C) {
   timed("embedding_forward", rows_by_cols((int64_t)B * T, C), 0,
         [&] { inner_->embedding_forward(out, tokens, wte, wpe, t, B, T, C); });
 }
-void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, TensorView dout,
                                           const int* tokens, int B, int T, int C) {
   timed("embedding_backward", rows_by_cols((int64_t)B * T, C), 0,
         [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
 }
-void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void ProfilingBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                          TensorView w, TensorView b, int N, int C, float eps) {
   timed("layernorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps); });
 }
-void ProfilingBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                          const float* inp, TensorView w, const float* mean,
+void ProfilingBackend::layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+                                          TensorView inp, TensorView w, const float* mean,
                                           const float* rstd, int N, int C) {
   timed("layernorm_backward", rows_by_cols(N, C), 0,
         [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
 }
-void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w,
+void ProfilingBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w,
                                        int N, int C, float eps) {
   timed("rmsnorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->rmsnorm_forward(out, rstd, inp, w, N, C, eps); });
 }
-void ProfilingBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+void ProfilingBackend::rmsnorm_backward(TensorRef dinp, float* dw, TensorView dout, TensorView inp,
                                         TensorView w, const float* rstd, int N, int C) {
   timed("rmsnorm_backward", rows_by_cols(N, C), 0,
         [&] { inner_->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
 }
-void ProfilingBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
+void ProfilingBackend::residual_layernorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                                   float* mean, float* rstd, TensorView w,
                                                   TensorView b, int N, int C, float eps) {
   timed("residual_layernorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->residual_layernorm_forward(x, residual, out, mean, rstd, w, b, N, C, eps); });
 }
-void ProfilingBackend::residual_rmsnorm_forward(float* x, const float* residual, float* out,
+void ProfilingBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                                 float* rstd, TensorView w, int N, int C,
                                                 float eps) {
   timed("residual_rmsnorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, eps); });
 }
-void ProfilingBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
+void ProfilingBackend::rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta,
                             bool inverse, int pos0) {
   timed(inverse ? "rope_backward" : "rope_forward", attention_shape(B, T, NH, KVH, hd), 0,
         [&] { inner_->rope(qkv, B, T, NH, KVH, hd, theta, inverse, pos0); });
 }
-void ProfilingBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T,
+void ProfilingBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T,
                                          int NH, int KVH, int hd) {
   timed("attention_forward", attention_shape(B, T, NH, KVH, hd), 2 * causal_flops(B, T, NH, hd),
         [&] { inner_->attention_forward(out, lse, qkv, B, T, NH, KVH, hd); });
 }
 // The backward recomputes QK^T, then dV, dP, dQ and dK: five products of the forward's two.
-void ProfilingBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void ProfilingBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
                                           const float* lse, int B, int T, int NH, int KVH, int hd) {
   timed("attention_backward", attention_shape(B, T, NH, KVH, hd), 5 * causal_flops(B, T, NH, hd),
         [&] { inner_->attention_backward(dqkv, dout, qkv, lse, B, T, NH, KVH, hd); });
 }
-void ProfilingBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH,
+void ProfilingBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH,
                                         int hd) {
   timed("attention_decode", attention_shape(1, T, NH, KVH, hd), 4.0 * NH * T * hd,
         [&] { inner_->attention_decode(out, qkv, T, NH, KVH, hd); });
 }
-void ProfilingBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void ProfilingBackend::gelu_forward(TensorRef out, TensorView inp, size_t n) {
   timed("gelu_forward", absl::StrCat("n ", n), 0, [&] { inner_->gelu_forward(out, inp, n); });
 }
-void ProfilingBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void ProfilingBackend::gelu_backward(TensorRef dinp, TensorView inp, TensorView dout, size_t n) {
   timed("gelu_backward", absl::StrCat("n ", n), 0,
         [&] { inner_->gelu_backward(dinp, inp, dout, n); });
 }
-void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
+void ProfilingBackend::swiglu_forward(TensorRef out, TensorView inp, int N, int I) {
   timed("swiglu_forward", rows_by_cols(N, I), 0, [&] { inner_->swiglu_forward(out, inp, N, I); });
 }
-void ProfilingBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N,
+void ProfilingBackend::swiglu_backward(TensorRef dinp, TensorView dout, TensorView inp, int N,
                                        int I) {
   timed("swiglu_backward", rows_by_cols(N, I), 0,
         [&] { inner_->swiglu_backward(dinp, dout, inp, N, I); });
 }
-void ProfilingBackend::add_inplace(float* y, const float* x, size_t n) {
+void ProfilingBackend::add_inplace(TensorRef y, TensorView x, size_t n) {
   timed("add_inplace", absl::StrCat("n ", n), 0, [&] { inner_->add_inplace(y, x, n); });
 }
 void ProfilingBackend::crossentropy_forward_backward(float* logits, float* losses,

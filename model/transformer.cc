@@ -26,7 +26,8 @@ struct Offsets {
   size_t lnfw, lnfb, headw;
 };
 
-// One block's intermediates for its backward, sized for (max_B, max_T); N = B*T rows.
+// One block's intermediates for its backward, sized for (max_B, max_T); N = B*T rows. In the
+// activation dtype, except the statistics (means, rstds, lse: fp32).
 struct Transformer::BlockActs {
   // lse (B,NH,T): the attention's log-sum-exp per query row (no (B,NH,T,T) probabilities).
   DeviceBuffer ln1, ln1_mean, ln1_rstd, qkv, lse, atty, resid_mid, ln2, ln2_mean, ln2_rstd, fc,
@@ -49,9 +50,6 @@ struct Transformer::Acts {
   int chunk = 0;
 };
 
-static const float* at(const float* base, size_t off) {
-  return off == kNone ? nullptr : base + off;
-}
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
 static TensorView at(TensorView base, size_t off) { return off == kNone ? nullptr : base + off; }
 // Element `off` of a unit stored in dtype t (fetch_stored).
@@ -60,7 +58,7 @@ static const void* at(const void* base, DType t, size_t off) {
 }
 
 Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T,
-                         int checkpoint_every, bool cpu_checkpointing)
+                         int checkpoint_every, bool cpu_checkpointing, DType activations)
     : config_(c),
       layout_(c),
       be_(be),
@@ -68,6 +66,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
       max_T_(max_T),
       checkpoint_every_(std::min(checkpoint_every, c.n_layer)),
       cpu_checkpointing_(cpu_checkpointing && checkpoint_every > 0),
+      act_t_(activations),
       a_(std::make_unique<Acts>()) {
   ZT_CHECK(max_T <= c.max_seq_len || !c.is_gpt2());
   ZT_CHECK(checkpoint_every >= 0);
@@ -84,6 +83,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   const size_t fcw = c.is_gpt2() ? c.intermediate : 2 * c.intermediate;
   const auto A = MemCategory::kActivations;
   auto f32 = [&](size_t n) { return DeviceBuffer(be, n * sizeof(float), A); };
+  auto act = [&](size_t n) { return DeviceBuffer(be, n * dtype_size(activations), A); };
   a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
   a_->targets = DeviceBuffer(be, N * sizeof(int), A);
   const size_t k = checkpoint_every_;
@@ -91,30 +91,31 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   // See Acts::x; with cpu_checkpointing two device buffers take turns holding the checkpoint
   // in use, and the checkpoints themselves live in host memory.
   const size_t num_x = k == 0 ? L + 1 : (cpu_checkpointing_ ? std::min<size_t>(2, checkpoints) : checkpoints) + k;
-  for (size_t i = 0; i < num_x; ++i) a_->x.push_back(f32(N * C));
+  for (size_t i = 0; i < num_x; ++i) a_->x.push_back(act(N * C));
   if (cpu_checkpointing_) {
-    host_checkpoints_.assign(checkpoints, std::vector<float>(N * C));
-    host_.on_alloc(MemCategory::kActivations, checkpoints * N * C * sizeof(float));
+    const size_t bytes = N * C * dtype_size(activations);
+    host_checkpoints_.assign(checkpoints, std::vector<char>(bytes));
+    host_.on_alloc(MemCategory::kActivations, checkpoints * bytes);
   }
   for (size_t l = 0; l < (k == 0 ? L : k); ++l)
-    a_->blocks.push_back({f32(N * C), f32(N), f32(N), f32(N * c.qkv_dim()),
-                          f32((size_t)max_B * c.n_head * max_T), f32(N * C), f32(N * C),
-                          f32(N * C), f32(N), f32(N), f32(N * fcw), f32(N * c.intermediate)});
-  a_->lnf = f32(N * C);
+    a_->blocks.push_back({act(N * C), f32(N), f32(N), act(N * c.qkv_dim()),
+                          f32((size_t)max_B * c.n_head * max_T), act(N * C), act(N * C), act(N * C),
+                          f32(N), f32(N), act(N * fcw), act(N * c.intermediate)});
+  a_->lnf = act(N * C);
   a_->lnf_mean = f32(N);
   a_->lnf_rstd = f32(N);
   // Classifier chunk: about 32 MiB of logits at a time, so a 32k vocabulary never needs (N,V).
   a_->chunk = (int)std::clamp<size_t>((size_t{8} << 20) / c.vocab_size, 1, N);
   a_->logits = f32((size_t)a_->chunk * c.vocab_size);
   a_->losses = f32(N);
-  a_->dlnf = f32(N * C);
-  a_->dx = f32(N * C);
-  a_->dresid = f32(N * C);
-  a_->dln = f32(N * C);
-  a_->datty = f32(N * C);
-  a_->dqkv = f32(N * c.qkv_dim());
-  a_->dact = f32(N * c.intermediate);
-  a_->dfc = f32(N * fcw);
+  a_->dlnf = act(N * C);
+  a_->dx = act(N * C);
+  a_->dresid = act(N * C);
+  a_->dln = act(N * C);
+  a_->datty = act(N * C);
+  a_->dqkv = act(N * c.qkv_dim());
+  a_->dact = act(N * c.intermediate);
+  a_->dfc = act(N * fcw);
 }
 
 Transformer::~Transformer() = default;
@@ -123,29 +124,29 @@ Transformer::BlockActs& Transformer::acts_of(int l) {
   return a_->blocks[checkpoint_every_ == 0 ? l : l % checkpoint_every_];
 }
 
-float* Transformer::block_input(int l) {
+TensorRef Transformer::block_input(int l) {
   const int k = checkpoint_every_, L = config_.n_layer;
-  if (k == 0) return a_->x[l].f32();
+  if (k == 0) return act(a_->x[l]);
   const int checkpoints = (L + k - 1) / k;
   const int on_device = cpu_checkpointing_ ? std::min(2, checkpoints) : checkpoints;
-  if (l == L) return a_->x.back().f32();
-  if (l % k != 0) return a_->x[on_device + l % k - 1].f32();
-  return a_->x[cpu_checkpointing_ ? (l / k) % on_device : l / k].f32();
+  if (l == L) return act(a_->x.back());
+  if (l % k != 0) return act(a_->x[on_device + l % k - 1]);
+  return act(a_->x[cpu_checkpointing_ ? (l / k) % on_device : l / k]);
 }
 
 void Transformer::save_checkpoint(int i) {
   if (!cpu_checkpointing_ || i * checkpoint_every_ >= config_.n_layer) return;
-  be_->copy_to_host(host_checkpoints_[i].data(), block_input(i * checkpoint_every_),
-                    sizeof(float) * B_ * T_ * config_.hidden);
+  be_->copy_to_host(host_checkpoints_[i].data(), block_input(i * checkpoint_every_).data,
+                    dtype_size(act_t_) * B_ * T_ * config_.hidden);
 }
 
 void Transformer::restore_checkpoint(int i) {
   if (!cpu_checkpointing_) return;
-  be_->copy_to_device(block_input(i * checkpoint_every_), host_checkpoints_[i].data(),
-                      sizeof(float) * B_ * T_ * config_.hidden);
+  be_->copy_to_device(block_input(i * checkpoint_every_).data, host_checkpoints_[i].data(),
+                      dtype_size(act_t_) * B_ * T_ * config_.hidden);
 }
 
-void Transformer::norm_forward(float* out, float* mean, float* rstd, const float* x, TensorView w,
+void Transformer::norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                                TensorView b, int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
@@ -154,8 +155,9 @@ void Transformer::norm_forward(float* out, float* mean, float* rstd, const float
     be_->rmsnorm_forward(out, rstd, x, w, N, C, config_.norm_eps);
 }
 
-void Transformer::residual_norm_forward(float* x, const float* residual, float* out, float* mean,
-                                        float* rstd, TensorView w, TensorView b, int N) {
+void Transformer::residual_norm_forward(TensorRef x, TensorView residual, TensorRef out,
+                                        float* mean, float* rstd, TensorView w, TensorView b,
+                                        int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
     be_->residual_layernorm_forward(x, residual, out, mean, rstd, w, b, N, C, config_.norm_eps);
@@ -163,7 +165,7 @@ void Transformer::residual_norm_forward(float* x, const float* residual, float* 
     be_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, config_.norm_eps);
 }
 
-void Transformer::norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+void Transformer::norm_backward(TensorRef dx, float* dw, float* db, TensorView dout, TensorView x,
                                 TensorView w, const float* mean, const float* rstd, int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
@@ -195,22 +197,21 @@ void Transformer::block_compute(TensorView p, int l) {
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
   BlockActs& b = acts_of(l);
-  const float* x = block_input(l);
-  float* ln1 = b.ln1.f32();
+  const TensorRef x = block_input(l), ln1 = act(b.ln1);
   norm_forward(ln1, b.ln1_mean.f32(), b.ln1_rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), N);
-  float* qkv = b.qkv.f32();  // (N, QKV), q and k after RoPE
+  const TensorRef qkv = act(b.qkv);  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0);
-  be_->attention_forward(b.atty.f32(), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
+  be_->attention_forward(act(b.atty), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
                          c.head_dim());
-  block_tail(p, x, b.atty.f32(), b.resid_mid.f32(), b.ln2.f32(), b.ln2_mean.f32(),
-             b.ln2_rstd.f32(), b.fc.f32(), b.act.f32(), block_input(l + 1), N);
+  block_tail(p, x, act(b.atty), act(b.resid_mid), act(b.ln2), b.ln2_mean.f32(), b.ln2_rstd.f32(),
+             act(b.fc), act(b.act), block_input(l + 1), N);
 }
 
-void Transformer::block_tail(TensorView p, const float* x, const float* atty, float* mid,
-                             float* ln2, float* ln2_mean, float* ln2_rstd, float* fc, float* act,
-                             float* out, int N) {
+void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, TensorRef mid,
+                             TensorRef ln2, float* ln2_mean, float* ln2_rstd, TensorRef fc,
+                             TensorRef act, TensorRef out, int N) {
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int C = c.hidden, I = c.intermediate;
@@ -235,18 +236,17 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   const int hu = layout_.head_unit(), eu = layout_.embedding_unit();
   const TensorView ph = e.fetch(hu);
   const TensorView pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
-  const float* x = block_input(c.n_layer);
-  float* lnf = a_->lnf.f32();
+  const TensorRef x = block_input(c.n_layer), lnf = act(a_->lnf);
   norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
   float* gh = train ? e.grads(hu) : nullptr;
   float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
-  if (train) be_->zero(a_->dlnf.data(), sizeof(float) * N * C);
+  if (train) be_->zero(a_->dlnf.data(), dtype_size(act_t_) * N * C);
   if (targets_host) be_->copy_to_device(a_->targets.data(), targets_host, sizeof(int) * N);
   double loss_sum = 0.0;
   std::vector<float> losses(a_->chunk);
   for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
-    float* logits = a_->logits.f32();  // (nr, V)
+    float* logits = a_->logits.f32();  // (nr, V), fp32 for the loss
     be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V);
     if (logits_host)
       be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits, sizeof(float) * nr * V);
@@ -257,13 +257,13 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
     be_->copy_to_host(losses.data(), a_->losses.f32() + r0, sizeof(float) * nr);
     for (int i = 0; i < nr; ++i) loss_sum += losses[i];
     if (train && dscale != 0.f)
-      be_->matmul_backward(a_->dlnf.f32() + (size_t)r0 * C, gw, nullptr, logits,
+      be_->matmul_backward(act(a_->dlnf) + (size_t)r0 * C, gw, nullptr, logits,
                            lnf + (size_t)r0 * C, pw, nr, C, V);
   }
   if (train) {  // final norm backward: dx (N,C) = d(norm_f)/dx . dlnf
-    float* dx = a_->dx.f32();
-    be_->zero(dx, sizeof(float) * N * C);
-    norm_backward(dx, gh + o.lnfw, at(gh, o.lnfb), a_->dlnf.f32(), x, ph + o.lnfw,
+    const TensorRef dx = act(a_->dx);
+    be_->zero(dx.data, dx.bytes((size_t)N * C));
+    norm_backward(dx, gh + o.lnfw, at(gh, o.lnfb), act(a_->dlnf), x, ph + o.lnfw,
                   a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N);
     e.reduce_gradients(hu);
   }
@@ -301,42 +301,38 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const TensorView p = e.fetch(u);
   float* g = e.grads(u);
   BlockActs& b = acts_of(l);
-  float* dx = a_->dx.f32();  // in: d x[l+1]; out: d x[l]
-  float* dresid = a_->dresid.f32();
+  const TensorRef dx = act(a_->dx);  // in: d x[l+1]; out: d x[l]
+  const TensorRef dresid = act(a_->dresid);
   // MLP: out = mid + act @ Wfco^T
-  float* dact = a_->dact.f32();
-  be_->zero(dact, sizeof(float) * N * I);
-  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, b.act.f32(), p + o.fcow, N, I, C);
-  float* dfc = a_->dfc.f32();
+  const TensorRef dact = act(a_->dact);
+  be_->zero(dact.data, dact.bytes((size_t)N * I));
+  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow, N, I, C);
+  const TensorRef dfc = act(a_->dfc);
   if (c.is_gpt2())
-    be_->gelu_backward(dfc, b.fc.f32(), dact, (size_t)N * I);
+    be_->gelu_backward(dfc, act(b.fc), dact, (size_t)N * I);
   else
-    be_->swiglu_backward(dfc, dact, b.fc.f32(), N, I);
-  float* dln = a_->dln.f32();
-  be_->zero(dln, sizeof(float) * NC);
-  be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, b.ln2.f32(), p + o.fcw, N, C,
+    be_->swiglu_backward(dfc, dact, act(b.fc), N, I);
+  const TensorRef dln = act(a_->dln);
+  be_->zero(dln.data, dln.bytes(NC));
+  be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, act(b.ln2), p + o.fcw, N, C,
                        c.is_gpt2() ? I : 2 * I);
-  be_->copy(dresid, dx, sizeof(float) * NC);  // residual path
-  const float* mid = b.resid_mid.f32();
-  norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, mid, p + o.ln2w, b.ln2_mean.f32(),
-                b.ln2_rstd.f32(), N);
+  be_->copy(dresid.data, dx.data, dx.bytes(NC));  // residual path
+  norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, act(b.resid_mid), p + o.ln2w,
+                b.ln2_mean.f32(), b.ln2_rstd.f32(), N);
   // Attention: mid = x + atty @ Wo^T
-  float* datty = a_->datty.f32();
-  be_->zero(datty, sizeof(float) * NC);
-  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, b.atty.f32(), p + o.attw, N,
-                       C, C);
-  float* dqkv = a_->dqkv.f32();
-  be_->zero(dqkv, sizeof(float) * N * QKV);
-  be_->attention_backward(dqkv, datty, b.qkv.f32(), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
+  const TensorRef datty = act(a_->datty);
+  be_->zero(datty.data, datty.bytes(NC));
+  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, act(b.atty), p + o.attw, N, C, C);
+  const TensorRef dqkv = act(a_->dqkv);
+  be_->zero(dqkv.data, dqkv.bytes((size_t)N * QKV));
+  be_->attention_backward(dqkv, datty, act(b.qkv), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
                           c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0);
-  be_->zero(dln, sizeof(float) * NC);
-  be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, b.ln1.f32(), p + o.qkvw, N, C,
-                       QKV);
-  be_->copy(dx, dresid, sizeof(float) * NC);
-  const float* x = block_input(l);
-  norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, x, p + o.ln1w, b.ln1_mean.f32(),
+  be_->zero(dln.data, dln.bytes(NC));
+  be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, act(b.ln1), p + o.qkvw, N, C, QKV);
+  be_->copy(dx.data, dresid.data, dx.bytes(NC));
+  norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, block_input(l), p + o.ln1w, b.ln1_mean.f32(),
                 b.ln1_rstd.f32(), N);
   e.reduce_gradients(u);
   e.release(u);
@@ -362,7 +358,7 @@ void Transformer::backward(UnitEngine& e) {
   }
   const int u = layout_.embedding_unit();
   float* g = e.grads(u);
-  be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), a_->dx.f32(),
+  be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), act(a_->dx),
                           static_cast<const int*>(a_->tokens.data()), B_, T_, config_.hidden);
   e.reduce_gradients(u);
 }
@@ -379,41 +375,42 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
   ZT_CHECK(pos >= 0 && pos < max_T_);
   const int C = c.hidden, I = c.intermediate, QKV = c.qkv_dim(), V = c.vocab_size;
   const auto W = MemCategory::kWorkspace;
+  const size_t as = dtype_size(act_t_);
   if (cache_.empty())
-    for (int l = 0; l < c.n_layer; ++l) cache_.emplace_back(be_, (size_t)max_T_ * QKV * 4, W);
+    for (int l = 0; l < c.n_layer; ++l) cache_.emplace_back(be_, (size_t)max_T_ * QKV * as, W);
   auto f32 = [&](size_t n) { return DeviceBuffer(be_, n * sizeof(float), W); };
+  auto row = [&](size_t n) { return DeviceBuffer(be_, n * as, W); };
   // One row: the residual stream, a norm's output and statistics, the attention's output, the
-  // residual after it, the MLP's fc and activation, the logits.
-  DeviceBuffer x = f32(C), ln = f32(C), mean = f32(1), rstd = f32(1), atty = f32(C), mid = f32(C),
-               fc = f32(c.is_gpt2() ? I : 2 * I), act = f32(I), logits = f32(V),
+  // residual after it, the MLP's fc and activation (activation dtype), the logits (fp32).
+  DeviceBuffer xb = row(C), lnb = row(C), mean = f32(1), rstd = f32(1), attyb = row(C),
+               midb = row(C), fcb = row(c.is_gpt2() ? I : 2 * I), actb = row(I), logits = f32(V),
                tok(be_, sizeof(int), W);
+  const TensorRef x = act(xb), ln = act(lnb), atty = act(attyb);
   be_->copy_to_device(tok.data(), &token, sizeof(int));
   const int eu = layout_.embedding_unit();
   DType et;
   const void* pe = e.fetch_stored(eu, &et);  // learned positions: row pos of wpe, as if t were pos
-  be_->embedding_forward(x.f32(), static_cast<const int*>(tok.data()), at(pe, et, o.wte),
-                         at(pe, et, o.wpe == kNone ? kNone : o.wpe + (size_t)pos * C), et, 1, 1,
-                         C);
+  be_->embedding_forward(x, static_cast<const int*>(tok.data()), at(pe, et, o.wte),
+                         at(pe, et, o.wpe == kNone ? kNone : o.wpe + (size_t)pos * C), et, 1, 1, C);
   e.release(eu);
   for (int l = 0; l < c.n_layer; ++l) {
     const int u = layout_.block_unit(l);
     const TensorView p = e.fetch(u);
-    norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), p + o.ln1w, at(p, o.ln1b), 1);
-    float* row = cache_[l].f32() + (size_t)pos * QKV;  // this position's q, k, v
-    be_->matmul_forward(row, ln.f32(), p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
+    norm_forward(ln, mean.f32(), rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), 1);
+    const TensorRef qkv = act(cache_[l]), here = qkv + (size_t)pos * QKV;  // this q, k, v
+    be_->matmul_forward(here, ln, p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
     if (!c.is_gpt2())
-      be_->rope(row, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
-    be_->attention_decode(atty.f32(), cache_[l].f32(), pos + 1, c.n_head, c.n_kv_head,
-                          c.head_dim());
-    block_tail(p, x.f32(), atty.f32(), mid.f32(), ln.f32(), mean.f32(), rstd.f32(), fc.f32(),
-               act.f32(), x.f32(), 1);  // the block's output replaces its input
+      be_->rope(here, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
+    be_->attention_decode(atty, qkv, pos + 1, c.n_head, c.n_kv_head, c.head_dim());
+    block_tail(p, x, atty, act(midb), ln, mean.f32(), rstd.f32(), act(fcb), act(actb), x,
+               1);  // the block's output replaces its input
     e.release(u);
   }
   const int hu = layout_.head_unit();
   const TensorView ph = e.fetch(hu);
   const TensorView pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
-  norm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), ph + o.lnfw, at(ph, o.lnfb), 1);
-  be_->matmul_forward(logits.f32(), ln.f32(), pw, nullptr, 1, C, V);
+  norm_forward(ln, mean.f32(), rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), 1);
+  be_->matmul_forward(logits.f32(), ln, pw, nullptr, 1, C, V);
   be_->copy_to_host(logits_host, logits.data(), sizeof(float) * V);
   if (c.tied_embeddings) e.release(eu);
   e.release(hu);

@@ -30,8 +30,11 @@ class Transformer {
   // block inputs live in host memory (host_tracker(), kActivations); the device holds two
   // (N,C) buffers for the checkpoint in use, and the backward copies each segment's input
   // back before recomputing it.
+  // activations: the dtype of the activations and their gradients, Backend::activation_dtype
+  // of the working dtype (fp32 on the CPU; the 16-bit working dtype on a GPU). Statistics,
+  // losses and logits stay fp32.
   Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T, int checkpoint_every = 0,
-              bool cpu_checkpointing = false);
+              bool cpu_checkpointing = false, DType activations = DType::kF32);
   ~Transformer();
   const ModelConfig& config() const { return config_; }
   // Host memory of cpu_checkpointing's checkpoints (empty otherwise).
@@ -61,7 +64,8 @@ class Transformer {
   // KV-cache decoding, one sequence: appends `token` at position `pos` and writes the logits
   // (V) of the next token into host memory, as last_logits on the whole sequence would, in
   // O(pos) instead of O(pos^2). The cache must hold positions 0..pos-1 from the calls before
-  // (pos = 0 starts over); pos < max_T. The cache, L x (max_T, qkv_dim) fp32 (workspace), is
+  // (pos = 0 starts over); pos < max_T. The cache, L x (max_T, qkv_dim) in the activation
+  // dtype (workspace), is
   // allocated at the first call and freed by release_cache().
   void decode(UnitEngine& e, int token, int pos, float* logits_host);
   void release_cache() { cache_.clear(); }
@@ -70,22 +74,24 @@ class Transformer {
   struct Acts;
   struct BlockActs;
   BlockActs& acts_of(int l);    // the intermediates block l writes (shared with checkpointing)
-  float* block_input(int l);    // x into block l (l = n_layer: into the head)
+  TensorRef block_input(int l);  // x into block l (l = n_layer: into the head)
+  TensorRef act(const DeviceBuffer& b) const { return {b.data(), act_t_}; }  // an activation
   void embed(UnitEngine& e, const int* tokens, int B, int T);
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
-  void norm_forward(float* out, float* mean, float* rstd, const float* x, TensorView w,
+  void norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                     TensorView b, int N);
-  void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+  void norm_backward(TensorRef dx, float* dw, float* db, TensorView dout, TensorView x,
                      TensorView w, const float* mean, const float* rstd, int N);
   // x += residual in place, then norm_forward of the sum, in one pass (Backend::residual_*).
-  void residual_norm_forward(float* x, const float* residual, float* out, float* mean,
+  void residual_norm_forward(TensorRef x, TensorView residual, TensorRef out, float* mean,
                              float* rstd, TensorView w, TensorView b, int N);
   void block_forward(UnitEngine& e, int l);
   void block_compute(TensorView p, int l);  // block l's forward with parameters p
   // The rest of a block's forward after attention, rows N: mid = x + atty W_o, ln2 = norm(mid),
   // the MLP into fc and act, out = mid + act W_fc_out (out may be x).
-  void block_tail(TensorView p, const float* x, const float* atty, float* mid, float* ln2,
-                  float* ln2_mean, float* ln2_rstd, float* fc, float* act, float* out, int N);
+  void block_tail(TensorView p, TensorView x, TensorView atty, TensorRef mid, TensorRef ln2,
+                  float* ln2_mean, float* ln2_rstd, TensorRef fc, TensorRef act, TensorRef out,
+                  int N);
   void block_backward(UnitEngine& e, int l);
   // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.
   // Returns the sum of the per-row losses when targets are given.
@@ -98,14 +104,15 @@ class Transformer {
   int max_B_, max_T_;
   int checkpoint_every_ = 0;
   bool cpu_checkpointing_ = false;
+  DType act_t_ = DType::kF32;
   double recompute_ms_ = 0;
   MemoryTracker host_;
-  std::vector<std::vector<float>> host_checkpoints_;  // cpu_checkpointing: input of block i k
+  std::vector<std::vector<char>> host_checkpoints_;  // cpu_checkpointing: input of block i k
   void save_checkpoint(int i);     // cpu_checkpointing: block i k's input to host memory
   void restore_checkpoint(int i);  // and back
   int B_ = 0, T_ = 0;
   std::unique_ptr<Acts> a_;
-  std::vector<DeviceBuffer> cache_;  // decode(): each layer's qkv rows (after RoPE) so far
+  std::vector<DeviceBuffer> cache_;  // decode(): each layer's qkv rows (after RoPE), act_t_
 };
 
 }  // namespace zt

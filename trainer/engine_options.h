@@ -36,11 +36,12 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
 // Errors: number_checkpoints above the model's layer count.
 absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model);
 // The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
-EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T);
+EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
+                             DType activations = DType::kF32);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of
 // optimizer offload to CPU, a higher stage, both, or a smaller micro-batch that fits, with its
 // predicted bytes; or, if none fits, the smallest it found.
 std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                           int64_t limit);
+                           int64_t limit, DType activations = DType::kF32);
 
 }  // namespace zt

@@ -103,6 +103,9 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     in.seq_len = o.seq_len;
     in.checkpoint_every = o.gradient_checkpointing ? 1 : 0;
   }
+  // A GPU keeps activations in the working dtype, the CPU backend in fp32
+  // (Backend::activation_dtype).
+  if (o.device == "cuda") in.activation_dtype = in.param_dtype;
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
@@ -133,13 +136,15 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
          std::string(offload_device_name(in.offload_optimizer)) + ", offload_param " +
          std::string(offload_device_name(in.offload_param)) + ".\n";
   if (in.model && in.micro_batch > 0 && in.seq_len > 0)
-    out += "Activations: micro-batch " + std::to_string(in.micro_batch) + " x seq " +
-           std::to_string(in.seq_len) + ", fp32, as the Transformer allocates them" +
-           (in.checkpoint_every > 0
-                ? ", checkpointing every " + std::to_string(in.checkpoint_every) + " block(s)" +
-                      (in.cpu_checkpointing ? " in host memory" : "")
-                : std::string()) +
-           ".\n";
+    out +=
+        "Activations: micro-batch " + std::to_string(in.micro_batch) + " x seq " +
+        std::to_string(in.seq_len) + ", " + std::string(dtype_name(in.activation_dtype)) +
+        (in.activation_dtype == DType::kF32 ? "" : " (a GPU's)") +
+        ", as the Transformer allocates them" +
+        (in.checkpoint_every > 0 ? ", checkpointing every " + std::to_string(in.checkpoint_every) +
+                                       " block(s)" + (in.cpu_checkpointing ? " in host memory" : "")
+                                 : std::string()) +
+        ".\n";
   out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
   out += in.unit_numel.empty()
              ? "workspace and activations need --model (unit sizes, shapes).\n\n"

@@ -114,7 +114,8 @@ ABSL_FLAG(bool, resume, false, "train: continue from --save_dir's latest checkpo
 ABSL_FLAG(std::string, resume_from, "",
           "train: continue from this checkpoint directory (or a save_dir's latest)");
 ABSL_FLAG(std::string, device, "auto",
-          "train, sample: auto, cpu or cuda (auto: the node-local GPU when one is visible)");
+          "train, sample: auto, cpu or cuda (auto: the node-local GPU when one is visible); "
+          "estimate: cuda counts activations in the working dtype, as a GPU keeps them");
 ABSL_FLAG(bool, gradient_checkpointing, false,
           "train, estimate: activation checkpointing, configured by the ds_config's "
           "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
@@ -304,6 +305,7 @@ int estimate(bool model_given) {
   o.offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
   o.offload_param = absl::GetFlag(FLAGS_offload_param);
   o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);
+  o.device = absl::GetFlag(FLAGS_device);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
   if (o.micro_batch > 0 || !o.deepspeed.empty()) o.seq_len = absl::GetFlag(FLAGS_seq_len);

@@ -325,11 +325,17 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   return resolve_saves(opt, r);
 }
 
+// The dtype r's backend keeps activations in for its working dtype (Backend::activation_dtype).
+DType activation_dtype(const Run& r) {
+  return r.backend->activation_dtype(engine_options(r.ds).param_dtype);
+}
+
 // The model, its ZeRO engine and initial weights, on the backend and communicator of r.
 absl::Status setup_model(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
-                                                r.ds.activation_checkpointing.cpu_checkpointing);
+                                                r.ds.activation_checkpointing.cpu_checkpointing,
+                                                activation_dtype(r));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                       optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,
@@ -384,7 +390,8 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     mem.device_peak = (int64_t)r.backend->tracker().peak_total();
-    const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T);
+    const EstimateInput in =
+        estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, activation_dtype(r));
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
       mem.host_peak[c] =
@@ -412,7 +419,7 @@ absl::Status guarded(const Run& r, F&& f) {
     return absl::ResourceExhaustedError(
         absl::StrCat(e.what(), ". ",
                      fit_suggestion(r.ds, r.model, r.comm->world_size(), r.B, r.T,
-                                    (int64_t)r.backend->memory_limit())));
+                                    (int64_t)r.backend->memory_limit(), activation_dtype(r))));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "out of memory allocating the model, optimizer or activations; reduce --seq_len or "

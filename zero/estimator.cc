@@ -164,23 +164,25 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {
-    e.dev(M::kActivations) = transformer_activation_bytes(
-        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing);
+    e.dev(M::kActivations) =
+        transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len, in.checkpoint_every,
+                                     in.cpu_checkpointing, in.activation_dtype);
     e.hst(M::kActivations) = transformer_host_activation_bytes(
-        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing);
+        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing,
+        in.activation_dtype);
   }
   return e;
 }
 
-int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T,
-                                          int checkpoint_every, bool cpu_checkpointing) {
+int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
+                                          bool cpu_checkpointing, DType activations) {
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   if (k == 0 || !cpu_checkpointing) return 0;
-  return (c.n_layer + k - 1) / k * int64_t{B} * T * c.hidden * 4;
+  return (c.n_layer + k - 1) / k * int64_t{B} * T * c.hidden * (int64_t)dtype_size(activations);
 }
 
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
-                                     bool cpu_checkpointing) {
+                                     bool cpu_checkpointing, DType activations) {
   const int64_t N = int64_t{B} * T, C = c.hidden, V = c.vocab_size;
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
@@ -190,16 +192,17 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
   const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
-  int64_t floats = 0;
-  floats += xs * N * C;                                      // x[]
-  floats += L * (N * C + 2 * N + N * QKV + B * NH * T +      // ln1, stats, qkv, lse
-                 N * C + N * C + N * C + 2 * N +             // atty, resid_mid, ln2, stats
-                 N * fcw + N * I);                           // fc, act
-  floats += N * C + 2 * N;                                   // lnf, stats
-  floats += chunk * V + N;                                   // logits chunk, losses
-  floats += N * C;                                           // dlnf
-  floats += 4 * N * C + N * QKV + N * I + N * fcw;           // backward scratch
-  return floats * 4 + 2 * N * 4;                             // + tokens, targets (int32)
+  int64_t acts = 0, floats = 0;  // elements in the activation dtype, and in fp32
+  acts += xs * N * C;            // x[]
+  acts += L * (N * C + N * QKV + 3 * N * C + N * fcw + N * I);  // ln1, qkv, atty, resid_mid,
+                                                                // ln2, fc, act
+  floats += L * (2 * N + B * NH * T + 2 * N);                   // ln1 stats, lse, ln2 stats
+  acts += N * C;                                                // lnf
+  floats += 2 * N + chunk * V + N;                              // lnf stats, logits chunk, losses
+  acts += N * C;                                                // dlnf
+  acts += 4 * N * C + N * QKV + N * I + N * fcw;                // backward scratch
+  return acts * (int64_t)dtype_size(activations) + floats * 4 +
+         2 * N * 4;  // + tokens, targets (int32)
 }
 
 // ---- ZeRO paper ----

@@ -69,6 +69,9 @@ struct EstimateInput {
   int seq_len = 0;
   int checkpoint_every = 0;
   bool cpu_checkpointing = false;  // activation_checkpointing.cpu_checkpointing
+  // The dtype the activations are kept in (Backend::activation_dtype): fp32 on the CPU
+  // backend, the working dtype on a GPU.
+  DType activation_dtype = DType::kF32;
 };
 
 // Bytes per memory category on the device (GPU, or the CPU backend's device pool) and on the
@@ -130,7 +133,9 @@ struct MemoryEstimate {
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 
 // Bytes the Transformer (model/transformer.cc) allocates as MemCategory::kActivations for
-// micro-batches up to (B, T), all fp32 unless noted, N = B T, C hidden, L layers:
+// micro-batches up to (B, T), N = B T, C hidden, L layers. Tensors are in the activation dtype
+// `activations` (2 or 4 bytes), except the statistics (mean/rstd, lse), the logits chunk and the
+// losses (fp32) and tokens/targets (int32):
 //   tokens, targets (N) int32
 //   x[0..L] (N,C): residual stream into each block and out of the last
 //   per layer: ln1 (N,C), ln1 mean/rstd (N) x2, qkv (N,qkv_dim), lse (B,NH,T), atty (N,C),
@@ -145,10 +150,12 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 // move to host memory (transformer_host_activation_bytes) and two device buffers take turns
 // holding the one in use: min(2, ceil(L/k)) + k.
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0,
-                                     bool cpu_checkpointing = false);
-// Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) fp32 (0 without).
-int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T,
-                                          int checkpoint_every, bool cpu_checkpointing);
+                                     bool cpu_checkpointing = false,
+                                     DType activations = DType::kF32);
+// Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) in the activation dtype
+// (0 without).
+int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
+                                          bool cpu_checkpointing, DType activations = DType::kF32);
 
 // The parameter counts of c's units in ParamLayout order.
 std::vector<int64_t> unit_numels(const ModelConfig& c);

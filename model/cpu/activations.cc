@@ -22,12 +22,16 @@ static inline float gelu_sigmoid(float x) {  // s = sigmoid(2u)
 }
 static inline float sigmoid(float g) { return 1.f / (1.f + exp_fast(-g)); }
 
-void CpuBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void CpuBackend::gelu_forward(TensorRef out_a, TensorView inp_a, size_t n) {
+  float* out = f32(out_a);
+  const float* inp = f32(inp_a);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) out[i] = inp[i] * gelu_sigmoid(inp[i]);
 }
 
-void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void CpuBackend::gelu_backward(TensorRef dinp_a, TensorView inp_a, TensorView dout_a, size_t n) {
+  float* dinp = f32(dinp_a);
+  const float *inp = f32(inp_a), *dout = f32(dout_a);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) {
     const float x = inp[i], s = gelu_sigmoid(x);
@@ -36,7 +40,9 @@ void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout,
   }
 }
 
-void CpuBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
+void CpuBackend::swiglu_forward(TensorRef out_a, TensorView inp_a, int N, int I) {
+  float* out = f32(out_a);
+  const float* inp = f32(inp_a);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* g = inp + (size_t)n * 2 * I;
@@ -47,7 +53,10 @@ void CpuBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
   }
 }
 
-void CpuBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) {
+void CpuBackend::swiglu_backward(TensorRef dinp_a, TensorView dout_a, TensorView inp_a, int N,
+                                 int I) {
+  float* dinp = f32(dinp_a);
+  const float *dout = f32(dout_a), *inp = f32(inp_a);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* g = inp + (size_t)n * 2 * I;

@@ -55,8 +55,10 @@ float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t
 
 }  // namespace
 
-void CpuBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
-                                   int KVH, int hd) {
+void CpuBackend::attention_forward(TensorRef out_a, float* lse, TensorView qkv_a, int B, int T,
+                                   int NH, int KVH, int hd) {
+  float* out = f32(out_a);
+  const float* qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -77,8 +79,10 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* qkv, int
   }
 }
 
-void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorView qkv_a,
                                     const float* lse, int B, int T, int NH, int KVH, int hd) {
+  float* dqkv = f32(dqkv_a);
+  const float *dout = f32(dout_a), *qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -131,7 +135,10 @@ void CpuBackend::attention_backward(float* dqkv, const float* dout, const float*
     }
 }
 
-void CpuBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH, int hd) {
+void CpuBackend::attention_decode(TensorRef out_a, TensorView qkv_a, int T, int NH, int KVH,
+                                  int hd) {
+  float* out = f32(out_a);
+  const float* qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;
   const int group = NH / KVH;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));

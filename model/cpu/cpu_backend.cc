@@ -55,7 +55,9 @@ void CpuBackend::convert(const void* src, DType st, void* dst, DType dt, size_t 
   zt::convert(src, st, dst, dt, n);
 }
 
-void CpuBackend::add_inplace(float* y, const float* x, size_t n) {
+void CpuBackend::add_inplace(TensorRef y_a, TensorView x_a, size_t n) {
+  float* y = f32(y_a);
+  const float* x = f32(x_a);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/block_cache.h"
+#include "common/status.h"
 #include "model/backend.h"
 
 namespace zt {
@@ -27,6 +28,17 @@ inline const float* round_to(const float* x, size_t n, DType t, std::vector<floa
   tmp.resize(n);
   convert(h.data(), t, tmp.data(), DType::kF32, n);
   return tmp.data();
+}
+
+// The fp32 pointer of an activation argument. The CPU backend's activations are fp32
+// (Backend::activation_dtype); a 16-bit one is a caller's bug and aborts here.
+inline float* f32(TensorRef t) {
+  ZT_CHECK(t.dtype == DType::kF32);
+  return static_cast<float*>(t.data);
+}
+inline const float* f32(TensorView t) {
+  ZT_CHECK(t.dtype == DType::kF32);
+  return static_cast<const float*>(t.data);
 }
 
 class CpuBackend final : public Backend {

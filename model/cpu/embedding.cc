@@ -3,8 +3,9 @@
 
 namespace zt {
 
-void CpuBackend::embedding_forward(float* out, const int* tokens, const void* wte,
+void CpuBackend::embedding_forward(TensorRef out_a, const int* tokens, const void* wte,
                                    const void* wpe, DType t, int B, int T, int C) {
+  float* out = f32(out_a);
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
     const size_t e = (size_t)tokens[bt] * C, p = (size_t)(bt % T) * C;
@@ -14,8 +15,9 @@ void CpuBackend::embedding_forward(float* out, const int* tokens, const void* wt
   }
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, TensorView dout_a, const int* tokens,
                                     int B, int T, int C) {
+  const float* dout = f32(dout_a);
   // Scatter-add: repeated tokens collide, so parallelise over channels instead of rows.
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {

@@ -45,23 +45,26 @@ void layernorm_rows(float* out, float* mean, float* rstd, const float* inp, floa
 
 }  // namespace
 
-void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void CpuBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                    TensorView w_v, TensorView b_v, int N, int C, float eps) {
   std::vector<float> wt, bt;
-  layernorm_rows(out, mean, rstd, inp, nullptr, nullptr, widen(w_v, C, wt), widen(b_v, C, bt), N,
-                 C, eps);
+  layernorm_rows(f32(out), mean, rstd, f32(inp), nullptr, nullptr, widen(w_v, C, wt),
+                 widen(b_v, C, bt), N, C, eps);
 }
 
-void CpuBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
+void CpuBackend::residual_layernorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                             float* mean, float* rstd, TensorView w_v,
                                             TensorView b_v, int N, int C, float eps) {
   std::vector<float> wt, bt;
-  layernorm_rows(out, mean, rstd, x, x, residual, widen(w_v, C, wt), widen(b_v, C, bt), N, C, eps);
+  layernorm_rows(f32(out), mean, rstd, f32(x), f32(x), f32(residual), widen(w_v, C, wt),
+                 widen(b_v, C, bt), N, C, eps);
 }
 
-void CpuBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                    const float* inp, TensorView w_v, const float* mean,
+void CpuBackend::layernorm_backward(TensorRef dinp_a, float* dw, float* db, TensorView dout_a,
+                                    TensorView inp_a, TensorView w_v, const float* mean,
                                     const float* rstd, int N, int C) {
+  float* dinp = f32(dinp_a);
+  const float *dout = f32(dout_a), *inp = f32(inp_a);
   std::vector<float> wt;
   const float* w = widen(w_v, C, wt);
   // Per-thread partial dw/db, reduced at the end: rows run in parallel without races.

@@ -5,8 +5,10 @@
 
 namespace zt {
 
-void CpuBackend::matmul_forward(float* out, const float* inp, TensorView weight_v,
+void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView weight_v,
                                 TensorView bias_v, int N, int C, int OC) {
+  float* out = f32(out_a);
+  const float* inp = f32(inp_a);
   std::vector<float> wt, bt, it;
   const float* weight = widen(weight_v, (size_t)OC * C, wt);
   const float* bias = widen(bias_v, OC, bt);
@@ -25,8 +27,10 @@ void CpuBackend::matmul_forward(float* out, const float* inp, TensorView weight_
   }
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout_f32,
-                                 const float* inp, TensorView weight_v, int N, int C, int OC) {
+void CpuBackend::matmul_backward(TensorRef dinp_a, float* dweight, float* dbias, TensorView dout_a,
+                                 TensorView inp_a, TensorView weight_v, int N, int C, int OC) {
+  float* dinp = f32(dinp_a);
+  const float *dout_f32 = f32(dout_a), *inp = f32(inp_a);
   std::vector<float> wt, it, dt;
   const float* weight = widen(weight_v, (size_t)OC * C, wt);
   inp = round_to(inp, (size_t)N * C, weight_v.dtype, it);

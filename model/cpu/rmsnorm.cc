@@ -37,20 +37,22 @@ void rmsnorm_rows(float* out, float* rstd, const float* inp, float* sum, const f
 
 }  // namespace
 
-void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, TensorView w_v,
-                                 int N, int C, float eps) {
+void CpuBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w_v, int N,
+                                 int C, float eps) {
   std::vector<float> wt;
-  rmsnorm_rows(out, rstd, inp, nullptr, nullptr, widen(w_v, C, wt), N, C, eps);
+  rmsnorm_rows(f32(out), rstd, f32(inp), nullptr, nullptr, widen(w_v, C, wt), N, C, eps);
 }
 
-void CpuBackend::residual_rmsnorm_forward(float* x, const float* residual, float* out,
+void CpuBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                           float* rstd, TensorView w_v, int N, int C, float eps) {
   std::vector<float> wt;
-  rmsnorm_rows(out, rstd, x, x, residual, widen(w_v, C, wt), N, C, eps);
+  rmsnorm_rows(f32(out), rstd, f32(x), f32(x), f32(residual), widen(w_v, C, wt), N, C, eps);
 }
 
-void CpuBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+void CpuBackend::rmsnorm_backward(TensorRef dinp_a, float* dw, TensorView dout_a, TensorView inp_a,
                                   TensorView w_v, const float* rstd, int N, int C) {
+  float* dinp = f32(dinp_a);
+  const float *dout = f32(dout_a), *inp = f32(inp_a);
   std::vector<float> wt;
   const float* w = widen(w_v, C, wt);
   const int nt = omp_get_max_threads();

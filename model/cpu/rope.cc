@@ -9,8 +9,9 @@
 
 namespace zt {
 
-void CpuBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta,
+void CpuBackend::rope(TensorRef qkv_a, int B, int T, int NH, int KVH, int hd, float theta,
                       bool inverse, int pos0) {
+  float* qkv = f32(qkv_a);
   const int half = hd / 2;
   const int heads = NH + KVH;  // q and k heads are rotated; v is not
   const int row = (NH + 2 * KVH) * hd;

@@ -1,4 +1,5 @@
-// GELU (tanh form) and SwiGLU, forward and backward (equations in model/cpu/activations.cc).
+// GELU (tanh form) and SwiGLU, forward and backward (equations in model/cpu/activations.cc), on
+// activations of any dtype: fp32 math, one rounding per stored value.
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -6,57 +7,58 @@ namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+__global__ void gelu_forward_kernel(TensorRef out, TensorView inp, size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
-  out[i] = 0.5f * x * (1.f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  const float x = load_as_f32(inp, i);
+  store_from_f32(out, i, 0.5f * x * (1.f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+__global__ void gelu_backward_kernel(TensorRef dinp, TensorView inp, TensorView dout, size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
+  const float x = load_as_f32(inp, i);
   const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
   const float du = kGeluScale * (1.f + 3.f * 0.044715f * x * x);
-  dinp[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du);
+  store_from_f32(dinp, i,
+                 load_as_f32(dout, i) * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du));
 }
 
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int I) {
+__global__ void swiglu_forward_kernel(TensorRef out, TensorView inp, int N, int I) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)N * I) return;
   const size_t n = i / I, j = i % I;
-  const float g = inp[n * 2 * I + j], u = inp[n * 2 * I + I + j];
-  out[i] = g / (1.f + expf(-g)) * u;
+  const float g = load_as_f32(inp, n * 2 * I + j), u = load_as_f32(inp, n * 2 * I + I + j);
+  store_from_f32(out, i, g / (1.f + expf(-g)) * u);
 }
 
-__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int N,
+__global__ void swiglu_backward_kernel(TensorRef dinp, TensorView dout, TensorView inp, int N,
                                        int I) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)N * I) return;
   const size_t n = i / I, j = i % I;
-  const float g = inp[n * 2 * I + j], u = inp[n * 2 * I + I + j];
-  const float sig = 1.f / (1.f + expf(-g));
-  dinp[n * 2 * I + j] = dout[i] * u * sig * (1.f + g * (1.f - sig));
-  dinp[n * 2 * I + I + j] = dout[i] * g * sig;
+  const float g = load_as_f32(inp, n * 2 * I + j), u = load_as_f32(inp, n * 2 * I + I + j);
+  const float sig = 1.f / (1.f + expf(-g)), dy = load_as_f32(dout, i);
+  store_from_f32(dinp, n * 2 * I + j, dy * u * sig * (1.f + g * (1.f - sig)));
+  store_from_f32(dinp, n * 2 * I + I + j, dy * g * sig);
 }
 
 }  // namespace
 
-void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {
+void CudaBackend::gelu_forward(TensorRef out, TensorView inp, size_t n) {
   launch_kernel(gelu_forward_kernel, blocks_for(n), kThreads, stream_, out, inp, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void CudaBackend::gelu_backward(TensorRef dinp, TensorView inp, TensorView dout, size_t n) {
   launch_kernel(gelu_backward_kernel, blocks_for(n), kThreads, stream_, dinp, inp, dout, n);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
-void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int I) {
+void CudaBackend::swiglu_forward(TensorRef out, TensorView inp, int N, int I) {
   launch_kernel(swiglu_forward_kernel, blocks_for((size_t)N * I), kThreads, stream_, out, inp, N,
                 I);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
-void CudaBackend::swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int I) {
+void CudaBackend::swiglu_backward(TensorRef dinp, TensorView dout, TensorView inp, int N, int I) {
   launch_kernel(swiglu_backward_kernel, blocks_for((size_t)N * I), kThreads, stream_, dinp, dout,
                 inp, N, I);
   ZT_CHECK_CUDA(cudaGetLastError());

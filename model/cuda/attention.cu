@@ -1,4 +1,5 @@
-// Causal attention with grouped-query K/V, tiled as FlashAttention-2 (Dao 2023), in fp32.
+// Causal attention with grouped-query K/V, tiled as FlashAttention-2 (Dao 2023), computed in fp32
+// on activations of any dtype (each stored value rounded once).
 // Math as model/cpu/attention.cc: per (b, h, t), s_j = q_t . k_j / sqrt(hd) for j <= t,
 // a = softmax(s), out_t = sum_j a_j v_j; query head h reads kv head h / (NH / KVH), and no K/V
 // is replicated per query head.
@@ -42,19 +43,19 @@ __device__ inline float dot(const float* x, const float* y, int n) {
 
 // Rows [r0, r0 + kTile) of head `head`'s part of src (row-major rows of s.row floats; rows past
 // T left alone) into tile, cooperatively and coalesced.
-__device__ void stage(float (*tile)[kMaxHd], const float* src, int b, int r0, int head,
+__device__ void stage(float (*tile)[kMaxHd], TensorView src, int b, int r0, int head,
                       const AttnShape& s, size_t row_stride, size_t seq_stride) {
   for (int e = threadIdx.x; e < kTile * s.hd; e += blockDim.x) {
     const int r = e / s.hd, i = e % s.hd;
     if (r0 + r < s.T)
-      tile[r][i] = src[(size_t)b * seq_stride + (size_t)(r0 + r) * row_stride +
-                       (size_t)head * s.hd + i];
+      tile[r][i] = load_as_f32(
+          src, (size_t)b * seq_stride + (size_t)(r0 + r) * row_stride + (size_t)head * s.hd + i);
   }
 }
 
 // Query rows q_first + tile * kTile + threadIdx.x of (b = blockIdx.z, h = blockIdx.y): out and
 // lse hold rows q_first..T-1 of each (b, h) (all of them in training; the last for decoding).
-__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, AttnShape s,
+__global__ void flash_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s,
                                      int q_first) {
   __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
@@ -63,7 +64,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, A
   const bool live = t < s.T;
   float q[kMaxHd], o[kMaxHd];
   for (int i = 0; i < s.hd; ++i) {
-    q[i] = live ? qkv[s.q(b, t, h) + i] : 0.f;
+    q[i] = live ? load_as_f32(qkv, s.q(b, t, h) + i) : 0.f;
     o[i] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
@@ -91,15 +92,15 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, A
   }
   if (!live) return;
   const int rows = s.T - q_first, r = t - q_first;
-  float* y = out + ((size_t)b * rows + r) * s.NH * s.hd + (size_t)h * s.hd;
+  const size_t y = ((size_t)b * rows + r) * s.NH * s.hd + (size_t)h * s.hd;
   const float inv = 1.f / l;
-  for (int i = 0; i < s.hd; ++i) y[i] = o[i] * inv;
+  for (int i = 0; i < s.hd; ++i) store_from_f32(out, y + i, o[i] * inv);
   lse[((size_t)b * s.NH + h) * rows + r] = m + logf(l);
 }
 
 // dq_t (added into dqkv) and D_t (into d_rows, (B, NH, T)) for query row t of (b, h).
-__global__ void flash_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout,
-                                         const float* qkv, const float* lse, AttnShape s) {
+__global__ void flash_backward_dq_kernel(TensorRef dqkv, float* d_rows, TensorView dout,
+                                         TensorView qkv, const float* lse, AttnShape s) {
   __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
   const int t = blockIdx.x * kTile + threadIdx.x;
@@ -107,8 +108,8 @@ __global__ void flash_backward_dq_kernel(float* dqkv, float* d_rows, const float
   const bool live = t < s.T;
   float q[kMaxHd], dy[kMaxHd], dq[kMaxHd];
   for (int i = 0; i < s.hd; ++i) {
-    q[i] = live ? qkv[s.q(b, t, h) + i] : 0.f;
-    dy[i] = live ? dout[s.o(b, t, h) + i] : 0.f;
+    q[i] = live ? load_as_f32(qkv, s.q(b, t, h) + i) : 0.f;
+    dy[i] = live ? load_as_f32(dout, s.o(b, t, h) + i) : 0.f;
     dq[i] = 0.f;
   }
   const float lse_t = live ? lse[((size_t)b * s.NH + h) * s.T + t] : 0.f;
@@ -132,15 +133,14 @@ __global__ void flash_backward_dq_kernel(float* dqkv, float* d_rows, const float
       }
     }
   if (!live) return;
-  float* g = dqkv + s.q(b, t, h);
-  for (int i = 0; i < s.hd; ++i) g[i] += dq[i];
+  for (int i = 0; i < s.hd; ++i) add_from_f32(dqkv, s.q(b, t, h) + i, dq[i]);
   d_rows[((size_t)b * s.NH + h) * s.T + t] = D;
 }
 
 // dk_j and dv_j (added into dqkv) for key row j of (b, kv head blockIdx.y), over the query rows
 // t >= j of every query head of its group.
-__global__ void flash_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout,
-                                          const float* qkv, const float* lse, AttnShape s) {
+__global__ void flash_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, TensorView dout,
+                                          TensorView qkv, const float* lse, AttnShape s) {
   __shared__ float qs[kTile][kMaxHd], dys[kTile][kMaxHd];
   __shared__ float lses[kTile], ds_rows[kTile];
   const int b = blockIdx.z, kvh = blockIdx.y;
@@ -148,8 +148,8 @@ __global__ void flash_backward_dkv_kernel(float* dqkv, const float* d_rows, cons
   const bool live = j < s.T;
   float k[kMaxHd], v[kMaxHd], dk[kMaxHd], dv[kMaxHd];
   for (int i = 0; i < s.hd; ++i) {
-    k[i] = live ? qkv[s.k(b, j, kvh) + i] : 0.f;
-    v[i] = live ? qkv[s.v(b, j, kvh) + i] : 0.f;
+    k[i] = live ? load_as_f32(qkv, s.k(b, j, kvh) + i) : 0.f;
+    v[i] = live ? load_as_f32(qkv, s.v(b, j, kvh) + i) : 0.f;
     dk[i] = dv[i] = 0.f;
   }
   for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
@@ -175,11 +175,9 @@ __global__ void flash_backward_dkv_kernel(float* dqkv, const float* d_rows, cons
       }
     }
   if (!live) return;
-  float* gk = dqkv + s.k(b, j, kvh);
-  float* gv = dqkv + s.v(b, j, kvh);
   for (int i = 0; i < s.hd; ++i) {
-    gk[i] += dk[i];
-    gv[i] += dv[i];
+    add_from_f32(dqkv, s.k(b, j, kvh) + i, dk[i]);
+    add_from_f32(dqkv, s.v(b, j, kvh) + i, dv[i]);
   }
 }
 
@@ -190,7 +188,7 @@ AttnShape shape(int B, int T, int NH, int KVH, int hd) {
 
 }  // namespace
 
-void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+void CudaBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
                                     int KVH, int hd) {
   const AttnShape s = shape(B, T, NH, KVH, hd);
   const dim3 grid((T + kTile - 1) / kTile, NH, B);
@@ -198,7 +196,7 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, in
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::attention_decode(float* out, const float* qkv, int T, int NH, int KVH, int hd) {
+void CudaBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH, int hd) {
   // Query row T - 1 of every head (B = 1): one live thread per head, over all T keys.
   const AttnShape s = shape(1, T, NH, KVH, hd);
   DeviceBuffer lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
@@ -207,7 +205,7 @@ void CudaBackend::attention_decode(float* out, const float* qkv, int T, int NH, 
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void CudaBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
                                      const float* lse, int B, int T, int NH, int KVH, int hd) {
   const AttnShape s = shape(B, T, NH, KVH, hd);
   DeviceBuffer d_rows(this, (size_t)B * NH * T * sizeof(float), MemCategory::kWorkspace);

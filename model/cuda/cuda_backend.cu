@@ -156,9 +156,9 @@ __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, s
   if (i < n) store_from_f32(dst, dt, i, load_as_f32(src, st, i));
 }
 
-__global__ void add_kernel(float* y, const float* x, size_t n) {
+__global__ void add_kernel(TensorRef y, TensorView x, size_t n) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) y[i] += x[i];
+  if (i < n) add_from_f32(y, i, load_as_f32(x, i));
 }
 
 __global__ void scale_add_kernel(void* y, DType yt, const float* x, float alpha, bool accumulate,
@@ -209,7 +209,7 @@ void CudaBackend::convert(const void* src, DType st, void* dst, DType dt, size_t
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::add_inplace(float* y, const float* x, size_t n) {
+void CudaBackend::add_inplace(TensorRef y, TensorView x, size_t n) {
   if (n == 0) return;
   launch_kernel(add_kernel, blocks_for(n), kThreads, stream_, y, x, n);
   ZT_CHECK_CUDA(cudaGetLastError());

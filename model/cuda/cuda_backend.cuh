@@ -33,6 +33,9 @@ class CudaBackend final : public Backend {
   void* stream_handle() const override { return stream_; }
   // Parameters as stored: 16-bit GEMMs run on tensor cores (model/cuda/matmul.cu).
   DType weight_dtype(DType working) const override { return working; }
+  // Activations in the working dtype too (llm.c's floatX): half the bytes, and GEMMs read and
+  // write them without conversions.
+  DType activation_dtype(DType working) const override { return working; }
   bool pin_host(void* p, size_t bytes) override;
   void unpin_host(void* p, size_t bytes) override;
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
@@ -43,14 +46,15 @@ class CudaBackend final : public Backend {
   // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:
   // dw (C) += sum_n dout * xhat, db (C, or null) += sum_n dout; xhat = (inp - mean) * rstd, or
   // inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics across rows.
-  void norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
-                        const float* mean, const float* rstd, int N, int C);
-  // C (rows m, cols n; row-major, fp32) = op(A) op(B) + beta C, A and B of dtype ab_t, with
-  // fp32 accumulation; beta 0 or 1.
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
-            const void* B, int ldb, DType ab_t, float* C, int ldc, float beta);
-  // x (n, fp32) rounded to t into buf (workspace), or x itself when t is fp32.
-  const void* rounded(const float* x, size_t n, DType t, DeviceBuffer& buf);
+  void norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp, const float* mean,
+                        const float* rstd, int N, int C);
+  // C (rows m, cols n; row-major, fp32 or ab_t) = op(A) op(B) + beta C, A and B of dtype ab_t,
+  // with fp32 accumulation; beta 0 or 1.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
+            int ldb, DType ab_t, TensorRef C, int ldc, float beta);
+  // x (n elements) as dtype t: x itself when it is stored so, else converted into buf
+  // (workspace).
+  const void* rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf);
   int device_;
   // The copy stream's side of copy_to_*_async: the copy after the kernels queued so far, an
   // event after it (the H2D's also joins stream_), and its ticket. Copies may be queued from

@@ -63,12 +63,6 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// One warp's share of x (C) += r (C): lane handles columns lane, lane + 32, ... (the columns it
-// reads back afterwards, so the warp needs no barrier between the add and its reads).
-__device__ inline void add_row(float* x, const float* r, int lane, int C) {
-  for (int c = lane; c < C; c += 32) x[c] += r[c];
-}
-
 // Element i of a buffer of dtype t, as fp32; and its store, rounding to nearest even.
 __device__ inline float load_as_f32(const void* p, DType t, size_t i) {
   switch (t) {
@@ -87,6 +81,19 @@ __device__ inline void store_from_f32(void* p, DType t, size_t i, float v) {
     case DType::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
     case DType::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
   }
+}
+
+// Typed activations (TensorRef/TensorView, model/backend.h): element i as fp32, and its store
+// rounded once. (The host-side conversions of TensorRef are not device code: kernels index.)
+__device__ inline float load_as_f32(TensorRef r, size_t i) {
+  return load_as_f32(r.data, r.dtype, i);
+}
+__device__ inline void store_from_f32(TensorRef r, size_t i, float v) {
+  store_from_f32(r.data, r.dtype, i, v);
+}
+// r[i] += v in fp32, rounded once: the backward's accumulation into an activation gradient.
+__device__ inline void add_from_f32(TensorRef r, size_t i, float v) {
+  store_from_f32(r, i, load_as_f32(r, i) + v);
 }
 
 }  // namespace zt

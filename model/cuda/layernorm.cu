@@ -8,57 +8,65 @@ namespace zt {
 namespace {
 
 // With residual non-null, inp (N,C) += residual first, in place: each lane writes the sums it
-// reads back, so no barrier is needed.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* inp,
-                                         const float* residual, TensorView w, TensorView b, int N,
+// reads back (columns lane, lane + 32, ...), so no barrier is needed; in a 16-bit dtype it reads
+// back the rounded sum, as the unfused add then norm would.
+__global__ void layernorm_forward_kernel(TensorRef out, float* mean, float* rstd, TensorRef inp,
+                                         TensorView residual, TensorView w, TensorView b, int N,
                                          int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  float* x = inp + (size_t)row * C;
-  if (residual) add_row(x, residual + (size_t)row * C, lane, C);
+  const size_t x = (size_t)row * C;  // the row's first element
+  if (residual.data)
+    for (int c = lane; c < C; c += 32)
+      store_from_f32(inp, x + c, load_as_f32(inp, x + c) + load_as_f32(residual, x + c));
   float s = 0.f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32) s += load_as_f32(inp, x + c);
   const float m = warp_sum(s) / C;
   float v = 0.f;
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  for (int c = lane; c < C; c += 32) {
+    const float d = load_as_f32(inp, x + c) - m;
+    v += d * d;
+  }
   const float r = rsqrtf(warp_sum(v) / C + eps);
-  float* y = out + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * load_as_f32(w, c) + load_as_f32(b, c);
+  for (int c = lane; c < C; c += 32)
+    store_from_f32(out, x + c,
+                   (load_as_f32(inp, x + c) - m) * r * load_as_f32(w, c) + load_as_f32(b, c));
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
-__global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, const float* dout,
-                                          const float* inp, TensorView w, const float* mean,
-                                          const float* rstd, int N, int C) {
+__global__ void layernorm_backward_kernel(TensorRef dinp, TensorView dout, TensorView inp,
+                                          TensorView w, const float* mean, const float* rstd, int N,
+                                          int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + (size_t)row * C;
-  const float* dy = dout + (size_t)row * C;
+  const size_t x = (size_t)row * C;
   const float m = mean[row], r = rstd[row];
   float a = 0.f, bsum = 0.f;
   for (int c = lane; c < C; c += 32) {
-    const float xhat = (x[c] - m) * r, dxhat = dy[c] * load_as_f32(w, c);
+    const float xhat = (load_as_f32(inp, x + c) - m) * r;
+    const float dxhat = load_as_f32(dout, x + c) * load_as_f32(w, c);
     a += dxhat;
     bsum += dxhat * xhat;
   }
   const float mean_dxhat = warp_sum(a) / C, mean_dxhat_xhat = warp_sum(bsum) / C;
-  float* dx = dinp + (size_t)row * C;
   for (int c = lane; c < C; c += 32) {
-    const float xhat = (x[c] - m) * r;
-    dx[c] += r * (dy[c] * load_as_f32(w, c) - mean_dxhat - xhat * mean_dxhat_xhat);
+    const float xhat = (load_as_f32(inp, x + c) - m) * r;
+    add_from_f32(
+        dinp, x + c,
+        r * (load_as_f32(dout, x + c) * load_as_f32(w, c) - mean_dxhat - xhat * mean_dxhat_xhat));
   }
 }
 
 // dw[c] += sum_n dy[n,c] * xhat[n,c]; db[c] += sum_n dy[n,c] (db may be null), xhat =
 // (x - mean) * rstd, or x * rstd when mean is null (RMSNorm). Rows in order, one thread per
 // column: adjacent columns keep a warp's loads coalesced.
-__global__ void norm_param_grad_kernel(float* dw, float* db, const float* dout, const float* inp,
+__global__ void norm_param_grad_kernel(float* dw, float* db, TensorView dout, TensorView inp,
                                        const float* mean, const float* rstd, int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float sw = 0.f, sb = 0.f;
   for (int n = 0; n < N; ++n) {
-    const float x = inp[(size_t)n * C + c], dy = dout[(size_t)n * C + c];
+    const float x = load_as_f32(inp, (size_t)n * C + c), dy = load_as_f32(dout, (size_t)n * C + c);
     const float xhat = (mean ? x - mean[n] : x) * rstd[n];
     sw += dy * xhat;
     sb += dy;
@@ -69,15 +77,16 @@ __global__ void norm_param_grad_kernel(float* dw, float* db, const float* dout, 
 
 }  // namespace
 
-void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void CudaBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                     TensorView w, TensorView b, int N, int C, float eps) {
   // Without a residual the kernel only reads inp.
+  const TensorRef x(const_cast<void*>(inp.data), inp.dtype);
   launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
-                rstd, const_cast<float*>(inp), (const float*)nullptr, w, b, N, C, eps);
+                rstd, x, TensorView(), w, b, N, C, eps);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::residual_layernorm_forward(float* x, const float* residual, float* out,
+void CudaBackend::residual_layernorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                              float* mean, float* rstd, TensorView w, TensorView b,
                                              int N, int C, float eps) {
   launch_kernel(layernorm_forward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, out, mean,
@@ -85,16 +94,16 @@ void CudaBackend::residual_layernorm_forward(float* x, const float* residual, fl
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                     const float* inp, TensorView w, const float* mean,
+void CudaBackend::layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+                                     TensorView inp, TensorView w, const float* mean,
                                      const float* rstd, int N, int C) {
-  launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dw,
-                db, dout, inp, w, mean, rstd, N, C);
+  launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp,
+                dout, inp, w, mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
   norm_param_grads(dw, db, dout, inp, mean, rstd, N, C);
 }
 
-void CudaBackend::norm_param_grads(float* dw, float* db, const float* dout, const float* inp,
+void CudaBackend::norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp,
                                    const float* mean, const float* rstd, int N, int C) {
   launch_kernel(norm_param_grad_kernel, blocks_for((size_t)C), kThreads, stream_, dw, db, dout, inp,
                 mean, rstd, N, C);

@@ -1,16 +1,19 @@
 // Linear layer: out = inp @ W^T + b (W stored (OC, C), as nn.Linear), GEMM via cuBLASLt with
 // fp32 accumulation (CUBLAS_COMPUTE_32F; no TF32, this path is compared against the CPU
-// backend). A bf16 or fp16 weight is used as stored: the other operand (inp, or dout and inp in
-// the backward) is rounded to its dtype in workspace and the GEMM runs on tensor cores, writing
-// fp32 (PyTorch autocast's recipe); the bias and its gradient stay fp32.
+// backend). A bf16 or fp16 weight is used as stored and the GEMM runs on tensor cores: the other
+// operand (inp, or dout and inp in the backward) is read as stored when it has the weight's
+// dtype (activations in the working dtype, Backend::activation_dtype), else rounded to it in
+// workspace first (PyTorch autocast's recipe). The output is fp32 or the weight's dtype; the
+// weight gradient is fp32.
+#include "common/status.h"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
 namespace {
 
-__global__ void add_bias_kernel(float* out, TensorView bias, int N, int OC) {
+__global__ void add_bias_kernel(TensorRef out, TensorView bias, int N, int OC) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < (size_t)N * OC) out[i] += load_as_f32(bias, i % OC);
+  if (i < (size_t)N * OC) add_from_f32(out, i, load_as_f32(bias, i % OC));
 }
 
 cudaDataType cuda_type(DType t) {
@@ -23,18 +26,20 @@ cudaDataType cuda_type(DType t) {
 }
 
 // dbias[o] += sum_n dout[n, o]; one thread per column, coalesced across the warp.
-__global__ void bias_grad_kernel(float* dbias, const float* dout, int N, int OC) {
+__global__ void bias_grad_kernel(float* dbias, TensorView dout, int N, int OC) {
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
   float s = 0.f;
-  for (int n = 0; n < N; ++n) s += dout[(size_t)n * OC + o];
+  for (int n = 0; n < N; ++n) s += load_as_f32(dout, (size_t)n * OC + o);
   dbias[o] += s;
 }
 
 }  // namespace
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
-                       const void* B, int ldb, DType ab_t, float* C, int ldc, float beta) {
+                       const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta) {
+  // cuBLASLt's COMPUTE_32F writes fp32 or, from 16-bit operands, their own dtype.
+  ZT_CHECK(C.dtype == DType::kF32 || C.dtype == ab_t);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -49,7 +54,7 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
       cublasLtMatrixLayoutCreate(&la, cuda_type(ab_t), trans_b ? k : n, trans_b ? n : k, ldb));
   ZT_CHECK_CUBLAS(
       cublasLtMatrixLayoutCreate(&lb, cuda_type(ab_t), trans_a ? m : k, trans_a ? k : m, lda));
-  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc));
+  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lc, cuda_type(C.dtype), n, m, ldc));
   cublasLtMatmulPreference_t pref;
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
@@ -62,7 +67,9 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
     return a;
   };
   const size_t ab = dtype_size(ab_t);  // a 16-bit operand may sit 2 bytes off a 4-byte boundary
-  const uint32_t al[4] = {alignment(B, ab), alignment(A, ab), alignment(C, 4), alignment(C, 4)};
+  const size_t cb = dtype_size(C.dtype);
+  const uint32_t al[4] = {alignment(B, ab), alignment(A, ab), alignment(C.data, cb),
+                          alignment(C.data, cb)};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -77,8 +84,8 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
     std::abort();
   }
   const float alpha = 1.f;
-  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
-                                 workspace_, workspace_bytes_, stream_));
+  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, desc, &alpha, B, la, A, lb, &beta, C.data, lc, C.data, lc,
+                                 &heur.algo, workspace_, workspace_bytes_, stream_));
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(lc);
   cublasLtMatrixLayoutDestroy(lb);
@@ -86,15 +93,14 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
   cublasLtMatmulDescDestroy(desc);
 }
 
-// x (n, fp32) rounded to dtype t in workspace; x itself for fp32.
-const void* CudaBackend::rounded(const float* x, size_t n, DType t, DeviceBuffer& buf) {
-  if (t == DType::kF32) return x;
+const void* CudaBackend::rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf) {
+  if (x.dtype == t) return x.data;
   buf = DeviceBuffer(this, n * dtype_size(t), MemCategory::kWorkspace);
-  convert(x, DType::kF32, buf.data(), t, n);
+  convert(x.data, x.dtype, buf.data(), t, n);
   return buf.data();
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, TensorView weight, TensorView bias,
+void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weight, TensorView bias,
                                  int N, int C, int OC) {
   DeviceBuffer inp16;
   const void* a = rounded(inp, (size_t)N * C, weight.dtype, inp16);
@@ -105,8 +111,8 @@ void CudaBackend::matmul_forward(float* out, const float* inp, TensorView weight
   }
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, TensorView weight, int N, int C, int OC) {
+void CudaBackend::matmul_backward(TensorRef dinp, float* dweight, float* dbias, TensorView dout,
+                                  TensorView inp, TensorView weight, int N, int C, int OC) {
   DeviceBuffer dout16, inp16;
   const DType t = weight.dtype;
   const void* dy = rounded(dout, (size_t)N * OC, t, dout16);

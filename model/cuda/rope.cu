@@ -4,7 +4,7 @@
 namespace zt {
 namespace {
 
-__global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int hd, float theta,
+__global__ void rope_kernel(TensorRef qkv, int BT, int T, int heads, int row, int hd, float theta,
                             float sign, int pos0) {
   const int half = hd / 2;
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -14,16 +14,16 @@ __global__ void rope_kernel(float* qkv, int BT, int T, int heads, int row, int h
   float s, c;
   sincosf((pos0 + bt % T) * inv_freq, &s, &c);
   s *= sign;
-  float* x = qkv + (size_t)bt * row + (size_t)h * hd;
-  const float x1 = x[k], x2 = x[k + half];
-  x[k] = x1 * c - x2 * s;
-  x[k + half] = x2 * c + x1 * s;
+  const size_t x = (size_t)bt * row + (size_t)h * hd + k;  // the pair (x, x + half)
+  const float x1 = load_as_f32(qkv, x), x2 = load_as_f32(qkv, x + half);
+  store_from_f32(qkv, x, x1 * c - x2 * s);
+  store_from_f32(qkv, x + half, x2 * c + x1 * s);
 }
 
 }  // namespace
 
-void CudaBackend::rope(float* qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
-                       int pos0) {
+void CudaBackend::rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta,
+                       bool inverse, int pos0) {
   const size_t n = (size_t)B * T * (NH + KVH) * (hd / 2);
   launch_kernel(rope_kernel, blocks_for(n), kThreads, stream_, qkv, B * T, T, NH + KVH,
                 (NH + 2 * KVH) * hd, hd, theta, inverse ? -1.f : 1.f, pos0);

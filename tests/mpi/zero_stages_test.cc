@@ -146,7 +146,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = test_backend();
-  Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing);
+  Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing,
+                    be->activation_dtype(eo.param_dtype));  // the GPU's: 16-bit
   Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
                 params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();

@@ -67,6 +67,45 @@ class CudaVsCpu : public ::testing::Test {
     }
     EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what;
   }
+  // A tensor of values exact in dtype t: fp32 on the CPU backend, t on the CUDA backend (its
+  // activations in a 16-bit working dtype, Backend::activation_dtype).
+  struct Typed {
+    DeviceBuffer c, g;
+    size_t n;
+    DType t;
+    TensorRef cp() { return c.f32(); }
+    TensorRef gp() { return {g.data(), t}; }
+  };
+  Typed make_typed(size_t n, DType t, float scale = 1.f, uint32_t seed = 1) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> h(n);
+    for (float& x : h) x = d(rng);
+    std::vector<uint16_t> h16(n);
+    convert(h.data(), DType::kF32, h16.data(), t, n);
+    convert(h16.data(), t, h.data(), DType::kF32, n);  // the values t can hold
+    Typed p{DeviceBuffer(cpu_.get(), n * 4, MemCategory::kWorkspace),
+            DeviceBuffer(gpu_.get(), n * 2, MemCategory::kWorkspace), n, t};
+    cpu_->copy_to_device(p.c.data(), h.data(), n * 4);
+    gpu_->copy_to_device(p.g.data(), h16.data(), n * 2);
+    return p;
+  }
+  Typed zeros_typed(size_t n, DType t) { return make_typed(n, t, 0.f); }
+  // The CUDA result, stored in t, against the CPU's fp32: within tol of the largest magnitude.
+  void expect_close(Typed& p, double tol, const std::string& what) {
+    std::vector<float> a(p.n), b(p.n);
+    std::vector<uint16_t> b16(p.n);
+    cpu_->copy_to_host(a.data(), p.c.data(), p.n * 4);
+    gpu_->copy_to_host(b16.data(), p.g.data(), p.n * 2);
+    convert(b16.data(), p.t, b.data(), DType::kF32, p.n);
+    double worst = 0, maxref = 0;
+    for (size_t i = 0; i < p.n; ++i) {
+      worst = std::max(worst, (double)std::fabs(a[i] - b[i]));
+      maxref = std::max(maxref, (double)std::fabs(a[i]));
+    }
+    EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what << " (" << dtype_name(p.t) << ")";
+    EXPECT_GT(maxref, 0.0) << what << ": nothing was written";
+  }
   std::unique_ptr<Backend> cpu_, gpu_;
 };
 
@@ -435,9 +474,145 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
   EXPECT_LE(differ, n / 100) << "bf16 working copies";
 }
 
+// Activations in a 16-bit dtype, as the CUDA backend keeps them when parameters work in bf16 or
+// fp16: every kernel family reads and writes them as stored, computes in fp32 and rounds once
+// per stored value. Reference: the CPU backend in fp32 on the same (exactly representable)
+// inputs, so the difference is the output's rounding: within 2 units in the last place of
+// the output's largest magnitude (bf16 2^-7, fp16 2^-10). Awkward sizes: odd N and T, C = 45,
+// head sizes 32 and 80, GQA ratios 1 and 8.
+TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const double tol = t == DType::kBF16 ? 8e-3 : 1e-3;
+    const std::string dt(dtype_name(t));
+    auto run = [&](auto&& op) { op(cpu_.get(), true), op(gpu_.get(), false); };
+    const int N = 37, C = 45, OC = 71, I = 23;
+    {  // linear layer: weights in t too, the gradient of the weight and bias in fp32
+      auto inp = make_typed((size_t)N * C, t), w = make_typed((size_t)OC * C, t, 1, 2),
+           b = make_typed(OC, t, 1, 3), out = zeros_typed((size_t)N * OC, t),
+           dout = make_typed((size_t)N * OC, t, 1, 4), dinp = zeros_typed((size_t)N * C, t);
+      auto dw = zeros((size_t)OC * C), db = zeros(OC);
+      run([&](Backend* be, bool c) {
+        auto p = [c](Typed& x) { return c ? x.cp() : x.gp(); };
+        auto q = [c](Pair& x) { return c ? x.cp() : x.gp(); };
+        be->matmul_forward(p(out), p(inp), p(w), p(b), N, C, OC);
+        be->matmul_backward(p(dinp), q(dw), q(db), p(dout), p(inp), p(w), N, C, OC);
+      });
+      expect_close(out, tol, "matmul forward");
+      expect_close(dinp, tol, "matmul dinp");
+      expect_close(dw, 1e-5, (dt + " matmul dweight").c_str());
+      expect_close(db, 1e-5, (dt + " matmul dbias").c_str());
+    }
+    for (bool layer : {true, false}) {  // norms, plain and with the residual fused
+      const std::string what = layer ? "layernorm" : "rmsnorm";
+      auto x = make_typed((size_t)N * C, t), r = make_typed((size_t)N * C, t, 1, 5),
+           w = make_typed(C, t, 1, 2), b = make_typed(C, t, 1, 3),
+           y = zeros_typed((size_t)N * C, t), yf = zeros_typed((size_t)N * C, t),
+           dy = make_typed((size_t)N * C, t, 1, 4), dx = zeros_typed((size_t)N * C, t);
+      auto mean = zeros(N), rstd = zeros(N), dw = zeros(C), db = zeros(C), mf = zeros(N),
+           sf = zeros(N);
+      run([&](Backend* be, bool c) {
+        auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+        auto q = [c](Pair& v) { return c ? v.cp() : v.gp(); };
+        if (layer) {
+          be->layernorm_forward(p(y), q(mean), q(rstd), p(x), p(w), p(b), N, C, 1e-5f);
+          be->layernorm_backward(p(dx), q(dw), q(db), p(dy), p(x), p(w), q(mean), q(rstd), N, C);
+          be->residual_layernorm_forward(p(x), p(r), p(yf), q(mf), q(sf), p(w), p(b), N, C, 1e-5f);
+        } else {
+          be->rmsnorm_forward(p(y), q(rstd), p(x), p(w), N, C, 1e-5f);
+          be->rmsnorm_backward(p(dx), q(dw), p(dy), p(x), p(w), q(rstd), N, C);
+          be->residual_rmsnorm_forward(p(x), p(r), p(yf), q(sf), p(w), N, C, 1e-5f);
+        }
+      });
+      expect_close(y, tol, what + " forward");
+      expect_close(rstd, 1e-5, (dt + " " + what + " rstd").c_str());
+      expect_close(dx, tol, what + " dx");
+      expect_close(dw, 1e-4, (dt + " " + what + " dw").c_str());
+      if (layer) expect_close(db, 1e-5, (dt + " layernorm db").c_str());
+      expect_close(x, tol, what + ": residual sum");
+      expect_close(yf, 2 * tol, what + " of the rounded residual sum");
+    }
+    for (int hd : {32, 80})  // RoPE and attention, forward, backward and one decoded row
+      for (int KVH : {8, 1}) {
+        const int B = 2, T = 13, NH = 8, row = (NH + 2 * KVH) * hd;
+        const std::string what = "hd " + std::to_string(hd) + " group " + std::to_string(NH / KVH);
+        auto qkv = make_typed((size_t)B * T * row, t),
+             out = zeros_typed((size_t)B * T * NH * hd, t),
+             dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
+             dqkv = zeros_typed((size_t)B * T * row, t), dec = zeros_typed((size_t)NH * hd, t);
+        auto lse = zeros((size_t)B * NH * T);
+        run([&](Backend* be, bool c) {
+          auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+          be->rope(p(qkv), B, T, NH, KVH, hd, 10000.f, false, 0);
+        });
+        expect_close(qkv, tol, "rope, " + what);
+        // Attention reads the rotated qkv as each backend stored it: the CPU's fp32 values
+        // would differ from the GPU's by the rope's rounding, so give the CPU the GPU's.
+        std::vector<uint16_t> h16(qkv.n);
+        std::vector<float> h(qkv.n);
+        gpu_->copy_to_host(h16.data(), qkv.g.data(), qkv.n * 2);
+        convert(h16.data(), t, h.data(), DType::kF32, qkv.n);
+        cpu_->copy_to_device(qkv.c.data(), h.data(), qkv.n * 4);
+        run([&](Backend* be, bool c) {
+          auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+          float* l = c ? lse.cp() : lse.gp();
+          be->attention_forward(p(out), l, p(qkv), B, T, NH, KVH, hd);
+          be->attention_backward(p(dqkv), p(dout), p(qkv), l, B, T, NH, KVH, hd);
+          be->attention_decode(p(dec), p(qkv), T, NH, KVH, hd);  // the first sequence's last row
+        });
+        expect_close(out, tol, "attention forward, " + what);
+        expect_close(lse, 1e-5, (dt + " attention lse, " + what).c_str());
+        expect_close(dqkv, tol, "attention backward, " + what);
+        expect_close(dec, tol, "attention decode, " + what);
+        run([&](Backend* be, bool c) {
+          auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+          be->rope(p(dqkv), B, T, NH, KVH, hd, 10000.f, true, 0);
+        });
+        expect_close(dqkv, 2 * tol, "rope backward, " + what);
+      }
+    {  // GELU, SwiGLU, the residual add, token and position embeddings
+      auto h = make_typed((size_t)N * 2 * I, t), a = zeros_typed((size_t)N * I, t),
+           g = zeros_typed((size_t)N * I, t), da = make_typed((size_t)N * I, t, 1, 5),
+           dh = zeros_typed((size_t)N * 2 * I, t), dg = zeros_typed((size_t)N * I, t),
+           y = make_typed((size_t)N * I, t, 1, 6);
+      run([&](Backend* be, bool c) {
+        auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+        be->swiglu_forward(p(a), p(h), N, I);
+        be->swiglu_backward(p(dh), p(da), p(h), N, I);
+        be->gelu_forward(p(g), p(h), g.n);
+        be->gelu_backward(p(dg), p(h), p(da), dg.n);
+        be->add_inplace(p(y), p(da), y.n);
+      });
+      expect_close(a, tol, "swiglu forward");
+      expect_close(dh, tol, "swiglu backward");
+      expect_close(g, tol, "gelu forward");
+      expect_close(dg, tol, "gelu backward");
+      expect_close(y, tol, "residual add");
+      const int B = 3, T = 11, V = 50;
+      std::vector<int> tok(B * T);
+      for (int i = 0; i < B * T; ++i) tok[i] = (i * 7) % V;
+      DeviceBuffer tc(cpu_.get(), tok.size() * 4, MemCategory::kWorkspace),
+          tg(gpu_.get(), tok.size() * 4, MemCategory::kWorkspace);
+      cpu_->copy_to_device(tc.data(), tok.data(), tok.size() * 4);
+      gpu_->copy_to_device(tg.data(), tok.data(), tok.size() * 4);
+      auto wte = make_typed((size_t)V * C, t), wpe = make_typed((size_t)T * C, t, 1, 2),
+           e = zeros_typed((size_t)B * T * C, t), de = make_typed((size_t)B * T * C, t, 1, 3);
+      auto dwte = zeros((size_t)V * C), dwpe = zeros((size_t)T * C);
+      cpu_->embedding_forward(e.cp(), (int*)tc.data(), wte.c.data(), wpe.c.data(), DType::kF32, B,
+                              T, C);
+      gpu_->embedding_forward(e.gp(), (int*)tg.data(), wte.g.data(), wpe.g.data(), t, B, T, C);
+      expect_close(e, tol, "embedding forward");
+      cpu_->embedding_backward(dwte.cp(), dwpe.cp(), de.cp(), (int*)tc.data(), B, T, C);
+      gpu_->embedding_backward(dwte.gp(), dwpe.gp(), de.gp(), (int*)tg.data(), B, T, C);
+      expect_close(dwte, 0, (dt + " embedding dwte (fp32, the CPU's order)").c_str());
+      expect_close(dwpe, 0, (dt + " embedding dwpe (fp32, the CPU's order)").c_str());
+    }
+  }
+}
+
 // Five AdamW steps of a tiny LLaMA (GQA, odd T, C = 48) through the ZeRO engine, on each
-// backend: the losses agree (fp32 tightly, bf16 working weights and gradients within bf16's
-// resolution), and two runs on the CUDA backend are bitwise identical.
+// backend: the losses agree (fp32 tightly; bf16 working weights, gradients and, on the GPU,
+// activations within bf16's resolution), and two runs on the CUDA backend are bitwise
+// identical.
 struct TrainResult {
   std::vector<float> losses, params;
 };
@@ -453,7 +628,7 @@ TrainResult train_tiny_llama(Backend* be, DType dtype) {
   c.intermediate = 72;
   const int B = 2, T = 13;
   auto comm = make_single_process_communicator();
-  Transformer model(c, be, B, T);
+  Transformer model(c, be, B, T, 0, false, be->activation_dtype(dtype));  // bf16 on the GPU
   EngineOptions eo;
   eo.param_dtype = eo.grad_dtype = dtype;
   eo.gradient_clipping = 1.f;

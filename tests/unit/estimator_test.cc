@@ -321,7 +321,7 @@ TEST(Estimator, MatchesEngineAllocationStage0) {
 }
 
 // transformer_activation_bytes equals what the Transformer allocates as activations, with and
-// without activation checkpointing.
+// without activation checkpointing, in fp32 (the CPU backend's) and bf16 (a GPU's).
 TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
   for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
     auto c = preset(name);
@@ -330,18 +330,31 @@ TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
       for (int k : {0, 1, 2, 3, 5}) {  // 3: two checkpoints (both on the device with cpu)
         for (bool cpu : {false, true}) {
-          auto be = make_cpu_backend(1);
-          Transformer tr(*c, be.get(), B, T, k, cpu);
-          EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
-                    transformer_activation_bytes(*c, B, T, k, cpu))
-              << name << " B=" << B << " T=" << T << " every " << k << " cpu " << cpu;
-          EXPECT_EQ(static_cast<int64_t>(tr.host_tracker().current(M::kActivations)),
-                    transformer_host_activation_bytes(*c, B, T, k, cpu))
-              << name << " B=" << B << " T=" << T << " every " << k << " cpu " << cpu;
+          for (DType a : {DType::kF32, DType::kBF16}) {
+            auto be = make_cpu_backend(1);  // allocation only: no kernel runs
+            Transformer tr(*c, be.get(), B, T, k, cpu, a);
+            const std::string what = std::string(name) + " B=" + std::to_string(B) +
+                                     " T=" + std::to_string(T) + " every " + std::to_string(k) +
+                                     " cpu " + std::to_string(cpu) + " " +
+                                     std::string(dtype_name(a));
+            EXPECT_EQ(static_cast<int64_t>(be->tracker().current(M::kActivations)),
+                      transformer_activation_bytes(*c, B, T, k, cpu, a))
+                << what;
+            EXPECT_EQ(static_cast<int64_t>(tr.host_tracker().current(M::kActivations)),
+                      transformer_host_activation_bytes(*c, B, T, k, cpu, a))
+                << what;
+          }
         }
       }
     }
   }
+  // 16-bit activations are half the bytes, but for the fp32 statistics, logits and int32 tokens.
+  auto c = preset("gpt2-124m");
+  ASSERT_TRUE(c.ok());
+  const int64_t f32 = transformer_activation_bytes(*c, 4, 1024),
+                bf16 = transformer_activation_bytes(*c, 4, 1024, 0, false, DType::kBF16);
+  EXPECT_LT(bf16, f32 * 0.55);
+  EXPECT_GT(bf16, f32 * 0.5);
 }
 
 // Checkpointing every block keeps L + 1 block inputs and one block's intermediates: against no
@@ -407,6 +420,29 @@ TEST(EstimateCommand, GradientCheckpointing) {
 // zerotrain.device_memory_limit. The numbers follow from the formulas above: TinyLlama in bf16
 // at stage 2 with the optimizer on the CPU keeps 2Ψ of model states on the device and 14Ψ on
 // the host (12Ψ optimizer state, 2Ψ gradients): the ZeRO-Offload paper's split.
+// --device cuda counts activations as a GPU keeps them, in the working dtype (bf16 here).
+TEST(EstimateCommand, DeviceCudaCountsSixteenBitActivations) {
+  auto c = preset("gpt2-124m");
+  ASSERT_TRUE(c.ok());
+  EstimateOptions o;
+  o.model = "gpt2-124m";
+  o.stage = 0;
+  o.micro_batch = 4;
+  o.seq_len = 1024;
+  for (const char* device : {"cpu", "cuda"}) {
+    o.device = device;
+    const DType a = o.device == "cuda" ? DType::kBF16 : DType::kF32;
+    auto t = estimate_text(o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    char want[64];
+    std::snprintf(want, sizeof want, "%-22s %12.3f", "device activations",
+                  transformer_activation_bytes(*c, 4, 1024, 0, false, a) / 1073741824.0);
+    EXPECT_NE(t->find(want), std::string::npos) << want << "\n" << *t;
+    EXPECT_NE(t->find(std::string("seq 1024, ") + std::string(dtype_name(a))), std::string::npos)
+        << *t;
+  }
+}
+
 TEST(EstimateCommand, ReadsADsConfig) {
   const std::string cfg = ::testing::TempDir() + "/est_ds.json";
   std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,

@@ -222,15 +222,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 
+static zt::DType dtype_of(cudaDataType t) {
+  return t == CUDA_R_32F ? zt::DType::kF32 : t == CUDA_R_16BF ? zt::DType::kBF16 : zt::DType::kF16;
+}
 // Element i of a matrix of cuBLAS type t, as fp32 (exact).
 static float element(const void* p, cudaDataType t, uint64_t i) {
-  return zt::load_f32(p, t == CUDA_R_32F ? zt::DType::kF32
-                         : t == CUDA_R_16BF ? zt::DType::kBF16
-                                            : zt::DType::kF16, i);
+  return zt::load_f32(p, dtype_of(t), i);
 }
 
-// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C. A and B fp32, bf16 or
-// fp16 (the same), C and D fp32, as cuBLASLt's CUBLAS_COMPUTE_32F allows.
+// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C: products summed in double,
+// the beta C term added in fp32, stored rounded to D's dtype. A and B fp32, bf16 or fp16 (the
+// same); C and D (the same) fp32 or A's dtype, as cuBLASLt's CUBLAS_COMPUTE_32F allows.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
@@ -241,12 +243,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   const uint64_t m = ta ? a->cols : a->rows, k = ta ? a->rows : a->cols;
   const uint64_t n = tb ? b->rows : b->cols;
   if ((tb ? b->cols : b->rows) != k || dl->rows != m || dl->cols != n || c->rows != m ||
-      c->cols != n || a->type != b->type || c->type != CUDA_R_32F || dl->type != CUDA_R_32F)
+      c->cols != n || a->type != b->type || c->type != dl->type ||
+      (dl->type != CUDA_R_32F && dl->type != a->type))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   zt::emu::DeviceAccess access;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const float* pc = static_cast<const float*>(C);
-  float* pd = static_cast<float*>(D);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
       double acc = 0;
@@ -256,7 +257,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         acc += (double)x * y;
       }
       const float r = al * (float)acc;
-      pd[j * dl->ld + i] = be == 0.f ? r : r + be * pc[j * c->ld + i];
+      const float out = be == 0.f ? r : r + be * element(C, c->type, j * c->ld + i);
+      zt::store_f32(D, dtype_of(dl->type), j * dl->ld + i, out);
     }
   return CUBLAS_STATUS_SUCCESS;
 }
