@@ -163,12 +163,17 @@ class Backend {
   // s.zero_grad the gradient is left all zeros.
   virtual void adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
                             void* out, DType out_t, size_t n, const AdamStep& s) = 0;
-  // Sum of squares of n elements of dtype t, accumulated in double; result on the host.
-  virtual double sum_squares(const void* x, DType t, size_t n) = 0;
+  // Sum of squares of n elements of dtype t, accumulated in double, written to *out: one double
+  // in device memory, after the kernels queued so far and without waiting for them (the global
+  // gradient norm reads every unit's with one copy per step, not one wait per unit).
+  virtual void sum_squares(const void* x, DType t, size_t n, double* out) = 0;
+  // The same, returned to the host (waits for the device).
+  double sum_squares(const void* x, DType t, size_t n);
   // y (n, y_t) = alpha * x (n, fp32) + (accumulate ? y : 0), computed in fp32 and rounded once:
-  // gradient averaging and accumulation into a 16-bit buffer in one pass. With sum_squares
-  // non-null it also receives Σ y² of the stored result, the value sum_squares(y, y_t, n) would
-  // return (on the CPU bit for bit), so the gradient norm needs no second pass over y.
+  // gradient averaging and accumulation into a 16-bit buffer in one pass. With sum_squares (a
+  // double in device memory) non-null it also receives Σ y² of the stored result, the value
+  // sum_squares(y, y_t, n) gives (on the CPU bit for bit, in the same pass), so the gradient
+  // norm needs no second pass over y on the CPU and no wait on a GPU.
   virtual void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate,
                          size_t n, double* sum_squares) = 0;
 

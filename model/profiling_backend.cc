@@ -188,10 +188,8 @@ void ProfilingBackend::adamw_update(float* master, void* grad, DType grad_t, flo
   timed("adamw_update", absl::StrCat(std::string(dtype_name(grad_t)), " gradients"), 0,
         [&] { inner_->adamw_update(master, grad, grad_t, m, v, out, out_t, n, s); });
 }
-double ProfilingBackend::sum_squares(const void* x, DType t, size_t n) {
-  double r = 0;
-  timed("sum_squares", "", 0, [&] { r = inner_->sum_squares(x, t, n); });
-  return r;
+void ProfilingBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
+  timed("sum_squares", "", 0, [&] { inner_->sum_squares(x, t, n, out); });
 }
 void ProfilingBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,
                                  size_t n, double* ss) {

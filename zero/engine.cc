@@ -35,8 +35,10 @@ struct Engine::UnitState {
   // grads_zero, but the buffer still holds the last step's values: its next writer overwrites
   // it (scale_add without accumulate), so the step did not spend a pass zeroing it.
   bool grads_stale = false;
-  // Σ g² of the owned gradient as step() reads it, summed in the pass that last wrote it.
-  std::optional<double> owned_ss;
+  // Σ g² of the owned gradient as step() reads it: not known yet (step() sums it), zero (no
+  // backward wrote it), or in the unit's norm slot, summed on the device by the pass that last
+  // wrote the gradient.
+  enum class SumSq { kUnknown, kZero, kInSlot } owned_ss = SumSq::kUnknown;
   DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
   bool has_reduced = false;
 
@@ -89,6 +91,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   const bool offloaded = host_grads_ || params_;
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
+  norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     s.numel = layout.units()[u].numel;
@@ -124,6 +127,9 @@ Engine::~Engine() {
 }
 
 Engine::UnitState& Engine::unit(int u) { return units_[u]; }
+double* Engine::norm_slot(const UnitState& s) {
+  return static_cast<double*>(norm_ss_.data()) + (&s - units_.data());
+}
 
 size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
@@ -402,14 +408,14 @@ void Engine::settle_stale(UnitState& s) {
   else
     be_->zero(s.grads.data(), s.grads.bytes());
   s.grads_stale = false;
-  s.owned_ss = 0.0;
+  s.owned_ss = UnitState::SumSq::kZero;
 }
 
 float* Engine::grads(int u) {
   UnitState& s = unit(u);
   if (direct_grads(s)) {
     s.grads_zero = false;
-    s.owned_ss.reset();  // the backward's kernels accumulate into it
+    s.owned_ss = UnitState::SumSq::kUnknown;  // the backward's kernels accumulate into it
     return s.grads.f32();
   }
   if (!s.scratch.data()) {
@@ -423,12 +429,11 @@ void Engine::reduce_gradients(int u) {
   UnitState& s = unit(u);
   const bool whole = s.replicated || opt_.zero.stage == 1;
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
-    double ss = 0;
     // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
     const bool final = world_ == 1 && s.replicated && boundary_;
     be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded,
-                   final ? &ss : nullptr);
-    s.owned_ss = final ? std::optional<double>(ss) : std::nullopt;
+                   final ? norm_slot(s) : nullptr);
+    s.owned_ss = final ? UnitState::SumSq::kInSlot : UnitState::SumSq::kUnknown;
     s.grads_zero = s.grads_stale = false;
     s.scratch.reset();
   }
@@ -476,9 +481,8 @@ void Engine::finish_reduce(PendingReduce& p) {
   UnitState& s = unit(p.unit);
   const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
   // The boundary's pass also sums the squares of what it writes (the step's gradient norm,
-  // from cache); earlier micro-steps' sums would be overwritten.
-  double ss = 0;
-  double* want_ss = p.boundary ? &ss : nullptr;
+  // from cache) into the unit's norm slot; earlier micro-steps' sums would be overwritten.
+  double* want_ss = p.boundary ? norm_slot(s) : nullptr;
   if (s.replicated) {
     be_->scale_add(s.grads.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded, want_ss);
   } else if (opt_.zero.stage == 1) {
@@ -491,10 +495,8 @@ void Engine::finish_reduce(PendingReduce& p) {
     be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard,
                    want_ss);
   }
-  if (want_ss && !s.host_grads)  // (an offloaded state keeps its own)
-    s.owned_ss = ss;
-  else
-    s.owned_ss.reset();
+  // (An offloaded state keeps its own.)
+  s.owned_ss = want_ss && !s.host_grads ? UnitState::SumSq::kInSlot : UnitState::SumSq::kUnknown;
   if (opt_.zero.stage != 1 || s.replicated) s.grads_zero = s.grads_stale = false;
 }
 
@@ -516,7 +518,7 @@ Engine::OwnedGrad Engine::owned_grad(UnitState& s) {
       s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
       be_->zero(s.reduced.data(), s.reduced.bytes());
       s.has_reduced = true;
-      s.owned_ss = 0.0;
+      s.owned_ss = UnitState::SumSq::kZero;
     }
     return OwnedGrad{s.reduced.data(), DType::kF32, false};
   }
@@ -529,15 +531,27 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   StepStats st;
   st.loss_scale = loss_scale();
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
-  double ss = 0;
+  // Each unit's Σ g² is in its norm slot on the device (or the offloaded state's, on the host),
+  // so the host waits for the device once, then adds them in unit order.
+  std::vector<double> unit_ss(units_.size(), 0.0);
   for (UnitState& s : units_) {
     if (s.replicated && rank_ != 0) continue;
     // owned_grad settles a stale gradient (no backward since the last step), offloaded too.
     const OwnedGrad g = owned_grad(s);
-    if (s.host_grads)
-      ss += optimizer_->gradient_sum_squares(int(&s - units_.data()));
-    else
-      ss += s.owned_ss ? *s.owned_ss : be_->sum_squares(g.data, g.dtype, s.owned());
+    if (s.host_grads) {
+      unit_ss[&s - units_.data()] = optimizer_->gradient_sum_squares(int(&s - units_.data()));
+    } else if (s.owned_ss == UnitState::SumSq::kUnknown) {
+      be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(s));
+      s.owned_ss = UnitState::SumSq::kInSlot;
+    }
+  }
+  std::vector<double> slots(units_.size());
+  be_->copy_to_host(slots.data(), norm_ss_.data(), norm_ss_.bytes());
+  double ss = 0;
+  for (UnitState& s : units_) {
+    if (s.replicated && rank_ != 0) continue;
+    const size_t u = &s - units_.data();
+    ss += s.owned_ss == UnitState::SumSq::kInSlot && !s.host_grads ? slots[u] : unit_ss[u];
   }
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
@@ -705,7 +719,7 @@ void Engine::finish_step() {
         s.grads_stale = true;  // its next writer overwrites it
     }
     s.grads_zero = true;
-    s.owned_ss.reset();
+    s.owned_ss = UnitState::SumSq::kUnknown;
     s.reduced.reset();
     s.has_reduced = false;
   }

@@ -220,6 +220,10 @@ class Engine final : public UnitEngine {
   EngineOptions opt_;
   int rank_ = 0, world_ = 1;
   std::vector<UnitState> units_;
+  // One double per unit on the device: Σ g² of its owned gradient, written by the pass that
+  // wrote the gradient (UnitState::owned_ss), so step() waits for the device once, not per unit.
+  DeviceBuffer norm_ss_;
+  double* norm_slot(const UnitState& s);
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<ParamStore> params_;
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients

@@ -62,8 +62,8 @@ void CpuBackend::add_inplace(TensorRef y_a, TensorView x_a, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-double CpuBackend::sum_squares(const void* x, DType t, size_t n) {
-  return cpu_sum_squares(x, t, n);  // offload/cpu_adam.h: vectorised, thread-count independent
+void CpuBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
+  *out = cpu_sum_squares(x, t, n);  // offload/cpu_adam.h: vectorised, thread-count independent
 }
 
 void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,

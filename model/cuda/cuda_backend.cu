@@ -36,7 +36,7 @@ CudaBackend::CudaBackend(int device)
 #endif
   ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
   ZT_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
-  ZT_CHECK_CUDA(cudaMalloc(&reduce_, (kMaxReduceBlocks + 1) * sizeof(double)));
+  ZT_CHECK_CUDA(cudaMalloc(&reduce_, kMaxReduceBlocks * sizeof(double)));
 }
 
 CudaBackend::~CudaBackend() {
@@ -223,19 +223,16 @@ void CudaBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool
     ZT_CHECK_CUDA(cudaGetLastError());
   }
   // A second pass: the GPU's bandwidth makes it cheap beside the CPU's (fused there).
-  if (sum_squares) *sum_squares = this->sum_squares(y, yt, n);
+  if (sum_squares) this->sum_squares(y, yt, n, sum_squares);
 }
 
-double CudaBackend::sum_squares(const void* x, DType t, size_t n) {
-  double out = 0;
-  if (n == 0) return out;
-  // reduce_: the result, then one partial per block.
+void CudaBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
+  if (n == 0) return zero(out, sizeof(double));
+  // reduce_: one partial per block, added in order by the second kernel (no host wait).
   const unsigned blocks = std::min<unsigned>(blocks_for(n), kMaxReduceBlocks);
-  launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_ + 1);
-  launch_kernel(sum_partials_kernel, 1, 1, stream_, reduce_ + 1, (int)blocks, reduce_);
+  launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_);
+  launch_kernel(sum_partials_kernel, 1, 1, stream_, reduce_, (int)blocks, out);
   ZT_CHECK_CUDA(cudaGetLastError());
-  copy_to_host(&out, reduce_, sizeof(double));
-  return out;
 }
 
 }  // namespace zt

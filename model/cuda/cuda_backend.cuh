@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 32u << 20;
   static constexpr unsigned kMaxReduceBlocks = 1024;
-  double* reduce_ = nullptr;  // sum_squares: the result, then a partial per block
+  double* reduce_ = nullptr;  // sum_squares: a partial per block
 };
 
 }  // namespace zt

@@ -445,13 +445,19 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
     cpu_->copy_to_host(hc.data(), c.data(), n * 2);
     gpu_->copy_to_host(hg.data(), g.data(), n * 2);
     EXPECT_EQ(hc, hg) << "fp32 -> " << dtype_name(t) << " rounds to nearest even on both";
-    double sc = 0, sg = 0;
-    cpu_->scale_add(c.data(), t, y.cp(), 0.5f, true, n, &sc);
-    gpu_->scale_add(g.data(), t, y.gp(), 0.5f, true, n, &sg);
+    // The sums of squares land in device memory, read back after (no wait inside scale_add).
+    DeviceBuffer ssc(cpu_.get(), 8, MemCategory::kWorkspace),
+        ssg(gpu_.get(), 8, MemCategory::kWorkspace);
+    cpu_->scale_add(c.data(), t, y.cp(), 0.5f, true, n, static_cast<double*>(ssc.data()));
+    gpu_->scale_add(g.data(), t, y.gp(), 0.5f, true, n, static_cast<double*>(ssg.data()));
     cpu_->copy_to_host(hc.data(), c.data(), n * 2);
     gpu_->copy_to_host(hg.data(), g.data(), n * 2);
     EXPECT_EQ(hc, hg) << "scale_add into " << dtype_name(t);
+    double sc = 0, sg = 0;
+    cpu_->copy_to_host(&sc, ssc.data(), 8);
+    gpu_->copy_to_host(&sg, ssg.data(), 8);
     EXPECT_NEAR(sc, sg, 1e-6 * sc) << "sum of squares in scale_add, " << dtype_name(t);
+    EXPECT_NEAR(sg, gpu_->sum_squares(g.data(), t, n), 1e-9 * sg) << "as sum_squares gives";
   }
   auto p = make(n), m = zeros(n), v = zeros(n);
   DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
@@ -608,6 +614,50 @@ TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
     }
   }
 }
+
+#ifdef ZT_CUDA_EMU
+// The host waits for the device a fixed number of times per training step, however many units
+// the model has: no wait per unit for its gradient's sum of squares (the global norm reads
+// every unit's from device memory at once, Engine::step). Every stage on one rank, fp32 and
+// bf16; 2 blocks against 6.
+TEST_F(CudaVsCpu, HostWaitsPerStepDoNotGrowWithTheUnits) {
+  auto waits = [&](int layers, DType t, int stage) {
+    ModelConfig c;
+    c.arch = Arch::kLLaMA;
+    c.vocab_size = 61;
+    c.max_seq_len = 16;
+    c.n_layer = layers;
+    c.hidden = 48;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.intermediate = 72;
+    const int B = 2, T = 13;
+    auto comm = make_single_process_communicator();
+    Transformer model(c, gpu_.get(), B, T, 0, false, gpu_->activation_dtype(t));
+    EngineOptions eo;
+    eo.param_dtype = eo.grad_dtype = t;
+    eo.gradient_clipping = 1.f;
+    eo.zero.stage = stage;
+    Engine engine(model.layout(), gpu_.get(), comm.get(), eo);
+    std::vector<int> x(B * T), y(B * T);
+    for (int i = 0; i < B * T; ++i) x[i] = (i * 7) % 61, y[i] = (i * 11) % 61;
+    long long per_step = 0;
+    for (int step = 0; step < 2; ++step) {  // the second step: steady state
+      const long long before = emu::host_waits();
+      engine.begin_pass();
+      model.forward(engine, x.data(), y.data(), B, T, 1.f);
+      model.backward(engine);
+      EXPECT_TRUE(engine.step(1e-3f).ok());
+      per_step = emu::host_waits() - before;
+    }
+    return per_step;
+  };
+  for (DType t : {DType::kF32, DType::kBF16})
+    for (int stage : {0, 1, 2, 3})
+      EXPECT_EQ(waits(2, t, stage), waits(6, t, stage))
+          << dtype_name(t) << " stage " << stage << ": a host wait per unit";
+}
+#endif
 
 // Five AdamW steps of a tiny LLaMA (GQA, odd T, C = 48) through the ZeRO engine, on each
 // backend: the losses agree (fp32 tightly; bf16 working weights, gradients and, on the GPU,

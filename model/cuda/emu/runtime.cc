@@ -30,6 +30,7 @@ struct CUevent_st {
 
 namespace {
 std::atomic<long long> g_mallocs{0};
+std::atomic<long long> g_host_waits{0};
 // One lock for every stream: queued work may run on whichever host thread waits for it.
 std::recursive_mutex g_streams_mu;
 
@@ -57,6 +58,7 @@ void on_stream(cudaStream_t s, std::function<void()> work) {
 }  // namespace
 
 long long zt::emu::cuda_malloc_calls() { return g_mallocs.load(); }
+long long zt::emu::host_waits() { return g_host_waits.load(); }
 void zt::emu::defer_stream(cudaStream_t s) { s->deferred = true; }
 void zt::emu::before_work(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
@@ -116,6 +118,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  ++g_host_waits;
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   if (s) {
     settle(s);
@@ -139,6 +142,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  ++g_host_waits;
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   if (e->stream && e->seq) run_until(e->stream, e->seq);
   return cudaSuccess;

@@ -60,6 +60,9 @@ cudaError_t cudaHostUnregister(void* p);
 namespace zt::emu {
 // cudaMalloc calls so far (all threads): what a caching allocator saves, for tests.
 long long cuda_malloc_calls();
+// Host waits for the device so far (cudaStreamSynchronize, cudaEventSynchronize; all threads):
+// each one stalls a GPU's queue, so tests count them on the hot path.
+long long host_waits();
 // Queues the copies and memsets of stream s until something waits for them (see the top).
 void defer_stream(cudaStream_t s);
 // Called before work on stream s runs at once (a kernel, a GEMM): runs first what s was told
