@@ -93,7 +93,7 @@ class Backend {
   // dinp and dbias may be null.
   virtual void matmul_backward(TensorRef dinp, float* dweight, float* dbias, TensorView dout,
                                TensorView inp, TensorView weight, int N, int C, int OC) = 0;
-  // out (B,T,C) fp32 = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
+  // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
   // stored), so a lookup widens only the rows it reads.
   virtual void embedding_forward(TensorRef out, const int* tokens, const void* wte, const void* wpe,

@@ -242,8 +242,6 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
   if (train) be_->zero(a_->dlnf.data(), dtype_size(act_t_) * N * C);
   if (targets_host) be_->copy_to_device(a_->targets.data(), targets_host, sizeof(int) * N);
-  double loss_sum = 0.0;
-  std::vector<float> losses(a_->chunk);
   for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
     float* logits = a_->logits.f32();  // (nr, V), fp32 for the loss
@@ -254,8 +252,6 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
     be_->crossentropy_forward_backward(logits, a_->losses.f32() + r0,
                                        static_cast<const int*>(a_->targets.data()) + r0, nr, V,
                                        train ? dscale : 0.f);
-    be_->copy_to_host(losses.data(), a_->losses.f32() + r0, sizeof(float) * nr);
-    for (int i = 0; i < nr; ++i) loss_sum += losses[i];
     if (train && dscale != 0.f)
       be_->matmul_backward(act(a_->dlnf) + (size_t)r0 * C, gw, nullptr, logits,
                            lnf + (size_t)r0 * C, pw, nr, C, V);
@@ -266,6 +262,14 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
     norm_backward(dx, gh + o.lnfw, at(gh, o.lnfb), act(a_->dlnf), x, ph + o.lnfw,
                   a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N);
     e.reduce_gradients(hu);
+  }
+  // The losses come back once, after everything above is queued: a GPU is not left idle
+  // between chunks while the host waits for each.
+  double loss_sum = 0.0;
+  if (targets_host) {
+    std::vector<float> losses(rows);
+    be_->copy_to_host(losses.data(), a_->losses.f32() + rows_from, sizeof(float) * rows);
+    for (float l : losses) loss_sum += l;
   }
   if (c.tied_embeddings) e.release(eu);
   e.release(hu);

@@ -48,10 +48,11 @@ class CudaBackend final : public Backend {
   // inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics across rows.
   void norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp, const float* mean,
                         const float* rstd, int N, int C);
-  // C (rows m, cols n; row-major, fp32 or ab_t) = op(A) op(B) + beta C, A and B of dtype ab_t,
-  // with fp32 accumulation; beta 0 or 1.
+  // C (rows m, cols n; row-major, fp32 or ab_t) = op(A) op(B) + beta C (+ bias (n) on every
+  // row, of C's dtype, when given: cuBLASLt's bias epilogue), A and B of dtype ab_t, with fp32
+  // accumulation; beta 0 or 1.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
-            int ldb, DType ab_t, TensorRef C, int ldc, float beta);
+            int ldb, DType ab_t, TensorRef C, int ldc, float beta, TensorView bias = TensorView());
   // x (n elements) as dtype t: x itself when it is stored so, else converted into buf
   // (workspace).
   const void* rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf);

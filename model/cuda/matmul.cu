@@ -4,7 +4,9 @@
 // operand (inp, or dout and inp in the backward) is read as stored when it has the weight's
 // dtype (activations in the working dtype, Backend::activation_dtype), else rounded to it in
 // workspace first (PyTorch autocast's recipe). The output is fp32 or the weight's dtype; the
-// weight gradient is fp32.
+// weight gradient is fp32. A bias of the output's dtype on a 16-byte boundary is added by
+// cuBLASLt's bias epilogue, in fp32 before the output is rounded (no second pass over the
+// output); any other by a kernel.
 #include "common/status.h"
 #include "model/cuda/cuda_backend.cuh"
 
@@ -37,7 +39,8 @@ __global__ void bias_grad_kernel(float* dbias, TensorView dout, int N, int OC) {
 }  // namespace
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
-                       const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta) {
+                       const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta,
+                       TensorView bias) {
   // cuBLASLt's COMPUTE_32F writes fp32 or, from 16-bit operands, their own dtype.
   ZT_CHECK(C.dtype == DType::kF32 || C.dtype == ab_t);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
@@ -49,6 +52,15 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   ZT_CHECK_CUBLAS(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (bias) {  // column j of row-major C gets bias[j]: a row of the column-major D, as cuBLASLt has
+               // it
+    ZT_CHECK(bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                   sizeof epilogue));
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias.data, sizeof bias.data));
+  }
   cublasLtMatrixLayout_t la, lb, lc;
   ZT_CHECK_CUBLAS(
       cublasLtMatrixLayoutCreate(&la, cuda_type(ab_t), trans_b ? k : n, trans_b ? n : k, ldb));
@@ -104,8 +116,14 @@ void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weigh
                                  int N, int C, int OC) {
   DeviceBuffer inp16;
   const void* a = rounded(inp, (size_t)N * C, weight.dtype, inp16);
-  gemm(false, true, N, OC, C, a, C, weight.data, C, weight.dtype, out, OC, 0.f);  // (N,C)(OC,C)^T
-  if (bias) {
+  // (N,C)(OC,C)^T, with the bias in the epilogue when it has the output's dtype.
+  // The epilogue reads the bias as D's type; cuBLASLt has no alignment hint for it and may pick
+  // a kernel that assumes 16 bytes, which a bias inside a unit need not have.
+  const bool fused =
+      bias && bias.dtype == out.dtype && reinterpret_cast<uintptr_t>(bias.data) % 16 == 0;
+  gemm(false, true, N, OC, C, a, C, weight.data, C, weight.dtype, out, OC, 0.f,
+       fused ? bias : TensorView());
+  if (bias && !fused) {
     launch_kernel(add_bias_kernel, blocks_for((size_t)N * OC), kThreads, stream_, out, bias, N, OC);
     ZT_CHECK_CUDA(cudaGetLastError());
   }

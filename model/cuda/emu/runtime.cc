@@ -184,9 +184,19 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeTy
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t bytes) {
-  if (bytes != sizeof(cublasOperation_t)) return CUBLAS_STATUS_NOT_SUPPORTED;
-  std::memcpy(attr == CUBLASLT_MATMUL_DESC_TRANSA ? &d->transa : &d->transb, buf, bytes);
-  return CUBLAS_STATUS_SUCCESS;
+  auto set = [&](auto& field) {
+    if (bytes != sizeof field) return CUBLAS_STATUS_NOT_SUPPORTED;
+    std::memcpy(&field, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return set(d->transa);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return set(d->transb);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type);
+  }
+  return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
   delete d;
@@ -234,9 +244,11 @@ static float element(const void* p, cudaDataType t, uint64_t i) {
   return zt::load_f32(p, dtype_of(t), i);
 }
 
-// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C: products summed in double,
-// the beta C term added in fp32, stored rounded to D's dtype. A and B fp32, bf16 or fp16 (the
-// same); C and D (the same) fp32 or A's dtype, as cuBLASLt's CUBLAS_COMPUTE_32F allows.
+// Column-major D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C (+ bias, a vector of m
+// elements of D's type broadcast over the columns, with CUBLASLT_EPILOGUE_BIAS): products summed
+// in double, the beta C term and the bias added in fp32, stored rounded to D's dtype. A and B fp32,
+// bf16 or fp16 (the same); C and D (the same) fp32 or A's dtype, as cuBLASLt's CUBLAS_COMPUTE_32F
+// allows.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a, const void* B,
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
@@ -250,6 +262,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
       c->cols != n || a->type != b->type || c->type != dl->type ||
       (dl->type != CUDA_R_32F && dl->type != a->type))
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if ((d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias) || (bias && !d->bias) ||
+      (d->bias_type != -1 && d->bias_type != dl->type) ||
+      (bias && reinterpret_cast<uintptr_t>(d->bias) % 16 != 0))  // as a GPU kernel may need
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   zt::emu::DeviceAccess access;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   for (uint64_t j = 0; j < n; ++j)
@@ -261,7 +278,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         acc += (double)x * y;
       }
       const float r = al * (float)acc;
-      const float out = be == 0.f ? r : r + be * element(C, c->type, j * c->ld + i);
+      float out = be == 0.f ? r : r + be * element(C, c->type, j * c->ld + i);
+      if (bias) out += element(d->bias, dl->type, i);  // broadcast over the columns
       zt::store_f32(D, dtype_of(dl->type), j * dl->ld + i, out);
     }
   return CUBLAS_STATUS_SUCCESS;

@@ -1,7 +1,8 @@
 // cuBLASLt as the CUDA emulation provides it: the calls model/cuda/matmul.cu makes, with a
 // reference GEMM that interprets the same descriptors (column-major layouts, op(A) and op(B)
-// from TRANSA / TRANSB, D = alpha op(A) op(B) + beta C, accumulated in double). Only fp32
-// matrices; the heuristic always finds its one algorithm.
+// from TRANSA / TRANSB, D = alpha op(A) op(B) + beta C (+ a bias vector with
+// CUBLASLT_EPILOGUE_BIAS), accumulated in double). fp32, bf16 and fp16 matrices; the heuristic
+// always finds its one algorithm.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,14 @@ enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 1
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };  // CUDA's values
-enum cublasLtMatmulDescAttributes_t { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4 };
+enum cublasLtMatmulDescAttributes_t {                                    // cuBLASLt's values
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+};
+enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -26,6 +34,9 @@ struct cublasLtContext;
 using cublasLtHandle_t = cublasLtContext*;
 struct cublasLtMatmulDescOpaque_t {
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // D-rows elements of D's type (the only bias type we use)
+  int32_t bias_type = -1;      // -1: D's type
 };
 using cublasLtMatmulDesc_t = cublasLtMatmulDescOpaque_t*;
 struct cublasLtMatrixLayoutOpaque_t {
