@@ -60,13 +60,15 @@ class Backend {
   // when the OS refuses (RLIMIT_MEMLOCK, `ulimit -l`); the memory then stays pageable.
   virtual bool pin_host(void* p, size_t bytes);
   virtual void unpin_host(void* p, size_t bytes);
-  // Queues a copy on the copy stream and returns at once with a ticket. A device -> host copy
-  // starts after the kernels queued so far (it reads what they wrote); a host -> device copy
-  // starts after them too (they may still read its destination) and every kernel queued after
-  // the call sees its data. Copies complete in the order queued. Until wait_copy(ticket) has
-  // returned, the host memory stays untouched, the device memory allocated, and a device source
-  // unwritten by later kernels; pinned host memory (pin_host) lets the copy overlap the
-  // kernels. The CPU backend copies at once and returns ticket 0.
+  // Queues a copy on its direction's copy stream and returns at once with a ticket. A device ->
+  // host copy starts after the kernels queued so far (it reads what they wrote); a host ->
+  // device copy starts after them too (they may still read its destination) and every kernel
+  // queued after the call sees its data. Copies in one direction complete in the order queued;
+  // the two directions run side by side (a GPU has a copy engine for each), so a host -> device
+  // copy must not write device memory that a device -> host copy still in flight reads. Until
+  // wait_copy(ticket) has returned, the host memory stays untouched, the device memory
+  // allocated, and a device source unwritten by later kernels; pinned host memory (pin_host)
+  // lets the copy overlap the kernels. The CPU backend copies at once and returns ticket 0.
   virtual uint64_t copy_to_host_async(void* host_dst, const void* dev_src, size_t bytes) {
     copy_to_host(host_dst, dev_src, bytes);
     return 0;
@@ -75,7 +77,8 @@ class Backend {
     copy_to_device(dev_dst, host_src, bytes);
     return 0;
   }
-  // Blocks until the copy with this ticket, and every copy queued before it, is done.
+  // Blocks until the copy with this ticket, and every copy queued before it in either direction,
+  // is done.
   virtual void wait_copy(uint64_t /*ticket*/) {}
   // (Virtual so that a decorator, model/profiling_backend.h, reports its inner backend's.)
   virtual MemoryTracker& tracker() { return tracker_; }

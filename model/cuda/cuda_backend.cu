@@ -29,23 +29,25 @@ CudaBackend::CudaBackend(int device)
     : device_(device), cache_(kCacheLimit, [](void* p, size_t) { cudaFree(p); }) {
   ZT_CHECK_CUDA(cudaSetDevice(device));
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  ZT_CHECK_CUDA(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+  for (cudaStream_t& s : copy_streams_) {
+    ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 #ifdef ZT_CUDA_EMU
-  emu::defer_stream(copy_stream_);  // its copies run late, so a missing wait shows in the tests
+    emu::defer_stream(s);  // its copies run late, so a missing wait shows in the tests
 #endif
+  }
+  ZT_CHECK_CUDA(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
   ZT_CHECK_CUBLAS(cublasLtCreate(&lt_));
   ZT_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
   ZT_CHECK_CUDA(cudaMalloc(&reduce_, kMaxReduceBlocks * sizeof(double)));
 }
 
 CudaBackend::~CudaBackend() {
-  cudaStreamSynchronize(copy_stream_);
+  for (cudaStream_t s : copy_streams_) cudaStreamSynchronize(s);
   cudaStreamSynchronize(stream_);
-  for (auto& [ticket, e] : copies_) cudaEventDestroy(e);
+  for (const QueuedCopy& c : copies_) cudaEventDestroy(c.done);
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   cudaEventDestroy(compute_mark_);
-  cudaStreamDestroy(copy_stream_);
+  for (cudaStream_t s : copy_streams_) cudaStreamDestroy(s);
   cache_.clear();
   cudaFree(reduce_);
   cudaFree(workspace_);
@@ -102,16 +104,19 @@ void CudaBackend::unpin_host(void* p, size_t) { cudaHostUnregister(p); }
 uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   std::lock_guard<std::mutex> lock(copy_mu_);
   // Copies nobody waits for (a gather's load) are done once their event is: recycle those.
-  while (!copies_.empty() && cudaEventQuery(copies_.front().second) == cudaSuccess) {
-    spare_events_.push_back(copies_.front().second);
+  while (!copies_.empty() && cudaEventQuery(copies_.front().done) == cudaSuccess) {
+    spare_events_.push_back(copies_.front().done);
     copies_.pop_front();
   }
   cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
-  // After the kernels queued so far: a D2H reads what they wrote, an H2D must not overwrite
-  // what they still read.
+  // One stream per direction, so a GPU's two copy engines move gradients out and weights in
+  // at once. After the kernels queued so far: a D2H reads what they wrote, an H2D must not
+  // overwrite what they still read.
+  const int dir = kind == cudaMemcpyHostToDevice ? 1 : 0;
+  const cudaStream_t copy_stream = copy_streams_[dir];
   ZT_CHECK_CUDA(cudaEventRecord(compute_mark_, stream_));
-  ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
-  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+  ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_stream, compute_mark_, 0));
+  ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream));
   cudaEvent_t done;
   if (spare_events_.empty()) {
     ZT_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -119,10 +124,10 @@ uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaM
     done = spare_events_.back();
     spare_events_.pop_back();
   }
-  ZT_CHECK_CUDA(cudaEventRecord(done, copy_stream_));
+  ZT_CHECK_CUDA(cudaEventRecord(done, copy_stream));
   if (kind == cudaMemcpyHostToDevice)  // the kernels queued from now on read the new data
     ZT_CHECK_CUDA(cudaStreamWaitEvent(stream_, done, 0));
-  copies_.emplace_back(++last_ticket_, done);
+  copies_.push_back({++last_ticket_, done, dir});
   return last_ticket_;
 }
 uint64_t CudaBackend::copy_to_host_async(void* dst, const void* src, size_t bytes) {
@@ -132,19 +137,21 @@ uint64_t CudaBackend::copy_to_device_async(void* dst, const void* src, size_t by
   return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 void CudaBackend::wait_copy(uint64_t ticket) {
-  cudaEvent_t last = nullptr;  // the latest queued copy up to ticket: in order, it implies the rest
+  // The latest queued copy up to ticket in each direction: a stream runs its copies in order,
+  // so those two imply the rest.
+  cudaEvent_t last[2] = {nullptr, nullptr};
   {
     std::lock_guard<std::mutex> lock(copy_mu_);
-    for (const auto& [t, e] : copies_)
-      if (t <= ticket) last = e;
+    for (const QueuedCopy& c : copies_)
+      if (c.ticket <= ticket) last[c.dir] = c.done;
   }
-  if (!last) return;  // done and waited for already
-  // Outside the lock, so other threads keep queuing. The event stays listed until it is done,
-  // so a concurrent wait for an earlier ticket still finds something to wait on.
-  ZT_CHECK_CUDA(cudaEventSynchronize(last));
+  // Outside the lock, so other threads keep queuing. The events stay listed until they are
+  // done, so a concurrent wait for an earlier ticket still finds something to wait on.
+  for (cudaEvent_t e : last)
+    if (e) ZT_CHECK_CUDA(cudaEventSynchronize(e));  // none: done and waited for already
   std::lock_guard<std::mutex> lock(copy_mu_);
-  while (!copies_.empty() && copies_.front().first <= ticket) {
-    spare_events_.push_back(copies_.front().second);
+  while (!copies_.empty() && copies_.front().ticket <= ticket) {
+    spare_events_.push_back(copies_.front().done);
     copies_.pop_front();
   }
 }

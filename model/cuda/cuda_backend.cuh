@@ -57,9 +57,10 @@ class CudaBackend final : public Backend {
   // (workspace).
   const void* rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf);
   int device_;
-  // The copy stream's side of copy_to_*_async: the copy after the kernels queued so far, an
-  // event after it (the H2D's also joins stream_), and its ticket. Copies may be queued from
-  // several host threads (the delayed update's and the trainer's), so copy_mu_ guards them.
+  // The copy streams' side of copy_to_*_async: the copy on its direction's stream after the
+  // kernels queued so far, an event after it (the H2D's also joins stream_), and its ticket.
+  // Copies may be queued from several host threads (the delayed update's and the trainer's),
+  // so copy_mu_ guards them.
   uint64_t queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   // Freed blocks by exact (256-rounded) size, reused without cudaMalloc, cudaFree or a stream
   // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.
@@ -68,11 +69,16 @@ class CudaBackend final : public Backend {
   static constexpr size_t kCacheLimit = size_t{1} << 30;
   BlockCache cache_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t copy_stream_ = nullptr;
+  cudaStream_t copy_streams_[2] = {nullptr, nullptr};  // device -> host, host -> device
   cudaEvent_t compute_mark_ = nullptr;  // re-recorded on stream_ before each queued copy
   std::mutex copy_mu_;
   uint64_t last_ticket_ = 0;
-  std::deque<std::pair<uint64_t, cudaEvent_t>> copies_;  // queued, not yet waited for
+  struct QueuedCopy {
+    uint64_t ticket;
+    cudaEvent_t done;  // recorded after it on its stream
+    int dir;           // index into copy_streams_
+  };
+  std::deque<QueuedCopy> copies_;  // queued, not yet waited for, in ticket order
   std::vector<cudaEvent_t> spare_events_;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;

@@ -164,6 +164,27 @@ TEST_F(CudaVsCpu, AsyncCopiesAreOrderedAgainstKernels) {
   gpu_->unpin_host(a.data(), n * 4);
 }
 
+// Each direction has its own copy stream (a GPU's two copy engines at once), and waiting for a
+// ticket waits for every copy queued before it in either direction. (In the emulation a queued
+// copy runs only when waited for, so a wait that covered one direction would leave the other's
+// destination untouched here.)
+TEST_F(CudaVsCpu, WaitingForACopyWaitsForEarlierCopiesInBothDirections) {
+  const size_t n = 1000;
+  std::vector<float> a(n), out(n, -1.f), back(n, -1.f);
+  for (size_t i = 0; i < n; ++i) a[i] = (float)i;
+  DeviceBuffer x(gpu_.get(), n * 4, MemCategory::kWorkspace),
+      y(gpu_.get(), n * 4, MemCategory::kWorkspace);
+  gpu_->copy_to_device(x.data(), a.data(), n * 4);
+  const uint64_t first = gpu_->copy_to_host_async(out.data(), x.data(), n * 4);
+  const uint64_t second = gpu_->copy_to_device_async(y.data(), a.data(), n * 4);
+  EXPECT_GT(second, first);
+  gpu_->wait_copy(second);
+  EXPECT_EQ(out, a) << "the earlier device -> host copy was not waited for";
+  const uint64_t third = gpu_->copy_to_host_async(back.data(), y.data(), n * 4);
+  gpu_->wait_copy(third);
+  EXPECT_EQ(back, a) << "a device -> host copy after a host -> device one reads its data";
+}
+
 TEST_F(CudaVsCpu, Matmul) {
   const int N = 37, C = 45, OC = 71;
   auto out = zeros((size_t)N * OC), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),
