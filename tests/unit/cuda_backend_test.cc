@@ -648,6 +648,20 @@ TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
   }
 }
 
+// A tiny LLaMA: GQA (4 heads, 2 kv heads), C = 48 (not a multiple of 64), vocabulary 61.
+ModelConfig tiny_llama(int layers) {
+  ModelConfig c;
+  c.arch = Arch::kLLaMA;
+  c.vocab_size = 61;
+  c.max_seq_len = 16;
+  c.n_layer = layers;
+  c.hidden = 48;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.intermediate = 72;
+  return c;
+}
+
 #ifdef ZT_CUDA_EMU
 // The host waits for the device a fixed number of times per training step, however many units
 // the model has: no wait per unit for its gradient's sum of squares (the global norm reads
@@ -657,15 +671,7 @@ TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
 // reduction's pass writes the slot; zero_stages_test checks the norm's values there.)
 TEST_F(CudaVsCpu, HostWaitsPerStepDoNotGrowWithTheUnits) {
   auto waits = [&](int layers, DType t) {
-    ModelConfig c;
-    c.arch = Arch::kLLaMA;
-    c.vocab_size = 61;
-    c.max_seq_len = 16;
-    c.n_layer = layers;
-    c.hidden = 48;
-    c.n_head = 4;
-    c.n_kv_head = 2;
-    c.intermediate = 72;
+    const ModelConfig c = tiny_llama(layers);
     const int B = 2, T = 13;
     auto comm = make_single_process_communicator();
     Transformer model(c, gpu_.get(), B, T, 0, false, gpu_->activation_dtype(t));
@@ -699,15 +705,7 @@ struct TrainResult {
   std::vector<float> losses, params;
 };
 TrainResult train_tiny_llama(Backend* be, DType dtype) {
-  ModelConfig c;
-  c.arch = Arch::kLLaMA;
-  c.vocab_size = 61;
-  c.max_seq_len = 16;
-  c.n_layer = 2;
-  c.hidden = 48;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.intermediate = 72;
+  const ModelConfig c = tiny_llama(2);
   const int B = 2, T = 13;
   auto comm = make_single_process_communicator();
   Transformer model(c, be, B, T, 0, false, be->activation_dtype(dtype));  // bf16 on the GPU
