@@ -105,6 +105,9 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   }
   // A GPU keeps activations in the working dtype, the CPU backend in fp32
   // (Backend::activation_dtype).
+  if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
+    return absl::InvalidArgumentError("--device must be cpu, cuda or auto (estimate: cuda counts "
+                                      "activations in the working dtype), not '" + o.device + "'");
   if (o.device == "cuda") in.activation_dtype = in.param_dtype;
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +

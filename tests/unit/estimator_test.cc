@@ -441,6 +441,10 @@ TEST(EstimateCommand, DeviceCudaCountsSixteenBitActivations) {
     EXPECT_NE(t->find(std::string("seq 1024, ") + std::string(dtype_name(a))), std::string::npos)
         << *t;
   }
+  o.device = "gpu";
+  auto bad = estimate_text(o);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cpu, cuda or auto"), std::string::npos) << bad.status();
 }
 
 TEST(EstimateCommand, ReadsADsConfig) {
