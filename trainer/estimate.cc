@@ -1,5 +1,6 @@
 #include "trainer/estimate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -106,8 +107,9 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   // A GPU keeps activations in the working dtype, the CPU backend in fp32
   // (Backend::activation_dtype).
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
-    return absl::InvalidArgumentError("--device must be cpu, cuda or auto (estimate: cuda counts "
-                                      "activations in the working dtype), not '" + o.device + "'");
+    return absl::InvalidArgumentError("--device '" + o.device +
+                                      "' is not one of auto, cpu, cuda (estimate: cuda counts "
+                                      "activations in the working dtype, as a GPU keeps them)");
   if (o.device == "cuda") in.activation_dtype = in.param_dtype;
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
@@ -149,11 +151,15 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                  : std::string()) +
         ".\n";
   out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
+  const bool stage3 = std::find(stages.begin(), stages.end(), 3) != stages.end();
   out += in.unit_numel.empty()
              ? "workspace and activations need --model (unit sizes, shapes).\n\n"
-             : "workspace is the transient peak estimate (stage 3: " +
-                   std::to_string(in.live_units) +
-                   " gathered units; the fp32 view and gradient of the one in use).\n\n";
+             : "workspace is the transient peak estimate (the fp32 view and gradient of the unit "
+               "in use" +
+                   (stage3 ? "; at stage 3, " + std::to_string(in.live_units) + " gathered unit" +
+                                 (in.live_units == 1 ? "" : "s")
+                           : std::string()) +
+                   ").\n\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%-22s", "GiB per rank");
   out += buf;
