@@ -134,7 +134,7 @@ constexpr const char* kUsage =
     "           [--prompt TEXT --template alpaca --max_new_tokens N ...]\n"
     "  export   --checkpoint DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--tokenizer M]\n"
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
-    "           [--micro_batch B --seq_len T --device cuda (the GPU's bf16 activations)]\n"
+    "           [--micro_batch B --seq_len T --device cuda (a GPU's 16-bit activations)]\n"
     "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
