@@ -136,14 +136,15 @@ TensorRef Transformer::block_input(int l) {
 
 void Transformer::save_checkpoint(int i) {
   if (!cpu_checkpointing_ || i * checkpoint_every_ >= config_.n_layer) return;
-  be_->copy_to_host(host_checkpoints_[i].data(), block_input(i * checkpoint_every_).data,
-                    dtype_size(act_t_) * B_ * T_ * config_.hidden);
+  const TensorRef x = block_input(i * checkpoint_every_);
+  be_->copy_to_host(host_checkpoints_[i].data(), x.data, x.bytes((size_t)B_ * T_ * config_.hidden));
 }
 
 void Transformer::restore_checkpoint(int i) {
   if (!cpu_checkpointing_) return;
-  be_->copy_to_device(block_input(i * checkpoint_every_).data, host_checkpoints_[i].data(),
-                      dtype_size(act_t_) * B_ * T_ * config_.hidden);
+  const TensorRef x = block_input(i * checkpoint_every_);
+  be_->copy_to_device(x.data, host_checkpoints_[i].data(),
+                      x.bytes((size_t)B_ * T_ * config_.hidden));
 }
 
 void Transformer::norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
@@ -240,7 +241,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
   float* gh = train ? e.grads(hu) : nullptr;
   float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
-  if (train) be_->zero(a_->dlnf.data(), dtype_size(act_t_) * N * C);
+  if (train) zero(act(a_->dlnf), (size_t)N * C);
   if (targets_host) be_->copy_to_device(a_->targets.data(), targets_host, sizeof(int) * N);
   for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
@@ -258,7 +259,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   }
   if (train) {  // final norm backward: dx (N,C) = d(norm_f)/dx . dlnf
     const TensorRef dx = act(a_->dx);
-    be_->zero(dx.data, dx.bytes((size_t)N * C));
+    zero(dx, (size_t)N * C);
     norm_backward(dx, gh + o.lnfw, at(gh, o.lnfb), act(a_->dlnf), x, ph + o.lnfw,
                   a_->lnf_mean.f32(), a_->lnf_rstd.f32(), N);
     e.reduce_gradients(hu);
@@ -309,7 +310,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const TensorRef dresid = act(a_->dresid);
   // MLP: out = mid + act @ Wfco^T
   const TensorRef dact = act(a_->dact);
-  be_->zero(dact.data, dact.bytes((size_t)N * I));
+  zero(dact, (size_t)N * I);
   be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow, N, I, C);
   const TensorRef dfc = act(a_->dfc);
   if (c.is_gpt2())
@@ -317,7 +318,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   else
     be_->swiglu_backward(dfc, dact, act(b.fc), N, I);
   const TensorRef dln = act(a_->dln);
-  be_->zero(dln.data, dln.bytes(NC));
+  zero(dln, NC);
   be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, act(b.ln2), p + o.fcw, N, C,
                        c.is_gpt2() ? I : 2 * I);
   be_->copy(dresid.data, dx.data, dx.bytes(NC));  // residual path
@@ -325,15 +326,15 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                 b.ln2_mean.f32(), b.ln2_rstd.f32(), N);
   // Attention: mid = x + atty @ Wo^T
   const TensorRef datty = act(a_->datty);
-  be_->zero(datty.data, datty.bytes(NC));
+  zero(datty, NC);
   be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, act(b.atty), p + o.attw, N, C, C);
   const TensorRef dqkv = act(a_->dqkv);
-  be_->zero(dqkv.data, dqkv.bytes((size_t)N * QKV));
+  zero(dqkv, (size_t)N * QKV);
   be_->attention_backward(dqkv, datty, act(b.qkv), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
                           c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0);
-  be_->zero(dln.data, dln.bytes(NC));
+  zero(dln, NC);
   be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, act(b.ln1), p + o.qkvw, N, C, QKV);
   be_->copy(dx.data, dresid.data, dx.bytes(NC));
   norm_backward(dx, g + o.ln1w, at(g, o.ln1b), dln, block_input(l), p + o.ln1w, b.ln1_mean.f32(),

@@ -76,6 +76,7 @@ class Transformer {
   BlockActs& acts_of(int l);    // the intermediates block l writes (shared with checkpointing)
   TensorRef block_input(int l);  // x into block l (l = n_layer: into the head)
   TensorRef act(const DeviceBuffer& b) const { return {b.data(), act_t_}; }  // an activation
+  void zero(TensorRef t, size_t n) { be_->zero(t.data, t.bytes(n)); }        // t[0, n) = 0
   void embed(UnitEngine& e, const int* tokens, int B, int T);
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
   void norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,

@@ -191,14 +191,10 @@ class CpuOptimizerState final : public OptimizerState {
       // host's (the CPU: no second pass). On a GPU the sum would land in device memory and
       // cost a wait to bring back per unit, so the host sums the landed gradient at the step
       // instead (gradient_sum_squares).
-      if (be_->host_addressable()) {
-        double ss = 0;
-        be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, &ss);
-        x.grad_ss = ss;
-      } else {
-        be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, nullptr);
-        x.grad_ss.reset();
-      }
+      const bool in_pass = be_->host_addressable();
+      double ss = 0;
+      be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, in_pass ? &ss : nullptr);
+      x.grad_ss = in_pass ? std::optional<double>(ss) : std::nullopt;
       // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
       const uint64_t ticket = be_->copy_to_host_async(x.grad.data(), tmp.data(), x.owned * gb);
       std::lock_guard<std::mutex> lock(grad_copy_mu_);

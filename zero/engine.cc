@@ -533,13 +533,15 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
   // Each unit's Σ g² is in its norm slot on the device (or the offloaded state's, on the host),
   // so the host waits for the device once, then adds them in unit order.
-  std::vector<double> unit_ss(units_.size(), 0.0);
-  for (UnitState& s : units_) {
-    if (s.replicated && rank_ != 0) continue;
+  auto counted = [&](const UnitState& s) { return !s.replicated || rank_ == 0; };
+  std::vector<double> host_ss(units_.size(), 0.0);  // offloaded units' (zero where kZero)
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (!counted(s)) continue;
     // owned_grad settles a stale gradient (no backward since the last step), offloaded too.
     const OwnedGrad g = owned_grad(s);
     if (s.host_grads) {
-      unit_ss[&s - units_.data()] = optimizer_->gradient_sum_squares(int(&s - units_.data()));
+      host_ss[u] = optimizer_->gradient_sum_squares((int)u);
     } else if (s.owned_ss == UnitState::SumSq::kUnknown) {
       be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(s));
       s.owned_ss = UnitState::SumSq::kInSlot;
@@ -548,11 +550,9 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   std::vector<double> slots(units_.size());
   be_->copy_to_host(slots.data(), norm_ss_.data(), norm_ss_.bytes());
   double ss = 0;
-  for (UnitState& s : units_) {
-    if (s.replicated && rank_ != 0) continue;
-    const size_t u = &s - units_.data();
-    ss += s.owned_ss == UnitState::SumSq::kInSlot && !s.host_grads ? slots[u] : unit_ss[u];
-  }
+  for (size_t u = 0; u < units_.size(); ++u)  // kInSlot is never set for an offloaded gradient
+    if (counted(units_[u]))
+      ss += units_[u].owned_ss == UnitState::SumSq::kInSlot ? slots[u] : host_ss[u];
   if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
   st.grad_norm = std::sqrt(ss) / st.loss_scale;

@@ -52,8 +52,7 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   ZT_CHECK_CUBLAS(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (bias) {  // column j of row-major C gets bias[j]: a row of the column-major D, as cuBLASLt has
-               // it
+  if (bias) {  // column j of row-major C gets bias[j] (a row of cuBLASLt's column-major D)
     ZT_CHECK(bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
