@@ -363,9 +363,11 @@ class CpuOptimizerState final : public OptimizerState {
   void ensure_windows() {
     if (!win_.empty()) return;
     win_.resize(opt_.pipeline_read || opt_.pipeline_write ? 2 : 1);
-    for (Window& w : win_)
+    for (Window& w : win_) {
       w.buf =
           HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, pin_with(), kAlign);
+      nvme_->register_buffer(w.buf.data(), w.buf.bytes());
+    }
   }
   static size_t offset(const Unit& x, size_t begin) { return begin / x.granule * 3 * x.region; }
 

@@ -3,13 +3,14 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -20,6 +21,10 @@
 #include "common/cleanup.h"
 
 namespace zt {
+namespace {
+constexpr unsigned kMaxFixed = 256;                 // slots in each io_uring table
+constexpr size_t kMaxFixedBytes = size_t{1} << 30;  // the kernel's limit per fixed buffer
+}  // namespace
 
 struct NvmeSwapper::Ring {
   io_uring ring;
@@ -85,6 +90,10 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
         absl::StrCat("io_uring is not available (", std::strerror(-rc),
                      "); NVMe offload needs Linux 5.1+ with io_uring allowed"));
   }
+  // Sparse tables (Linux 5.13+) filled as files and windows come; without them every request
+  // names its descriptor and buffer, as before.
+  s->files_table_ = io_uring_register_files_sparse(&s->ring_->ring, kMaxFixed) == 0;
+  s->buffers_table_ = io_uring_register_buffers_sparse(&s->ring_->ring, kMaxFixed) == 0;
   s->worker_ = std::make_unique<Worker>();
   return s;
 }
@@ -152,6 +161,26 @@ std::future<absl::Status> NvmeSwapper::read_async(int h, void* buf, size_t bytes
   return enqueue(h, buf, bytes, offset, false);
 }
 
+void NvmeSwapper::register_buffer(void* buf, size_t bytes) {
+  std::packaged_task<absl::Status()> job([=, this] {
+    char* p = static_cast<char*>(buf);
+    for (size_t at = 0; buffers_table_ && at < bytes && fixed_buf_.size() < kMaxFixed;) {
+      const size_t len = std::min(kMaxFixedBytes, bytes - at);
+      iovec iov{p + at, len};
+      const unsigned slot = (unsigned)fixed_buf_.size();
+      if (io_uring_register_buffers_update_tag(&ring_->ring, slot, &iov, nullptr, 1) != 1)
+        break;  // refused (memlock limit): plain requests for the rest
+      fixed_buf_.push_back({p + at, len});
+      registered_ += (int64_t)len;
+      at += len;
+    }
+    return absl::OkStatus();
+  });
+  std::lock_guard<std::mutex> lock(worker_->mu);
+  worker_->jobs.push_back(std::move(job));
+  worker_->cv.notify_one();
+}
+
 std::future<absl::Status> NvmeSwapper::enqueue(int h, void* buf, size_t bytes, size_t offset,
                                                bool write) {
   std::packaged_task<absl::Status()> job(
@@ -172,6 +201,18 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
   if (reinterpret_cast<uintptr_t>(buf) % kAlign || offset % kAlign)
     return absl::InvalidArgumentError("swap buffers and offsets must be 4096-byte aligned");
   io_uring* ring = &ring_->ring;
+  if (files_table_ && fixed_file_.size() < fds_.size())  // newly created files: a slot each
+    for (int f = (int)fixed_file_.size(); f < (int)fds_.size(); ++f)
+      fixed_file_.push_back(
+          f < (int)kMaxFixed && io_uring_register_files_update(ring, f, &fds_[f], 1) == 1 ? f : -1);
+  const int file_slot = h < (int)fixed_file_.size() ? fixed_file_[h] : -1;
+  // The registered buffer holding [p, p + len), or -1.
+  auto buffer_slot = [&](const char* p, size_t len) {
+    for (int i = 0; i < (int)fixed_buf_.size(); ++i)
+      if (p >= fixed_buf_[i].begin && p + len <= fixed_buf_[i].begin + fixed_buf_[i].bytes)
+        return i;
+    return -1;
+  };
   const size_t block = (size_t)aio_.block_size;
   size_t next = 0;  // bytes queued so far
   int in_flight = 0;
@@ -187,10 +228,17 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
     pending[slot] = {at, len};
     io_uring_sqe* sqe = io_uring_get_sqe(ring);
     char* p = static_cast<char*>(buf) + at;
-    if (write)
-      io_uring_prep_write(sqe, fds_[h], p, (unsigned)len, offset + at);
+    const int fd = file_slot >= 0 ? file_slot : fds_[h];
+    const int b = buffer_slot(p, len);
+    if (b >= 0 && write)
+      io_uring_prep_write_fixed(sqe, fd, p, (unsigned)len, offset + at, b);
+    else if (b >= 0)
+      io_uring_prep_read_fixed(sqe, fd, p, (unsigned)len, offset + at, b);
+    else if (write)
+      io_uring_prep_write(sqe, fd, p, (unsigned)len, offset + at);
     else
-      io_uring_prep_read(sqe, fds_[h], p, (unsigned)len, offset + at);
+      io_uring_prep_read(sqe, fd, p, (unsigned)len, offset + at);
+    if (file_slot >= 0) io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
     io_uring_sqe_set_data64(sqe, (uint64_t)slot);
     ++in_flight;
     if (aio_.single_submit) io_uring_submit(ring);

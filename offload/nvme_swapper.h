@@ -54,6 +54,14 @@ class NvmeSwapper {
   std::future<absl::Status> write_async(int h, const void* buf, size_t bytes, size_t offset);
   std::future<absl::Status> read_async(int h, void* buf, size_t bytes, size_t offset);
 
+  // Lets transfers that lie inside [buf, buf + bytes) use io_uring fixed buffers (fio's
+  // fixedbufs): the kernel pins those pages once, here, instead of at every request. Best
+  // effort: where the kernel refuses (registered pages count against RLIMIT_MEMLOCK) or the
+  // table is full, transfers go on as before. For windows reused by many transfers; the memory
+  // must outlive the swapper. Ordered with the transfers (it runs on the I/O thread).
+  void register_buffer(void* buf, size_t bytes);
+  int64_t registered_bytes() const { return registered_; }
+
   const std::string& directory() const { return dir_; }
   bool direct_io() const { return direct_; }
   int64_t bytes_written() const { return written_; }
@@ -76,6 +84,16 @@ class NvmeSwapper {
   bool direct_ = true;
   int cleanup_slot_ = -1;  // common/cleanup.h: removal on SIGTERM or a multi-rank abort
   std::atomic<int64_t> written_{0}, read_{0};  // updated by the I/O thread
+  // io_uring's tables, touched only by the I/O thread: a file's slot (-1: use its descriptor;
+  // the table is registered sparse at open) and the registered buffer ranges.
+  struct Fixed {
+    char* begin;
+    size_t bytes;
+  };
+  std::vector<int> fixed_file_;
+  std::vector<Fixed> fixed_buf_;
+  bool files_table_ = false, buffers_table_ = false;
+  std::atomic<int64_t> registered_{0};
 };
 
 }  // namespace zt

@@ -125,6 +125,7 @@ class OffloadedParamStore final : public ParamStore {
         pool_.push_back({HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_,
                                     pin_with(), NvmeSwapper::kAlign),
                          -1, 0, 0});
+      for (Slot& b : pool_) nvme_->register_buffer(b.buf.data(), b.buf.bytes());
     }
     Slot* pick = &pool_[0];
     for (Slot& b : pool_) {
