@@ -112,7 +112,7 @@ absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& mode
 }
 
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                             DType activations) {
+                             const Backend* be) {
   EstimateInput in;
   for (int64_t n : unit_numels(model)) in.unit_numel.push_back(n);
   in.stage = ds.zero.stage;
@@ -137,17 +137,20 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.seq_len = T;
   in.checkpoint_every = checkpoint_every(ds, model).value_or(0);
   in.cpu_checkpointing = ds.activation_checkpointing.cpu_checkpointing;
-  in.activation_dtype = activations;
+  if (be) {
+    in.activation_dtype = be->activation_dtype(in.param_dtype);
+    in.weight_dtype = be->weight_dtype(in.param_dtype);
+  }
   return in;
 }
 
 std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                           int64_t limit, DType activations) {
+                           int64_t limit, const Backend* be) {
   struct Try {
     std::string what;
     EstimateInput in;
   };
-  const EstimateInput base = estimate_input(ds, model, world, B, T, activations);
+  const EstimateInput base = estimate_input(ds, model, world, B, T, be);
   std::vector<Try> tries;
   // ckpt: 0 as configured, 1 activation checkpointing every block, 2 also cpu_checkpointing.
   auto add = [&](int stage, bool offload, int micro_batch, int ckpt = 0) {

@@ -35,13 +35,15 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
 // when zerotrain.gradient_checkpointing is false): 1, or ceil(L / number_checkpoints).
 // Errors: number_checkpoints above the model's layer count.
 absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model);
-// The estimator's input for this run: `world` ranks at micro-batch B and sequence length T.
+// The estimator's input for this run: `world` ranks at micro-batch B and sequence length T, on
+// backend `be` (the dtypes its kernels keep activations in and read weights in; null: the CPU
+// backend's, fp32 for both).
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                             DType activations = DType::kF32);
+                             const Backend* be = nullptr);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of
 // optimizer offload to CPU, a higher stage, both, or a smaller micro-batch that fits, with its
 // predicted bytes; or, if none fits, the smallest it found.
 std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                           int64_t limit, DType activations = DType::kF32);
+                           int64_t limit, const Backend* be = nullptr);
 
 }  // namespace zt

@@ -110,7 +110,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     return absl::InvalidArgumentError("--device '" + o.device +
                                       "' is not one of auto, cpu, cuda (estimate: cuda counts "
                                       "activations in the working dtype, as a GPU keeps them)");
-  if (o.device == "cuda") in.activation_dtype = in.param_dtype;
+  if (o.device == "cuda") in.activation_dtype = in.weight_dtype = in.param_dtype;
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
@@ -154,8 +154,9 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   const bool stage3 = std::find(stages.begin(), stages.end(), 3) != stages.end();
   out += in.unit_numel.empty()
              ? "workspace and activations need --model (unit sizes, shapes).\n\n"
-             : "workspace is the transient peak estimate (the fp32 view and gradient of the unit "
-               "in use" +
+             : std::string("workspace is the transient peak estimate (the ") +
+                   (in.weight_dtype != in.param_dtype ? "fp32 view and " : "fp32 ") +
+                   "gradient of the unit in use" +
                    (stage3 ? "; at stage 3, " + std::to_string(in.live_units) + " gathered unit" +
                                  (in.live_units == 1 ? "" : "s")
                            : std::string()) +

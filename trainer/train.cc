@@ -391,7 +391,7 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     mem.device_peak = (int64_t)r.backend->tracker().peak_total();
     const EstimateInput in =
-        estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, activation_dtype(r));
+        estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, r.backend.get());
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
       mem.host_peak[c] =
@@ -419,7 +419,7 @@ absl::Status guarded(const Run& r, F&& f) {
     return absl::ResourceExhaustedError(
         absl::StrCat(e.what(), ". ",
                      fit_suggestion(r.ds, r.model, r.comm->world_size(), r.B, r.T,
-                                    (int64_t)r.backend->memory_limit(), activation_dtype(r))));
+                                    (int64_t)r.backend->memory_limit(), r.backend.get())));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "out of memory allocating the model, optimizer or activations; reduce --seq_len or "

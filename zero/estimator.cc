@@ -143,10 +143,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t ws = 0;
   if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
-  // The fp32 views of the units in use: one, or the head and the embedding together when
-  // they are tied.
+  // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
+  // units: one, or the head and the embedding together when they are tied.
   const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
-  if (in.param_dtype != DType::kF32) ws += views * largest_padded * 4;
+  if (in.param_dtype != in.weight_dtype) ws += views * largest_padded * 4;
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
   // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
   if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;

@@ -72,6 +72,10 @@ struct EstimateInput {
   // The dtype the activations are kept in (Backend::activation_dtype): fp32 on the CPU
   // backend, the working dtype on a GPU.
   DType activation_dtype = DType::kF32;
+  // The dtype the kernels read weights in (Backend::weight_dtype): fp32 on the CPU backend,
+  // which then reads a 16-bit unit through an fp32 copy made at fetch (workspace); the working
+  // dtype on a GPU, which makes none.
+  DType weight_dtype = DType::kF32;
 };
 
 // Bytes per memory category on the device (GPU, or the CPU backend's device pool) and on the

@@ -189,6 +189,11 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
     EXPECT_EQ(e->host_total(), 0);
     EXPECT_EQ(e->nvme(), 0);
   }
+  // A GPU's kernels read the 16-bit units as stored (Backend::weight_dtype): no fp32 view,
+  // only the fp32 gradient accumulator 4*10 (stage 0).
+  EstimateInput gpu = small(0);
+  gpu.weight_dtype = gpu.param_dtype;
+  EXPECT_EQ(estimate_memory(gpu)->dev(M::kWorkspace), 40);
   // fp32 params: K = 8, no fp32 views.
   EstimateInput in = small(1);
   in.param_dtype = in.grad_dtype = DType::kF32;
