@@ -245,6 +245,8 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
 
 // Inputs, data and the backend: everything a rank can fail on alone, before any collective.
 absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
+  // A flag's value first, before files are read: a typo is reported as itself.
+  ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
   if (opt.deepspeed.empty())
     return absl::InvalidArgumentError(
         "--deepspeed is required: pass a ds_config.json "
@@ -300,7 +302,6 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
-  ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
   ZT_ASSIGN_OR_RETURN(r.backend,
                       make_backend(device, r.comm->local_rank(), r.comm->local_size(), threads));
   if (r.ds.flops_profiler.enabled) {  // times every op of profile_step

@@ -150,7 +150,9 @@ TEST_F(Device, UnknownDeviceIsAnError) {
   const std::string json = R"({"train_micro_batch_size_per_gpu": 2})";
   for (const std::string& cmd :
        {kBin + train(json, "run") + " --device gpu",
-        kBin + " sample --model tiny-llama --tokenizer x.model --device gpu"}) {
+        kBin + " sample --model tiny-llama --tokenizer x.model --device gpu",
+        // The flag's value is checked before any file: not "no shards match".
+        kBin + " train --deepspeed absent.json --train_data 'absent_*.bin' --device gpu"}) {
     const Result r = run(cmd);
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("--device 'gpu' is not one of auto, cpu, cuda"), std::string::npos)
