@@ -1,5 +1,8 @@
 #include "offload/param_store.h"
 
+#include <chrono>
+#include <cstdlib>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,7 +54,16 @@ class OffloadedParamStore final : public ParamStore {
     if (!src) {
       Slot& b = slot_for(h);
       slot = &b;
+      b.ahead = false;
+      if (b.holder == h && b.reading.valid()) {  // read ahead: wait for that read only
+        const absl::Status st = settle(b);
+        if (!st.ok()) {
+          b.holder = -1;
+          throw_status(st);
+        }
+      }
       if (b.holder != h) {
+        (void)settle(b);           // another shard's read ahead, no longer wanted here
         be_->wait_copy(b.ticket);  // its last copy to the device has read it
         b.holder = -1;  // holds nothing valid until the read succeeds
         Timer wait;
@@ -78,6 +90,8 @@ class OffloadedParamStore final : public ParamStore {
     be_->wait_copy(s.ticket);  // the shard's last copy to the device has read it
     if (s.host.data()) return s.host.data();
     Slot& b = slot_for(h);
+    (void)settle(b);  // a read ahead into it ends before the new value is written there
+    b.ahead = false;
     be_->wait_copy(b.ticket);
     b.holder = -1;  // not a valid copy until end_write
     writing_ = &b;
@@ -93,6 +107,39 @@ class OffloadedParamStore final : public ParamStore {
     if (!st.ok()) throw_status(st);
     writing_->holder = h;
     writing_ = nullptr;
+  }
+
+  // Reads shard h into the least recently used buffer not holding an earlier read ahead, on
+  // the swapper's I/O thread, while the caller goes on; load(h) then waits for that read only.
+  // Resident shards, and shards already in a buffer or on their way, need nothing. One buffer
+  // is always left for loads on demand: false when the others all hold reads ahead not yet
+  // loaded. A failed read is reported by load(h).
+  bool prefetch(int h) override {
+    Shard& s = shards_[h];
+    if (s.host.data() || !read_ahead_) return true;
+    ensure_pool();
+    int ahead = 0;
+    for (const Slot& b : pool_) {
+      if (b.holder == h) return true;
+      ahead += b.ahead;
+    }
+    if (ahead + 1 >= (int)pool_.size()) return false;
+    Slot& b = slot_for(-1, /*skip_ahead=*/true);
+    (void)settle(b);
+    be_->wait_copy(b.ticket);  // its last copy to the device has read it
+    b.holder = h;
+    b.ahead = true;
+    b.reading = nvme_->read_async(s.file, b.buf.data(), s.rounded, 0);
+    return true;
+  }
+
+  bool ready(int h) const override {
+    if (shards_[h].host.data() || !read_ahead_) return true;
+    for (const Slot& b : pool_)
+      if (b.holder == h)
+        return !b.reading.valid() ||
+               b.reading.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    return false;
   }
 
   const MemoryTracker& host_tracker() const override { return host_; }
@@ -114,26 +161,40 @@ class OffloadedParamStore final : public ParamStore {
     int holder = -1;  // the shard whose current value the buffer holds
     uint64_t used = 0;
     uint64_t ticket = 0;  // its last copy to the device
+    std::future<absl::Status> reading;  // a read ahead into it, while valid
+    bool ahead = false;                 // read ahead, not loaded yet
   };
 
-  // The buffer holding shard h, else the least recently used one. The pool is allocated at the
-  // first use, when every shard is known.
-  Slot& slot_for(int h) {
-    if (pool_.empty()) {
-      const int64_t n = std::max<int64_t>(opt_.buffer_count, 1);
-      for (int64_t i = 0; i < n; ++i)
-        pool_.push_back({HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_,
-                                    pin_with(), NvmeSwapper::kAlign),
-                         -1, 0, 0});
-      for (Slot& b : pool_) nvme_->register_buffer(b.buf.data(), b.buf.bytes());
+  // Waits for a read ahead into b (the time counts as waiting for the drive); its status.
+  absl::Status settle(Slot& b) {
+    if (!b.reading.valid()) return absl::OkStatus();
+    Timer wait;
+    const absl::Status st = b.reading.get();
+    clock_.add(OffloadClock::kNvmeRead, wait.ms());
+    return st;
+  }
+
+  // The pool is allocated at the first use, when every shard is known.
+  void ensure_pool() {
+    if (!pool_.empty()) return;
+    pool_.resize((size_t)std::max<int64_t>(opt_.buffer_count, 1));
+    for (Slot& b : pool_) {
+      b.buf = HostBuffer(buffer_bytes_, MemCategory::kPinnedHost, &host_, pin_with(),
+                         NvmeSwapper::kAlign);
+      nvme_->register_buffer(b.buf.data(), b.buf.bytes());
     }
-    Slot* pick = &pool_[0];
+  }
+  // The buffer holding shard h, else the least recently used one (with skip_ahead, of those not
+  // holding a read ahead; prefetch makes sure there is one).
+  Slot& slot_for(int h, bool skip_ahead = false) {
+    ensure_pool();
+    Slot* pick = nullptr;
     for (Slot& b : pool_) {
       if (b.holder == h) {
         pick = &b;
         break;
       }
-      if (b.used < pick->used) pick = &b;
+      if (!(skip_ahead && b.ahead) && (!pick || b.used < pick->used)) pick = &b;
     }
     pick->used = ++lru_clock_;
     return *pick;
@@ -151,6 +212,12 @@ class OffloadedParamStore final : public ParamStore {
   int64_t in_cpu_ = 0, to_device_ = 0;
   uint64_t lru_clock_ = 0;
   uint64_t last_ticket_ = 0;  // the last copy to the device
+  // ZEROTRAIN_PARAM_READ_AHEAD=0 turns the read-ahead off (benchmarks/param_read_ahead.py
+  // measures with and without it).
+  const bool read_ahead_ = [] {
+    const char* e = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
+    return !(e && std::string(e) == "0");
+  }();
   OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the buffers it reads into are freed.
   std::unique_ptr<NvmeSwapper> nvme_;

@@ -355,8 +355,19 @@ void Engine::prefetch_after(size_t cursor) {
     const UnitState& s = units_[trace_[i]];
     if (!s.sharded_params || s.gathered.data()) continue;
     if (gathered_ + (int64_t)s.padded > opt_.zero.stage3_max_live_parameters) return;
+    if (s.store >= 0 && !params_->ready(s.store)) return;  // not waiting for the drive here
     budget -= (int64_t)s.padded;
     gather(trace_[i]);
+  }
+}
+
+// Parameter offload: the store starts reading the shards the trace gathers after the cursor
+// (beyond those gathered already), as many as it has buffers for, so the drive works while
+// this unit computes.
+void Engine::read_ahead(size_t cursor) {
+  for (size_t i = cursor; i < trace_.size(); ++i) {
+    const UnitState& s = units_[trace_[i]];
+    if (s.store >= 0 && !s.gathered.data() && !params_->prefetch(s.store)) return;
   }
 }
 
@@ -370,6 +381,7 @@ const void* Engine::fetch_stored(int u, DType* t) {
     recording_.push_back(u);
     gather(u);
     wait_gathered(s);
+    if (params_ && trace_valid_) read_ahead(recording_.size());
     if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
   }
   ++s.live;
@@ -730,6 +742,7 @@ void Engine::finish_step() {
     recording_.clear();
   }
   drop_gathered();  // nothing stays gathered across steps: parameters changed
+  if (params_ && trace_valid_) read_ahead(0);  // the next step's first shards
 }
 
 }  // namespace zt

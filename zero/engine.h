@@ -206,6 +206,7 @@ class Engine final : public UnitEngine {
   void wait_gathered(UnitState& s);  // stage 3: complete it (and its fp32 view)
   void free_gathered(UnitState& s);
   void prefetch_after(size_t cursor);  // stage 3 + overlap_comm
+  void read_ahead(size_t cursor);      // stage 3, parameters on a drive
   bool keep_for_reuse(int u) const;
   void make_room(int64_t numel);  // evict kept, not-live units above the live limit
   void reduce_to_shard(PendingReduce& p, UnitState& s);

@@ -31,6 +31,13 @@ class ParamStore {
   // std::runtime_error with the OS error when the write fails).
   virtual void* begin_write(int h) = 0;
   virtual void end_write(int h) = 0;
+  // A hint that load(h) comes soon: a store on a drive starts reading shard h into host memory
+  // now, in the background (DeepSpeed's NVMe parameter swapper reads ahead the same way).
+  // False when it has no buffer left to read into: the caller stops hinting until a load.
+  virtual bool prefetch(int /*h*/) { return true; }
+  // True when load(h) would not wait for the drive (resident, or in host memory already): the
+  // stage-3 prefetcher gathers ahead only such shards, and leaves the rest to their fetch.
+  virtual bool ready(int /*h*/) const { return true; }
 
   // Host memory (kParams: resident shards, kPinnedHost: swap buffers) and bytes on the drive
   // (kNvme), by category.
