@@ -2,6 +2,7 @@
 // bound, measured in the same run on the same threads.
 //
 //   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R] [--pages huge|4k]
+//                                   [--serve 1]
 //
 // Prints one JSON object. The bound is the bytes an Adam step must move per parameter (28: fp32
 // grad read, master/m/v read and written; or bf16 grad read and bf16 copy written) divided by
@@ -50,6 +51,28 @@ T* alloc_array(size_t n, T init) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) p[i] = init;  // first touch by the threads that use it
   return p;
+}
+
+// --serve: one fp32 step (the CPU's best SIMD level) per "step" line on stdin, its seconds on
+// stdout, so cpu_adam_compare.py can alternate single steps with another process's.
+int serve(size_t n, int threads) {
+  omp_set_num_threads(threads);
+  float* p = alloc_array<float>(n, 1.f);
+  float* m = alloc_array<float>(n, 0.f);
+  float* v = alloc_array<float>(n, 0.f);
+  float* g = alloc_array<float>(n, 1e-3f);
+  int t = 0;
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu_adam_step(p, g, DType::kF32, m, v, nullptr, DType::kF32, n,
+                  AdamStep{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true});
+    std::printf("%.9f\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+  }
+  for (void* q : {(void*)p, (void*)m, (void*)v, (void*)g}) std::free(q);
+  return 0;
 }
 
 int run(size_t n, int threads, int reps) {
@@ -111,17 +134,22 @@ int run(size_t n, int threads, int reps) {
 int main(int argc, char** argv) {
   size_t n = 100'000'000;
   int threads = omp_get_max_threads(), reps = 7;
+  bool serve = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--params") n = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--pages") zt::huge_pages = std::string(argv[i + 1]) != "4k";
+    else if (a == "--serve")
+      serve = std::string(argv[i + 1]) != "0";
     else {
-      std::fprintf(stderr, "error: unknown flag %s (use --params, --threads, --reps, --pages "
-                   "huge|4k)\n", argv[i]);
+      std::fprintf(stderr,
+                   "error: unknown flag %s (use --params, --threads, --reps, --pages "
+                   "huge|4k, --serve 1)\n",
+                   argv[i]);
       return 2;
     }
   }
-  return zt::run(n, threads, reps);
+  return serve ? zt::serve(n, threads) : zt::run(n, threads, reps);
 }

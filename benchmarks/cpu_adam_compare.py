@@ -45,6 +45,12 @@ def child(kind, params, threads, reps):
     else:
         raise ValueError(kind)
     opt.step()  # warm-up: state allocation and first touch
+    if reps == 0:  # serve: one step per line on stdin, its seconds on stdout
+        for _ in sys.stdin:
+            t = time.perf_counter()
+            opt.step()
+            print(time.perf_counter() - t, flush=True)
+        return 0.0
     times = []
     for _ in range(reps):
         t = time.perf_counter()
@@ -65,6 +71,47 @@ def run_child(kind, a):
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def paired_steps(a):
+    """Ours and DeepSpeed as two resident processes taking single steps in turn (the order
+    alternating), so each pair runs at the same moment of the machine's drift: the per-pair
+    ratios of ours / DeepSpeed in parameters/s."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), THP_MEM_ALLOC_ENABLE="1")
+    procs = {
+        "ours": subprocess.Popen([a.binary, "--params", str(a.params), "--threads",
+                                  str(a.threads), "--serve", "1"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env),
+        "deepspeed": subprocess.Popen([sys.executable, __file__, "--child", "deepspeed",
+                                       "--params", str(a.params), "--threads", str(a.threads),
+                                       "--reps", "0"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, env=env),
+    }
+
+    def step(kind):
+        p = procs[kind]
+        p.stdin.write("step\n")
+        p.stdin.flush()
+        line = p.stdout.readline()
+        if not line:
+            sys.exit(f"{kind} step server ended early")
+        return float(line)
+
+    try:
+        for kind in procs:  # warm-up
+            step(kind), step(kind)
+        ratios = []
+        for i in range(a.paired):
+            order = ("ours", "deepspeed") if i % 2 == 0 else ("deepspeed", "ours")
+            t = {kind: step(kind) for kind in order}
+            ratios.append(t["deepspeed"] / t["ours"])
+        return sorted(ratios)
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+
+
 def run_ours(a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     out = subprocess.run([a.binary, "--params", str(a.params), "--threads", str(a.threads),
@@ -80,6 +127,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=7, help="timed steps per process")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--paired", type=int, default=21,
+                    help="single steps of ours and DeepSpeed taken in turn (0: none)")
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "cpu_adam_bench"))
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -112,6 +161,7 @@ def main():
     bound_triad = med([o["bound_triad_Gparams"] for o in ours])
     triad = med([o["triad_GBps"] for o in ours])
     ds = med(rates["deepspeed"])
+    steps = paired_steps(a) if a.paired > 0 else []
     # Paired within each round (the sides ran minutes apart at most), which cancels the
     # machine's slower drift: the median and range of ours / DeepSpeed per round.
     pick32 = lambda o: next(x["Gparams"] for x in o["cpu_adam"]
@@ -150,6 +200,19 @@ def main():
         f"Ours (fp32 gradients) / DeepSpeed paired within each round: median "
         f"{med(paired):.2f}x, range {paired[0]:.2f}-{paired[-1]:.2f}x over {len(paired)} "
         f"rounds ({sum(r >= 1.0 for r in paired)} at or above 1.00x).",
+    ]
+    if steps:
+        q = lambda f: steps[min(len(steps) - 1, int(f * len(steps)))]
+        lines += [
+            "",
+            f"Single steps in turn ({len(steps)} pairs; ours and DeepSpeed as two resident "
+            "processes with their buffers allocated, stepping alternately, the order "
+            "alternating): ours / DeepSpeed median "
+            f"**{statistics.median(steps):.3f}x**, interquartile {q(0.25):.3f}-{q(0.75):.3f}x, "
+            f"range {steps[0]:.3f}-{steps[-1]:.3f}x ({sum(r >= 1.0 for r in steps)} of "
+            f"{len(steps)} at or above 1.00x).",
+        ]
+    lines += [
         "",
         f"Per SIMD level (ours, last round): " + ", ".join(
             f"{x['simd']} {x['grads']} {x['Gparams']:.2f}" for x in ours[-1]["cpu_adam"]) + ".",

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
       "\"registered_bytes\": %lld, \"write_GBps\": %.3f, \"read_GBps\": %.3f}\n",
       bytes, (long long)aio.block_size, (long long)aio.queue_depth,
       (*s)->direct_io() ? "true" : "false", (long long)(*s)->registered_bytes(), w, r);
+  s->reset();  // the swapper first: it may hold buf registered
   std::free(buf);
   return 0;
 }

@@ -58,6 +58,7 @@ def main():
     a = ap.parse_args()
     t0, loads = time.time(), []
     res = {"ours_w": [], "ours_r": [], "plain_w": [], "plain_r": [], "fio_w": [], "fio_r": []}
+    registered = 0
     path = os.path.join(a.dir, f"zt_fio_{os.getpid()}.tmp")
     try:
         for r in range(a.rounds):
@@ -68,6 +69,8 @@ def main():
                     o = ours(a, fixed=side == "ours")
                     res[side + "_w"].append(o["write_GBps"])
                     res[side + "_r"].append(o["read_GBps"])
+                    if side == "ours":
+                        registered = o["registered_bytes"]
                 else:
                     res["fio_w"].append(fio(a, path, "write"))
                     res["fio_r"].append(fio(a, path, "read"))
@@ -85,9 +88,14 @@ def main():
         "machine's drive is a virtual disk, not an NVMe device: the ratio is the claim, not the "
         "GB/s.",
         "",
-        "The swapper registers its windows with io_uring (fixed buffers, as the offload's "
-        "windows are) and its files; `unregistered` is the same swapper told not to "
-        "(`--fixed_buffers 0`).",
+        "The swapper registers its window with io_uring (fixed buffers, as the offload's "
+        "windows are) and its files; `unregistered` is the same swapper without the fixed "
+        "buffer (`--fixed_buffers 0`; its file stays registered). "
+        + (f"The kernel took the whole {registered / 2**30:.2f} GiB window."
+           if registered >= a.bytes else
+           f"Here the kernel registered {registered} of the {a.bytes} bytes (the memlock limit, "
+           "or no sparse tables before Linux 5.19): requests outside them are plain, so the two "
+           "columns differ by that much at most."),
         "",
         "| direction | zerotrain swapper | unregistered | fio | swapper / fio | unregistered / fio |",
         "|---|---:|---:|---:|---:|---:|",

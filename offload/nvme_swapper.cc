@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
         absl::StrCat("io_uring is not available (", std::strerror(-rc),
                      "); NVMe offload needs Linux 5.1+ with io_uring allowed"));
   }
-  // Sparse tables (Linux 5.13+) filled as files and windows come; without them every request
+  // Sparse tables (Linux 5.19+) filled as files and windows come; without them every request
   // names its descriptor and buffer, as before.
   s->files_table_ = io_uring_register_files_sparse(&s->ring_->ring, kMaxFixed) == 0;
   s->buffers_table_ = io_uring_register_buffers_sparse(&s->ring_->ring, kMaxFixed) == 0;

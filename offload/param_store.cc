@@ -1,7 +1,6 @@
 #include "offload/param_store.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -52,7 +51,8 @@ class OffloadedParamStore final : public ParamStore {
     const void* src = s.host.data();
     Slot* slot = nullptr;
     if (!src) {
-      Slot& b = slot_for(h);
+      ZT_CHECK(writing_ == nullptr);
+      Slot& b = slot_for(h, /*skip_ahead=*/true);
       slot = &b;
       b.ahead = false;
       if (b.holder == h && b.reading.valid()) {  // read ahead: wait for that read only
@@ -89,7 +89,7 @@ class OffloadedParamStore final : public ParamStore {
     Shard& s = shards_[h];
     be_->wait_copy(s.ticket);  // the shard's last copy to the device has read it
     if (s.host.data()) return s.host.data();
-    Slot& b = slot_for(h);
+    Slot& b = slot_for(h, /*skip_ahead=*/true);
     (void)settle(b);  // a read ahead into it ends before the new value is written there
     b.ahead = false;
     be_->wait_copy(b.ticket);
@@ -109,37 +109,52 @@ class OffloadedParamStore final : public ParamStore {
     writing_ = nullptr;
   }
 
-  // Reads shard h into the least recently used buffer not holding an earlier read ahead, on
-  // the swapper's I/O thread, while the caller goes on; load(h) then waits for that read only.
-  // Resident shards, and shards already in a buffer or on their way, need nothing. One buffer
-  // is always left for loads on demand: false when the others all hold reads ahead not yet
-  // loaded. A failed read is reported by load(h).
-  bool prefetch(int h) override {
-    Shard& s = shards_[h];
-    if (s.host.data() || !read_ahead_) return true;
-    ensure_pool();
-    int ahead = 0;
-    for (const Slot& b : pool_) {
-      if (b.holder == h) return true;
-      ahead += b.ahead;
-    }
-    if (ahead + 1 >= (int)pool_.size()) return false;
-    Slot& b = slot_for(-1, /*skip_ahead=*/true);
-    (void)settle(b);
-    be_->wait_copy(b.ticket);  // its last copy to the device has read it
-    b.holder = h;
-    b.ahead = true;
-    b.reading = nvme_->read_async(s.file, b.buf.data(), s.rounded, 0);
-    return true;
+  Place place(int h) const override {
+    if (shards_[h].host.data()) return Place::kHost;
+    for (const Slot& b : pool_)
+      if (b.holder == h) return b.reading.valid() ? Place::kReading : Place::kHost;
+    return Place::kDrive;
   }
-
-  bool ready(int h) const override {
-    if (shards_[h].host.data() || !read_ahead_) return true;
+  bool read_done(int h) const override {
     for (const Slot& b : pool_)
       if (b.holder == h)
         return !b.reading.valid() ||
                b.reading.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     return false;
+  }
+  bool reads_ahead() const override { return nvme_ && opt_.read_ahead && opt_.buffer_count >= 3; }
+  // Keeps shard h for its load: a buffer already holding it (or reading it) is marked read
+  // ahead, else the shard is read into the least recently used buffer not read ahead, on the
+  // swapper's I/O thread, while the caller goes on; load(h) then waits for that read only.
+  // Buffers read ahead are kept until their load, and one buffer is always left for loads on
+  // demand (which never take a buffer read ahead). A failed read is reported by load(h).
+  bool prefetch(int h) override {
+    ZT_CHECK(writing_ == nullptr);
+    if (!reads_ahead()) return false;
+    if (shards_[h].host.data()) return true;
+    ensure_pool();
+    Slot* held = nullptr;
+    int ahead = 0;
+    for (Slot& b : pool_) {
+      if (b.holder == h) held = &b;
+      ahead += b.ahead;
+    }
+    if (held && held->ahead) return true;
+    if (ahead + 1 >= (int)pool_.size()) return false;
+    if (held) {
+      held->ahead = true;
+      return true;
+    }
+    Slot& b = slot_for(-1, /*skip_ahead=*/true);
+    (void)settle(b);
+    be_->wait_copy(b.ticket);  // its last copy to the device has read it
+    b.holder = h;
+    b.ahead = true;
+    b.reading = nvme_->read_async(shards_[h].file, b.buf.data(), shards_[h].rounded, 0);
+    return true;
+  }
+  void forget_reads_ahead() override {
+    for (Slot& b : pool_) b.ahead = false;
   }
 
   const MemoryTracker& host_tracker() const override { return host_; }
@@ -196,6 +211,7 @@ class OffloadedParamStore final : public ParamStore {
       }
       if (!(skip_ahead && b.ahead) && (!pick || b.used < pick->used)) pick = &b;
     }
+    ZT_CHECK(pick != nullptr);  // prefetch leaves a buffer not read ahead
     pick->used = ++lru_clock_;
     return *pick;
   }
@@ -212,12 +228,6 @@ class OffloadedParamStore final : public ParamStore {
   int64_t in_cpu_ = 0, to_device_ = 0;
   uint64_t lru_clock_ = 0;
   uint64_t last_ticket_ = 0;  // the last copy to the device
-  // ZEROTRAIN_PARAM_READ_AHEAD=0 turns the read-ahead off (benchmarks/param_read_ahead.py
-  // measures with and without it).
-  const bool read_ahead_ = [] {
-    const char* e = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
-    return !(e && std::string(e) == "0");
-  }();
   OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the buffers it reads into are freed.
   std::unique_ptr<NvmeSwapper> nvme_;

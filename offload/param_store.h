@@ -23,6 +23,9 @@ struct ParamOffloadOptions {
   // host memory and never touch the drive (DeepSpeed keeps max_in_cpu elements of its flat
   // 16-bit partition in CPU memory the same way).
   int64_t max_in_cpu = 1'000'000'000;
+  // nvme: read the next shards of the recorded unit order ahead (ParamStore::prefetch); needs
+  // buffer_count >= 3. Off: ZEROTRAIN_PARAM_READ_AHEAD=0 (benchmarks/param_read_ahead.py).
+  bool read_ahead = true;
 };
 
 // offload_param.device "cpu": every shard in (pinned) host memory, category kParams.

@@ -1,6 +1,7 @@
 #include "trainer/engine_options.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,10 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   if (o.device == OffloadDevice::kNone) return nullptr;
   const bool pin = o.pin_memory;
   if (o.device == OffloadDevice::kCpu) return make_host_param_store(be, pin);
-  const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu};
+  // Reading ahead is on unless ZEROTRAIN_PARAM_READ_AHEAD=0 (a benchmark's comparison).
+  const char* ahead = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
+  const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu,
+                               !(ahead && std::string(ahead) == "0")};
   // The largest shard that goes to the drive: sharded units, in order, past the first
   // max_in_cpu elements (the store's rule); the buffers are only needed when there is one.
   int64_t largest = 0, in_cpu = 0;

@@ -355,7 +355,7 @@ void Engine::prefetch_after(size_t cursor) {
     const UnitState& s = units_[trace_[i]];
     if (!s.sharded_params || s.gathered.data()) continue;
     if (gathered_ + (int64_t)s.padded > opt_.zero.stage3_max_live_parameters) return;
-    if (s.store >= 0 && !params_->ready(s.store)) return;  // not waiting for the drive here
+    if (!in_host_memory_soon(trace_[i])) return;  // its fetch waits for the drive, not this
     budget -= (int64_t)s.padded;
     gather(trace_[i]);
   }
@@ -365,10 +365,43 @@ void Engine::prefetch_after(size_t cursor) {
 // (beyond those gathered already), as many as it has buffers for, so the drive works while
 // this unit computes.
 void Engine::read_ahead(size_t cursor) {
+  if (!params_ || !params_->reads_ahead() || !trace_valid_) return;
+  read_at_.resize(units_.size(), -1);
   for (size_t i = cursor; i < trace_.size(); ++i) {
-    const UnitState& s = units_[trace_[i]];
-    if (s.store >= 0 && !s.gathered.data() && !params_->prefetch(s.store)) return;
+    const int u = trace_[i];
+    const UnitState& s = units_[u];
+    if (s.store < 0 || s.gathered.data()) continue;
+    const bool on_drive = params_->place(s.store) == ParamStore::Place::kDrive;
+    if (!params_->prefetch(s.store)) return;
+    if (on_drive) read_at_[u] = fetches_;
   }
+}
+
+// Whether the prefetcher may gather unit u now: its shard is in host memory, or on its way.
+// With one rank, on its way means its read has landed. With several, a gather starts a
+// collective, and every rank must start them in the same order, so the decision may not
+// depend on a read's progress: on its way means its read began at an earlier fetch (a unit's
+// compute ago; the load waits for the rest). Without reads ahead every shard qualifies (the
+// load reads it there and then).
+bool Engine::in_host_memory_soon(int u) const {
+  const UnitState& s = units_[u];
+  if (s.store < 0 || !params_->reads_ahead()) return true;
+  switch (params_->place(s.store)) {
+    case ParamStore::Place::kHost: return true;
+    case ParamStore::Place::kReading:
+      if (world_ == 1) return params_->read_done(s.store);
+      return (size_t)u < read_at_.size() && read_at_[u] >= 0 && read_at_[u] < fetches_;
+    case ParamStore::Place::kDrive: return false;
+  }
+  return false;
+}
+
+// The predicted order restarts (a new pass, the next step) or broke: reads ahead begin again
+// from the trace's start.
+void Engine::restart_reads_ahead() {
+  if (!params_ || !params_->reads_ahead()) return;
+  params_->forget_reads_ahead();
+  read_ahead(0);
 }
 
 // ---- the transformer's calls ----
@@ -376,13 +409,17 @@ void Engine::read_ahead(size_t cursor) {
 const void* Engine::fetch_stored(int u, DType* t) {
   UnitState& s = unit(u);
   if (s.sharded_params) {
-    if (trace_valid_ && (recording_.size() >= trace_.size() || trace_[recording_.size()] != u))
+    if (trace_valid_ && (recording_.size() >= trace_.size() || trace_[recording_.size()] != u)) {
       trace_valid_ = false;  // the sequence changed (e.g. evaluation): stop predicting
+      if (params_) params_->forget_reads_ahead();
+    }
     recording_.push_back(u);
+    ++fetches_;
     gather(u);
     wait_gathered(s);
-    if (params_ && trace_valid_) read_ahead(recording_.size());
+    read_ahead(recording_.size());
     if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
+    read_ahead(recording_.size());  // into the buffers the prefetcher's loads left
   }
   ++s.live;
   *t = opt_.param_dtype;
@@ -521,7 +558,10 @@ void Engine::drain_reductions(size_t keep) {
 
 // ---- the optimizer step ----
 
-void Engine::begin_pass() { recording_.clear(); }
+void Engine::begin_pass() {
+  recording_.clear();
+  restart_reads_ahead();
+}
 
 Engine::OwnedGrad Engine::owned_grad(UnitState& s) {
   settle_stale(s);  // no backward since the last step: the gradient is zeros
@@ -742,7 +782,7 @@ void Engine::finish_step() {
     recording_.clear();
   }
   drop_gathered();  // nothing stays gathered across steps: parameters changed
-  if (params_ && trace_valid_) read_ahead(0);  // the next step's first shards
+  restart_reads_ahead();  // the next step's first shards
 }
 
 }  // namespace zt

@@ -207,6 +207,8 @@ class Engine final : public UnitEngine {
   void free_gathered(UnitState& s);
   void prefetch_after(size_t cursor);  // stage 3 + overlap_comm
   void read_ahead(size_t cursor);      // stage 3, parameters on a drive
+  bool in_host_memory_soon(int u) const;  // the prefetcher may gather it without a read stall
+  void restart_reads_ahead();             // a new pass or step: from the trace's start
   bool keep_for_reuse(int u) const;
   void make_room(int64_t numel);  // evict kept, not-live units above the live limit
   void reduce_to_shard(PendingReduce& p, UnitState& s);
@@ -238,6 +240,10 @@ class Engine final : public UnitEngine {
   // Stage 3 schedule: the unit sequence of the previous step and our place in this one.
   std::vector<int> trace_, recording_;
   bool trace_valid_ = false;
+  // Parameter reads ahead: fetches so far, and per unit the fetch at which its shard's read
+  // began (-1: none), so the prefetcher gathers only shards read for at least a unit's compute.
+  int64_t fetches_ = 0;
+  std::vector<int64_t> read_at_;
   int64_t gathered_ = 0, peak_gathered_ = 0;
   double comm_wait_ms_ = 0;
 };

@@ -31,13 +31,24 @@ class ParamStore {
   // std::runtime_error with the OS error when the write fails).
   virtual void* begin_write(int h) = 0;
   virtual void end_write(int h) = 0;
-  // A hint that load(h) comes soon: a store on a drive starts reading shard h into host memory
-  // now, in the background (DeepSpeed's NVMe parameter swapper reads ahead the same way).
-  // False when it has no buffer left to read into: the caller stops hinting until a load.
-  virtual bool prefetch(int /*h*/) { return true; }
-  // True when load(h) would not wait for the drive (resident, or in host memory already): the
-  // stage-3 prefetcher gathers ahead only such shards, and leaves the rest to their fetch.
-  virtual bool ready(int /*h*/) const { return true; }
+  // Reading ahead (DeepSpeed's NVMe parameter swapper does it too). Where shard h is now. The
+  // answer depends only on the calls made so far, never on how far a read has got, so every
+  // rank making the same calls gets the same answers (the stage-3 prefetcher starts collectives
+  // by them).
+  enum class Place { kHost, kReading, kDrive };
+  virtual Place place(int /*h*/) const { return Place::kHost; }
+  // Whether shard h's read ahead has landed. Depends on timing: for one rank's decisions only.
+  virtual bool read_done(int /*h*/) const { return true; }
+  // Whether this store reads ahead at all (a drive, the option on, enough buffers).
+  virtual bool reads_ahead() const { return false; }
+  // A hint that load(h) comes soon: shard h starts moving drive -> host memory now, in the
+  // background, or stays where it is until then. False when no buffer is left for it: stop
+  // hinting until a load.
+  virtual bool prefetch(int /*h*/) { return false; }
+  // Forgets which buffers were read ahead, so they may be reused for a new order (their reads go
+  // on, and a load of their shard still waits for its own): a new pass, or the predicted order
+  // broke.
+  virtual void forget_reads_ahead() {}
 
   // Host memory (kParams: resident shards, kPinnedHost: swap buffers) and bytes on the drive
   // (kNvme), by category.

@@ -1,7 +1,7 @@
 // The NVMe parameter store's read-ahead (ParamStore::prefetch): a shard read ahead reaches the
 // device with the bytes last written to it, is read from the drive once, a write that lands
-// while the read ahead is in flight is what the next load sees, and one buffer always stays
-// free for loads on demand.
+// while the read ahead is in flight is what the next load sees, one buffer always stays free
+// for loads on demand, and no read ahead happens when it is off or there are under 3 buffers.
 #include "offload/param_store.h"
 
 #include <unistd.h>
@@ -29,7 +29,7 @@ class ParamStoreTest : public ::testing::Test {
     auto swapper = NvmeSwapper::open(dir_.string(), {.block_size = 8192, .queue_depth = 4});
     ASSERT_TRUE(swapper.ok()) << swapper.status();
     ParamOffloadOptions o;
-    o.buffer_count = 2;
+    o.buffer_count = 3;
     o.max_in_cpu = 0;  // every shard on the drive
     store_ = make_nvme_param_store(be_.get(), o, 1, std::move(*swapper));
     for (int h = 0; h < kShards; ++h) {
@@ -56,7 +56,7 @@ class ParamStoreTest : public ::testing::Test {
     return host[0];
   }
 
-  static constexpr int kShards = 3;
+  static constexpr int kShards = 5;
   static constexpr size_t kBytes = 5 * 4096 + 100;  // several requests, the last one short
   fs::path dir_;
   std::unique_ptr<Backend> be_;
@@ -64,24 +64,49 @@ class ParamStoreTest : public ::testing::Test {
 };
 
 TEST_F(ParamStoreTest, ReadAheadLoadsTheLastWrittenBytesOnce) {
-  const int64_t read0 = store_->nvme_bytes_read();
+  using Place = ParamStore::Place;
   const int64_t file_bytes = 6 * 4096;  // a shard's file: whole 4 KiB blocks
+  const int64_t read0 = store_->nvme_bytes_read();
+  ASSERT_TRUE(store_->reads_ahead());
+  EXPECT_EQ(store_->place(0), Place::kDrive);
   EXPECT_TRUE(store_->prefetch(0));
+  EXPECT_EQ(store_->place(0), Place::kReading);
   EXPECT_TRUE(store_->prefetch(0));  // already on its way: nothing more
   EXPECT_EQ(loaded(0), 1);
+  EXPECT_EQ(store_->place(0), Place::kHost);
   EXPECT_EQ(store_->nvme_bytes_read() - read0, file_bytes) << "read once, not again at load";
   // Written while its read ahead may still be in flight: the load sees the new bytes.
-  store_->prefetch(1);
+  EXPECT_TRUE(store_->prefetch(1));
   write(1, 77);
   EXPECT_EQ(loaded(1), 77);
-  // One of the two buffers stays free for loads on demand: a second read ahead is refused
-  // until the first is loaded; a shard still in a buffer needs none.
+  // Three buffers: two reads ahead at most, the third stays for loads on demand, which never
+  // take a buffer read ahead (each shard below is read from the drive once).
+  const int64_t read1 = store_->nvme_bytes_read();
   EXPECT_TRUE(store_->prefetch(2));
-  EXPECT_FALSE(store_->prefetch(0));
-  EXPECT_TRUE(store_->prefetch(1));
+  EXPECT_TRUE(store_->prefetch(3));
+  EXPECT_FALSE(store_->prefetch(4));
+  EXPECT_EQ(store_->place(4), Place::kDrive);
+  EXPECT_EQ(loaded(1), 77);  // still in its buffer, now the most recently used one
+  EXPECT_EQ(loaded(4), 41);
   EXPECT_EQ(loaded(2), 21);
-  EXPECT_EQ(loaded(0), 1);
-  EXPECT_EQ(loaded(1), 77);
+  EXPECT_EQ(loaded(3), 31);
+  EXPECT_EQ(store_->nvme_bytes_read() - read1, 3 * file_bytes);
+}
+
+TEST_F(ParamStoreTest, NoReadAheadWhenOffOrTooFewBuffers) {
+  for (const auto& [count, on] : {std::pair{int64_t{3}, false}, std::pair{int64_t{2}, true}}) {
+    auto swapper = NvmeSwapper::open(dir_.string(), {});
+    ASSERT_TRUE(swapper.ok()) << swapper.status();
+    ParamOffloadOptions o;
+    o.buffer_count = count;
+    o.max_in_cpu = 0;
+    o.read_ahead = on;
+    auto store = make_nvme_param_store(be_.get(), o, 1, std::move(*swapper));
+    ASSERT_EQ(store->add(kBytes), 0);
+    EXPECT_FALSE(store->reads_ahead());
+    EXPECT_FALSE(store->prefetch(0));
+    EXPECT_EQ(store->place(0), ParamStore::Place::kDrive);
+  }
 }
 
 }  // namespace
