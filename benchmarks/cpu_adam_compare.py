@@ -92,10 +92,14 @@ def paired_steps(a):
         p = procs[kind]
         p.stdin.write("step\n")
         p.stdin.flush()
-        line = p.stdout.readline()
-        if not line:
-            sys.exit(f"{kind} step server ended early")
-        return float(line)
+        while True:  # DeepSpeed may log to stdout first
+            line = p.stdout.readline()
+            if not line:
+                sys.exit(f"{kind} step server ended early")
+            try:
+                return float(line)
+            except ValueError:
+                continue
 
     try:
         for kind in procs:  # warm-up
