@@ -1,7 +1,9 @@
 """Shared by the benchmark scripts: replace or append one marked section of a markdown file,
-and prepare the TinyShakespeare token shards the training benchmarks read."""
+prepare the TinyShakespeare token shards the training benchmarks read, and the flags and
+off/on rounds of the trainer comparisons."""
 import os
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -32,7 +34,6 @@ def publish(lines, loads, t0, markdown, key):
     import datetime
     import platform
     import shlex
-    import sys
     import time
     cpu = platform.machine()
     try:
@@ -72,3 +73,27 @@ def prepare_shards(binary, shared_data, out):
                     os.path.join(shared_data, "tinyshakespeare.txt"), "--out", out],
                    check=True, capture_output=True)
     return os.path.join(out, "train_*.bin")
+
+
+def add_trainer_args(ap, steps):
+    """The flags of a benchmark that runs the trainer on the NVMe offload paths."""
+    ap.add_argument("--model", default="gpt2-124m")
+    ap.add_argument("--nvme_path", default="/tmp")
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "zerotrain"))
+    ap.add_argument("--shared-data", default=SHARED_DATA)
+    ap.add_argument("--markdown", default=None)
+
+
+def alternate(rounds, measure, label):
+    """measure(False) and measure(True) in each round, the first of them alternating, so a busy
+    moment cannot favour one side; returns ({False: [...], True: [...]}, load averages)."""
+    res, loads = {False: [], True: []}, []
+    for r in range(rounds):
+        for flag in ((False, True) if r % 2 == 0 else (True, False)):
+            loads.append(load_average())
+            res[flag].append(measure(flag))
+            print(f"round {r + 1} {label} {flag}: {res[flag][-1]}", file=sys.stderr)
+    return res, loads

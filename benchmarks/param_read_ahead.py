@@ -17,9 +17,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_md import SHARED_DATA, load_average, prepare_shards, publish  # noqa: E402
+from bench_md import add_trainer_args, alternate, prepare_shards, publish  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(a, data, tmp, ahead):
@@ -50,25 +49,13 @@ def run(a, data, tmp, ahead):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="gpt2-124m")
-    ap.add_argument("--nvme_path", default="/tmp")
+    add_trainer_args(ap, steps=5)
     ap.add_argument("--seq_len", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "zerotrain"))
-    ap.add_argument("--shared-data", default=SHARED_DATA)
-    ap.add_argument("--markdown", default=None)
     a = ap.parse_args()
-    t0, loads = time.time(), []
-    res = {False: [], True: []}
+    t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="zt_ahead_") as tmp:
         data = prepare_shards(a.binary, a.shared_data, os.path.join(tmp, "data"))
-        for r in range(a.rounds):
-            for ahead in ((False, True) if r % 2 == 0 else (True, False)):
-                loads.append(load_average())
-                res[ahead].append(run(a, data, tmp, ahead))
-                print(f"round {r + 1} read-ahead {ahead}: {res[ahead][-1]}", file=sys.stderr)
+        res, loads = alternate(a.rounds, lambda on: run(a, data, tmp, on), "read-ahead")
     med = lambda k, i: statistics.median(x[i] for x in res[k])
     off, on = med(False, 0), med(True, 0)
     wait_off, wait_on = med(False, 1), med(True, 1)
