@@ -150,6 +150,8 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                        " block(s)" + (in.cpu_checkpointing ? " in host memory" : "")
                                  : std::string()) +
         ".\n";
+  else if (in.model)
+    out += "Activations: not counted; give --micro_batch and --seq_len.\n";
   out += "GiB = 2^30 bytes. Model states are exact (per-unit padding to a multiple of N_d);\n";
   const bool stage3 = std::find(stages.begin(), stages.end(), 3) != stages.end();
   out += in.unit_numel.empty()

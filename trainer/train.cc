@@ -476,7 +476,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     std::printf(
         "model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
         "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s on %s, %d "
-        "threads | %s\n",
+        "thread%s | %s\n",
         opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
         absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(), r.B, r.T,
         r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
@@ -484,6 +484,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         : r.ds.fp16.enabled ? "fp16"
                             : "fp32",
         std::string(r.backend->name()).c_str(), omp_get_max_threads(),
+        omp_get_max_threads() == 1 ? "" : "s",
         absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
