@@ -52,6 +52,16 @@ struct NvmeSwapper::Worker {
       }
     });
   }
+  // Queues job behind the others; its result arrives in the future.
+  std::future<absl::Status> submit(std::packaged_task<absl::Status()> job) {
+    std::future<absl::Status> done = job.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      jobs.push_back(std::move(job));
+    }
+    cv.notify_one();
+    return done;
+  }
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -162,7 +172,7 @@ std::future<absl::Status> NvmeSwapper::read_async(int h, void* buf, size_t bytes
 }
 
 void NvmeSwapper::register_buffer(void* buf, size_t bytes) {
-  std::packaged_task<absl::Status()> job([=, this] {
+  worker_->submit(std::packaged_task<absl::Status()>([=, this] {
     char* p = static_cast<char*>(buf);
     for (size_t at = 0; buffers_table_ && at < bytes && fixed_buf_.size() < kMaxFixed;) {
       const size_t len = std::min(kMaxFixedBytes, bytes - at);
@@ -175,23 +185,13 @@ void NvmeSwapper::register_buffer(void* buf, size_t bytes) {
       at += len;
     }
     return absl::OkStatus();
-  });
-  std::lock_guard<std::mutex> lock(worker_->mu);
-  worker_->jobs.push_back(std::move(job));
-  worker_->cv.notify_one();
+  }));
 }
 
 std::future<absl::Status> NvmeSwapper::enqueue(int h, void* buf, size_t bytes, size_t offset,
                                                bool write) {
-  std::packaged_task<absl::Status()> job(
-      [=, this] { return transfer(h, buf, bytes, offset, write); });
-  std::future<absl::Status> done = job.get_future();
-  {
-    std::lock_guard<std::mutex> lock(worker_->mu);
-    worker_->jobs.push_back(std::move(job));
-  }
-  worker_->cv.notify_one();
-  return done;
+  return worker_->submit(std::packaged_task<absl::Status()>(
+      [=, this] { return transfer(h, buf, bytes, offset, write); }));
 }
 
 // Splits [offset, offset + bytes) into block_size requests and keeps up to queue_depth in

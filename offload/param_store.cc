@@ -52,7 +52,7 @@ class OffloadedParamStore final : public ParamStore {
     Slot* slot = nullptr;
     if (!src) {
       ZT_CHECK(writing_ == nullptr);
-      Slot& b = slot_for(h, /*skip_ahead=*/true);
+      Slot& b = slot_for(h);
       slot = &b;
       b.ahead = false;
       if (b.holder == h && b.reading.valid()) {  // read ahead: wait for that read only
@@ -89,7 +89,7 @@ class OffloadedParamStore final : public ParamStore {
     Shard& s = shards_[h];
     be_->wait_copy(s.ticket);  // the shard's last copy to the device has read it
     if (s.host.data()) return s.host.data();
-    Slot& b = slot_for(h, /*skip_ahead=*/true);
+    Slot& b = slot_for(h);
     (void)settle(b);  // a read ahead into it ends before the new value is written there
     b.ahead = false;
     be_->wait_copy(b.ticket);
@@ -111,16 +111,14 @@ class OffloadedParamStore final : public ParamStore {
 
   Place place(int h) const override {
     if (shards_[h].host.data()) return Place::kHost;
-    for (const Slot& b : pool_)
-      if (b.holder == h) return b.reading.valid() ? Place::kReading : Place::kHost;
-    return Place::kDrive;
+    const int i = held(h);
+    return i < 0 ? Place::kDrive : pool_[i].reading.valid() ? Place::kReading : Place::kHost;
   }
   bool read_done(int h) const override {
-    for (const Slot& b : pool_)
-      if (b.holder == h)
-        return !b.reading.valid() ||
-               b.reading.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    return false;
+    const int i = held(h);
+    return i >= 0 &&
+           (!pool_[i].reading.valid() ||
+            pool_[i].reading.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
   }
   bool reads_ahead() const override { return nvme_ && opt_.read_ahead && opt_.buffer_count >= 3; }
   // Keeps shard h for its load: a buffer already holding it (or reading it) is marked read
@@ -133,19 +131,16 @@ class OffloadedParamStore final : public ParamStore {
     if (!reads_ahead()) return false;
     if (shards_[h].host.data()) return true;
     ensure_pool();
-    Slot* held = nullptr;
+    const int kept = held(h);
+    if (kept >= 0 && pool_[kept].ahead) return true;
     int ahead = 0;
-    for (Slot& b : pool_) {
-      if (b.holder == h) held = &b;
-      ahead += b.ahead;
-    }
-    if (held && held->ahead) return true;
+    for (const Slot& b : pool_) ahead += b.ahead;
     if (ahead + 1 >= (int)pool_.size()) return false;
-    if (held) {
-      held->ahead = true;
+    if (kept >= 0) {
+      pool_[kept].ahead = true;
       return true;
     }
-    Slot& b = slot_for(-1, /*skip_ahead=*/true);
+    Slot& b = slot_for(-1);
     (void)settle(b);
     be_->wait_copy(b.ticket);  // its last copy to the device has read it
     b.holder = h;
@@ -189,6 +184,13 @@ class OffloadedParamStore final : public ParamStore {
     return st;
   }
 
+  // The index of the buffer holding shard h (its value, or a read ahead of it), or -1.
+  int held(int h) const {
+    for (int i = 0; i < (int)pool_.size(); ++i)
+      if (pool_[i].holder == h) return i;
+    return -1;
+  }
+
   // The pool is allocated at the first use, when every shard is known.
   void ensure_pool() {
     if (!pool_.empty()) return;
@@ -199,18 +201,15 @@ class OffloadedParamStore final : public ParamStore {
       nvme_->register_buffer(b.buf.data(), b.buf.bytes());
     }
   }
-  // The buffer holding shard h, else the least recently used one (with skip_ahead, of those not
-  // holding a read ahead; prefetch makes sure there is one).
-  Slot& slot_for(int h, bool skip_ahead = false) {
+  // The buffer holding shard h, else the least recently used one not holding a read ahead
+  // (prefetch makes sure there is one).
+  Slot& slot_for(int h) {
     ensure_pool();
-    Slot* pick = nullptr;
-    for (Slot& b : pool_) {
-      if (b.holder == h) {
-        pick = &b;
-        break;
-      }
-      if (!(skip_ahead && b.ahead) && (!pick || b.used < pick->used)) pick = &b;
-    }
+    const int i = held(h);
+    Slot* pick = i >= 0 ? &pool_[i] : nullptr;
+    if (i < 0)
+      for (Slot& b : pool_)
+        if (!b.ahead && (!pick || b.used < pick->used)) pick = &b;
     ZT_CHECK(pick != nullptr);  // prefetch leaves a buffer not read ahead
     pick->used = ++lru_clock_;
     return *pick;
