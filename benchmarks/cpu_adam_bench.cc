@@ -2,7 +2,7 @@
 // bound, measured in the same run on the same threads.
 //
 //   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R] [--pages huge|4k]
-//                                   [--serve 1]
+//                                   [--serve 1] [--aligned 1]
 //
 // Prints one JSON object. The bound is the bytes an Adam step must move per parameter (28: fp32
 // grad read, master/m/v read and written; or bf16 grad read and bf16 copy written) divided by
@@ -43,14 +43,24 @@ double median_seconds(int reps, Fn fn) {
 }
 
 bool huge_pages = true;  // --pages huge: as the trainer allocates (common/memory.h)
+// --aligned 1: every buffer on a 2 MiB boundary, without alloc_streaming's stagger, to measure
+// what the stagger buys.
+bool aligned = false;
 
 template <class T>
 T* alloc_array(size_t n, T init) {
   const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-  T* p = static_cast<T*>(huge_pages ? alloc_streaming(bytes) : std::aligned_alloc(64, bytes));
+  T* p = static_cast<T*>(huge_pages ? alloc_streaming(bytes, aligned ? size_t{2} << 20 : 64)
+                                    : std::aligned_alloc(64, bytes));
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) p[i] = init;  // first touch by the threads that use it
   return p;
+}
+
+template <class T>
+void free_array(T* p, size_t n) {
+  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+  huge_pages ? free_streaming(p, bytes) : std::free(p);
 }
 
 // --serve: one fp32 step (the CPU's best SIMD level) per "step" line on stdin, its seconds on
@@ -71,7 +81,7 @@ int serve(size_t n, int threads) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::fflush(stdout);
   }
-  for (void* q : {(void*)p, (void*)m, (void*)v, (void*)g}) std::free(q);
+  for (float* q : {p, m, v, g}) free_array(q, n);
   return 0;
 }
 
@@ -124,7 +134,8 @@ int run(size_t n, int threads, int reps) {
     }
   }
   std::printf("]}\n");
-  for (void* q : {(void*)p, (void*)m, (void*)v, (void*)g32, (void*)g16, (void*)out16}) std::free(q);
+  for (float* q : {p, m, v, g32}) free_array(q, n);
+  for (uint16_t* q : {g16, out16}) free_array(q, n);
   return 0;
 }
 
@@ -143,10 +154,12 @@ int main(int argc, char** argv) {
     else if (a == "--pages") zt::huge_pages = std::string(argv[i + 1]) != "4k";
     else if (a == "--serve")
       serve = std::string(argv[i + 1]) != "0";
+    else if (a == "--aligned")
+      zt::aligned = std::string(argv[i + 1]) != "0";
     else {
       std::fprintf(stderr,
                    "error: unknown flag %s (use --params, --threads, --reps, --pages "
-                   "huge|4k, --serve 1)\n",
+                   "huge|4k, --serve 1, --aligned 1)\n",
                    argv[i]);
       return 2;
     }

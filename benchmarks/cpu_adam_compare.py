@@ -5,7 +5,9 @@ torch.optim.AdamW (foreach and fused), with the machine's bandwidth bound, in on
 Every side updates the same number of fp32 parameters (fp32 gradients, AdamW, weight decay 0.1)
 on the same threads. Rounds alternate the order of the sides, each side runs in its own
 process, and each figure is the median over rounds of the median step time, so a busy moment
-cannot favour one side. The bound is 28 bytes per parameter divided by bandwidth measured in
+cannot favour one side. Then (--paired N) ours, ours with every buffer on a 2 MiB boundary,
+DeepSpeed and torch's fused AdamW run as resident processes taking single steps in turn for N
+cycles, which cancels even the drift between rounds. The bound is 28 bytes per parameter divided by bandwidth measured in
 the same run by build/benchmarks/cpu_adam_bench (see its header for the two bandwidths).
 
   python3 benchmarks/cpu_adam_compare.py                                  # 100M params, 2 threads
@@ -71,22 +73,27 @@ def run_child(kind, a):
     return float(out.stdout.strip().splitlines()[-1])
 
 
+# The resident step servers of --paired: ours as the trainer allocates, ours with every buffer
+# on a 2 MiB boundary (no alloc_streaming stagger), and the two fastest others.
+SERVERS = ("ours", "ours-aligned", "deepspeed", "torch-fused")
+
+
 def paired_steps(a):
-    """Ours and DeepSpeed as two resident processes taking single steps in turn (the order
-    alternating), so each pair runs at the same moment of the machine's drift: the per-pair
-    ratios of ours / DeepSpeed in parameters/s."""
+    """The SERVERS as resident processes taking single steps in turn (the order rotating), so
+    each cycle runs at the same moment of the machine's drift. Returns, per server, its speed
+    relative to DeepSpeed's in each cycle, and ours / ours-aligned per cycle, each sorted."""
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), THP_MEM_ALLOC_ENABLE="1")
-    procs = {
-        "ours": subprocess.Popen([a.binary, "--params", str(a.params), "--threads",
-                                  str(a.threads), "--serve", "1"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=env),
-        "deepspeed": subprocess.Popen([sys.executable, __file__, "--child", "deepspeed",
-                                       "--params", str(a.params), "--threads", str(a.threads),
-                                       "--reps", "0"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True, env=env),
-    }
+
+    def command(kind):
+        if kind.startswith("ours"):
+            return [a.binary, "--params", str(a.params), "--threads", str(a.threads),
+                    "--serve", "1", "--aligned", "1" if kind == "ours-aligned" else "0"]
+        return [sys.executable, __file__, "--child", kind, "--params", str(a.params),
+                "--threads", str(a.threads), "--reps", "0"]
+
+    procs = {kind: subprocess.Popen(command(kind), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True, env=env) for kind in SERVERS}
 
     def step(kind):
         p = procs[kind]
@@ -102,14 +109,17 @@ def paired_steps(a):
                 continue
 
     try:
-        for kind in procs:  # warm-up
+        for kind in SERVERS:  # warm-up
             step(kind), step(kind)
-        ratios = []
+        vs_ds = {kind: [] for kind in SERVERS}
+        stagger = []
         for i in range(a.paired):
-            order = ("ours", "deepspeed") if i % 2 == 0 else ("deepspeed", "ours")
+            order = SERVERS[i % len(SERVERS):] + SERVERS[:i % len(SERVERS)]
             t = {kind: step(kind) for kind in order}
-            ratios.append(t["deepspeed"] / t["ours"])
-        return sorted(ratios)
+            for kind in SERVERS:
+                vs_ds[kind].append(t["deepspeed"] / t[kind])
+            stagger.append(t["ours-aligned"] / t["ours"])
+        return {k: sorted(v) for k, v in vs_ds.items()}, sorted(stagger)
     finally:
         for p in procs.values():
             p.stdin.close()
@@ -132,7 +142,7 @@ def main():
     ap.add_argument("--reps", type=int, default=7, help="timed steps per process")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--paired", type=int, default=21,
-                    help="single steps of ours and DeepSpeed taken in turn (0: none)")
+                    help="cycles of single steps taken in turn by the SERVERS (0: none)")
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "cpu_adam_bench"))
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -165,7 +175,7 @@ def main():
     bound_triad = med([o["bound_triad_Gparams"] for o in ours])
     triad = med([o["triad_GBps"] for o in ours])
     ds = med(rates["deepspeed"])
-    steps = paired_steps(a) if a.paired > 0 else []
+    steps, stagger = paired_steps(a) if a.paired > 0 else ({}, [])
     # Paired within each round (the sides ran minutes apart at most), which cancels the
     # machine's slower drift: the median and range of ours / DeepSpeed per round.
     pick32 = lambda o: next(x["Gparams"] for x in o["cpu_adam"]
@@ -206,16 +216,19 @@ def main():
         f"rounds ({sum(r >= 1.0 for r in paired)} at or above 1.00x).",
     ]
     if steps:
-        q = lambda f: steps[min(len(steps) - 1, int(f * len(steps)))]
-        lines += [
-            "",
-            f"Single steps in turn ({len(steps)} pairs; ours and DeepSpeed as two resident "
-            "processes with their buffers allocated, stepping alternately, the order "
-            "alternating): ours / DeepSpeed median "
-            f"**{statistics.median(steps):.3f}x**, interquartile {q(0.25):.3f}-{q(0.75):.3f}x, "
-            f"range {steps[0]:.3f}-{steps[-1]:.3f}x ({sum(r >= 1.0 for r in steps)} of "
-            f"{len(steps)} at or above 1.00x).",
-        ]
+        def summary(xs):
+            q = lambda f: xs[min(len(xs) - 1, int(f * len(xs)))]
+            return (f"median **{statistics.median(xs):.3f}x**, interquartile "
+                    f"{q(0.25):.3f}-{q(0.75):.3f}x, range {xs[0]:.3f}-{xs[-1]:.3f}x "
+                    f"({sum(r >= 1.0 for r in xs)} of {len(xs)} at or above 1.00x)")
+        names = {"ours": "zerotrain", "torch-fused": "torch fused",
+                 "ours-aligned": "zerotrain with every buffer on a 2 MiB boundary"}
+        lines += ["", f"Single steps in turn ({a.paired} cycles; {', '.join(SERVERS)} as "
+                  "resident processes with their buffers allocated, each taking one step in "
+                  "turn, the order rotating), speed relative to DeepSpeed in the same cycle:", ""]
+        lines += [f"- {names[k]}: {summary(steps[k])};" for k in SERVERS if k != "deepspeed"]
+        lines += [f"- zerotrain / zerotrain with every buffer on a 2 MiB boundary (what "
+                  f"`alloc_streaming`'s stagger buys): {summary(stagger)}."]
     lines += [
         "",
         f"Per SIMD level (ours, last round): " + ", ".join(

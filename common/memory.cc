@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -106,16 +108,40 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
 }
 
-void* alloc_streaming(size_t bytes, size_t align) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  static const bool huge = [] {
+namespace {
+constexpr size_t kHuge = size_t{2} << 20;
+constexpr unsigned kStaggers = 8;
+
+bool huge_pages_on() {
+  static const bool on = [] {
     const char* e = std::getenv("ZEROTRAIN_HUGE_PAGES");
     return !(e && std::string_view(e) == "0");
   }();
-  if (huge && bytes >= kHuge) align = std::max(align, kHuge);
-  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (p && huge && bytes >= kHuge) ::madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
-  return p;
+  return on;
+}
+
+// Whether a block of `bytes` is 2 MiB-aligned, in huge pages and staggered.
+bool huge_block(size_t bytes) { return huge_pages_on() && bytes >= kHuge; }
+}  // namespace
+
+void* alloc_streaming(size_t bytes, size_t align) {
+  if (!huge_block(bytes)) return std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  static std::atomic<unsigned> next{0};
+  // A stagger keeps `align` only where it is a multiple of it.
+  const size_t offset = align <= kStaggerBytes ? next++ % kStaggers * kStaggerBytes : 0;
+  align = std::max(align, kHuge);
+  const size_t total = (offset + bytes + align - 1) / align * align;
+  char* base = static_cast<char*>(std::aligned_alloc(align, total));
+  if (!base) return nullptr;
+  ::madvise(base, total, MADV_HUGEPAGE);
+  return base + offset;
+}
+
+void free_streaming(void* p, size_t bytes) {
+  // A huge block's base is the 2 MiB boundary at or below p (its stagger is under 2 MiB).
+  if (p && huge_block(bytes))
+    p = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(kHuge - 1));
+  std::free(p);
 }
 
 }  // namespace zt

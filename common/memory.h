@@ -58,13 +58,19 @@ int64_t physical_memory_bytes();
 
 // Host memory for buffers that kernels stream through (parameters, gradients, optimizer
 // state, offload staging): `bytes` (> 0) aligned to `align` (a power of two, at least 64).
-// Blocks of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages
-// (madvise MADV_HUGEPAGE; a hint, ignored where THP is off), so MPI's single-copy transfers
-// (CMA) pin 512x fewer pages and streaming passes miss the TLB less: stage 2's all-gather on
-// the CPU backend, docs/benchmarks.md ("Huge pages"). ZEROTRAIN_HUGE_PAGES=0 in the
-// environment turns the hint off (for systems where THP compaction stalls). Free with
-// std::free. Null when out of memory.
+// Blocks of 2 MiB and more sit in transparent huge pages (madvise MADV_HUGEPAGE; a hint,
+// ignored where THP is off), so MPI's single-copy transfers (CMA) pin 512x fewer pages and
+// streaming passes miss the TLB less: stage 2's all-gather on the CPU backend,
+// docs/benchmarks.md ("Huge pages"). Such a block starts kStaggerBytes x (0..7) past a 2 MiB
+// boundary, the multiple rotating from one block to the next, so the buffers one kernel walks
+// side by side (CPU Adam's master weights, moments and gradient) do not all share their low
+// 21 address bits; starting all of them on the boundary made CPU Adam 5-25% slower (the same
+// cache sets and DRAM banks at every index; docs/benchmarks.md). ZEROTRAIN_HUGE_PAGES=0 in
+// the environment turns both off (for systems where THP compaction stalls). Free with
+// free_streaming and the same `bytes`. Null when out of memory.
+inline constexpr size_t kStaggerBytes = size_t{16} << 10;
 void* alloc_streaming(size_t bytes, size_t align = 64);
+void free_streaming(void* p, size_t bytes);
 
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so
 // code that survives running out of memory survives this too). what() says what was asked,

@@ -16,15 +16,12 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, Back
   if (bytes == 0) return;
   constexpr size_t kPage = 4096;
   // Pinned: whole pages, since cudaHostRegister refuses a page registered twice.
-  const size_t alloc_bytes = pin_with ? (bytes + kPage - 1) / kPage * kPage : bytes;
-  ptr_ = alloc_streaming(alloc_bytes, std::max<size_t>(align, pin_with ? kPage : 64));
+  alloc_bytes_ = pin_with ? (bytes + kPage - 1) / kPage * kPage : bytes;
+  ptr_ = alloc_streaming(alloc_bytes_, std::max<size_t>(align, pin_with ? kPage : 64));
   if (!ptr_) throw std::bad_alloc();
   std::memset(ptr_, 0, bytes);  // first touch now, not on the step's path
   if (pin_with) {
-    if (pin_with->pin_host(ptr_, alloc_bytes)) {
-      pinned_by_ = pin_with;
-      pinned_bytes_ = alloc_bytes;
-    }
+    if (pin_with->pin_host(ptr_, alloc_bytes_)) pinned_by_ = pin_with;
     static std::atomic<bool> warned{false};
     if (!pinned_by_ && !warned.exchange(true))
       std::fprintf(stderr,
@@ -41,18 +38,18 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
     reset();
     ptr_ = o.ptr_, bytes_ = o.bytes_, cat_ = o.cat_, tracker_ = o.tracker_;
-    pinned_by_ = o.pinned_by_, pinned_bytes_ = o.pinned_bytes_;
-    o.ptr_ = nullptr, o.bytes_ = 0, o.pinned_by_ = nullptr, o.pinned_bytes_ = 0;
+    pinned_by_ = o.pinned_by_, alloc_bytes_ = o.alloc_bytes_;
+    o.ptr_ = nullptr, o.bytes_ = 0, o.pinned_by_ = nullptr, o.alloc_bytes_ = 0;
   }
   return *this;
 }
 
 void HostBuffer::reset() {
   if (!ptr_) return;
-  if (pinned_by_) pinned_by_->unpin_host(ptr_, pinned_bytes_);
-  std::free(ptr_);
+  if (pinned_by_) pinned_by_->unpin_host(ptr_, alloc_bytes_);
+  free_streaming(ptr_, alloc_bytes_);
   if (tracker_) tracker_->on_free(cat_, bytes_);
-  ptr_ = nullptr, bytes_ = 0, pinned_by_ = nullptr, pinned_bytes_ = 0;
+  ptr_ = nullptr, bytes_ = 0, pinned_by_ = nullptr, alloc_bytes_ = 0;
 }
 
 }  // namespace zt

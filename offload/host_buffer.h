@@ -39,7 +39,7 @@ class HostBuffer {
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::kPinnedHost;
   MemoryTracker* tracker_ = nullptr;
-  size_t pinned_bytes_ = 0;
+  size_t alloc_bytes_ = 0;  // what alloc_streaming was asked for (whole pages when pinned)
   Backend* pinned_by_ = nullptr;
 };
 

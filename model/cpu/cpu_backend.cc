@@ -13,7 +13,7 @@
 
 namespace zt {
 
-CpuBackend::CpuBackend(int threads) : cache_(kCacheLimit, [](void* p, size_t) { std::free(p); }) {
+CpuBackend::CpuBackend(int threads) : cache_(kCacheLimit, free_streaming) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
