@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,17 +30,23 @@
 namespace zt {
 namespace {
 
-template <class Fn>
-double median_seconds(int reps, Fn fn) {
-  fn();  // warm-up: first touch and caches
-  std::vector<double> s;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+// Median seconds of each job over `reps` rounds, each round running every job once in turn,
+// so the bandwidth bound and the kernels see the same moments of the machine's drift.
+std::vector<double> interleaved_medians(int reps, const std::vector<std::function<void()>>& jobs) {
+  for (const auto& job : jobs) job();  // warm-up: first touch and caches
+  std::vector<std::vector<double>> s(jobs.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const auto t0 = std::chrono::steady_clock::now();
+      jobs[j]();
+      s[j].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  std::vector<double> med;
+  for (auto& x : s) {
+    std::sort(x.begin(), x.end());
+    med.push_back(x[x.size() / 2]);
   }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
+  return med;
 }
 
 bool huge_pages = true;  // --pages huge: as the trainer allocates (common/memory.h)
@@ -94,15 +101,35 @@ int run(size_t n, int threads, int reps) {
   uint16_t* g16 = alloc_array<uint16_t>(n, f32_to_bf16(1e-3f));
   uint16_t* out16 = alloc_array<uint16_t>(n, 0);
 
-  const double triad_s = median_seconds(reps, [&] {
+  std::vector<std::function<void()>> jobs = {
+      [&] {
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; ++i) p[i] = m[i] + 0.5f * v[i];
-  });
-  const double triad_gbs = 12.0 * n / triad_s / 1e9;
-  const double pattern_s =
-      median_seconds(reps, [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, false); });
-  const double pattern16_s =
-      median_seconds(reps, [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, true); });
+        for (size_t i = 0; i < n; ++i) p[i] = m[i] + 0.5f * v[i];
+      },
+      [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, false); },
+      [&] { bench::adam_pattern(p, m, v, g32, g16, out16, n, true); }};
+  struct Kernel {
+    SimdLevel level;
+    bool bf16;
+  };
+  std::vector<Kernel> kernels;
+  int t = 0;
+  for (SimdLevel l :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
+    if (!cpu_supports(l)) continue;
+    for (bool bf16 : {false, true}) {
+      kernels.push_back({l, bf16});
+      jobs.push_back([&, l, bf16] {
+        AdamStep a{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true};
+        if (bf16)
+          cpu_adam_step(p, g16, DType::kBF16, m, v, out16, DType::kBF16, n, a, l);
+        else
+          cpu_adam_step(p, g32, DType::kF32, m, v, nullptr, DType::kF32, n, a, l);
+      });
+    }
+  }
+  const std::vector<double> sec = interleaved_medians(reps, jobs);
+  const double triad_gbs = 12.0 * n / sec[0] / 1e9, pattern_s = sec[1], pattern16_s = sec[2];
 
   std::printf("{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\", "
               "\"pages\": \"%s\",\n", n, threads, reps,
@@ -114,25 +141,10 @@ int run(size_t n, int threads, int reps) {
   std::printf(" \"bound_pattern_fp32_Gparams\": %.4f, \"bound_pattern_bf16_Gparams\": %.4f,\n",
               n / pattern_s / 1e9, n / pattern16_s / 1e9);
   std::printf(" \"cpu_adam\": [");
-  bool first = true;
-  int t = 0;
-  for (SimdLevel l :
-       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
-    if (!cpu_supports(l)) continue;
-    for (bool bf16 : {false, true}) {
-      const double s = median_seconds(reps, [&] {
-        AdamStep a{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true};
-        if (bf16)
-          cpu_adam_step(p, g16, DType::kBF16, m, v, out16, DType::kBF16, n, a, l);
-        else
-          cpu_adam_step(p, g32, DType::kF32, m, v, nullptr, DType::kF32, n, a, l);
-      });
-      std::printf("%s\n   {\"simd\": \"%s\", \"grads\": \"%s\", \"Gparams\": %.4f}",
-                  first ? "" : ",", std::string(simd_level_name(l)).c_str(),
-                  bf16 ? "bf16 (+bf16 copy)" : "fp32", n / s / 1e9);
-      first = false;
-    }
-  }
+  for (size_t k = 0; k < kernels.size(); ++k)
+    std::printf("%s\n   {\"simd\": \"%s\", \"grads\": \"%s\", \"Gparams\": %.4f}", k ? "," : "",
+                std::string(simd_level_name(kernels[k].level)).c_str(),
+                kernels[k].bf16 ? "bf16 (+bf16 copy)" : "fp32", n / sec[3 + k] / 1e9);
   std::printf("]}\n");
   for (float* q : {p, m, v, g32}) free_array(q, n);
   for (uint16_t* q : {g16, out16}) free_array(q, n);
