@@ -131,9 +131,11 @@ int run(size_t n, int threads, int reps) {
   const std::vector<double> sec = interleaved_medians(reps, jobs);
   const double triad_gbs = 12.0 * n / sec[0] / 1e9, pattern_s = sec[1], pattern16_s = sec[2];
 
-  std::printf("{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\", "
-              "\"pages\": \"%s\",\n", n, threads, reps,
-              std::string(simd_level_name(cpu_simd_level())).c_str(), huge_pages ? "huge" : "4k");
+  std::printf(
+      "{\"params\": %zu, \"threads\": %d, \"reps\": %d, \"simd\": \"%s\", "
+      "\"pages\": \"%s\", \"aligned\": %s,\n",
+      n, threads, reps, std::string(simd_level_name(cpu_simd_level())).c_str(),
+      huge_pages ? "huge" : "4k", aligned ? "true" : "false");
   std::printf(" \"triad_GBps\": %.2f, \"bound_triad_Gparams\": %.4f,\n", triad_gbs,
               triad_gbs / 28.0);
   std::printf(" \"pattern_fp32_GBps\": %.2f, \"pattern_bf16_GBps\": %.2f,\n",
@@ -175,6 +177,10 @@ int main(int argc, char** argv) {
                    argv[i]);
       return 2;
     }
+  }
+  if (zt::aligned && !zt::huge_pages) {
+    std::fprintf(stderr, "error: --aligned 1 needs --pages huge (4 KiB pages take no stagger)\n");
+    return 2;
   }
   return serve ? zt::serve(n, threads) : zt::run(n, threads, reps);
 }

@@ -7,8 +7,9 @@ on the same threads. Rounds alternate the order of the sides, each side runs in 
 process, and each figure is the median over rounds of the median step time, so a busy moment
 cannot favour one side. Then (--paired N) ours, ours with every buffer on a 2 MiB boundary,
 DeepSpeed and torch's fused AdamW run as resident processes taking single steps in turn for N
-cycles, which cancels even the drift between rounds. The bound is 28 bytes per parameter divided by bandwidth measured in
-the same run by build/benchmarks/cpu_adam_bench (see its header for the two bandwidths).
+cycles, which cancels even the drift between rounds. The bound is 28 bytes per parameter
+divided by bandwidth measured in the same run by build/benchmarks/cpu_adam_bench (see its
+header for the two bandwidths).
 
   python3 benchmarks/cpu_adam_compare.py                                  # 100M params, 2 threads
   python3 benchmarks/cpu_adam_compare.py --markdown docs/benchmarks.md
@@ -19,6 +20,7 @@ op on first use. Used only by this script, never by the trainer.
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -79,10 +81,13 @@ SERVERS = ("ours", "ours-aligned", "deepspeed", "torch-fused")
 
 
 def paired_steps(a):
-    """The SERVERS as resident processes taking single steps in turn (the order rotating), so
-    each cycle runs at the same moment of the machine's drift. Returns, per server, its speed
-    relative to DeepSpeed's in each cycle, and ours / ours-aligned per cycle, each sorted."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), THP_MEM_ALLOC_ENABLE="1")
+    """The SERVERS as resident processes taking single steps in turn (the order shuffled each
+    cycle), so each cycle runs at the same moment of the machine's drift. Returns, per server,
+    its speed relative to DeepSpeed's in each cycle, and ours' speed relative to ours-aligned
+    and to torch-fused per cycle, each sorted."""
+    # Ours as the trainer runs by default, whatever this shell's environment says.
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), THP_MEM_ALLOC_ENABLE="1",
+               ZEROTRAIN_HUGE_PAGES="1", ZEROTRAIN_STAGGER="1")
 
     def command(kind):
         if kind.startswith("ours"):
@@ -91,8 +96,10 @@ def paired_steps(a):
         return [sys.executable, __file__, "--child", kind, "--params", str(a.params),
                 "--threads", str(a.threads), "--reps", "0"]
 
+    # Ours' errors (a stale binary refusing a flag) reach the terminal; torch's logging does not.
     procs = {kind: subprocess.Popen(command(kind), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
+                                    stderr=None if kind.startswith("ours") else subprocess.DEVNULL,
                                     text=True, env=env) for kind in SERVERS}
 
     def step(kind):
@@ -112,14 +119,16 @@ def paired_steps(a):
         for kind in SERVERS:  # warm-up
             step(kind), step(kind)
         vs_ds = {kind: [] for kind in SERVERS}
-        stagger = []
-        for i in range(a.paired):
-            order = SERVERS[i % len(SERVERS):] + SERVERS[:i % len(SERVERS)]
+        vs = {"ours-aligned": [], "torch-fused": []}  # ours' speed relative to each, per cycle
+        order, rng = list(SERVERS), random.Random(0)
+        for _ in range(a.paired):
+            rng.shuffle(order)  # each server goes first, last and after each other alike
             t = {kind: step(kind) for kind in order}
             for kind in SERVERS:
                 vs_ds[kind].append(t["deepspeed"] / t[kind])
-            stagger.append(t["ours-aligned"] / t["ours"])
-        return {k: sorted(v) for k, v in vs_ds.items()}, sorted(stagger)
+            for kind in vs:
+                vs[kind].append(t[kind] / t["ours"])
+        return {k: sorted(v) for k, v in vs_ds.items()}, {k: sorted(v) for k, v in vs.items()}
     finally:
         for p in procs.values():
             p.stdin.close()
@@ -175,7 +184,7 @@ def main():
     bound_triad = med([o["bound_triad_Gparams"] for o in ours])
     triad = med([o["triad_GBps"] for o in ours])
     ds = med(rates["deepspeed"])
-    steps, stagger = paired_steps(a) if a.paired > 0 else ({}, [])
+    steps, ours_vs = paired_steps(a) if a.paired > 0 else ({}, {})
     # Paired within each round (the sides ran minutes apart at most), which cancels the
     # machine's slower drift: the median and range of ours / DeepSpeed per round.
     pick32 = lambda o: next(x["Gparams"] for x in o["cpu_adam"]
@@ -233,10 +242,12 @@ def main():
                  "ours-aligned": "zerotrain with every buffer on a 2 MiB boundary"}
         lines += ["", f"Single steps in turn ({a.paired} cycles; {', '.join(SERVERS)} as "
                   "resident processes with their buffers allocated, each taking one step in "
-                  "turn, the order rotating), speed relative to DeepSpeed in the same cycle:", ""]
+                  "turn, the order shuffled each cycle), speed relative to DeepSpeed in the "
+                  "same cycle:", ""]
         lines += [f"- {names[k]}: {summary(steps[k])};" for k in SERVERS if k != "deepspeed"]
         lines += [f"- zerotrain / zerotrain with every buffer on a 2 MiB boundary (what "
-                  f"`alloc_streaming`'s stagger buys): {summary(stagger)}."]
+                  f"`alloc_streaming`'s stagger buys): {summary(ours_vs['ours-aligned'])};",
+                  f"- zerotrain / torch fused: {summary(ours_vs['torch-fused'])}."]
     lines += [
         "",
         f"Per SIMD level (ours, last round): " + ", ".join(

@@ -115,7 +115,8 @@ def main():
         "### Huge pages",
         "",
         "gpt2-124m, fp32, stage 2 on 2 ranks, with the transparent-huge-page hint of "
-        "`alloc_streaming` off (`ZEROTRAIN_HUGE_PAGES=0`) and on, alternating in this run:",
+        "`alloc_streaming` off (`ZEROTRAIN_HUGE_PAGES=0`, which also drops its stagger) and on, "
+        "alternating in this run:",
         "",
         "| huge pages | step ms | comm wait ms | of bound |",
         "|---|---:|---:|---:|",

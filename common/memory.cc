@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace zt {
 
@@ -112,35 +113,40 @@ namespace {
 constexpr size_t kHuge = size_t{2} << 20;
 constexpr unsigned kStaggers = 8;
 
-bool huge_pages_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("ZEROTRAIN_HUGE_PAGES");
-    return !(e && std::string_view(e) == "0");
-  }();
-  return on;
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string_view(e) == "0";
 }
 
-// Whether a block of `bytes` is 2 MiB-aligned, in huge pages and staggered.
-bool huge_block(size_t bytes) { return huge_pages_on() && bytes >= kHuge; }
+// Whether a block of `bytes` starts in a 2 MiB page of its own, asking for huge pages.
+bool huge_block(size_t bytes) {
+  static const bool on = !env_off("ZEROTRAIN_HUGE_PAGES");
+  return on && bytes >= kHuge;
+}
 }  // namespace
 
 void* alloc_streaming(size_t bytes, size_t align) {
   if (!huge_block(bytes)) return std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  static const bool stagger = !env_off("ZEROTRAIN_STAGGER");
   static std::atomic<unsigned> next{0};
   // A stagger keeps `align` only where it is a multiple of it.
-  const size_t offset = align <= kStaggerBytes ? next++ % kStaggers * kStaggerBytes : 0;
+  const size_t offset = stagger && align <= kStaggerBytes ? next++ % kStaggers * kStaggerBytes : 0;
   align = std::max(align, kHuge);
   const size_t total = (offset + bytes + align - 1) / align * align;
   char* base = static_cast<char*>(std::aligned_alloc(align, total));
   if (!base) return nullptr;
-  ::madvise(base, total, MADV_HUGEPAGE);
+  // Whole 2 MiB pages of the block only: a partly used last page stays in 4 KiB pages rather
+  // than take 2 MiB of memory for a few KiB of the block.
+  ::madvise(base, (offset + bytes) / kHuge * kHuge, MADV_HUGEPAGE);
   return base + offset;
 }
 
 void free_streaming(void* p, size_t bytes) {
-  // A huge block's base is the 2 MiB boundary at or below p (its stagger is under 2 MiB).
-  if (p && huge_block(bytes))
-    p = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(kHuge - 1));
+  if (p && huge_block(bytes)) {  // the block's base is the 2 MiB boundary at or below p
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), offset = a % kHuge;
+    ZT_CHECK(offset % kStaggerBytes == 0 && offset < kStaggers * kStaggerBytes);
+    p = reinterpret_cast<void*>(a - offset);
+  }
   std::free(p);
 }
 

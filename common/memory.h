@@ -58,18 +58,28 @@ int64_t physical_memory_bytes();
 
 // Host memory for buffers that kernels stream through (parameters, gradients, optimizer
 // state, offload staging): `bytes` (> 0) aligned to `align` (a power of two, at least 64).
-// Blocks of 2 MiB and more sit in transparent huge pages (madvise MADV_HUGEPAGE; a hint,
-// ignored where THP is off), so MPI's single-copy transfers (CMA) pin 512x fewer pages and
-// streaming passes miss the TLB less: stage 2's all-gather on the CPU backend,
-// docs/benchmarks.md ("Huge pages"). Such a block starts kStaggerBytes x (0..7) past a 2 MiB
-// boundary, the multiple rotating from one block to the next, so the buffers one kernel walks
-// side by side (CPU Adam's master weights, moments and gradient) do not all share their low
-// 21 address bits; starting all of them on the boundary made CPU Adam 5-25% slower (the same
-// cache sets and DRAM banks at every index; docs/benchmarks.md). ZEROTRAIN_HUGE_PAGES=0 in
-// the environment turns both off (for systems where THP compaction stalls). Free with
-// free_streaming and the same `bytes`. Null when out of memory.
-inline constexpr size_t kStaggerBytes = size_t{16} << 10;
+// Null when out of memory. Free with free_streaming and the same `bytes`.
+//
+// Blocks of 2 MiB and more start in a 2 MiB page and the whole 2 MiB pages they cover ask for
+// transparent huge pages (madvise MADV_HUGEPAGE; a hint, ignored where THP is off), so MPI's
+// single-copy transfers (CMA) pin 512x fewer pages and streaming passes miss the TLB less:
+// stage 2's all-gather on the CPU backend, docs/benchmarks.md ("Huge pages").
+//
+// Such a block also starts kStaggerBytes x (0..7) past the 2 MiB boundary, the multiple
+// rotating from one block to the next (when `align` <= kStaggerBytes; a larger `align` gets
+// none). Blocks allocated in a row therefore differ in address bits 14-16, as the engine's per
+// unit parameters, gradient, master weights and moments do: with every stream on the boundary,
+// CPU Adam's seven streams met in the same L2/L3 sets and DRAM banks at every index, and ran
+// 1.10-1.18x slower (docs/benchmarks.md, "CPU Adam"). It costs at most 112 KiB per block,
+// outside the memory tracker's counts.
+//
+// Read once, at the first call: ZEROTRAIN_HUGE_PAGES=0 in the environment turns both off (for
+// systems where THP compaction stalls); ZEROTRAIN_STAGGER=0 turns off the stagger alone.
+inline constexpr size_t kStaggerBytes = size_t{16} << 10;  // the stagger's step
 void* alloc_streaming(size_t bytes, size_t align = 64);
+// Frees p (null is fine) from alloc_streaming(bytes, ...). A block of 2 MiB and more is freed
+// from the 2 MiB boundary below p, so `bytes` must be on the same side of 2 MiB as when it was
+// allocated; a p that is no stagger past its boundary aborts (ZT_CHECK).
 void free_streaming(void* p, size_t bytes);
 
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so

@@ -20,6 +20,8 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory c, MemoryTracker* tracker, Back
   ptr_ = alloc_streaming(alloc_bytes_, std::max<size_t>(align, pin_with ? kPage : 64));
   if (!ptr_) throw std::bad_alloc();
   std::memset(ptr_, 0, bytes);  // first touch now, not on the step's path
+  // Locking from a staggered start (common/memory.h) splits the block's first huge page into
+  // 4 KiB pages: one page per buffer, kept for the alignment O_DIRECT and pinning need.
   if (pin_with) {
     if (pin_with->pin_host(ptr_, alloc_bytes_)) pinned_by_ = pin_with;
     static std::atomic<bool> warned{false};

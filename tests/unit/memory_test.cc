@@ -6,8 +6,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string_view>
+#include <vector>
+
+#include "model/backend.h"
+#include "offload/host_buffer.h"
 
 namespace zt {
 namespace {
@@ -16,46 +21,76 @@ constexpr size_t kHuge = size_t{2} << 20;
 
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-bool huge_pages_off() {
-  const char* e = std::getenv("ZEROTRAIN_HUGE_PAGES");
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
   return e && std::string_view(e) == "0";
 }
+bool stagger_off() { return env_off("ZEROTRAIN_HUGE_PAGES") || env_off("ZEROTRAIN_STAGGER"); }
+
+uintptr_t stagger_of(const void* p) { return addr(p) % kHuge; }
 
 TEST(StreamingMemory, LargeBlocksAreStaggeredAlignedAndWhole) {
-  if (huge_pages_off()) GTEST_SKIP() << "ZEROTRAIN_HUGE_PAGES=0 turns the stagger off";
-  for (size_t align : {size_t{64}, size_t{4096}}) {
-    const size_t bytes = 3 * kHuge + 100;
-    void* blocks[8];
-    std::set<uintptr_t> offsets;
-    for (void*& p : blocks) {
-      p = alloc_streaming(bytes, align);
-      ASSERT_NE(p, nullptr);
-      EXPECT_EQ(addr(p) % align, 0u);
-      const uintptr_t offset = addr(p) % kHuge;  // past the 2 MiB boundary
-      EXPECT_EQ(offset % kStaggerBytes, 0u);
-      EXPECT_LT(offset, 8 * kStaggerBytes);
-      offsets.insert(offset);
-      std::memset(p, 0x5a, bytes);  // every byte is ours
+  if (stagger_off()) GTEST_SKIP() << "ZEROTRAIN_HUGE_PAGES=0 or ZEROTRAIN_STAGGER=0";
+  // kHuge itself is the smallest staggered size; 16 KiB the largest staggered alignment.
+  for (size_t bytes : {kHuge, 3 * kHuge + 100}) {
+    for (size_t align : {size_t{64}, size_t{4096}, kStaggerBytes}) {
+      void* blocks[8];
+      std::set<uintptr_t> offsets;
+      for (void*& p : blocks) {
+        p = alloc_streaming(bytes, align);
+        ASSERT_NE(p, nullptr);
+        EXPECT_EQ(addr(p) % align, 0u);
+        EXPECT_EQ(stagger_of(p) % kStaggerBytes, 0u);
+        EXPECT_LT(stagger_of(p), 8 * kStaggerBytes);
+        offsets.insert(stagger_of(p));
+        std::memset(p, 0x5a, bytes);  // every byte is ours
+      }
+      // Eight blocks in a row: eight staggers, so no two share their low 17 address bits.
+      EXPECT_EQ(offsets.size(), 8u) << "bytes " << bytes << " align " << align;
+      for (void* p : blocks) free_streaming(p, bytes);  // freeing off the base would abort
     }
-    // Eight blocks in a row: eight different staggers, so no two share their low address bits.
-    EXPECT_EQ(offsets.size(), 8u) << "align " << align;
-    for (void* p : blocks) free_streaming(p, bytes);  // an off-base free would abort here
   }
 }
 
-TEST(StreamingMemory, AlignmentAboveTheStaggerIsKeptAndSmallBlocksAreNotStaggered) {
-  const size_t big_align = size_t{4} << 20;
-  void* p = alloc_streaming(5 * kHuge, big_align);
-  ASSERT_NE(p, nullptr);
-  EXPECT_EQ(addr(p) % big_align, 0u);
-  free_streaming(p, 5 * kHuge);
-  for (int i = 0; i < 3; ++i) {
-    void* q = alloc_streaming(4096, 4096);
-    ASSERT_NE(q, nullptr);
-    EXPECT_EQ(addr(q) % 4096, 0u);
-    std::memset(q, 1, 4096);
-    free_streaming(q, 4096);
+TEST(StreamingMemory, SmallBlocksAndLargeAlignmentsTakeNoStagger) {
+  if (stagger_off()) GTEST_SKIP() << "ZEROTRAIN_HUGE_PAGES=0 or ZEROTRAIN_STAGGER=0";
+  const size_t big = 3 * kHuge;
+  void* a = alloc_streaming(big);
+  void* small = alloc_streaming(kHuge - 64, 4096);       // under 2 MiB: no stagger taken
+  void* wide = alloc_streaming(big, 2 * kStaggerBytes);  // alignment above the step: none
+  void* b = alloc_streaming(big);
+  for (void* p : {a, small, wide, b}) ASSERT_NE(p, nullptr);
+  EXPECT_EQ(addr(small) % 4096, 0u);
+  EXPECT_EQ(stagger_of(wide), 0u);
+  // a and b are consecutive staggers: neither block between them took one.
+  EXPECT_EQ(stagger_of(b), (stagger_of(a) + kStaggerBytes) % (8 * kStaggerBytes));
+  const size_t huge_align = size_t{4} << 20;
+  void* c = alloc_streaming(5 * kHuge, huge_align);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(addr(c) % huge_align, 0u);
+  free_streaming(a, big), free_streaming(small, kHuge - 64), free_streaming(wide, big);
+  free_streaming(b, big), free_streaming(c, 5 * kHuge);
+}
+
+// The owners of streaming blocks free them as allocated: the CPU backend (through its block
+// cache, emptied when it is destroyed) and HostBuffer. A plain std::free of a staggered block
+// aborts.
+TEST(StreamingMemory, CpuBackendAndHostBufferFreeWhatTheyAllocate) {
+  {
+    std::unique_ptr<Backend> be = make_cpu_backend(1);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(be->alloc(3 * kHuge, MemCategory::kParams));
+    for (void* p : blocks) be->free(p, 3 * kHuge, MemCategory::kParams);
+    void* again = be->alloc(3 * kHuge, MemCategory::kParams);  // from the cache
+    be->free(again, 3 * kHuge, MemCategory::kParams);
   }
+  MemoryTracker host;
+  std::vector<HostBuffer> buffers;
+  for (int i = 0; i < 8; ++i)
+    buffers.emplace_back(3 * kHuge + 8, MemCategory::kOptimizer, &host, nullptr);
+  EXPECT_EQ(host.current(MemCategory::kOptimizer), 8 * (3 * kHuge + 8));
+  buffers.clear();
+  EXPECT_EQ(host.current(MemCategory::kOptimizer), 0u);
 }
 
 }  // namespace
