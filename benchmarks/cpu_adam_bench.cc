@@ -156,25 +156,56 @@ int run(size_t n, int threads, int reps) {
 }  // namespace
 }  // namespace zt
 
+namespace {
+constexpr const char* kUsage =
+    "usage: cpu_adam_bench [--params N >= 1] [--threads T >= 1] [--reps R >= 1] "
+    "[--pages huge|4k] [--serve 0|1] [--aligned 0|1]\n";
+
+// The whole of s as a number >= 1, or 0.
+size_t positive(const char* s) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  return *s && *end == '\0' && s[0] != '-' ? size_t(v) : 0;
+}
+
+bool one_of(const std::string& v, const char* a, const char* b) { return v == a || v == b; }
+}  // namespace
+
 int main(int argc, char** argv) {
   size_t n = 100'000'000;
   int threads = omp_get_max_threads(), reps = 7;
   bool serve = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--params") n = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (a == "--pages") zt::huge_pages = std::string(argv[i + 1]) != "4k";
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (!one_of(a, "--params", "--threads") && !one_of(a, "--reps", "--pages") &&
+        !one_of(a, "--serve", "--aligned")) {
+      std::fprintf(stderr, "error: unknown flag %s\n%s", argv[i], kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "error: %s needs a value\n%s", argv[i], kUsage);
+      return 2;
+    }
+    const std::string v = argv[i + 1];
+    bool ok = true;
+    if (a == "--params")
+      ok = (n = positive(argv[i + 1])) > 0;
+    else if (a == "--threads")
+      ok = (threads = int(positive(argv[i + 1]))) > 0;
+    else if (a == "--reps")
+      ok = (reps = int(positive(argv[i + 1]))) > 0;
+    else if (a == "--pages")
+      ok = one_of(v, "huge", "4k"), zt::huge_pages = v == "huge";
     else if (a == "--serve")
-      serve = std::string(argv[i + 1]) != "0";
-    else if (a == "--aligned")
-      zt::aligned = std::string(argv[i + 1]) != "0";
-    else {
-      std::fprintf(stderr,
-                   "error: unknown flag %s (use --params, --threads, --reps, --pages "
-                   "huge|4k, --serve 1, --aligned 1)\n",
-                   argv[i]);
+      ok = one_of(v, "0", "1"), serve = v == "1";
+    else
+      ok = one_of(v, "0", "1"), zt::aligned = v == "1";  // --aligned
+    if (!ok) {
+      std::fprintf(stderr, "error: bad value '%s' for %s\n%s", argv[i + 1], argv[i], kUsage);
       return 2;
     }
   }

@@ -145,15 +145,25 @@ def run_ours(a):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--params", type=int, default=100_000_000)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--reps", type=int, default=7, help="timed steps per process")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--paired", type=int, default=21,
-                    help="cycles of single steps taken in turn by the SERVERS (0: none)")
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "cpu_adam_bench"))
-    ap.add_argument("--markdown", default=None)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", type=int, default=100_000_000,
+                    help="fp32 parameters every side updates (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="threads on every side (default: this machine's cores, %(default)s)")
+    ap.add_argument("--reps", type=int, default=7,
+                    help="timed steps per process and round (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds, each side in its own process (default: %(default)s)")
+    ap.add_argument("--paired", type=int, default=40,
+                    help="cycles in which ours, ours on 2 MiB boundaries, DeepSpeed and torch "
+                         "fused, as resident processes, each take one step (0: none; "
+                         "default: %(default)s)")
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "benchmarks", "cpu_adam_bench"),
+                    help="our benchmark binary (default: %(default)s)")
+    ap.add_argument("--markdown", default=None,
+                    help="write the section into this Markdown file (e.g. docs/benchmarks.md)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:

@@ -70,7 +70,7 @@ int64_t physical_memory_bytes();
 // none). Blocks allocated in a row therefore differ in address bits 14-16, as the engine's per
 // unit parameters, gradient, master weights and moments do: with every stream on the boundary,
 // CPU Adam's seven streams met in the same L2/L3 sets and DRAM banks at every index, and ran
-// 1.10-1.18x slower (docs/benchmarks.md, "CPU Adam"). It costs at most 112 KiB per block,
+// 1.10-1.27x slower (docs/benchmarks.md, "CPU Adam"). It costs at most 112 KiB per block,
 // outside the memory tracker's counts.
 //
 // Read once, at the first call: ZEROTRAIN_HUGE_PAGES=0 in the environment turns both off (for
