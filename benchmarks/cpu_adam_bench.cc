@@ -13,7 +13,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +24,7 @@
 #include "benchmarks/bandwidth.h"
 #include "common/memory.h"
 #include "common/simd.h"
+#include "common/timer.h"
 #include "offload/cpu_adam.h"
 
 namespace zt {
@@ -37,9 +37,9 @@ std::vector<double> interleaved_medians(int reps, const std::vector<std::functio
   std::vector<std::vector<double>> s(jobs.size());
   for (int r = 0; r < reps; ++r)
     for (size_t j = 0; j < jobs.size(); ++j) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const Timer t;
       jobs[j]();
-      s[j].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      s[j].push_back(t.ms() / 1e3);
     }
   std::vector<double> med;
   for (auto& x : s) {
@@ -54,10 +54,20 @@ bool huge_pages = true;  // --pages huge: as the trainer allocates (common/memor
 // what the stagger buys.
 bool aligned = false;
 
+// The AdamW step every measurement takes (cpu_adam_compare.py gives the other sides the same
+// hyper-parameters): step number t, fp32 arithmetic, bias correction on.
+AdamStep bench_step(int t) { return AdamStep{1e-3, 0.9, 0.999, 1e-8, 0.1, t, 1.0, true, true}; }
+
+// n elements of T, in whole cache lines.
+template <class T>
+size_t array_bytes(size_t n) {
+  return (n * sizeof(T) + 63) / 64 * 64;
+}
+
 template <class T>
 T* alloc_array(size_t n, T init) {
-  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-  T* p = static_cast<T*>(huge_pages ? alloc_streaming(bytes, aligned ? size_t{2} << 20 : 64)
+  const size_t bytes = array_bytes<T>(n);
+  T* p = static_cast<T*>(huge_pages ? alloc_streaming(bytes, aligned ? kHugePageBytes : 64)
                                     : std::aligned_alloc(64, bytes));
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) p[i] = init;  // first touch by the threads that use it
@@ -66,8 +76,7 @@ T* alloc_array(size_t n, T init) {
 
 template <class T>
 void free_array(T* p, size_t n) {
-  const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-  huge_pages ? free_streaming(p, bytes) : std::free(p);
+  huge_pages ? free_streaming(p, array_bytes<T>(n)) : std::free(p);
 }
 
 // --serve: one fp32 step (the CPU's best SIMD level) per "step" line on stdin, its seconds on
@@ -81,11 +90,9 @@ int serve(size_t n, int threads) {
   int t = 0;
   char line[64];
   while (std::fgets(line, sizeof line, stdin)) {
-    const auto t0 = std::chrono::steady_clock::now();
-    cpu_adam_step(p, g, DType::kF32, m, v, nullptr, DType::kF32, n,
-                  AdamStep{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true});
-    std::printf("%.9f\n",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const Timer timer;
+    cpu_adam_step(p, g, DType::kF32, m, v, nullptr, DType::kF32, n, bench_step(++t));
+    std::printf("%.9f\n", timer.ms() / 1e3);
     std::fflush(stdout);
   }
   for (float* q : {p, m, v, g}) free_array(q, n);
@@ -120,7 +127,7 @@ int run(size_t n, int threads, int reps) {
     for (bool bf16 : {false, true}) {
       kernels.push_back({l, bf16});
       jobs.push_back([&, l, bf16] {
-        AdamStep a{1e-3, 0.9, 0.999, 1e-8, 0.1, ++t, 1.0, true, true};
+        const AdamStep a = bench_step(++t);
         if (bf16)
           cpu_adam_step(p, g16, DType::kBF16, m, v, out16, DType::kBF16, n, a, l);
         else

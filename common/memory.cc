@@ -110,7 +110,7 @@ int64_t physical_memory_bytes() {
 }
 
 namespace {
-constexpr size_t kHuge = size_t{2} << 20;
+constexpr size_t kHuge = kHugePageBytes;
 constexpr unsigned kStaggers = 8;
 
 bool env_off(const char* name) {

@@ -17,7 +17,7 @@
 namespace zt {
 namespace {
 
-constexpr size_t kHuge = size_t{2} << 20;
+constexpr size_t kHuge = kHugePageBytes;
 
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
