@@ -5,8 +5,10 @@ the trainer itself (metrics.jsonl forward_ms / backward_ms) in alternating runs.
 
   python3 benchmarks/bf16_overhead.py [--model gpt2-124m] [--markdown docs/benchmarks.md]
 
-Each (B, T) runs fp32 and bf16 back to back, the order flipping every round; a figure is the
-median over rounds of the median over steps (the first step left out).
+Each (B, T) runs fp32 and bf16 back to back, the order flipping every round; a time is the
+median over rounds of the median over steps (the first step left out), and the ratio is the
+median over rounds of each round's bf16 / fp32 (its two runs seconds apart, so a slow minute of
+a shared machine moves both sides alike).
 """
 import argparse
 import json
@@ -73,14 +75,18 @@ def main():
         "",
         "Same model, data, batch and threads; `bf16.enabled` stores working weights and "
         "gradients in bf16 (fp32 master weights and Adam moments), kernels compute in fp32. "
-        f"Median over {a.rounds} alternating rounds of the median over steps 2..{a.steps}.",
+        f"Times: median over {a.rounds} alternating rounds of the median over steps 2..{a.steps}; "
+        "ratio: median of the rounds' ratios.",
         "",
-        "| B × T | fp32 fwd+bwd ms | bf16 fwd+bwd ms | bf16 / fp32 |",
-        "|---|---:|---:|---:|",
+        "| B × T | fp32 fwd+bwd ms | bf16 fwd+bwd ms | bf16 / fp32 | each round |",
+        "|---|---:|---:|---:|---|",
     ]
     for (b, t) in shapes:
         f32, b16 = statistics.median(res[(b, t)][False]), statistics.median(res[(b, t)][True])
-        lines.append(f"| {b} × {t} | {f32:.0f} | {b16:.0f} | **{b16 / f32:.2f}x** |")
+        ratios = [y / x for x, y in zip(res[(b, t)][False], res[(b, t)][True])]
+        each = ", ".join(f"{r:.2f}" for r in ratios)
+        lines.append(f"| {b} × {t} | {f32:.0f} | {b16:.0f} | **{statistics.median(ratios):.2f}x** "
+                     f"| {each} |")
     lines.append(f"\n{a.threads} threads.")
     publish(lines, loads, t0, a.markdown, f"bf16_overhead:{a.model}")
 

@@ -77,7 +77,9 @@ int run(int argc, char** argv) {
   eo.adam.weight_decay = 0.1;
   Engine engine(layout, be.get(), comm->get(), eo);
 
-  // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter).
+  // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter),
+  // where a block's backward puts them: the stored gradient itself at stages 0-1 (the CPU's
+  // kernels add into its dtype: Engine::grads_stored), an fp32 accumulator reduced at stage 2.
   size_t largest = 0, owned = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     largest = std::max(largest, engine.padded_numel(u));
@@ -88,7 +90,8 @@ int run(int argc, char** argv) {
     engine.begin_pass();
     engine.set_gradient_accumulation_boundary(true);
     for (int u = 0; u < layout.num_units(); ++u) {
-      be->copy_to_device(engine.grads(u), host_grad.data(), engine.padded_numel(u) * 4);
+      const TensorRef g = engine.grads_stored(u);
+      be->convert(host_grad.data(), DType::kF32, g.data, g.dtype, engine.padded_numel(u));
       engine.reduce_gradients(u);
     }
   };
@@ -148,9 +151,10 @@ int run(int argc, char** argv) {
   };
   double norm_fused_s = std::max(0.0, median(fused) - median(plain));
   (*comm)->all_reduce_scalars(&norm_fused_s, 1, ScalarOp::kMax);
-  // The phase is the step plus, where the engine sums the norm in the reduction's pass (all but
-  // fp32 at stages 0-1: Engine::direct_grads), what that adds to the pass.
-  const bool norm_in_pass = !(*dt == DType::kF32 && stage <= 1);
+  // The phase is the step plus, where the engine sums the norm in the reduction's pass (stage
+  // 2; at stages 0-1 the kernels add into the stored gradient and the step sums it), what that
+  // adds to the pass.
+  const bool norm_in_pass = stage >= 2;
   const double extra_s = norm_in_pass ? norm_fused_s : 0.0;
   const double psi = (double)layout.total_numel();
   std::vector<double> ratios, phases;

@@ -2,13 +2,16 @@
 // transformer needs. Model, ZeRO and offload code never dereference a device pointer on the
 // host; they call these operations (DESIGN.md "Backend"). Every kernel accumulates in fp32.
 // Tensor arguments are device pointers to row-major arrays, shapes in the comments:
-// - parameters (TensorView) in fp32, bf16 or fp16, the dtype weight_dtype() asks for; a GEMM on
-//   a 16-bit weight rounds its other operand to that dtype, as PyTorch's autocast does;
+// - parameters (TensorView) in fp32, or bf16 / fp16 as stored (weight_dtype(), and
+//   UnitEngine::fetch_stored): a GPU's GEMM on a 16-bit weight takes its other operand in that
+//   dtype (its activations are 16-bit), as PyTorch's autocast does; the CPU widens the weight
+//   exactly and keeps its fp32 activations;
 // - activations and their gradients (TensorRef written, TensorView read) in the dtype
 //   activation_dtype() gives: fp32 on the CPU, the 16-bit working dtype on a GPU (llm.c's
 //   floatX), every value computed in fp32 and rounded once where it is stored;
-// - parameter gradients, norm and softmax statistics (mean, rstd, lse), losses and logits are
-//   fp32 (float*) everywhere.
+// - parameter gradients (TensorRef) in fp32, or in the 16-bit dtype they are stored in where
+//   grad_dtype() says the backend adds into it; norm and softmax statistics (mean, rstd, lse),
+//   losses and logits are fp32 (float*) everywhere.
 // Backward kernels ACCUMULATE into parameter gradients (+=) and, unless stated, into input
 // gradients too, so gradient accumulation and tied weights need no extra pass.
 #pragma once
@@ -45,15 +48,24 @@ class Backend {
   // The stream the kernels run on, as a cudaStream_t (null on the CPU): NCCL orders its
   // collectives after it.
   virtual void* stream_handle() const { return nullptr; }
-  // The dtype parameters stored in `working` reach this backend's kernels in: fp32 on the CPU
-  // (the engine widens a 16-bit unit once per fetch; its kernels are fp32), the working dtype
-  // itself on a GPU (no fp32 copy; bf16/fp16 GEMMs on tensor cores with fp32 accumulation).
+  // The dtype UnitEngine::fetch() gives parameters stored in `working` in: fp32 on the CPU (the
+  // engine widens a 16-bit unit once per fetch, for the head, whose weight every chunk's GEMMs
+  // read; its kernels are fp32), the working dtype itself on a GPU (no fp32 copy; bf16/fp16
+  // GEMMs on tensor cores with fp32 accumulation). Every backend's kernels also take the stored
+  // dtype (fetch_stored: a block's weights, each read once per pass), the CPU widening one
+  // tensor at a time.
   virtual DType weight_dtype(DType /*working*/) const { return DType::kF32; }
   // The dtype this backend keeps activations and their gradients in when parameters work in
   // `working`: fp32 on the CPU (its kernels are fp32); on a GPU the 16-bit working dtype itself
   // (half the activation memory and bandwidth; GEMMs read and write it on tensor cores). The
   // Transformer allocates its activations in it (zero/estimator.h counts them so).
   virtual DType activation_dtype(DType /*working*/) const { return DType::kF32; }
+  // The dtype the backward kernels that write weight gradients (matmul_backward's dweight and
+  // dbias, the norms' dw and db) can add into when gradients are stored in `stored`: the
+  // stored dtype itself on the CPU, where each call computes its contribution in fp32 (a cache-
+  // sized piece at a time) and adds it rounded once, as the engine's fold of an fp32
+  // accumulator would (UnitEngine::grads_stored); fp32 on a GPU (the engine's accumulator).
+  virtual DType grad_dtype(DType /*stored*/) const { return DType::kF32; }
   // ---- host memory and copies that overlap the kernels (offload's pipeline) ----
   // Page-locks [p, p + bytes) of host memory (whole pages, not yet pinned) so copies to and
   // from it run by DMA and asynchronously: cudaHostRegister on a GPU, mlock on the CPU. False
@@ -94,7 +106,7 @@ class Backend {
                               int N, int C, int OC) = 0;
   // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
   // dinp and dbias may be null.
-  virtual void matmul_backward(TensorRef dinp, float* dweight, float* dbias, TensorView dout,
+  virtual void matmul_backward(TensorRef dinp, TensorRef dweight, TensorRef dbias, TensorView dout,
                                TensorView inp, TensorView weight, int N, int C, int OC) = 0;
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
@@ -107,13 +119,13 @@ class Backend {
   // LayerNorm (Ba et al.): y = (x - mean) * rstd * w + b per row; saves mean, rstd (N).
   virtual void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                  TensorView w, TensorView b, int N, int C, float eps) = 0;
-  virtual void layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+  virtual void layernorm_backward(TensorRef dinp, TensorRef dw, TensorRef db, TensorView dout,
                                   TensorView inp, TensorView w, const float* mean,
                                   const float* rstd, int N, int C) = 0;
   // RMSNorm (Zhang & Sennrich): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N).
   virtual void rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w, int N,
                                int C, float eps) = 0;
-  virtual void rmsnorm_backward(TensorRef dinp, float* dw, TensorView dout, TensorView inp,
+  virtual void rmsnorm_backward(TensorRef dinp, TensorRef dw, TensorView dout, TensorView inp,
                                 TensorView w, const float* rstd, int N, int C) = 0;
   // The residual add fused into the norm that follows it (llm.c's fused residual forward):
   // x (N,C) += residual (N,C) in place, then out = the norm of the sum, as layernorm_forward /

@@ -89,7 +89,7 @@ void ProfilingBackend::matmul_forward(TensorRef out, TensorView inp, TensorView 
   timed("matmul_forward", gemm_shape(N, C, OC, w.dtype), 2.0 * N * C * OC,
         [&] { inner_->matmul_forward(out, inp, w, b, N, C, OC); });
 }
-void ProfilingBackend::matmul_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
+void ProfilingBackend::matmul_backward(TensorRef dinp, TensorRef dw, TensorRef db, TensorView dout,
                                        TensorView inp, TensorView w, int N, int C, int OC) {
   timed("matmul_backward", gemm_shape(N, C, OC, w.dtype), (dinp ? 4.0 : 2.0) * N * C * OC,
         [&] { inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC); });
@@ -109,9 +109,9 @@ void ProfilingBackend::layernorm_forward(TensorRef out, float* mean, float* rstd
   timed("layernorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps); });
 }
-void ProfilingBackend::layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
-                                          TensorView inp, TensorView w, const float* mean,
-                                          const float* rstd, int N, int C) {
+void ProfilingBackend::layernorm_backward(TensorRef dinp, TensorRef dw, TensorRef db,
+                                          TensorView dout, TensorView inp, TensorView w,
+                                          const float* mean, const float* rstd, int N, int C) {
   timed("layernorm_backward", rows_by_cols(N, C), 0,
         [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
 }
@@ -120,8 +120,9 @@ void ProfilingBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView in
   timed("rmsnorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->rmsnorm_forward(out, rstd, inp, w, N, C, eps); });
 }
-void ProfilingBackend::rmsnorm_backward(TensorRef dinp, float* dw, TensorView dout, TensorView inp,
-                                        TensorView w, const float* rstd, int N, int C) {
+void ProfilingBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw, TensorView dout,
+                                        TensorView inp, TensorView w, const float* rstd, int N,
+                                        int C) {
   timed("rmsnorm_backward", rows_by_cols(N, C), 0,
         [&] { inner_->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
 }

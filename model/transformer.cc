@@ -52,6 +52,7 @@ struct Transformer::Acts {
 
 static float* at(float* base, size_t off) { return off == kNone ? nullptr : base + off; }
 static TensorView at(TensorView base, size_t off) { return off == kNone ? nullptr : base + off; }
+static TensorRef at(TensorRef base, size_t off) { return off == kNone ? nullptr : base + off; }
 // Element `off` of a unit stored in dtype t (fetch_stored).
 static const void* at(const void* base, DType t, size_t off) {
   return off == kNone ? nullptr : static_cast<const char*>(base) + off * dtype_size(t);
@@ -166,8 +167,9 @@ void Transformer::residual_norm_forward(TensorRef x, TensorView residual, Tensor
     be_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, config_.norm_eps);
 }
 
-void Transformer::norm_backward(TensorRef dx, float* dw, float* db, TensorView dout, TensorView x,
-                                TensorView w, const float* mean, const float* rstd, int N) {
+void Transformer::norm_backward(TensorRef dx, TensorRef dw, TensorRef db, TensorView dout,
+                                TensorView x, TensorView w, const float* mean, const float* rstd,
+                                int N) {
   const int C = config_.hidden;
   if (config_.is_gpt2())
     be_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
@@ -187,9 +189,18 @@ void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
   e.release(u);
 }
 
+// A block's parameters as stored: every kernel they reach takes each weight once per pass, so
+// a backend whose kernels compute in fp32 widens them one tensor at a time, in cache
+// (CpuBackend::widen), instead of the engine widening the whole unit to memory at fetch.
+static TensorView fetch_block(UnitEngine& e, int u) {
+  DType t;
+  const void* p = e.fetch_stored(u, &t);
+  return {p, t};
+}
+
 void Transformer::block_forward(UnitEngine& e, int l) {
   const int u = layout_.block_unit(l);
-  block_compute(e.fetch(u), l);
+  block_compute(fetch_block(e, u), l);
   e.release(u);
 }
 
@@ -303,8 +314,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
   const size_t NC = (size_t)N * C;
   const int u = layout_.block_unit(l);
-  const TensorView p = e.fetch(u);
-  float* g = e.grads(u);
+  const TensorView p = fetch_block(e, u);
+  const TensorRef g = e.grads_stored(u);  // each tensor's gradient gets one contribution here
   BlockActs& b = acts_of(l);
   const TensorRef dx = act(a_->dx);  // in: d x[l+1]; out: d x[l]
   const TensorRef dresid = act(a_->dresid);
@@ -400,7 +411,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
   e.release(eu);
   for (int l = 0; l < c.n_layer; ++l) {
     const int u = layout_.block_unit(l);
-    const TensorView p = e.fetch(u);
+    const TensorView p = fetch_block(e, u);
     norm_forward(ln, mean.f32(), rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), 1);
     const TensorRef qkv = act(cache_[l]), here = qkv + (size_t)pos * QKV;  // this q, k, v
     be_->matmul_forward(here, ln, p + o.qkvw, at(p, o.qkvb), 1, C, QKV);

@@ -81,7 +81,7 @@ class Transformer {
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
   void norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                     TensorView b, int N);
-  void norm_backward(TensorRef dx, float* dw, float* db, TensorView dout, TensorView x,
+  void norm_backward(TensorRef dx, TensorRef dw, TensorRef db, TensorView dout, TensorView x,
                      TensorView w, const float* mean, const float* rstd, int N);
   // x += residual in place, then norm_forward of the sum, in one pass (Backend::residual_*).
   void residual_norm_forward(TensorRef x, TensorView residual, TensorRef out, float* mean,

@@ -27,6 +27,12 @@ class UnitEngine {
   // fp32 gradient accumulator of `unit` (same layout) on the device; backward kernels add
   // into it. Valid until reduce_gradients(unit).
   virtual float* grads(int unit) = 0;
+  // The same gradient for kernels that add at most one contribution to each element per
+  // micro-step (a block's): the stored gradient itself, in its dtype, where the backend's
+  // kernels add into that dtype (Backend::grad_dtype) and nothing reduces the micro-step before
+  // it is added (a whole unit at stages 0-1), so no fp32 accumulator is zeroed and folded; else
+  // grads(unit). Valid until reduce_gradients(unit), which then has nothing to fold.
+  virtual TensorRef grads_stored(int unit) { return grads(unit); }
   // The unit's backward for this micro-step is complete: reduce (all-reduce / reduce-scatter)
   // or accumulate its gradients as the stage requires.
   virtual void reduce_gradients(int unit) = 0;

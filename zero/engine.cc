@@ -474,6 +474,20 @@ float* Engine::grads(int u) {
   return s.scratch.f32();
 }
 
+bool Engine::kernels_add_to_stored(const UnitState& s) const {
+  return (s.replicated || opt_.zero.stage == 1) && !s.host_grads &&
+         be_->grad_dtype(opt_.grad_dtype) == opt_.grad_dtype;
+}
+
+TensorRef Engine::grads_stored(int u) {
+  UnitState& s = unit(u);
+  if (direct_grads(s) || !kernels_add_to_stored(s) || s.scratch.data()) return grads(u);
+  settle_stale(s);  // the kernels add to it: a stale gradient becomes the zeros it stands for
+  s.grads_zero = false;
+  s.owned_ss = UnitState::SumSq::kUnknown;  // the step sums its squares
+  return {s.grads.data(), opt_.grad_dtype};
+}
+
 void Engine::reduce_gradients(int u) {
   UnitState& s = unit(u);
   const bool whole = s.replicated || opt_.zero.stage == 1;
@@ -643,7 +657,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
-    as.zero_grad = g.stored && direct_grads(s);
+    as.zero_grad = g.stored && (direct_grads(s) || kernels_add_to_stored(s));
     if (g.stored) {
       s.grads_zero = true;
       s.grads_stale = !as.zero_grad;

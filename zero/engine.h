@@ -133,6 +133,7 @@ class Engine final : public UnitEngine {
   const void* fetch_stored(int unit, DType* t) override;
   void release(int unit) override;
   float* grads(int unit) override;
+  TensorRef grads_stored(int unit) override;
   void reduce_gradients(int unit) override;
 
   // Starts a forward(/backward) pass: stage 3 matches its unit sequence against the recorded
@@ -196,6 +197,9 @@ class Engine final : public UnitEngine {
   // True when the backward's kernels accumulate straight into the unit's stored gradient (fp32,
   // stages 0-1), which must then hold zeros between steps; elsewhere a scale_add writes it.
   bool direct_grads(const UnitState& s) const;
+  // True when the backend's kernels may add straight into the unit's stored gradient in its
+  // dtype (grads_stored), which the step then leaves zeroed, as for direct_grads.
+  bool kernels_add_to_stored(const UnitState& s) const;
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
   void start_delayed_update(const AdamStep& as);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates

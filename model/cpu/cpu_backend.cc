@@ -55,6 +55,24 @@ void CpuBackend::convert(const void* src, DType st, void* dst, DType dt, size_t 
   zt::convert(src, st, dst, dt, n);
 }
 
+const float* CpuBackend::widen(TensorView v, size_t n, DeviceBuffer& tmp) {
+  if (!v || v.dtype == DType::kF32) return static_cast<const float*>(v.data);
+  tmp = DeviceBuffer(this, n * sizeof(float), MemCategory::kWorkspace);
+  zt::convert(v.data, v.dtype, tmp.data(), DType::kF32, n);
+  return tmp.f32();
+}
+
+float* CpuBackend::grad_sum(TensorRef g, size_t n, DeviceBuffer& tmp) {
+  if (!g || g.dtype == DType::kF32) return static_cast<float*>(g.data);
+  tmp = DeviceBuffer(this, n * sizeof(float), MemCategory::kWorkspace);
+  std::memset(tmp.data(), 0, n * sizeof(float));
+  return tmp.f32();
+}
+
+void CpuBackend::finish_grad(TensorRef g, const float* sum, size_t n) {
+  if (g && g.dtype != DType::kF32) zt::scale_add(g.data, g.dtype, sum, 1.f, true, n);
+}
+
 void CpuBackend::add_inplace(TensorRef y_a, TensorView x_a, size_t n) {
   float* y = f32(y_a);
   const float* x = f32(x_a);

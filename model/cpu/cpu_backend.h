@@ -10,26 +10,6 @@
 
 namespace zt {
 
-// The fp32 elements of parameter view v (n of them): v's own pointer when it is fp32, else a
-// widened copy held in tmp. The CPU backend's kernels are fp32; 16-bit weights reach it only
-// when a caller passes them (Backend::weight_dtype asks the engine for fp32).
-inline const float* widen(TensorView v, size_t n, std::vector<float>& tmp) {
-  if (!v || v.dtype == DType::kF32) return static_cast<const float*>(v.data);
-  tmp.resize(n);
-  convert(v.data, v.dtype, tmp.data(), DType::kF32, n);
-  return tmp.data();
-}
-// x (n, fp32) rounded to t and widened back into tmp (x itself for fp32): the other operand of
-// a GEMM on a 16-bit weight, as a GPU's 16-bit GEMM sees it.
-inline const float* round_to(const float* x, size_t n, DType t, std::vector<float>& tmp) {
-  if (t == DType::kF32) return x;
-  std::vector<uint16_t> h(n);
-  convert(x, DType::kF32, h.data(), t, n);
-  tmp.resize(n);
-  convert(h.data(), t, tmp.data(), DType::kF32, n);
-  return tmp.data();
-}
-
 // The fp32 pointer of an activation argument. The CPU backend's activations are fp32
 // (Backend::activation_dtype); a 16-bit one is a caller's bug and aborts here.
 inline float* f32(TensorRef t) {
@@ -47,8 +27,24 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
 
 #include "model/backend_kernels.inc"  // NOLINT: memory and kernel overrides
+  // Weight gradients stored in 16 bits are added into as stored (see grad_sum).
+  DType grad_dtype(DType stored) const override { return stored; }
 
  private:
+  // The fp32 elements of parameter view v (n of them): v's own pointer when it is fp32, else v
+  // widened exactly into tmp, a workspace block. The block cache hands the same block back at
+  // the next call of that size, so a weight widened here is still in cache when the GEMM that
+  // follows reads it, and costs no page faults: a block's weights reach these kernels as stored
+  // (UnitEngine::fetch_stored) and are widened one tensor at a time, not a unit at a time.
+  // Activations stay fp32 (activation_dtype): a 16-bit weight does not round the other operand.
+  const float* widen(TensorView v, size_t n, DeviceBuffer& tmp);
+  // Where a kernel sums its contribution to weight gradient g (n elements): g's own memory when
+  // it is fp32 (added into in place, as always), else a zeroed fp32 block of tmp, which
+  // finish_grad then adds into g rounded once: the bits the engine's fold of a zeroed fp32
+  // accumulator gave, without a pass over the whole unit.
+  float* grad_sum(TensorRef g, size_t n, DeviceBuffer& tmp);
+  void finish_grad(TensorRef g, const float* sum, size_t n);
+
   // Freed blocks kept for reuse (common/block_cache.h): no page faults on the step's path.
   static constexpr size_t kCacheLimit = size_t{1} << 30;
   BlockCache cache_;

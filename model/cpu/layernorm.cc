@@ -47,7 +47,7 @@ void layernorm_rows(float* out, float* mean, float* rstd, const float* inp, floa
 
 void CpuBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                    TensorView w_v, TensorView b_v, int N, int C, float eps) {
-  std::vector<float> wt, bt;
+  DeviceBuffer wt, bt;
   layernorm_rows(f32(out), mean, rstd, f32(inp), nullptr, nullptr, widen(w_v, C, wt),
                  widen(b_v, C, bt), N, C, eps);
 }
@@ -55,17 +55,17 @@ void CpuBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, Tens
 void CpuBackend::residual_layernorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                             float* mean, float* rstd, TensorView w_v,
                                             TensorView b_v, int N, int C, float eps) {
-  std::vector<float> wt, bt;
+  DeviceBuffer wt, bt;
   layernorm_rows(f32(out), mean, rstd, f32(x), f32(x), f32(residual), widen(w_v, C, wt),
                  widen(b_v, C, bt), N, C, eps);
 }
 
-void CpuBackend::layernorm_backward(TensorRef dinp_a, float* dw, float* db, TensorView dout_a,
-                                    TensorView inp_a, TensorView w_v, const float* mean,
-                                    const float* rstd, int N, int C) {
+void CpuBackend::layernorm_backward(TensorRef dinp_a, TensorRef dw_g, TensorRef db_g,
+                                    TensorView dout_a, TensorView inp_a, TensorView w_v,
+                                    const float* mean, const float* rstd, int N, int C) {
   float* dinp = f32(dinp_a);
   const float *dout = f32(dout_a), *inp = f32(inp_a);
-  std::vector<float> wt;
+  DeviceBuffer wt;
   const float* w = widen(w_v, C, wt);
   // Per-thread partial dw/db, reduced at the end: rows run in parallel without races.
   const int nt = omp_get_max_threads();
@@ -98,11 +98,15 @@ void CpuBackend::layernorm_backward(TensorRef dinp_a, float* dw, float* db, Tens
       }
     }
   }
+  DeviceBuffer dwt, dbt;
+  float *dw = grad_sum(dw_g, C, dwt), *db = grad_sum(db_g, C, dbt);
   for (int t = 0; t < nt; ++t)
     for (int c = 0; c < C; ++c) {
       dw[c] += part[(size_t)t * 2 * C + c];
       db[c] += part[(size_t)t * 2 * C + C + c];
     }
+  finish_grad(dw_g, dw, C);
+  finish_grad(db_g, db, C);
 }
 
 }  // namespace zt

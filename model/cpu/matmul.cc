@@ -1,5 +1,8 @@
 // Linear layer via BLAS: out = inp @ W^T + b, W stored (OC, C) as nn.Linear.
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include "model/cpu/cpu_backend.h"
 
@@ -9,10 +12,9 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
                                 TensorView bias_v, int N, int C, int OC) {
   float* out = f32(out_a);
   const float* inp = f32(inp_a);
-  std::vector<float> wt, bt, it;
+  DeviceBuffer wt, bt;
   const float* weight = widen(weight_v, (size_t)OC * C, wt);
   const float* bias = widen(bias_v, OC, bt);
-  inp = round_to(inp, (size_t)N * C, weight_v.dtype, it);
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T. One row (a decoding step) is a matrix-vector
   // product: sgemm would first copy the whole weight into its packed layout.
   if (N == 1)
@@ -27,28 +29,53 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
   }
 }
 
-void CpuBackend::matmul_backward(TensorRef dinp_a, float* dweight, float* dbias, TensorView dout_a,
-                                 TensorView inp_a, TensorView weight_v, int N, int C, int OC) {
+// The rows of a 16-bit weight gradient one GEMM computes: about 1 MiB of fp32 product, in the
+// computing core's L2 until it is added into the gradient. The chunks share one parallel
+// region (OpenBLAS single-threaded inside it): one barrier per weight, not one per chunk, which
+// on a 2-vCPU machine costs more than the GEMMs themselves at small batches.
+constexpr size_t kGradChunkFloats = size_t{1} << 18;
+
+void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef dbias_g,
+                                 TensorView dout_a, TensorView inp_a, TensorView weight_v, int N,
+                                 int C, int OC) {
   float* dinp = f32(dinp_a);
-  const float *dout_f32 = f32(dout_a), *inp = f32(inp_a);
-  std::vector<float> wt, it, dt;
+  const float *dout = f32(dout_a), *inp = f32(inp_a);
+  DeviceBuffer wt, gt, bt;
   const float* weight = widen(weight_v, (size_t)OC * C, wt);
-  inp = round_to(inp, (size_t)N * C, weight_v.dtype, it);
-  const float* dout = round_to(dout_f32, (size_t)N * OC, weight_v.dtype, dt);
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C, 1.f,
                 dinp, C);
-  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
-              dweight, C);
-  if (dbias) {
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C): straight into an fp32 gradient; into a 16-bit
+  // one a block of rows at a time, each product added rounded while it is in cache (the same
+  // bits as an fp32 accumulator from zeros folded afterwards: one K-ordered sum per element).
+  if (dweight.dtype == DType::kF32) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
+                static_cast<float*>(dweight.data), C);
+  } else {
+    const int rows = (int)std::clamp<size_t>(kGradChunkFloats / C, 1, OC);
+    const int chunks = (OC + rows - 1) / rows;
+    const size_t per_thread = (size_t)rows * C;
+    gt = DeviceBuffer(this, omp_get_max_threads() * per_thread * sizeof(float),
+                      MemCategory::kWorkspace);
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < chunks; ++k) {
+      const int o0 = k * rows, r = std::min(rows, OC - o0);
+      float* tmp = gt.f32() + omp_get_thread_num() * per_thread;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, OC, inp, C, 0.f,
+                  tmp, C);
+      finish_grad(dweight + (size_t)o0 * C, tmp, (size_t)r * C);
+    }
+  }
+  if (dbias_g) {
+    float* dbias = grad_sum(dbias_g, OC, bt);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; ++o) {
       float s = 0.f;
-      for (int n = 0; n < N; ++n) s += dout_f32[(size_t)n * OC + o];
+      for (int n = 0; n < N; ++n) s += dout[(size_t)n * OC + o];
       dbias[o] += s;
     }
+    finish_grad(dbias_g, dbias, OC);
   }
 }
 

@@ -39,21 +39,22 @@ void rmsnorm_rows(float* out, float* rstd, const float* inp, float* sum, const f
 
 void CpuBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w_v, int N,
                                  int C, float eps) {
-  std::vector<float> wt;
+  DeviceBuffer wt;
   rmsnorm_rows(f32(out), rstd, f32(inp), nullptr, nullptr, widen(w_v, C, wt), N, C, eps);
 }
 
 void CpuBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                           float* rstd, TensorView w_v, int N, int C, float eps) {
-  std::vector<float> wt;
+  DeviceBuffer wt;
   rmsnorm_rows(f32(out), rstd, f32(x), f32(x), f32(residual), widen(w_v, C, wt), N, C, eps);
 }
 
-void CpuBackend::rmsnorm_backward(TensorRef dinp_a, float* dw, TensorView dout_a, TensorView inp_a,
-                                  TensorView w_v, const float* rstd, int N, int C) {
+void CpuBackend::rmsnorm_backward(TensorRef dinp_a, TensorRef dw_g, TensorView dout_a,
+                                  TensorView inp_a, TensorView w_v, const float* rstd, int N,
+                                  int C) {
   float* dinp = f32(dinp_a);
   const float *dout = f32(dout_a), *inp = f32(inp_a);
-  std::vector<float> wt;
+  DeviceBuffer wt;
   const float* w = widen(w_v, C, wt);
   const int nt = omp_get_max_threads();
   std::vector<float> part((size_t)nt * C, 0.f);
@@ -76,8 +77,11 @@ void CpuBackend::rmsnorm_backward(TensorRef dinp_a, float* dw, TensorView dout_a
       }
     }
   }
+  DeviceBuffer dwt;
+  float* dw = grad_sum(dw_g, C, dwt);
   for (int t = 0; t < nt; ++t)
     for (int c = 0; c < C; ++c) dw[c] += part[(size_t)t * C + c];
+  finish_grad(dw_g, dw, C);
 }
 
 }  // namespace zt

@@ -36,6 +36,7 @@ class CudaBackend final : public Backend {
   // Activations in the working dtype too (llm.c's floatX): half the bytes, and GEMMs read and
   // write them without conversions.
   DType activation_dtype(DType working) const override { return working; }
+  // Weight gradients are added into fp32 only (grad_dtype's default): the engine's accumulator.
   bool pin_host(void* p, size_t bytes) override;
   void unpin_host(void* p, size_t bytes) override;
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
@@ -56,6 +57,9 @@ class CudaBackend final : public Backend {
   // x (n elements) as dtype t: x itself when it is stored so, else converted into buf
   // (workspace).
   const void* rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf);
+  // The fp32 pointer of a weight gradient (null stays null); grad_dtype() is fp32 here, so a
+  // 16-bit one is a caller's bug and aborts.
+  static float* grad_f32(TensorRef g);
   int device_;
   // The copy streams' side of copy_to_*_async: the copy on its direction's stream after the
   // kernels queued so far, an event after it (the H2D's also joins stream_), and its ticket.

@@ -94,9 +94,10 @@ void CudaBackend::residual_layernorm_forward(TensorRef x, TensorView residual, T
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::layernorm_backward(TensorRef dinp, float* dw, float* db, TensorView dout,
-                                     TensorView inp, TensorView w, const float* mean,
-                                     const float* rstd, int N, int C) {
+void CudaBackend::layernorm_backward(TensorRef dinp, TensorRef dw_g, TensorRef db_g,
+                                     TensorView dout, TensorView inp, TensorView w,
+                                     const float* mean, const float* rstd, int N, int C) {
+  float *dw = grad_f32(dw_g), *db = grad_f32(db_g);
   launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp,
                 dout, inp, w, mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());

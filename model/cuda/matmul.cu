@@ -128,8 +128,16 @@ void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weigh
   }
 }
 
-void CudaBackend::matmul_backward(TensorRef dinp, float* dweight, float* dbias, TensorView dout,
-                                  TensorView inp, TensorView weight, int N, int C, int OC) {
+float* CudaBackend::grad_f32(TensorRef g) {
+  ZT_CHECK(!g || g.dtype == DType::kF32);
+  return static_cast<float*>(g.data);
+}
+
+void CudaBackend::matmul_backward(TensorRef dinp, TensorRef dweight_g, TensorRef dbias_g,
+                                  TensorView dout, TensorView inp, TensorView weight, int N, int C,
+                                  int OC) {
+  float* dweight = grad_f32(dweight_g);
+  float* dbias = grad_f32(dbias_g);
   DeviceBuffer dout16, inp16;
   const DType t = weight.dtype;
   const void* dy = rounded(dout, (size_t)N * OC, t, dout16);

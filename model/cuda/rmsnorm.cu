@@ -59,8 +59,9 @@ void CudaBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, Ten
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
-void CudaBackend::rmsnorm_backward(TensorRef dinp, float* dw, TensorView dout, TensorView inp,
+void CudaBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw_g, TensorView dout, TensorView inp,
                                    TensorView w, const float* rstd, int N, int C) {
+  float* dw = grad_f32(dw_g);
   launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dout,
                 inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());

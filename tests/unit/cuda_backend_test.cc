@@ -56,6 +56,16 @@ class CudaVsCpu : public ::testing::Test {
     return p;
   }
   Pair zeros(size_t n) { return make(n, 0.f); }
+  // p's values rounded to t on both backends (still stored as fp32).
+  void round_to(Pair& p, DType t) {
+    std::vector<float> h(p.n);
+    std::vector<uint16_t> h16(p.n);
+    cpu_->copy_to_host(h.data(), p.cp(), p.n * 4);
+    convert(h.data(), DType::kF32, h16.data(), t, p.n);
+    convert(h16.data(), t, h.data(), DType::kF32, p.n);
+    cpu_->copy_to_device(p.cp(), h.data(), p.n * 4);
+    gpu_->copy_to_device(p.gp(), h.data(), p.n * 4);
+  }
   void expect_close(Pair& p, double tol, const char* what) {
     std::vector<float> a(p.n), b(p.n);
     cpu_->copy_to_host(a.data(), p.c.data(), p.n * 4);
@@ -200,9 +210,11 @@ TEST_F(CudaVsCpu, Matmul) {
   expect_close(db, 1e-5, "matmul dbias");
 }
 
-// 16-bit weights as a GPU takes them (Backend::weight_dtype): the GEMM rounds its other operand
-// to the weight's dtype and accumulates in fp32, the norms widen their weights; both backends
-// agree, and differ from the fp32 weights' result by the rounding. N, C and OC are odd.
+// 16-bit weights as stored (UnitEngine::fetch_stored): a GPU's GEMM takes its other operand in
+// the weight's dtype too (its activations are 16-bit), the CPU widens the weight and keeps its
+// fp32 activations, so the activations here are values that dtype holds. Both accumulate in
+// fp32, the norms widen their weights; both backends agree, and differ from the fp32 weights'
+// result by the weights' rounding. N, C and OC are odd.
 TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
   const int N = 37, C = 45, OC = 71;
   for (DType t : {DType::kBF16, DType::kF16}) {
@@ -210,6 +222,8 @@ TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
     auto out = zeros((size_t)N * OC), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),
          b = make(OC, 1, 3), dinp = zeros((size_t)N * C), dw = zeros((size_t)OC * C),
          dout = make((size_t)N * OC, 1, 4), exact = zeros((size_t)N * OC);
+    round_to(inp, t);
+    round_to(dout, t);
     DeviceBuffer wc(cpu_.get(), w.n * 2, MemCategory::kWorkspace),
         wg(gpu_.get(), w.n * 2, MemCategory::kWorkspace);
     cpu_->convert(w.cp(), DType::kF32, wc.data(), t, w.n);

@@ -1,0 +1,132 @@
+// The CPU backend's kernels on 16-bit parameters and parameter gradients (Backend::weight_dtype,
+// Backend::grad_dtype). Reference: the same kernel on fp32 buffers (itself checked by finite
+// differences and the PyTorch fixtures), with the 16-bit rule applied on the host:
+// - a bf16 / fp16 weight computes exactly as an fp32 weight holding its widened values (the
+//   CPU's activations stay fp32; nothing else is rounded);
+// - a 16-bit weight gradient g becomes round(g + the kernel's fp32 contribution), rounded once,
+//   as the engine's fold of a zeroed fp32 accumulator gave. Shapes make the matmul's chunked
+//   weight-gradient path take several chunks and a ragged last one.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "model/backend.h"
+
+namespace zt {
+namespace {
+
+std::vector<float> random(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// x's values as dtype t holds them (still fp32).
+std::vector<float> representable(std::vector<float> x, DType t) {
+  std::vector<uint16_t> h(x.size());
+  convert(x.data(), DType::kF32, h.data(), t, x.size());
+  convert(h.data(), t, x.data(), DType::kF32, x.size());
+  return x;
+}
+
+std::vector<uint16_t> to16(const std::vector<float>& x, DType t) {
+  std::vector<uint16_t> h(x.size());
+  convert(x.data(), DType::kF32, h.data(), t, x.size());
+  return h;
+}
+
+// round_t(widen(g0) + contribution), element by element: the expected 16-bit gradient.
+std::vector<uint16_t> rounded_sum(const std::vector<uint16_t>& g0, const std::vector<float>& c,
+                                  DType t) {
+  std::vector<float> w(g0.size());
+  convert(g0.data(), t, w.data(), DType::kF32, g0.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] += c[i];
+  return to16(w, t);
+}
+
+class CpuSixteenBit : public ::testing::TestWithParam<DType> {
+ protected:
+  std::unique_ptr<Backend> be_ = make_cpu_backend(2);
+};
+
+TEST_P(CpuSixteenBit, WeightsComputeAsTheirWidenedValues) {
+  const DType t = GetParam();
+  const int N = 7, C = 300, OC = 2000;
+  const auto inp = random((size_t)N * C, 1), dout = random((size_t)N * OC, 2);
+  const auto w = representable(random((size_t)OC * C, 3, 0.05f), t);
+  const auto b = representable(random(OC, 4), t);
+  const auto w16 = to16(w, t), b16 = to16(b, t);
+  std::vector<float> out32((size_t)N * OC), out16(out32.size());
+  be_->matmul_forward(out32.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  be_->matmul_forward(out16.data(), inp.data(), TensorView(w16.data(), t),
+                      TensorView(b16.data(), t), N, C, OC);
+  EXPECT_EQ(out16, out32);
+  std::vector<float> dinp32((size_t)N * C), dinp16(dinp32.size()), dw((size_t)OC * C);
+  be_->matmul_backward(dinp32.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C,
+                       OC);
+  be_->matmul_backward(dinp16.data(), dw.data(), nullptr, dout.data(), inp.data(),
+                       TensorView(w16.data(), t), N, C, OC);
+  EXPECT_EQ(dinp16, dinp32);
+}
+
+TEST_P(CpuSixteenBit, MatmulAddsItsWeightGradientRoundedOnce) {
+  const DType t = GetParam();
+  const int N = 7, C = 300, OC = 2000;  // 873 rows per chunk: 873, 873, 254
+  const auto inp = random((size_t)N * C, 5), dout = random((size_t)N * OC, 6),
+             w = random((size_t)OC * C, 7, 0.05f);
+  std::vector<float> dw32((size_t)OC * C, 0.f), db32(OC, 0.f), dinp((size_t)N * C, 0.f);
+  be_->matmul_backward(dinp.data(), dw32.data(), db32.data(), dout.data(), inp.data(), w.data(), N,
+                       C, OC);
+  // Earlier micro-steps' values (small, so the sum's rounding is visible) and none (zeros).
+  for (float scale : {0.f, 0.01f}) {
+    const auto g0 = to16(random((size_t)OC * C, 8, scale), t), b0 = to16(random(OC, 9, scale), t);
+    auto dw16 = g0, db16 = b0;
+    be_->matmul_backward(dinp.data(), TensorRef(dw16.data(), t), TensorRef(db16.data(), t),
+                         dout.data(), inp.data(), w.data(), N, C, OC);
+    EXPECT_EQ(dw16, rounded_sum(g0, dw32, t)) << "scale " << scale;
+    EXPECT_EQ(db16, rounded_sum(b0, db32, t)) << "scale " << scale;
+  }
+}
+
+TEST_P(CpuSixteenBit, NormsAddTheirWeightGradientsRoundedOnce) {
+  const DType t = GetParam();
+  const int N = 9, C = 48;
+  const auto x = random((size_t)N * C, 10), dy = random((size_t)N * C, 11), w = random(C, 12),
+             b = random(C, 13);
+  std::vector<float> y((size_t)N * C), mean(N), rstd(N), dx((size_t)N * C);
+  const auto g0 = to16(random(C, 14, 0.01f), t), h0 = to16(random(C, 15, 0.01f), t);
+  // LayerNorm: dw and db.
+  be_->layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+  std::vector<float> dw32(C, 0.f), db32(C, 0.f);
+  be_->layernorm_backward(dx.data(), dw32.data(), db32.data(), dy.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  auto dw16 = g0, db16 = h0;
+  be_->layernorm_backward(dx.data(), TensorRef(dw16.data(), t), TensorRef(db16.data(), t),
+                          dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  EXPECT_EQ(dw16, rounded_sum(g0, dw32, t));
+  EXPECT_EQ(db16, rounded_sum(h0, db32, t));
+  // RMSNorm: dw.
+  be_->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  std::vector<float> rw32(C, 0.f);
+  be_->rmsnorm_backward(dx.data(), rw32.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  auto rw16 = g0;
+  be_->rmsnorm_backward(dx.data(), TensorRef(rw16.data(), t), dy.data(), x.data(), w.data(),
+                        rstd.data(), N, C);
+  EXPECT_EQ(rw16, rounded_sum(g0, rw32, t));
+}
+
+TEST_P(CpuSixteenBit, AddsIntoTheStoredDtype) {
+  EXPECT_EQ(be_->grad_dtype(GetParam()), GetParam());
+  EXPECT_EQ(be_->weight_dtype(GetParam()), DType::kF32);  // fetch() widens: the head's unit
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CpuSixteenBit, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace zt
