@@ -78,19 +78,25 @@ int run(int argc, char** argv) {
   Engine engine(layout, be.get(), comm->get(), eo);
 
   // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter),
-  // where a block's backward puts them: the stored gradient itself at stages 0-1 (the CPU's
-  // kernels add into its dtype: Engine::grads_stored), an fp32 accumulator reduced at stage 2.
-  size_t largest = 0, owned = 0;
+  // where the transformer's backward puts them: a block's into the stored gradient itself at
+  // stages 0-1 (the CPU's kernels add into its dtype: Engine::grads_stored), the embedding's and
+  // the head's (and every unit's at stage 2) into an fp32 accumulator folded in by a pass that
+  // also sums the norm. `folded`: the owned elements that pass writes.
+  const auto is_block = [&](int u) {
+    return u != layout.embedding_unit() && u != layout.head_unit();
+  };
+  size_t largest = 0, owned = 0, folded = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     largest = std::max(largest, engine.padded_numel(u));
     owned += engine.shard_numel(u);
+    if (stage >= 2 || !is_block(u)) folded += engine.shard_numel(u);
   }
   const std::vector<float> host_grad(largest, 1e-4f);
   auto fill_grads = [&] {
     engine.begin_pass();
     engine.set_gradient_accumulation_boundary(true);
     for (int u = 0; u < layout.num_units(); ++u) {
-      const TensorRef g = engine.grads_stored(u);
+      const TensorRef g = is_block(u) ? engine.grads_stored(u) : TensorRef(engine.grads(u));
       be->convert(host_grad.data(), DType::kF32, g.data, g.dtype, engine.padded_numel(u));
       engine.reduce_gradients(u);
     }
@@ -151,11 +157,9 @@ int run(int argc, char** argv) {
   };
   double norm_fused_s = std::max(0.0, median(fused) - median(plain));
   (*comm)->all_reduce_scalars(&norm_fused_s, 1, ScalarOp::kMax);
-  // The phase is the step plus, where the engine sums the norm in the reduction's pass (stage
-  // 2; at stages 0-1 the kernels add into the stored gradient and the step sums it), what that
-  // adds to the pass.
-  const bool norm_in_pass = stage >= 2;
-  const double extra_s = norm_in_pass ? norm_fused_s : 0.0;
+  // The phase is the step plus, for the elements whose norm the engine sums in the pass that
+  // folds the gradient in (`folded`; the step sums the rest), what that adds to the pass.
+  const double extra_s = norm_fused_s * (double)folded / (double)owned;
   const double psi = (double)layout.total_numel();
   std::vector<double> ratios, phases;
   for (size_t i = 0; i < times.size(); ++i) {
@@ -166,15 +170,16 @@ int run(int argc, char** argv) {
   const double step_s = median(times), pattern_s = median(pattern);
   const double rate = psi / median(phases) / 1e9, bound = world * (owned / pattern_s) / 1e9;
   if (rank == 0)
-    std::printf("{\"model\": \"%s\", \"layers\": %d, \"params\": %.0f, \"dtype\": \"%s\", "
-                "\"stage\": %d, \"world\": %d, \"threads_per_rank\": %d, \"step_ms\": %.1f, "
-                "\"phase_ms\": %.1f, "
-                "\"comm_wait_ms\": %.1f, "
-                "\"Gparams\": %.4f, \"bound_Gparams\": %.4f, \"of_bound\": %.3f, "
-                "\"norm_fused_extra_ms\": %.1f, \"norm_pass_ms\": %.1f}\n",
-                model.c_str(), cfg->n_layer, psi, dtype.c_str(), stage, world, threads,
-                step_s * 1e3, median(phases) * 1e3, median(waits), rate, bound, median(ratios), norm_fused_ms,
-                norm_pass_ms);
+    std::printf(
+        "{\"model\": \"%s\", \"layers\": %d, \"params\": %.0f, \"dtype\": \"%s\", "
+        "\"stage\": %d, \"world\": %d, \"threads_per_rank\": %d, \"step_ms\": %.1f, "
+        "\"phase_ms\": %.1f, "
+        "\"comm_wait_ms\": %.1f, "
+        "\"Gparams\": %.4f, \"bound_Gparams\": %.4f, \"of_bound\": %.3f, "
+        "\"norm_fused_extra_ms\": %.1f, \"norm_pass_ms\": %.1f, \"folded\": %.3f}\n",
+        model.c_str(), cfg->n_layer, psi, dtype.c_str(), stage, world, threads, step_s * 1e3,
+        median(phases) * 1e3, median(waits), rate, bound, median(ratios), norm_fused_ms,
+        norm_pass_ms, (double)folded / (double)owned);
   return 0;
 }
 

@@ -7,9 +7,9 @@ measured in the same process, alternating with the steps.
   python3 benchmarks/step_table.py [--markdown docs/benchmarks.md]
 
 Besides the 28-byte Adam bound the table gives the bytes the whole phase must move per owned
-parameter. Where the backward's kernels accumulate straight into the stored gradient (stages
-0-1, fp32 or 16-bit on the CPU) the gradient norm reads it once more and Adam writes it back as
-zeros; elsewhere (stage 2) the
+parameter. Where the backward's kernels accumulate straight into the stored gradient (a block's
+at stages 0-1, fp32 or 16-bit on the CPU) the gradient norm reads it once more and Adam writes
+it back as zeros; elsewhere (the embedding and head, and every unit at stage 2) the
 norm's sum of squares is taken in the pass that writes the reduced gradient (its cost in that
 pass is reported beside the cost of a separate pass) and the next write overwrites the
 gradient. Stage 2's all-gather writes every other rank's updated working copy (received and
@@ -48,16 +48,13 @@ def run(binary, model, extra, dtype, stage, np_, steps, huge_pages=True):
     return r
 
 
-def direct_grads(stage):
-    """The backward accumulates into the stored gradient (any dtype on the CPU backend): the
-    step reads it for the norm and writes it back as zeros."""
-    return stage in (0, 1)
-
-
-def phase_bytes(dtype, stage, world):
-    g = 4 if dtype == "fp32" else 2
-    gather = 2 * (world - 1) * g if stage in (1, 2) else 0
-    return 28 + (2 * g if direct_grads(stage) else 0) + gather
+def phase_bytes(r):
+    """Bytes per owned parameter: Adam's 28; where the backward's kernels added into the stored
+    gradient (the share not `folded`), the norm's read and Adam's zeros (2 x its bytes); stage
+    1-2's all-gather (received and stored)."""
+    g = 4 if r["dtype"] == "fp32" else 2
+    gather = 2 * (r["world"] - 1) * g if r["stage"] in (1, 2) else 0
+    return round(28 + 2 * g * (1 - r["folded"]) + gather, 1)
 
 
 def main():
@@ -85,9 +82,9 @@ def main():
         "## The optimizer phase at memory speed (Engine::step)",
         "",
         "Gradient norm, unscale and clip (one factor), AdamW on the fp32 master weights, the "
-        "16-bit working copy, stage 2's all-gather and, at stage 0, the zeroed gradient (the "
-        "backward's kernels add into it). Where the gradient is written by a reduction pass "
-        "(stage 2) "
+        "16-bit working copy, stage 2's all-gather and, at stage 0, the blocks' zeroed gradient "
+        "(the backward's kernels add into it). Where the gradient is written by a fold or "
+        "reduction pass (the embedding and head at stage 0, every unit at stage 2) "
         "the norm's Σg² is summed in that pass, in the backward: `norm in pass` is what that "
         "adds to the pass, and it counts in the phase; `norm pass` is what a separate pass "
         "would cost (both measured on the same elements). Parameters/s = Ψ / (step + norm in "
@@ -104,14 +101,13 @@ def main():
     ]
     for r in rows:
         name = r["model"] + (f" ({r['layers']} layers)" if r["model"].startswith("tinyllama") else "")
-        b = phase_bytes(r["dtype"], r["stage"], r["world"])
-        norm_in_pass = ("—" if direct_grads(r["stage"])
-                        else f"{r['norm_fused_extra_ms']:.1f}")
+        b = phase_bytes(r)
+        norm_in_pass = f"{r['norm_fused_extra_ms'] * r['folded']:.1f}"
         lines.append(
             f"| {name} | {r['params'] / 1e6:.0f}M | {r['dtype']} | {r['stage']}, "
             f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {norm_in_pass} "
             f"| {r['comm_wait_ms']:.0f} | {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} "
-            f"| **{r['of_bound']:.0%}** | {b} | {28 / b:.0%} | {r['norm_pass_ms']:.1f} |")
+            f"| **{r['of_bound']:.0%}** | {b:g} | {28 / b:.0%} | {r['norm_pass_ms']:.1f} |")
     lines += [
         "",
         "### Huge pages",

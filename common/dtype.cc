@@ -199,11 +199,21 @@ void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, 
   scale_add(y, yt, x, alpha, accumulate, n, cpu_simd_level());
 }
 
+namespace {
+auto scale_add_for(DType yt) {
+  return yt == DType::kF32    ? scale_add_run<DType::kF32>
+         : yt == DType::kBF16 ? scale_add_run<DType::kBF16>
+                              : scale_add_run<DType::kF16>;
+}
+}  // namespace
+
+void scale_add_serial(void* y, DType yt, const float* x, float alpha, bool accumulate, size_t n) {
+  scale_add_for(yt)(cpu_simd_level(), y, x, alpha, accumulate, n);
+}
+
 void scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate, size_t n,
                SimdLevel level) {
-  auto run = yt == DType::kF32    ? scale_add_run<DType::kF32>
-             : yt == DType::kBF16 ? scale_add_run<DType::kBF16>
-                                  : scale_add_run<DType::kF16>;
+  auto run = scale_add_for(yt);
   for_each_chunk(n, kChunk, [&](size_t, size_t begin, size_t end) {
     run(level, static_cast<char*>(y) + begin * dtype_size(yt), x + begin, alpha, accumulate,
         end - begin);

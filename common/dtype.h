@@ -18,8 +18,8 @@ enum class DType { kF32, kBF16, kF16 };
 constexpr size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // A read-only typed view of device memory: a pointer and its dtype (shapes travel as the
-// kernels' int arguments, as in llm.c). Parameters reach the kernels this way, so a GPU can feed
-// bf16 weights to its tensor cores while the CPU backend sees fp32 (Backend::weight_dtype).
+// kernels' int arguments, as in llm.c). Parameters reach the kernels this way, as stored: a GPU
+// feeds bf16 weights to its tensor cores, the CPU backend widens them (Backend::weight_dtype).
 // Converts implicitly from a const float*; + moves by elements; null when data is.
 struct TensorView {
   const void* data = nullptr;
@@ -37,7 +37,8 @@ struct TensorView {
 };
 // The writable twin of TensorView: a pointer and its dtype, for activations and their gradients
 // (fp32 on the CPU backend; bf16/fp16 on a GPU running mixed precision, Backend::
-// activation_dtype). Converts implicitly from a float* and to a TensorView.
+// activation_dtype) and for weight gradients (Backend::grad_dtype). Converts implicitly from a
+// float* and to a TensorView.
 struct TensorRef {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -106,5 +107,7 @@ void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, Sim
 void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate, size_t n);
 void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate, size_t n,
                SimdLevel level);
+// The same on the calling thread only: for a caller already inside a parallel region.
+void scale_add_serial(void* y, DType y_t, const float* x, float alpha, bool accumulate, size_t n);
 
 }  // namespace zt

@@ -64,7 +64,8 @@ class Backend {
   // dbias, the norms' dw and db) can add into when gradients are stored in `stored`: the
   // stored dtype itself on the CPU, where each call computes its contribution in fp32 (a cache-
   // sized piece at a time) and adds it rounded once, as the engine's fold of an fp32
-  // accumulator would (UnitEngine::grads_stored); fp32 on a GPU (the engine's accumulator).
+  // accumulator does (UnitEngine::grads_stored; the same values up to the GEMM's summation
+  // order); fp32 on a GPU (the engine's accumulator).
   virtual DType grad_dtype(DType /*stored*/) const { return DType::kF32; }
   // ---- host memory and copies that overlap the kernels (offload's pipeline) ----
   // Page-locks [p, p + bytes) of host memory (whole pages, not yet pinned) so copies to and

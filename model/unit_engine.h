@@ -10,10 +10,10 @@ namespace zt {
 class UnitEngine {
  public:
   virtual ~UnitEngine() = default;
-  // The parameters of `unit` (the unit's flat layout, ParamLayout order) on the device, in the
-  // dtype the backend's kernels take (Backend::weight_dtype: fp32 on the CPU, the working dtype
-  // on a GPU), valid until the matching release(unit). Calls nest: a unit fetched twice needs
-  // two releases.
+  // The parameters of `unit` (the unit's flat layout, ParamLayout order) on the device, in
+  // Backend::weight_dtype (fp32 on the CPU: a 16-bit unit widened once for its many kernel
+  // calls, the head's; the working dtype on a GPU), valid until the matching release(unit).
+  // Calls nest: a unit fetched twice needs two releases.
   virtual TensorView fetch(int unit) = 0;
   // The same parameters as stored, in their working dtype (*t: fp32, bf16 or fp16), with no fp32
   // copy made: for callers that read a few rows of a large unit (the embedding lookup). Released

@@ -35,6 +35,9 @@ struct Engine::UnitState {
   // grads_zero, but the buffer still holds the last step's values: its next writer overwrites
   // it (scale_add without accumulate), so the step did not spend a pass zeroing it.
   bool grads_stale = false;
+  // grads_stored handed out the stored gradient since the last step: the backward's kernels add
+  // into it, so the step leaves it zeroed (as for direct_grads).
+  bool kernels_added = false;
   // Σ g² of the owned gradient as step() reads it: not known yet (step() sums it), zero (no
   // backward wrote it), or in the unit's norm slot, summed on the device by the pass that last
   // wrote the gradient.
@@ -484,6 +487,7 @@ TensorRef Engine::grads_stored(int u) {
   if (direct_grads(s) || !kernels_add_to_stored(s) || s.scratch.data()) return grads(u);
   settle_stale(s);  // the kernels add to it: a stale gradient becomes the zeros it stands for
   s.grads_zero = false;
+  s.kernels_added = true;
   s.owned_ss = UnitState::SumSq::kUnknown;  // the step sums its squares
   return {s.grads.data(), opt_.grad_dtype};
 }
@@ -657,7 +661,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
-    as.zero_grad = g.stored && (direct_grads(s) || kernels_add_to_stored(s));
+    as.zero_grad = g.stored && (direct_grads(s) || s.kernels_added);
     if (g.stored) {
       s.grads_zero = true;
       s.grads_stale = !as.zero_grad;
@@ -785,6 +789,7 @@ void Engine::finish_step() {
         s.grads_stale = true;  // its next writer overwrites it
     }
     s.grads_zero = true;
+    s.kernels_added = false;
     s.owned_ss = UnitState::SumSq::kUnknown;
     s.reduced.reset();
     s.has_reduced = false;

@@ -198,7 +198,7 @@ class Engine final : public UnitEngine {
   // stages 0-1), which must then hold zeros between steps; elsewhere a scale_add writes it.
   bool direct_grads(const UnitState& s) const;
   // True when the backend's kernels may add straight into the unit's stored gradient in its
-  // dtype (grads_stored), which the step then leaves zeroed, as for direct_grads.
+  // dtype (grads_stored: a whole unit, the backend adding into its dtype).
   bool kernels_add_to_stored(const UnitState& s) const;
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
   void start_delayed_update(const AdamStep& as);

@@ -144,7 +144,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.unit_numel.empty()) largest_padded = 0;
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
   // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
-  // units: one, or the head and the embedding together when they are tied.
+  // units: one, or the head and the embedding together when they are tied (counted at the
+  // largest unit's size). A block's kernels widen one tensor at a time and sum a 16-bit weight
+  // gradient in blocks of about 1 MiB per thread, less than that for any real model.
   const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
   if (in.param_dtype != in.weight_dtype) ws += views * largest_padded * 4;
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the

@@ -72,9 +72,10 @@ struct EstimateInput {
   // The dtype the activations are kept in (Backend::activation_dtype): fp32 on the CPU
   // backend, the working dtype on a GPU.
   DType activation_dtype = DType::kF32;
-  // The dtype the kernels read weights in (Backend::weight_dtype): fp32 on the CPU backend,
-  // which then reads a 16-bit unit through an fp32 copy made at fetch (workspace); the working
-  // dtype on a GPU, which makes none.
+  // The dtype fetch() gives weights in (Backend::weight_dtype): fp32 on the CPU backend, which
+  // then reads the head's 16-bit unit (and the tied embedding) through an fp32 copy made at
+  // fetch (workspace; blocks are widened one tensor at a time, less); the working dtype on a
+  // GPU, which makes none.
   DType weight_dtype = DType::kF32;
 };
 

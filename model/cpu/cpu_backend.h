@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   // Where a kernel sums its contribution to weight gradient g (n elements): g's own memory when
   // it is fp32 (added into in place, as always), else a zeroed fp32 block of tmp, which
   // finish_grad then adds into g rounded once: the bits the engine's fold of a zeroed fp32
-  // accumulator gave, without a pass over the whole unit.
+  // accumulator gives, without a pass over the whole unit.
   float* grad_sum(TensorRef g, size_t n, DeviceBuffer& tmp);
   void finish_grad(TensorRef g, const float* sum, size_t n);
 

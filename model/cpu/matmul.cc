@@ -29,10 +29,11 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
   }
 }
 
-// The rows of a 16-bit weight gradient one GEMM computes: about 1 MiB of fp32 product, in the
-// computing core's L2 until it is added into the gradient. The chunks share one parallel
-// region (OpenBLAS single-threaded inside it): one barrier per weight, not one per chunk, which
-// on a 2-vCPU machine costs more than the GEMMs themselves at small batches.
+// A 16-bit weight gradient is computed a block of rows at a time, at most about 1 MiB of fp32
+// product per block, in the computing core's L2 until it is added into the gradient. The blocks
+// share one parallel region (OpenBLAS single-threaded inside it): one barrier per weight, not
+// one per block, which on a 2-vCPU machine costs more than the GEMMs themselves at small
+// batches. Their number is a multiple of the threads, so none idles.
 constexpr size_t kGradChunkFloats = size_t{1} << 18;
 
 void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef dbias_g,
@@ -47,16 +48,22 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC, weight, C, 1.f,
                 dinp, C);
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C): straight into an fp32 gradient; into a 16-bit
-  // one a block of rows at a time, each product added rounded while it is in cache (the same
-  // bits as an fp32 accumulator from zeros folded afterwards: one K-ordered sum per element).
+  // one a block of rows at a time, each product added rounded while it is in cache. While the
+  // N rows fit one of OpenBLAS's K blocks the bits are those of an fp32 accumulator from zeros
+  // folded afterwards (but +0 where the fold stored a -0 contribution); beyond, the blocked
+  // GEMM may sum in another order, which moves a fraction of a percent of the values by a
+  // 16-bit step (tests/unit/cpu_sixteen_bit_test.cc).
   if (dweight.dtype == DType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
                 static_cast<float*>(dweight.data), C);
   } else {
-    const int rows = (int)std::clamp<size_t>(kGradChunkFloats / C, 1, OC);
+    const int nt = omp_get_max_threads();
+    size_t blocks = ((size_t)OC * C + kGradChunkFloats - 1) / kGradChunkFloats;
+    blocks = std::min<size_t>((blocks + nt - 1) / nt * nt, OC);  // a multiple of the threads
+    const int rows = (int)((OC + blocks - 1) / blocks);
     const int chunks = (OC + rows - 1) / rows;
     const size_t per_thread = (size_t)rows * C;
-    gt = DeviceBuffer(this, omp_get_max_threads() * per_thread * sizeof(float),
+    gt = DeviceBuffer(this, std::min(nt, chunks) * per_thread * sizeof(float),
                       MemCategory::kWorkspace);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < chunks; ++k) {
@@ -64,7 +71,8 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
       float* tmp = gt.f32() + omp_get_thread_num() * per_thread;
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, OC, inp, C, 0.f,
                   tmp, C);
-      finish_grad(dweight + (size_t)o0 * C, tmp, (size_t)r * C);
+      const TensorRef g = dweight + (size_t)o0 * C;  // rounded once, on this thread
+      scale_add_serial(g.data, g.dtype, tmp, 1.f, true, (size_t)r * C);
     }
   }
   if (dbias_g) {

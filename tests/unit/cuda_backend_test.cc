@@ -56,15 +56,14 @@ class CudaVsCpu : public ::testing::Test {
     return p;
   }
   Pair zeros(size_t n) { return make(n, 0.f); }
-  // p's values rounded to t on both backends (still stored as fp32).
-  void round_to(Pair& p, DType t) {
+  // p's values rounded to t on the CPU backend's copy only (still stored as fp32).
+  void round_on_cpu(Pair& p, DType t) {
     std::vector<float> h(p.n);
     std::vector<uint16_t> h16(p.n);
     cpu_->copy_to_host(h.data(), p.cp(), p.n * 4);
     convert(h.data(), DType::kF32, h16.data(), t, p.n);
     convert(h16.data(), t, h.data(), DType::kF32, p.n);
     cpu_->copy_to_device(p.cp(), h.data(), p.n * 4);
-    gpu_->copy_to_device(p.gp(), h.data(), p.n * 4);
   }
   void expect_close(Pair& p, double tol, const char* what) {
     std::vector<float> a(p.n), b(p.n);
@@ -210,11 +209,11 @@ TEST_F(CudaVsCpu, Matmul) {
   expect_close(db, 1e-5, "matmul dbias");
 }
 
-// 16-bit weights as stored (UnitEngine::fetch_stored): a GPU's GEMM takes its other operand in
-// the weight's dtype too (its activations are 16-bit), the CPU widens the weight and keeps its
-// fp32 activations, so the activations here are values that dtype holds. Both accumulate in
-// fp32, the norms widen their weights; both backends agree, and differ from the fp32 weights'
-// result by the weights' rounding. N, C and OC are odd.
+// 16-bit weights as stored (UnitEngine::fetch_stored): a GPU's GEMM rounds its fp32 other
+// operand to the weight's dtype (as its 16-bit activations are), the CPU widens the weight and
+// keeps its fp32 activations as given, so the CPU gets the activations already rounded. Both
+// accumulate in fp32, the norms widen their weights; both backends agree, and differ from the
+// fp32 weights' result by the weights' rounding. N, C and OC are odd.
 TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
   const int N = 37, C = 45, OC = 71;
   for (DType t : {DType::kBF16, DType::kF16}) {
@@ -222,8 +221,8 @@ TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
     auto out = zeros((size_t)N * OC), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),
          b = make(OC, 1, 3), dinp = zeros((size_t)N * C), dw = zeros((size_t)OC * C),
          dout = make((size_t)N * OC, 1, 4), exact = zeros((size_t)N * OC);
-    round_to(inp, t);
-    round_to(dout, t);
+    round_on_cpu(inp, t);
+    round_on_cpu(dout, t);
     DeviceBuffer wc(cpu_.get(), w.n * 2, MemCategory::kWorkspace),
         wg(gpu_.get(), w.n * 2, MemCategory::kWorkspace);
     cpu_->convert(w.cp(), DType::kF32, wc.data(), t, w.n);
@@ -244,24 +243,26 @@ TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
     gpu_->matmul_backward(dinp.gp(), dw.gp(), nullptr, dout.gp(), inp.gp(), w16g, N, C, OC);
     expect_close(dinp, 1e-5, (std::string(name) + " matmul dinp").c_str());
     expect_close(dw, 1e-5, (std::string(name) + " matmul dweight").c_str());
-    auto y = zeros((size_t)N * C), mean = zeros(N), rstd = zeros(N), dx = zeros((size_t)N * C),
-         dnw = zeros(C), nb = make(C, 1, 5), nw = make(C, 1, 6);
+    // The norms take fp32 inputs on both backends, unrounded.
+    auto x = make((size_t)N * C, 1, 7), dy = make((size_t)N * C, 1, 8), y = zeros((size_t)N * C),
+         mean = zeros(N), rstd = zeros(N), dx = zeros((size_t)N * C), dnw = zeros(C),
+         nb = make(C, 1, 5), nw = make(C, 1, 6);
     DeviceBuffer nwc(cpu_.get(), C * 2, MemCategory::kWorkspace),
         nwg(gpu_.get(), C * 2, MemCategory::kWorkspace);
     cpu_->convert(nw.cp(), DType::kF32, nwc.data(), t, C);
     gpu_->convert(nw.gp(), DType::kF32, nwg.data(), t, C);
-    cpu_->layernorm_forward(y.cp(), mean.cp(), rstd.cp(), inp.cp(), TensorView(nwc.data(), t),
+    cpu_->layernorm_forward(y.cp(), mean.cp(), rstd.cp(), x.cp(), TensorView(nwc.data(), t),
                             nb.cp(), N, C, 1e-5f);
-    gpu_->layernorm_forward(y.gp(), mean.gp(), rstd.gp(), inp.gp(), TensorView(nwg.data(), t),
+    gpu_->layernorm_forward(y.gp(), mean.gp(), rstd.gp(), x.gp(), TensorView(nwg.data(), t),
                             nb.gp(), N, C, 1e-5f);
     expect_close(y, 1e-5, (std::string(name) + " layernorm").c_str());
-    cpu_->rmsnorm_forward(y.cp(), rstd.cp(), inp.cp(), TensorView(nwc.data(), t), N, C, 1e-5f);
-    gpu_->rmsnorm_forward(y.gp(), rstd.gp(), inp.gp(), TensorView(nwg.data(), t), N, C, 1e-5f);
+    cpu_->rmsnorm_forward(y.cp(), rstd.cp(), x.cp(), TensorView(nwc.data(), t), N, C, 1e-5f);
+    gpu_->rmsnorm_forward(y.gp(), rstd.gp(), x.gp(), TensorView(nwg.data(), t), N, C, 1e-5f);
     expect_close(y, 1e-5, (std::string(name) + " rmsnorm").c_str());
-    cpu_->rmsnorm_backward(dx.cp(), dnw.cp(), dout.cp(), inp.cp(), TensorView(nwc.data(), t),
-                           rstd.cp(), N, C);
-    gpu_->rmsnorm_backward(dx.gp(), dnw.gp(), dout.gp(), inp.gp(), TensorView(nwg.data(), t),
-                           rstd.gp(), N, C);
+    cpu_->rmsnorm_backward(dx.cp(), dnw.cp(), dy.cp(), x.cp(), TensorView(nwc.data(), t), rstd.cp(),
+                           N, C);
+    gpu_->rmsnorm_backward(dx.gp(), dnw.gp(), dy.gp(), x.gp(), TensorView(nwg.data(), t), rstd.gp(),
+                           N, C);
     expect_close(dx, 1e-5, (std::string(name) + " rmsnorm dx").c_str());
     expect_close(dnw, 1e-5, (std::string(name) + " rmsnorm dw").c_str());
   }
