@@ -80,8 +80,9 @@ int run(int argc, char** argv) {
   // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter),
   // where the transformer's backward puts them: a block's into the stored gradient itself at
   // stages 0-1 (the CPU's kernels add into its dtype: Engine::grads_stored), the embedding's and
-  // the head's (and every unit's at stage 2) into an fp32 accumulator folded in by a pass that
-  // also sums the norm. `folded`: the owned elements that pass writes.
+  // the head's (16-bit; fp32 ones are the accumulator) and every unit's at stage 2 into an fp32
+  // accumulator folded in by a pass that also sums the norm. `folded`: the owned elements that
+  // pass writes.
   const auto is_block = [&](int u) {
     return u != layout.embedding_unit() && u != layout.head_unit();
   };
@@ -89,7 +90,7 @@ int run(int argc, char** argv) {
   for (int u = 0; u < layout.num_units(); ++u) {
     largest = std::max(largest, engine.padded_numel(u));
     owned += engine.shard_numel(u);
-    if (stage >= 2 || !is_block(u)) folded += engine.shard_numel(u);
+    if (stage >= 2 || (!is_block(u) && *dt != DType::kF32)) folded += engine.shard_numel(u);
   }
   const std::vector<float> host_grad(largest, 1e-4f);
   auto fill_grads = [&] {
