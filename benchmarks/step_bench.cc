@@ -7,6 +7,7 @@
 //
 //   build/benchmarks/step_bench --model gpt2-124m --dtype bf16
 //   mpirun -np 2 build/benchmarks/step_bench --model gpt2-124m --dtype bf16 --stage 2
+//   ... --stage 2 --node-shared 1   # one working copy per node, no all-gather (EngineOptions)
 //   build/benchmarks/step_bench --model tinyllama-1.1b --layers 2 --dtype fp32   # TinyLlama-shaped
 //
 // With N ranks each rank updates its shard while the others update theirs, so the figure is
@@ -38,7 +39,7 @@ double now_s() {
 
 int run(int argc, char** argv) {
   std::string model = "gpt2-124m", dtype = "bf16";
-  int layers = -1, stage = 0, steps = 5, threads = 0;
+  int layers = -1, stage = 0, steps = 5, threads = 0, node_shared = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
@@ -47,9 +48,13 @@ int run(int argc, char** argv) {
     else if (a == "--stage") stage = std::stoi(v);
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--node-shared")
+      node_shared = std::stoi(v);
     else {
-      std::fprintf(stderr, "error: unknown flag %s (--model --dtype --layers --stage --steps "
-                   "--threads)\n", a.c_str());
+      std::fprintf(stderr,
+                   "error: unknown flag %s (--model --dtype --layers --stage --steps "
+                   "--threads --node-shared 0|1)\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -75,6 +80,7 @@ int run(int argc, char** argv) {
   eo.zero.stage = stage;
   eo.gradient_clipping = 1.0f;
   eo.adam.weight_decay = 0.1;
+  eo.node_shared_params = node_shared != 0;
   Engine engine(layout, be.get(), comm->get(), eo);
 
   // Gradients for every unit (untimed: the backward's work, including stage 2's reduce-scatter),
@@ -177,10 +183,11 @@ int run(int argc, char** argv) {
         "\"phase_ms\": %.1f, "
         "\"comm_wait_ms\": %.1f, "
         "\"Gparams\": %.4f, \"bound_Gparams\": %.4f, \"of_bound\": %.3f, "
-        "\"norm_fused_extra_ms\": %.1f, \"norm_pass_ms\": %.1f, \"folded\": %.3f}\n",
+        "\"norm_fused_extra_ms\": %.1f, \"norm_pass_ms\": %.1f, \"folded\": %.3f, "
+        "\"node_shared\": %d}\n",
         model.c_str(), cfg->n_layer, psi, dtype.c_str(), stage, world, threads, step_s * 1e3,
         median(phases) * 1e3, median(waits), rate, bound, median(ratios), norm_fused_ms,
-        norm_pass_ms, (double)folded / (double)owned);
+        norm_pass_ms, (double)folded / (double)owned, engine.node_shared() ? 1 : 0);
   return 0;
 }
 

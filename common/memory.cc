@@ -1,14 +1,18 @@
 #include "common/memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -148,6 +152,83 @@ void free_streaming(void* p, size_t bytes) {
     p = reinterpret_cast<void*>(a - offset);
   }
   std::free(p);
+}
+
+namespace {
+
+absl::StatusOr<void*> map_shared(int fd, size_t bytes, const std::string& name) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return absl::ResourceExhaustedError(absl::StrCat("mmap of shared memory ", name, " (",
+                                                     format_bytes((int64_t)bytes),
+                                                     "): ", std::strerror(errno)));
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // where shmem THP is "advise" (usually it is off)
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<SharedMemory> SharedMemory::create(size_t bytes) {
+  ZT_CHECK(bytes > 0);
+  static std::atomic<int> next{0};
+  SharedMemory m;
+  m.name_ = absl::StrCat("/zerotrain-", ::getpid(), "-", next++);
+  const int fd = ::shm_open(m.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("shm_open(", m.name_, "): ", std::strerror(errno)));
+  m.owner_ = true;  // from here on the destructor unlinks it
+  // posix_fallocate reserves every page now: a tmpfs that cannot hold the object fails here.
+  const int rc = ::posix_fallocate(fd, 0, (off_t)bytes);
+  if (rc != 0) {
+    ::close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", format_bytes((int64_t)bytes),
+                     " of shared memory in /dev/shm: ", std::strerror(rc),
+                     " (df -h /dev/shm shows its size; in a container, start it with a "
+                     "larger --shm-size)"));
+  }
+  absl::StatusOr<void*> p = map_shared(fd, bytes, m.name_);
+  ::close(fd);
+  if (!p.ok()) return p.status();
+  m.ptr_ = *p;
+  m.bytes_ = bytes;
+  return m;
+}
+
+absl::StatusOr<SharedMemory> SharedMemory::open(const std::string& name, size_t bytes) {
+  SharedMemory m;
+  m.name_ = name;
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+  absl::StatusOr<void*> p = map_shared(fd, bytes, name);
+  ::close(fd);
+  if (!p.ok()) return p.status();
+  m.ptr_ = *p;
+  m.bytes_ = bytes;
+  return m;
+}
+
+SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
+  if (this != &o) {
+    this->~SharedMemory();
+    name_ = std::move(o.name_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    owner_ = std::exchange(o.owner_, false);
+  }
+  return *this;
+}
+
+SharedMemory::~SharedMemory() {
+  if (ptr_) ::munmap(ptr_, bytes_);
+  ptr_ = nullptr;
+  unlink();
+}
+
+void SharedMemory::unlink() {
+  if (owner_) ::shm_unlink(name_.c_str());
+  owner_ = false;
 }
 
 }  // namespace zt

@@ -83,6 +83,36 @@ void* alloc_streaming(size_t bytes, size_t align = 64);
 // allocated; a p that is no stagger past its boundary aborts (ZT_CHECK).
 void free_streaming(void* p, size_t bytes);
 
+// POSIX shared memory (an object in /dev/shm) mapped into this process: host memory that
+// processes on one node map at once (zero/comm.h map_node_shared). The object is filled with
+// zeros and its pages are reserved when it is created, so a /dev/shm too small for it fails
+// there (ENOSPC) rather than with SIGBUS at a later write. Unmapped on destruction.
+class SharedMemory {
+ public:
+  // A new object of `bytes` (> 0) under a fresh name "/zerotrain-<pid>-<n>", mapped. Errors
+  // (ResourceExhausted / Internal): the OS's, naming the size and what to do.
+  static absl::StatusOr<SharedMemory> create(size_t bytes);
+  // Maps the object `name` that another process created, which must hold `bytes`.
+  static absl::StatusOr<SharedMemory> open(const std::string& name, size_t bytes);
+  SharedMemory(SharedMemory&& o) noexcept { *this = std::move(o); }
+  SharedMemory& operator=(SharedMemory&& o) noexcept;
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+  ~SharedMemory();
+  // Removes the name; mappings stay valid and the memory goes with the last of them.
+  void unlink();
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  SharedMemory() = default;
+  std::string name_;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  bool owner_ = false;  // created it and has not unlinked it yet
+};
+
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so
 // code that survives running out of memory survives this too). what() says what was asked,
 // the limit, and the bytes in use per category at that moment.

@@ -743,6 +743,7 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
     ZT_RETURN_IF_ERROR(d.finish());
   }
   ZT_RETURN_IF_ERROR(r.get_bool({"gradient_checkpointing"}, &z->gradient_checkpointing));
+  ZT_RETURN_IF_ERROR(r.get_bool({"node_shared_params"}, &z->node_shared_params));
   ZT_RETURN_IF_ERROR(r.get_string({"save_dir"}, &z->save_dir));
   ZT_RETURN_IF_ERROR(r.get_int({"save_interval"}, &z->save_interval, 0));
   ZT_RETURN_IF_ERROR(r.get_int({"keep_last"}, &z->keep_last, 0));

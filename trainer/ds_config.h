@@ -156,6 +156,10 @@ struct ZerotrainConfig {
   // zero_optimization.offload_optimizer on cpu or nvme.
   bool delayed_param_update = false;
   int64_t delayed_param_update_warmup = 10;
+  // Stages 1-2 on the CPU backend with every rank on one node: one working copy of the
+  // parameters per node, in shared memory, and a barrier instead of the all-gather after each
+  // step (zero/engine.h EngineOptions::node_shared_params; elsewhere a warning, no effect).
+  bool node_shared_params = false;
   // Activation checkpointing (also --gradient_checkpointing), as activation_checkpointing says.
   bool gradient_checkpointing = false;
   // Checkpoints (trainer/checkpoint.h; also --save_dir, --save_interval, --keep_last): where,

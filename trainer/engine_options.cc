@@ -39,6 +39,7 @@ EngineOptions engine_options(const DsConfig& ds) {
   eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
   if (ds.zerotrain.delayed_param_update)
     eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
+  eo.node_shared_params = ds.zerotrain.node_shared_params;
   return eo;
 }
 

@@ -1,6 +1,7 @@
 // Communicator helpers shared by every implementation, and the single-process communicator.
 #include "zero/comm.h"
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -94,6 +95,27 @@ absl::Status agree_on_all_ranks(Communicator& comm, const absl::Status& st,
   if (ok == 0)
     return absl::AbortedError(absl::StrCat("another rank failed ", what, "; see its message"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<SharedMemory> map_node_shared(Communicator& comm, size_t bytes) {
+  // Every rank sees the same answer: either all ranks share this node or none sees all.
+  if (comm.local_size() != comm.world_size())
+    return absl::FailedPreconditionError(absl::StrCat("the ", comm.world_size(),
+                                                      " ranks are on more than one node (",
+                                                      comm.local_size(), " on this one)"));
+  absl::StatusOr<SharedMemory> mem =
+      absl::AbortedError("rank 0 could not create the node-shared memory; see its message");
+  char name[64] = {};
+  if (comm.rank() == 0) {
+    mem = SharedMemory::create(bytes);
+    if (mem.ok()) std::snprintf(name, sizeof name, "%s", mem->name().c_str());
+  }
+  comm.broadcast(name, sizeof name, 0);
+  if (comm.rank() != 0 && name[0]) mem = SharedMemory::open(name, bytes);
+  const absl::Status agreed = agree_on_all_ranks(comm, mem.status(), "to map node-shared memory");
+  if (mem.ok() && comm.rank() == 0) mem->unlink();  // every rank has mapped it
+  if (!agreed.ok()) return agreed;
+  return mem;
 }
 
 // Every rank contributes (hash as four 16-bit parts, length) to its own slot of a zeroed

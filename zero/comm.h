@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/memory.h"
 
 namespace zt {
 
@@ -102,5 +103,14 @@ absl::Status agree_on_all_ranks(Communicator& comm, const absl::Status& st,
 // every rank naming `label` and the ranks that differ, so misconfigured launches fail fast.
 absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& label,
                                      const std::string& what);
+
+// Host memory of `bytes` (> 0, zero-filled) that every rank of `comm` maps at once: rank 0
+// creates it (common/memory.h SharedMemory), the others map it by name, and the name is removed
+// once all have, so nothing of it outlives the run. For buffers that each rank writes a
+// disjoint part of and every rank reads after a barrier (EngineOptions::node_shared_params).
+// Collective; the same verdict on every rank, so none hangs. Errors: FailedPrecondition when
+// the ranks are not all on one node; the OS's error on the rank that got it (e.g. a full
+// /dev/shm), Aborted on the others.
+absl::StatusOr<SharedMemory> map_node_shared(Communicator& comm, size_t bytes);
 
 }  // namespace zt

@@ -1,12 +1,14 @@
 #include "zero/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <omp.h>
 #include <thread>
 
 #include "common/status.h"
@@ -21,6 +23,7 @@ struct Engine::UnitState {
   bool replicated = false;      // whole on every rank: stage 0, or stage 3 under the threshold
   bool sharded_params = false;  // stage 3 and not replicated
   DeviceBuffer params;          // working dtype: the whole unit (padded), or this rank's shard
+  void* shared = nullptr;       // node-shared: the whole unit's working copy (params unused)
   int store = -1;               // stage 3 with parameter offload: the shard's ParamStore handle
   DeviceBuffer gathered;        // stage 3: the whole unit while gathered (working dtype)
   CommRequest gather_req;
@@ -47,7 +50,9 @@ struct Engine::UnitState {
 
   size_t owned() const { return replicated ? numel : shard; }
   // Whole-unit working params on this rank (stages 0-2 and replicated units).
-  void* whole_params() const { return sharded_params ? gathered.data() : params.data(); }
+  void* whole_params() const { return sharded_params ? gathered.data() : working(); }
+  // This rank's working copy: the whole unit or its shard (params), or the node's (shared).
+  void* working() const { return shared ? shared : params.data(); }
 };
 
 // The delayed update running in the background: per unit, a host snapshot of the gradient
@@ -103,9 +108,13 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     s.sharded_params = stage == 3 && !s.replicated;
     s.shard = s.replicated ? s.numel : (s.numel + world_ - 1) / world_;
     s.padded = s.replicated ? s.numel : s.shard * world_;
+  }
+  if (opt.node_shared_params) map_shared_params();
+  for (int u = 0; u < layout.num_units(); ++u) {
+    UnitState& s = units_[u];
     if (s.sharded_params && params_) {
       s.store = params_->add(s.shard * pbytes);
-    } else {
+    } else if (!s.shared) {
       const size_t param_elems = s.sharded_params ? s.shard : s.padded;
       s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
       be->zero(s.params.data(), s.params.bytes());
@@ -127,6 +136,51 @@ Engine::~Engine() {
   // No buffer may go while the communication thread can still write into it.
   drain_reductions(0);
   for (UnitState& s : units_) wait_gathered(s);
+  if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);
+}
+
+// Stages 1-2: the units whose working copy every rank keeps whole get one copy per node, in
+// shared memory laid out unit after unit (each from a 2 MiB boundary, staggered as
+// alloc_streaming staggers). Falls back to a copy per rank, saying why, where it cannot.
+void Engine::map_shared_params() {
+  const int stage = opt_.zero.stage;
+  const char* why = stage != 1 && stage != 2   ? "stages 0 and 3 keep no whole copy to share"
+                    : !be_->host_addressable() ? "other processes cannot map GPU memory"
+                                               : nullptr;
+  if (why) {  // the same on every rank
+    if (rank_ == 0)
+      std::fprintf(stderr, "warning: zerotrain.node_shared_params has no effect: %s\n", why);
+    return;
+  }
+  std::vector<size_t> offset(units_.size(), 0);
+  size_t end = 0, k = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& s = units_[u];
+    if (s.replicated || s.sharded_params) continue;
+    const size_t begin =
+        (end + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes + k++ % 8 * kStaggerBytes;
+    offset[u] = begin;
+    end = begin + s.padded * dtype_size(opt_.param_dtype);
+  }
+  if (world_ == 1 || end == 0) return;  // nothing to share
+  absl::StatusOr<SharedMemory> mem = map_node_shared(*comm_, end);
+  if (!mem.ok()) {  // rank 0 and any rank with its own error say why
+    if (rank_ == 0 || !absl::IsAborted(mem.status()))
+      std::fprintf(stderr,
+                   "warning: rank %d: zerotrain.node_shared_params: %s; each rank keeps its own "
+                   "copy of the parameters and all-gathers them after each step\n",
+                   rank_, std::string(mem.status().message()).c_str());
+    return;
+  }
+  check_memory_limit(be_->tracker(), be_->memory_limit(), end, MemCategory::kParams);
+  shared_.emplace(*std::move(mem));
+  shared_tracked_ = end;
+  be_->tracker().on_alloc(MemCategory::kParams, end);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (!s.replicated && !s.sharded_params)
+      s.shared = static_cast<char*>(shared_->data()) + offset[u];
+  }
 }
 
 Engine::UnitState& Engine::unit(int u) { return units_[u]; }
@@ -157,8 +211,7 @@ size_t Engine::padded_numel(int u) const { return units_[u].padded; }
 // this rank's slice of the whole unit (stages 1-2).
 void* Engine::owned_working(UnitState& s) {
   if (s.replicated || s.sharded_params) return s.params.data();
-  return static_cast<char*>(s.params.data()) +
-         (size_t)rank_ * s.shard * dtype_size(opt_.param_dtype);
+  return static_cast<char*>(s.working()) + (size_t)rank_ * s.shard * dtype_size(opt_.param_dtype);
 }
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
@@ -188,7 +241,9 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   std::copy(host.begin(), host.end(), whole.begin());
   DeviceBuffer tmp(be_, s.padded * 4, MemCategory::kWorkspace);
   be_->copy_to_device(tmp.data(), whole.data(), s.padded * 4);
-  be_->convert(tmp.data(), DType::kF32, s.params.data(), opt_.param_dtype, s.padded);
+  // Node-shared: every rank writes the same values, so a rank reading after its own write
+  // reads them whatever the others are doing.
+  be_->convert(tmp.data(), DType::kF32, s.working(), opt_.param_dtype, s.padded);
 }
 
 std::pair<size_t, size_t> Engine::saved_range(int u) const {
@@ -687,14 +742,27 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
 
 // The all-gathers go out after every update: issued between updates they would share the
 // cores and memory bandwidth with them (the communication thread copies while Adam streams).
+// Node-shared parameters need no gather: every rank wrote its slice in place, and a barrier
+// orders those writes before any rank's next read.
 void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
   std::vector<CommRequest> gathers;
-  for (UnitState* s : units)
-    gathers.push_back(
-        comm_->all_gather(owned_working(*s), s->params.data(), s->shard, opt_.param_dtype));
+  bool shared = false;
+  for (UnitState* s : units) {
+    shared |= s->shared != nullptr;
+    if (!s->shared)
+      gathers.push_back(
+          comm_->all_gather(owned_working(*s), s->params.data(), s->shard, opt_.param_dtype));
+  }
   Timer t;
   for (CommRequest& g : gathers) g.wait();
+  if (shared) shared_barrier();
   comm_wait_ms_ += t.ms();
+}
+
+void Engine::shared_barrier() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  comm_->barrier();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 // Snapshots every owned gradient into host memory (the stored ones are zeroed by finish_step)
@@ -757,6 +825,8 @@ void Engine::finish_delayed_update() {
   Delayed& d = *delayed_;
   d.worker.join();
   if (d.error) std::rethrow_exception(d.error);
+  // Node-shared: other ranks may still be reading the parameters in this step's backward.
+  if (shared_) shared_barrier();
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)d.units.size(); ++u) {
     Delayed::Unit& x = d.units[u];

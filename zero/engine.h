@@ -76,6 +76,14 @@ struct EngineOptions {
   // is taken at w_{k-2} and applied to w_{k-1}. Needs an offloaded optimizer state (its update
   // reads a host snapshot of the gradients and writes host staging).
   int delayed_update_after = -1;
+  // Stages 1-2 on a backend whose memory is host memory (the CPU), every rank on one node: the
+  // working copy of the sharded units is one per node, in shared memory (zero/comm.h
+  // map_node_shared), not one per rank. Each rank's update writes its slice in place and a
+  // barrier replaces the all-gather: (N_d - 1)/N_d of the working copy is neither sent nor
+  // stored again, and the node holds 2Ψ (bf16) or 4Ψ (fp32) of it, not N_d times that. Each
+  // rank's memory report still counts the whole copy (it reads all of it). Where it cannot
+  // apply (more than one node, a GPU, /dev/shm too small) it says so on stderr and all-gathers.
+  bool node_shared_params = false;
 };
 
 struct StepStats {
@@ -163,6 +171,8 @@ class Engine final : public UnitEngine {
   double comm_wait_ms() const { return comm_wait_ms_; }
   void reset_comm_wait() { comm_wait_ms_ = 0; }
   int64_t peak_gathered_numel() const { return peak_gathered_; }
+  // Whether the working copy is node-shared (node_shared_params asked for and possible).
+  bool node_shared() const { return shared_.has_value(); }
   int64_t gathered_numel() const { return gathered_; }
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
@@ -203,6 +213,8 @@ class Engine final : public UnitEngine {
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
   void start_delayed_update(const AdamStep& as);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
+  void map_shared_params();  // EngineOptions::node_shared_params, at construction
+  void shared_barrier();     // node-shared parameters: every rank's writes before any next read
   UnitState& unit(int u);
   void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
   void gather_to_host(UnitState& s, const void* shard, std::span<float> host);
@@ -233,6 +245,8 @@ class Engine final : public UnitEngine {
   double* norm_slot(const UnitState& s);
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<ParamStore> params_;
+  std::optional<SharedMemory> shared_;  // node-shared working copies (node_shared_params)
+  size_t shared_tracked_ = 0;           // its bytes, counted as kParams in the backend's tracker
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
   std::unique_ptr<Delayed> delayed_;  // the update running in the background (DPU)
   MemoryTracker delayed_host_;        // its gradient snapshots and staged weights

@@ -325,6 +325,45 @@ TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
   }
 }
 
+// Node-shared parameters (stages 1-2, every rank on this node) replace the all-gather with a
+// barrier: each rank's update writes its slice of the one working copy in place. Every loss,
+// gradient norm and final parameter is bitwise that of the all-gather run (fp32 and bf16,
+// gradient accumulation, the optimizer on the host, the delayed update); no all-gather moves
+// an element.
+TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
+#ifdef ZT_CUDA_EMU
+  GTEST_SKIP() << "the engine's node-shared path is the CPU build's; emulated, its ten runs "
+                  "take a minute";
+#endif
+  struct Case {
+    int stage, gas;
+    DType dtype;
+    Optimizer where;
+    int delayed;  // delayed_update_after (-1: off)
+  };
+  const Case cases[] = {{1, 2, DType::kF32, Optimizer::kDevice, -1},
+                        {2, 1, DType::kF32, Optimizer::kDevice, -1},
+                        {2, 2, DType::kBF16, Optimizer::kDevice, -1},
+                        {1, 1, DType::kBF16, Optimizer::kCpuOffload, -1},
+                        {2, 1, DType::kF32, Optimizer::kCpuOffload, 2}};
+  for (const Case& k : cases) {
+    EngineOptions eo = fp32_clipped(k.stage);
+    eo.param_dtype = eo.grad_dtype = k.dtype;
+    eo.delayed_update_after = k.delayed;
+    const RunResult gathered = train(*comm_, eo, k.gas, tiny(), k.where);
+    eo.node_shared_params = true;
+    const RunResult shared = train(*comm_, eo, k.gas, tiny(), k.where);
+    const std::string what =
+        absl::StrCat("stage ", k.stage, " gas ", k.gas, " ", std::string(dtype_name(k.dtype)),
+                     " optimizer ", (int)k.where, " delayed ", k.delayed);
+    EXPECT_EQ(shared.losses, gathered.losses) << what;
+    EXPECT_EQ(shared.grad_norms, gathered.grad_norms) << what;
+    EXPECT_EQ(shared.params, gathered.params) << what;
+    EXPECT_GT(gathered.comm_one_step[(size_t)CollKind::kAllGather].elements, 0) << what;
+    EXPECT_EQ(shared.comm_one_step[(size_t)CollKind::kAllGather].elements, 0) << what;
+  }
+}
+
 // fp16 with DeepSpeed's dynamic loss scaler: an initial scale too large overflows the fp16
 // gradients, and every rank skips those steps together (the overflow test is on the global
 // norm, reduced over ranks), halving the scale until it fits; then it trains as far as the

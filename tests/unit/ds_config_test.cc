@@ -313,6 +313,27 @@ TEST(DsConfig, ZerotrainBlockDelayedParamUpdate) {
   }
 }
 
+// "zerotrain": {"node_shared_params": bool}, default false; a non-boolean is named.
+TEST(DsConfig, ZerotrainBlockNodeSharedParams) {
+  auto parse = [](const std::string& zt) {
+    return parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}, )"
+                           R"("zerotrain": )" +
+                               zt + "}",
+                           1, "test.json");
+  };
+  auto c = parse(R"({"node_shared_params": true})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->zerotrain.node_shared_params);
+  c = parse("{}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->zerotrain.node_shared_params);
+  c = parse(R"({"node_shared_params": "yes"})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("zerotrain.node_shared_params"),
+            std::string::npos)
+      << c.status();
+}
+
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
   auto unimpl = absl::StatusCode::kUnimplemented;
   EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,

@@ -2,10 +2,13 @@
 #include "common/memory.h"
 
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string_view>
@@ -91,6 +94,47 @@ TEST(StreamingMemory, CpuBackendAndHostBufferFreeWhatTheyAllocate) {
   EXPECT_EQ(host.current(MemCategory::kOptimizer), 8 * (3 * kHuge + 8));
   buffers.clear();
   EXPECT_EQ(host.current(MemCategory::kOptimizer), 0u);
+}
+
+// Two mappings of one object see each other's writes; the object starts zeroed; its name
+// goes with unlink() (or the creator's destruction) while the mappings stay usable.
+TEST(SharedMemory, MappingsShareBytesAndTheNameGoesWithUnlink) {
+  const size_t bytes = 3 << 20;
+  absl::StatusOr<SharedMemory> a = SharedMemory::create(bytes);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<SharedMemory> b = SharedMemory::open(a->name(), bytes);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(a->data(), b->data());
+  auto* pa = static_cast<unsigned char*>(a->data());
+  auto* pb = static_cast<unsigned char*>(b->data());
+  EXPECT_EQ(pa[0], 0);
+  EXPECT_EQ(pa[bytes - 1], 0);
+  pa[12345] = 7;
+  pb[bytes - 1] = 9;
+  EXPECT_EQ(pb[12345], 7);
+  EXPECT_EQ(pa[bytes - 1], 9);
+  const std::string path = "/dev/shm" + a->name();
+  EXPECT_EQ(::access(path.c_str(), F_OK), 0) << path;
+  a->unlink();
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << path << " should be gone";
+  pa[1] = 3;  // still mapped
+  EXPECT_EQ(pb[1], 3);
+  absl::StatusOr<SharedMemory> c = SharedMemory::open(a->name(), bytes);
+  EXPECT_FALSE(c.ok());
+}
+
+// More than /dev/shm holds fails at creation, saying so, and leaves no object behind.
+TEST(SharedMemory, TooLargeFailsAtCreationAndLeavesNothing) {
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  const size_t too_big = (size_t)fs.f_blocks * fs.f_frsize * 2 + (size_t{1} << 30);
+  absl::StatusOr<SharedMemory> m = SharedMemory::create(too_big);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted) << m.status();
+  EXPECT_NE(m.status().message().find("/dev/shm"), std::string_view::npos) << m.status();
+  const std::string prefix = "zerotrain-" + std::to_string(::getpid()) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << e.path() << " left behind";
 }
 
 }  // namespace
