@@ -13,7 +13,9 @@ it back as zeros; elsewhere (the embedding and head, and every unit at stage 2) 
 norm's sum of squares is taken in the pass that writes the reduced gradient (its cost in that
 pass is reported beside the cost of a separate pass) and the next write overwrites the
 gradient. Stage 2's all-gather writes every other rank's updated working copy (received and
-stored: 2 x (N_d - 1) x working bytes).
+stored: 2 x (N_d - 1) x working bytes); with node-shared parameters (zerotrain.node_shared_params)
+there is one copy per node, each rank writes its slice in place and a barrier replaces the
+all-gather, so stage 2 moves Adam's 28 bytes only. Stage 2 runs both ways.
 """
 import argparse
 import json
@@ -30,9 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = [("gpt2-124m", []), ("tinyllama-1.1b", ["--layers", "2"])]
 
 
-def run(binary, model, extra, dtype, stage, np_, steps, huge_pages=True):
+def run(binary, model, extra, dtype, stage, np_, steps, huge_pages=True, node_shared=False):
     cmd = [binary, "--model", model, *extra, "--dtype", dtype, "--stage", str(stage),
-           "--steps", str(steps)]
+           "--steps", str(steps), "--node-shared", "1" if node_shared else "0"]
     env = dict(os.environ, ZEROTRAIN_HUGE_PAGES="1" if huge_pages else "0")
     if np_ > 1:
         mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_),
@@ -51,9 +53,9 @@ def run(binary, model, extra, dtype, stage, np_, steps, huge_pages=True):
 def phase_bytes(r):
     """Bytes per owned parameter: Adam's 28; where the backward's kernels added into the stored
     gradient (the share not `folded`), the norm's read and Adam's zeros (2 x its bytes); stage
-    1-2's all-gather (received and stored)."""
+    1-2's all-gather (received and stored), none where the parameters are node-shared."""
     g = 4 if r["dtype"] == "fp32" else 2
-    gather = 2 * (r["world"] - 1) * g if r["stage"] in (1, 2) else 0
+    gather = 2 * (r["world"] - 1) * g if r["stage"] in (1, 2) and not r["node_shared"] else 0
     return round(28 + 2 * g * (1 - r["folded"]) + gather, 1)
 
 
@@ -65,10 +67,10 @@ def main():
     a = ap.parse_args()
     rows, loads, t0 = [], [], time.time()
     for model, extra in MODELS:
-        for stage, np_ in ((0, 1), (2, 2)):
+        for stage, np_, shared in ((0, 1, False), (2, 2, False), (2, 2, True)):
             for dtype in ("fp32", "bf16"):
                 loads.append(load_average())
-                r = run(a.binary, model, extra, dtype, stage, np_, a.steps)
+                r = run(a.binary, model, extra, dtype, stage, np_, a.steps, node_shared=shared)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr)
     # Huge pages (common/memory.h alloc_streaming) side by side: stage 2's all-gather, whose
@@ -82,7 +84,7 @@ def main():
         "## The optimizer phase at memory speed (Engine::step)",
         "",
         "Gradient norm, unscale and clip (one factor), AdamW on the fp32 master weights, the "
-        "16-bit working copy, stage 2's all-gather and, at stage 0, the blocks' zeroed gradient "
+        "16-bit working copy, stage 2's all-gather (none where node-shared) and, at stage 0, the blocks' zeroed gradient "
         "(the backward's kernels add into it). Where the gradient is written by a fold or "
         "reduction pass (the embedding and head at stage 0, every unit at stage 2) "
         "the norm's Σg² is summed in that pass, in the backward: `norm in pass` is what that "
@@ -105,7 +107,8 @@ def main():
         norm_in_pass = f"{r['norm_fused_extra_ms'] * r['folded']:.1f}"
         lines.append(
             f"| {name} | {r['params'] / 1e6:.0f}M | {r['dtype']} | {r['stage']}, "
-            f"{r['world']} × {r['threads_per_rank']} | {r['step_ms']:.0f} | {norm_in_pass} "
+            f"{r['world']} × {r['threads_per_rank']}{', node-shared' if r['node_shared'] else ''} "
+            f"| {r['step_ms']:.0f} | {norm_in_pass} "
             f"| {r['comm_wait_ms']:.0f} | {r['Gparams']:.2f} | {r['bound_Gparams']:.2f} "
             f"| **{r['of_bound']:.0%}** | {b:g} | {28 / b:.0%} | {r['norm_pass_ms']:.1f} |")
     lines += [
