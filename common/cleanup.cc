@@ -66,7 +66,7 @@ void run_cleanups() {
   for (Slot& s : g_slots) {
     int expected = 2;
     if (s.state.compare_exchange_strong(expected, 1)) {
-      ::rmdir(s.dir);
+      if (::unlink(s.dir) != 0) ::rmdir(s.dir);  // a file, else an (empty) directory
       s.state = 0;
     }
   }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,12 +13,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cleanup.h"
 #include "common/status.h"
 
 namespace zt {
@@ -170,13 +173,15 @@ absl::StatusOr<void*> map_shared(int fd, size_t bytes, const std::string& name) 
 
 absl::StatusOr<SharedMemory> SharedMemory::create(size_t bytes) {
   ZT_CHECK(bytes > 0);
-  static std::atomic<int> next{0};
   SharedMemory m;
-  m.name_ = absl::StrCat("/zerotrain-", ::getpid(), "-", next++);
+  // pid and a random part: containers sharing /dev/shm (--ipc=host) may reuse pids.
+  std::random_device rd;
+  m.name_ = absl::StrFormat("/zerotrain-%d-%08x", (int)::getpid(), rd());
   const int fd = ::shm_open(m.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("shm_open(", m.name_, "): ", std::strerror(errno)));
-  m.owner_ = true;  // from here on the destructor unlinks it
+  m.owner_ = true;  // from here on release() unlinks it, and so does a signal or an abort
+  m.cleanup_slot_ = register_cleanup_dir(("/dev/shm" + m.name_).c_str());
   // posix_fallocate reserves every page now: a tmpfs that cannot hold the object fails here.
   const int rc = ::posix_fallocate(fd, 0, (off_t)bytes);
   if (rc != 0) {
@@ -199,8 +204,21 @@ absl::StatusOr<SharedMemory> SharedMemory::open(const std::string& name, size_t 
   SharedMemory m;
   m.name_ = name;
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+  if (fd < 0) {
+    const int e = errno;
+    std::string msg = absl::StrCat("shm_open(", name, "): ", std::strerror(e));
+    if (e == ENOENT)
+      return absl::NotFoundError(msg +
+                                 " (are the ranks in different containers or IPC "
+                                 "namespaces, each with its own /dev/shm?)");
+    return absl::InternalError(msg);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || (size_t)st.st_size != bytes) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("shared memory ", name, " holds ",
+                                                      (int64_t)st.st_size, " bytes, not ", bytes));
+  }
   absl::StatusOr<void*> p = map_shared(fd, bytes, name);
   ::close(fd);
   if (!p.ok()) return p.status();
@@ -211,24 +229,30 @@ absl::StatusOr<SharedMemory> SharedMemory::open(const std::string& name, size_t 
 
 SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
   if (this != &o) {
-    this->~SharedMemory();
+    release();
     name_ = std::move(o.name_);
     ptr_ = std::exchange(o.ptr_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     owner_ = std::exchange(o.owner_, false);
+    cleanup_slot_ = std::exchange(o.cleanup_slot_, -1);
   }
   return *this;
 }
 
-SharedMemory::~SharedMemory() {
+SharedMemory::~SharedMemory() { release(); }
+
+void SharedMemory::release() {
   if (ptr_) ::munmap(ptr_, bytes_);
   ptr_ = nullptr;
+  bytes_ = 0;
   unlink();
 }
 
 void SharedMemory::unlink() {
   if (owner_) ::shm_unlink(name_.c_str());
   owner_ = false;
+  unregister_cleanup_dir(cleanup_slot_);
+  cleanup_slot_ = -1;
 }
 
 }  // namespace zt

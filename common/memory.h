@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -89,12 +90,21 @@ void free_streaming(void* p, size_t bytes);
 // there (ENOSPC) rather than with SIGBUS at a later write. Unmapped on destruction.
 class SharedMemory {
  public:
-  // A new object of `bytes` (> 0) under a fresh name "/zerotrain-<pid>-<n>", mapped. Errors
-  // (ResourceExhausted / Internal): the OS's, naming the size and what to do.
+  // A new object of `bytes` (> 0) under a fresh name "/zerotrain-<pid>-<random>", mapped; until
+  // unlink() the name is also removed if the process is ended by a signal or a multi-rank
+  // abort (common/cleanup.h). Errors (ResourceExhausted / Internal): the OS's, naming the size
+  // and what to do.
   static absl::StatusOr<SharedMemory> create(size_t bytes);
-  // Maps the object `name` that another process created, which must hold `bytes`.
+  // Maps the object `name` that another process created, which must hold `bytes`. Errors:
+  // NotFound (no such object: processes in different containers or IPC namespaces),
+  // FailedPrecondition (a different size), the OS's.
   static absl::StatusOr<SharedMemory> open(const std::string& name, size_t bytes);
-  SharedMemory(SharedMemory&& o) noexcept { *this = std::move(o); }
+  SharedMemory(SharedMemory&& o) noexcept
+      : name_(std::move(o.name_)),
+        ptr_(std::exchange(o.ptr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        owner_(std::exchange(o.owner_, false)),
+        cleanup_slot_(std::exchange(o.cleanup_slot_, -1)) {}
   SharedMemory& operator=(SharedMemory&& o) noexcept;
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
@@ -107,10 +117,12 @@ class SharedMemory {
 
  private:
   SharedMemory() = default;
+  void release();  // unmaps and unlinks (owner)
   std::string name_;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   bool owner_ = false;  // created it and has not unlinked it yet
+  int cleanup_slot_ = -1;
 };
 
 // Thrown by a backend's alloc when the device-memory limit would be exceeded (a bad_alloc, so

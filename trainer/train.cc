@@ -57,6 +57,9 @@ struct Run {
   ProfilingBackend* profiler = nullptr;  // backend itself, with flops_profiler.enabled
   std::unique_ptr<Transformer> transformer;
   std::unique_ptr<Engine> engine;
+  // Built by setup_model, handed to the engine by setup_engine.
+  std::unique_ptr<OptimizerState> optimizer;
+  std::unique_ptr<ParamStore> params;
   std::optional<MetricsWriter> metrics;  // rank 0 only
   int B = 0, T = 0, gas = 1;
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
@@ -331,25 +334,37 @@ DType activation_dtype(const Run& r) {
   return r.backend->activation_dtype(engine_options(r.ds).param_dtype);
 }
 
-// The model, its ZeRO engine and initial weights, on the backend and communicator of r.
-absl::Status setup_model(const TrainOptions& opt, Run& r) {
+// The model and where its optimizer state and parameter shards live, on the backend of r:
+// everything of the model that can fail on one rank alone (memory, a drive), before the engine,
+// whose construction may be collective (node-shared parameters).
+absl::Status setup_model(Run& r) {
   ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
                                                 r.ds.activation_checkpointing.cpu_checkpointing,
                                                 activation_dtype(r));
-  ZT_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
-                      optimizer_state(r.ds, r.backend.get()));
-  ZT_ASSIGN_OR_RETURN(std::unique_ptr<ParamStore> params,
-                      param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
+  ZT_ASSIGN_OR_RETURN(r.optimizer, optimizer_state(r.ds, r.backend.get()));
+  ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
+  return absl::OkStatus();
+}
+
+// The ZeRO engine on r's model, communicator and state, and its initial weights. Resuming is a
+// phase of its own: with node-shared parameters every rank writes whole units, so the
+// checkpoint's values must not be written while another rank may still write the initial ones
+// (the agreement between the phases orders them).
+absl::Status setup_engine(const TrainOptions& opt, Run& r) {
   r.engine =
       std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
-                               engine_options(r.ds), std::move(optimizer), std::move(params));
+                               engine_options(r.ds), std::move(r.optimizer), std::move(r.params));
   if (r.comm->rank() == 0) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
   }
   ZT_RETURN_IF_ERROR(
       load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine));
+  return absl::OkStatus();
+}
+
+absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(resume(opt, r));
   // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
   // a new one.
@@ -451,7 +466,9 @@ absl::Status run_train(const TrainOptions& opt) {
     r.host_comm = std::move(r.comm);
     r.comm = std::move(device_comm);
   }
-  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(opt, r); })));
+  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(r); })));
+  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_engine(opt, r); })));
+  ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_resume(opt, r); })));
   // Every rank resumed the same save (a save_dir that is not shared would differ by node).
   ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "checkpoint to resume from",
                                              absl::StrCat("step ", r.start_step)));

@@ -108,7 +108,8 @@ absl::Status check_same_on_all_ranks(Communicator& comm, const std::string& labe
 // creates it (common/memory.h SharedMemory), the others map it by name, and the name is removed
 // once all have, so nothing of it outlives the run. For buffers that each rank writes a
 // disjoint part of and every rank reads after a barrier (EngineOptions::node_shared_params).
-// Collective; the same verdict on every rank, so none hangs. Errors: FailedPrecondition when
+// Collective, on a host communicator (MPI: its broadcast carries the name from a host buffer);
+// the same verdict on every rank, so none hangs. Errors: FailedPrecondition when
 // the ranks are not all on one node; the OS's error on the rank that got it (e.g. a full
 // /dev/shm), Aborted on the others.
 absl::StatusOr<SharedMemory> map_node_shared(Communicator& comm, size_t bytes);

@@ -99,7 +99,6 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   const bool offloaded = host_grads_ || params_;
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
-  norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     s.numel = layout.units()[u].numel;
@@ -109,7 +108,9 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     s.shard = s.replicated ? s.numel : (s.numel + world_ - 1) / world_;
     s.padded = s.replicated ? s.numel : s.shard * world_;
   }
+  // First, before any allocation that could fail on one rank alone: it is collective.
   if (opt.node_shared_params) map_shared_params();
+  norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     if (s.sharded_params && params_) {
@@ -140,42 +141,52 @@ Engine::~Engine() {
 }
 
 // Stages 1-2: the units whose working copy every rank keeps whole get one copy per node, in
-// shared memory laid out unit after unit (each from a 2 MiB boundary, staggered as
-// alloc_streaming staggers). Falls back to a copy per rank, saying why, where it cannot.
+// shared memory laid out unit after unit (one of 2 MiB or more from a 2 MiB boundary,
+// staggered as alloc_streaming staggers; a smaller one 64-byte aligned). Falls back to a copy
+// per rank, saying why, where it cannot.
 void Engine::map_shared_params() {
   const int stage = opt_.zero.stage;
-  const char* why = stage != 1 && stage != 2   ? "stages 0 and 3 keep no whole copy to share"
-                    : !be_->host_addressable() ? "other processes cannot map GPU memory"
-                                               : nullptr;
+  const char* why = nullptr;
+  if (stage != 1 && stage != 2)
+    why =
+        "it applies to stages 1-2 (stage 0 updates every parameter on every rank, stage 3 "
+        "keeps only shards)";
+  else if (!be_->host_addressable())
+    why = "other processes cannot map GPU memory";
   if (why) {  // the same on every rank
     if (rank_ == 0)
       std::fprintf(stderr, "warning: zerotrain.node_shared_params has no effect: %s\n", why);
     return;
   }
   std::vector<size_t> offset(units_.size(), 0);
-  size_t end = 0, k = 0;
+  size_t end = 0, k = 0, used = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& s = units_[u];
     if (s.replicated || s.sharded_params) continue;
-    const size_t begin =
-        (end + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes + k++ % 8 * kStaggerBytes;
-    offset[u] = begin;
-    end = begin + s.padded * dtype_size(opt_.param_dtype);
+    const size_t bytes = s.padded * dtype_size(opt_.param_dtype);
+    const bool huge = bytes >= kHugePageBytes;
+    const size_t align = huge ? kHugePageBytes : 64;
+    offset[u] = (end + align - 1) / align * align + (huge ? k++ % 8 * kStaggerBytes : 0);
+    end = offset[u] + bytes;
+    used += bytes;
   }
   if (world_ == 1 || end == 0) return;  // nothing to share
   absl::StatusOr<SharedMemory> mem = map_node_shared(*comm_, end);
-  if (!mem.ok()) {  // rank 0 and any rank with its own error say why
-    if (rank_ == 0 || !absl::IsAborted(mem.status()))
+  if (!mem.ok()) {  // rank 0 says why, and any rank with an error of its own
+    const absl::StatusCode code = mem.status().code();
+    if (rank_ == 0 ||
+        (code != absl::StatusCode::kAborted && code != absl::StatusCode::kFailedPrecondition))
       std::fprintf(stderr,
                    "warning: rank %d: zerotrain.node_shared_params: %s; each rank keeps its own "
                    "copy of the parameters and all-gathers them after each step\n",
                    rank_, std::string(mem.status().message()).c_str());
     return;
   }
-  check_memory_limit(be_->tracker(), be_->memory_limit(), end, MemCategory::kParams);
+  // Counted as the private copies would be (the layout's gaps are not, as alloc_streaming's).
+  check_memory_limit(be_->tracker(), be_->memory_limit(), used, MemCategory::kParams);
   shared_.emplace(*std::move(mem));
-  shared_tracked_ = end;
-  be_->tracker().on_alloc(MemCategory::kParams, end);
+  shared_tracked_ = used;
+  be_->tracker().on_alloc(MemCategory::kParams, used);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     if (!s.replicated && !s.sharded_params)
@@ -242,7 +253,7 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
   DeviceBuffer tmp(be_, s.padded * 4, MemCategory::kWorkspace);
   be_->copy_to_device(tmp.data(), whole.data(), s.padded * 4);
   // Node-shared: every rank writes the same values, so a rank reading after its own write
-  // reads them whatever the others are doing.
+  // reads them whatever the others are doing (engine.h says what callers must order).
   be_->convert(tmp.data(), DType::kF32, s.working(), opt_.param_dtype, s.padded);
 }
 

@@ -101,21 +101,26 @@ class Engine final : public UnitEngine {
   // keeps_gradients() also holds the sharded units' gradients (stages 2-3). params (stage 3):
   // where the parameter shards live between gathers (zero/param_store.h); null: the device.
   // With either offload, a single rank still shards (into one shard) so that the offloaded
-  // state leaves the device.
+  // state leaves the device. Collective where node_shared_params applies (every rank constructs
+  // its engine at the same point, after agreeing that setup went well).
   Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const EngineOptions& opt,
          std::unique_ptr<OptimizerState> optimizer = nullptr,
          std::unique_ptr<ParamStore> params = nullptr);
   ~Engine() override;
 
   // Host fp32 values of a whole unit (numel elements, layout order). set: every rank passes
-  // the same values and keeps what it owns. get: collective in stages 1-3 (every rank calls).
+  // the same values and keeps what it owns. Node-shared, every rank writes the whole unit (the
+  // same bytes): a caller that sets a unit again with other values must first make sure no
+  // rank still writes or reads the old ones (a collective between, as the trainer's agreement
+  // after each setup phase). get: collective in stages 1-3 (every rank calls).
   void set_unit_params(int u, std::span<const float> host);
   void get_unit_params(int u, std::span<float> host);
   // The averaged gradient the next step() will use, as fp32 (collective in stages 1-3).
   void get_unit_grads(int u, std::span<float> host);
 
   // ---- checkpoints (trainer/checkpoint.h), unit by unit: no collectives, except that
-  // get_saved_state and set_unit_state first finish a delayed update (an all-gather), which
+  // get_saved_state and set_unit_state first finish a delayed update (an all-gather, or a
+  // barrier where node-shared), which
   // save_checkpoint does on every rank beforehand ----
   // The elements [first, second) of unit u that this rank saves: its owned slice without the
   // padding; a replicated unit (stage 0, small stage-3 units) on rank 0 only, empty elsewhere.

@@ -2,8 +2,12 @@
 // from the rank ids (inputs are small integers, exact in fp32), never by another communicator.
 #include "zero/comm.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -37,6 +41,36 @@ TEST_F(MpiCommTest, WorldMatchesLaunchAndIsOneNode) {
   EXPECT_LT(r, w);
   EXPECT_EQ(comm->local_size(), w);  // mpirun on this one machine
   EXPECT_EQ(comm->local_rank(), r);
+}
+
+// map_node_shared: every rank maps the same bytes (each writes its own word, every rank reads
+// all of them after a barrier), and the name is gone from /dev/shm once it returns on rank 0. More
+// than /dev/shm holds fails on every rank, none hanging: rank 0 with the OS's error, the others
+// Aborted; nothing is left behind.
+TEST_F(MpiCommTest, NodeSharedMemoryIsOneAndFailsOnEveryRankTogether) {
+  absl::StatusOr<SharedMemory> m = map_node_shared(*comm, 4096);
+  ASSERT_TRUE(m.ok()) << m.status();
+  if (r == 0)  // rank 0 removes it once the others have mapped it, before returning
+    EXPECT_NE(::access(("/dev/shm" + m->name()).c_str(), F_OK), 0) << "the name should be gone";
+  auto* words = static_cast<int*>(m->data());
+  words[r] = 100 + r;
+  comm->barrier();
+  for (int k = 0; k < w; ++k) EXPECT_EQ(words[k], 100 + k) << "rank " << k << "'s word";
+  comm->barrier();  // nobody unmaps before every rank has read
+
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  if (fs.f_blocks == 0) GTEST_SKIP() << "/dev/shm has no size limit";
+  const size_t too_big = (size_t)fs.f_blocks * fs.f_frsize * 2 + (size_t{1} << 30);
+  absl::StatusOr<SharedMemory> big = map_node_shared(*comm, too_big);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(),
+            r == 0 ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kAborted)
+      << big.status();
+  if (r != 0) return;  // rank 0 created it, under its pid
+  const std::string prefix = "zerotrain-" + std::to_string(::getpid()) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << e.path() << " left behind";
 }
 
 // buf[i] = r + 1 + i/2 on rank r  ->  sum = w(w+1)/2 + w*i/2.

@@ -75,6 +75,7 @@ struct RunResult {
   std::vector<size_t> model_state_bytes;   // params, grads, optimizer (tracker, after setup)
   CommStats comm_one_step{};               // collectives of step 2 (after the sequence is learnt)
   int64_t peak_gathered = 0;
+  bool node_shared = false;  // Engine::node_shared()
   int skipped = 0;  // fp16 overflow steps
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
   int64_t host_optimizer_bytes = 0, nvme_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
@@ -202,6 +203,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     res.losses.push_back(loss / W);
   }
   res.peak_gathered = engine.peak_gathered_numel();
+  res.node_shared = engine.node_shared();
   res.device_peak = be->tracker().peak_total();
   for (size_t k = 0; k < kNumMemCategories; ++k)  // staging buffers exist after a step
     res.host[k] = (int64_t)engine.host_bytes(static_cast<MemCategory>(k));
@@ -356,6 +358,10 @@ TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
     const std::string what =
         absl::StrCat("stage ", k.stage, " gas ", k.gas, " ", std::string(dtype_name(k.dtype)),
                      " optimizer ", (int)k.where, " delayed ", k.delayed);
+    ASSERT_TRUE(shared.node_shared) << what
+                                    << ": node_shared_params did not apply (the "
+                                       "warning on stderr says why)";
+    EXPECT_FALSE(gathered.node_shared) << what;
     EXPECT_EQ(shared.losses, gathered.losses) << what;
     EXPECT_EQ(shared.grad_norms, gathered.grad_norms) << what;
     EXPECT_EQ(shared.params, gathered.params) << what;

@@ -12,7 +12,9 @@
 # namespace that owns the address (`ip netns exec`), and the TCP transport (btl and oob) is
 # bound to the test subnet, so ranks 2 and 3 talk to ranks 0 and 1 over the veth pair.
 # The test trains 4 ranks (2 per node) at ZeRO stage 3 and checks that the per-step losses
-# match a plain single-node `mpirun -np 4` run of the same command.
+# match a plain single-node `mpirun -np 4` run of the same command. Then stage 2 with
+# zerotrain.node_shared_params: across the two nodes it must warn and all-gather, on one node
+# share the working copy, and the losses must match again.
 #
 # No traffic leaves the two namespaces: the subnet exists only on the veth pair between them.
 # Exit 0: PASS, 1: FAIL, 77: SKIP (no root / CAP_NET_ADMIN / `ip` / mpirun).
@@ -118,6 +120,10 @@ json.dump({
     "steps_per_print": 10,
     "wall_clock_breakdown": False,
 }, open(f"{work}/ds.json", "w"), indent=1)
+c = json.load(open(f"{work}/ds.json"))
+c["zero_optimization"] = {"stage": 2, "overlap_comm": True}
+c["zerotrain"] = {"node_shared_params": True}
+json.dump(c, open(f"{work}/ds_shared.json", "w"), indent=1)
 EOF
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # reaches the remote orted too
@@ -148,18 +154,38 @@ timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
   "$ZT" "${TRAIN[@]}" --run_dir "$WORK/single" || fail "the single-node run failed"
 
 # 3. Same losses, step by step (relative 1e-5).
-python3 - "$WORK/single/metrics.jsonl" "$WORK/multi/metrics.jsonl" "$STEPS" <<'EOF'
+same_losses() {  # single-node run dir, two-namespace run dir, what
+python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$STEPS" "$3" <<'EOF'
 import json, sys
 def losses(path):
     return [json.loads(line)["loss"] for line in open(path) if line.strip()]
-single, multi, steps = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+single, multi, steps, what = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ok = len(single) == len(multi) == steps
 for i, (s, m) in enumerate(zip(single, multi), 1):
     good = abs(s - m) <= 1e-5 * max(abs(s), 1e-12)
     ok &= good
     print(f"step {i}: single-node {s:.9f}  two-namespace {m:.9f}  {'ok' if good else 'MISMATCH'}")
 if not ok:
-    print(f"FAIL: multinode_two_namespaces: losses differ (steps {len(single)} vs {len(multi)}, want {steps})")
+    print(f"FAIL: multinode_two_namespaces: {what}: losses differ (steps {len(single)} vs {len(multi)}, want {steps})")
     sys.exit(1)
-print(f"PASS: multinode_two_namespaces: 4 ranks on 2 namespaces at ZeRO stage 3 match the single-node losses over {steps} steps")
+print(f"{what}: 4 ranks on 2 namespaces match the single-node losses over {steps} steps")
 EOF
+}
+same_losses "$WORK/single" "$WORK/multi" "ZeRO stage 3" || exit 1
+
+# 4. Stage 2 with node-shared parameters: two nodes warn and all-gather; one node shares.
+SHARED=("${TRAIN[@]}")
+SHARED[6]="$WORK/ds_shared.json"   # the value of --deepspeed
+echo "+ (node_shared_params) ${MULTI[*]} $ZT ${SHARED[*]} --run_dir $WORK/multi_shared"
+timeout 120 "${ON_A[@]}" "${MULTI[@]}" "$ZT" "${SHARED[@]}" --run_dir "$WORK/multi_shared" \
+  2> "$WORK/multi_shared.err" || { cat "$WORK/multi_shared.err"; fail "the two-namespace node-shared run failed"; }
+grep -q "node_shared_params: the 4 ranks are on more than one node" "$WORK/multi_shared.err" \
+  || { cat "$WORK/multi_shared.err"; fail "two nodes: no warning that node_shared_params cannot apply"; }
+timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+  "$ZT" "${SHARED[@]}" --run_dir "$WORK/single_shared" 2> "$WORK/single_shared.err" \
+  || { cat "$WORK/single_shared.err"; fail "the single-node node-shared run failed"; }
+! grep -q "node_shared_params" "$WORK/single_shared.err" \
+  || { cat "$WORK/single_shared.err"; fail "one node: node_shared_params did not apply"; }
+same_losses "$WORK/single_shared" "$WORK/multi_shared" "ZeRO stage 2, node_shared_params" || exit 1
+echo "PASS: multinode_two_namespaces: stage 3, and stage 2 with node_shared_params (shared on one node, all-gathered across two), match the single-node losses"
+

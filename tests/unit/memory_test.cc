@@ -127,6 +127,7 @@ TEST(SharedMemory, MappingsShareBytesAndTheNameGoesWithUnlink) {
 TEST(SharedMemory, TooLargeFailsAtCreationAndLeavesNothing) {
   struct statvfs fs {};
   ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  if (fs.f_blocks == 0) GTEST_SKIP() << "/dev/shm has no size limit";
   const size_t too_big = (size_t)fs.f_blocks * fs.f_frsize * 2 + (size_t{1} << 30);
   absl::StatusOr<SharedMemory> m = SharedMemory::create(too_big);
   ASSERT_FALSE(m.ok());
