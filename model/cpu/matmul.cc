@@ -29,12 +29,15 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
   }
 }
 
-// A 16-bit weight gradient is computed a block of rows at a time, at most about 1 MiB of fp32
-// product per block, in the computing core's L2 until it is added into the gradient. The blocks
-// share one parallel region (OpenBLAS single-threaded inside it): one barrier per weight, not
-// one per block, which on a 2-vCPU machine costs more than the GEMMs themselves at small
-// batches. Their number is a multiple of the threads, so none idles.
-constexpr size_t kGradChunkFloats = size_t{1} << 18;
+// A 16-bit weight gradient is computed a block of rows at a time, at most about 4 MiB of fp32
+// product per block, in cache (L3) until it is added into the gradient. Blocks of 1 MiB ran the
+// GEMMs at about half speed (each block repacks the other operand, and few rows per call
+// starve the kernel): the blocks' weight-gradient backward of gpt2-124m at B x T = 1 x 64 took
+// 247 ms per step against fp32's 149, with 4 MiB 164-180 against 142-144 (flops_profiler,
+// docs/benchmarks.md). The blocks share one parallel region (OpenBLAS single-threaded inside
+// it): one barrier per weight, not one per block, which on a 2-vCPU machine costs more than the
+// GEMMs themselves at small batches. Their number is a multiple of the threads, so none idles.
+constexpr size_t kGradChunkFloats = size_t{1} << 20;
 
 void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef dbias_g,
                                  TensorView dout_a, TensorView inp_a, TensorView weight_v, int N,
