@@ -150,6 +150,11 @@ void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
   convert(src, src_t, dst, dst_t, n, cpu_simd_level());
 }
 
+void convert_serial(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
+  if (src_t == dst_t) return (void)std::memcpy(dst, src, n * dtype_size(src_t));
+  convert_fn(cpu_simd_level(), src_t, dst_t)(src, dst, n, false);
+}
+
 namespace {
 
 void scale_add_scalar(void* y, DType yt, const float* x, float alpha, bool acc, size_t n) {

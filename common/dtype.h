@@ -100,6 +100,8 @@ inline void store_f32(void* p, DType t, size_t i, float x) {
 // 32K-element chunks.
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n);
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n, SimdLevel level);
+// The same on the calling thread only: for a caller already inside a parallel region.
+void convert_serial(const void* src, DType src_t, void* dst, DType dst_t, size_t n);
 
 // y (n, y_t) = alpha * x (n, fp32) + (accumulate ? y : 0), in fp32 (alpha * x rounded, then the
 // sum rounded, no fused multiply-add) and rounded once to y_t. Gradient averaging and
