@@ -49,11 +49,12 @@ class Backend {
   // collectives after it.
   virtual void* stream_handle() const { return nullptr; }
   // The dtype UnitEngine::fetch() gives parameters stored in `working` in: fp32 on the CPU (the
-  // engine widens a 16-bit unit once per fetch, for the head, whose weight every chunk's GEMMs
-  // read; its kernels are fp32), the working dtype itself on a GPU (no fp32 copy; bf16/fp16
-  // GEMMs on tensor cores with fp32 accumulation). Every backend's kernels also take the stored
-  // dtype (fetch_stored: a block's weights, each read once per pass), the CPU widening one
-  // tensor at a time.
+  // engine widens a 16-bit unit once per fetch, for the decoding step's head, whose
+  // matrix-vector product reads the whole weight; its kernels are fp32), the working dtype
+  // itself on a GPU (no fp32 copy; bf16/fp16 GEMMs on tensor cores with fp32 accumulation).
+  // Every backend's kernels also take the stored dtype (fetch_stored: the blocks' and, in
+  // training, the head's weights), the CPU's GEMMs widening a block of the weight's rows at a
+  // time in cache, its norms one tensor at a time.
   virtual DType weight_dtype(DType /*working*/) const { return DType::kF32; }
   // The dtype this backend keeps activations and their gradients in when parameters work in
   // `working`: fp32 on the CPU (its kernels are fp32); on a GPU the 16-bit working dtype itself

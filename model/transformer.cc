@@ -246,8 +246,10 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, V = c.vocab_size;
   const int hu = layout_.head_unit(), eu = layout_.embedding_unit();
-  const TensorView ph = e.fetch(hu);
-  const TensorView pw = c.tied_embeddings ? e.fetch(eu) + o.wte : ph + o.headw;  // (V,C)
+  // As stored, as a block's: each chunk's GEMMs widen the vocabulary-sized weight a block of
+  // rows at a time, in cache, which reads less memory than a widened copy would (CPU).
+  const TensorView ph = fetch_block(e, hu);
+  const TensorView pw = c.tied_embeddings ? fetch_block(e, eu) + o.wte : ph + o.headw;  // (V,C)
   const TensorRef x = block_input(c.n_layer), lnf = act(a_->lnf);
   norm_forward(lnf, a_->lnf_mean.f32(), a_->lnf_rstd.f32(), x, ph + o.lnfw, at(ph, o.lnfb), N);
   float* gh = train ? e.grads(hu) : nullptr;

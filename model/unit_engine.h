@@ -12,12 +12,14 @@ class UnitEngine {
   virtual ~UnitEngine() = default;
   // The parameters of `unit` (the unit's flat layout, ParamLayout order) on the device, in
   // Backend::weight_dtype (fp32 on the CPU: a 16-bit unit widened once for its many kernel
-  // calls, the head's; the working dtype on a GPU), valid until the matching release(unit).
+  // calls, the decoding step's head; the working dtype on a GPU), valid until the matching
+  // release(unit).
   // Calls nest: a unit fetched twice needs two releases.
   virtual TensorView fetch(int unit) = 0;
   // The same parameters as stored, in their working dtype (*t: fp32, bf16 or fp16), with no fp32
-  // copy made: for callers that read a few rows of a large unit (the embedding lookup). Released
-  // by release(unit) like fetch().
+  // copy made: for kernels that widen what they read as they go (a CPU GEMM a block of the
+  // weight's rows at a time, the embedding lookup its rows). Released by release(unit) like
+  // fetch().
   virtual const void* fetch_stored(int unit, DType* t) {
     const TensorView v = fetch(unit);
     *t = v.dtype;

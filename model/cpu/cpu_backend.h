@@ -33,9 +33,9 @@ class CpuBackend final : public Backend {
  private:
   // The fp32 elements of parameter view v (n of them): v's own pointer when it is fp32, else v
   // widened exactly into tmp, a workspace block. The block cache hands the same block back at
-  // the next call of that size, so a weight widened here is still in cache when the GEMM that
-  // follows reads it, and costs no page faults: a block's weights reach these kernels as stored
-  // (UnitEngine::fetch_stored) and are widened one tensor at a time, not a unit at a time.
+  // the next call of that size, so it costs no page faults: weights reach the kernels as stored
+  // (UnitEngine::fetch_stored) and are widened one tensor at a time (the norms'), or a block of
+  // rows at a time (the GEMMs, model/cpu/matmul.cc), not a unit at a time.
   // Activations stay fp32 (activation_dtype): a 16-bit weight does not round the other operand.
   const float* widen(TensorView v, size_t n, DeviceBuffer& tmp);
   // Where a kernel sums its contribution to weight gradient g (n elements): g's own memory when

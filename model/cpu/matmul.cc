@@ -70,9 +70,11 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
   }
 }
 
-// At most this many fp32 elements of a thread's part of the input gradient for the blocked
-// backward of a 16-bit weight; more rows than that take one GEMM on the widened weight.
-constexpr size_t kPartFloats = size_t{1} << 19;
+// At most this many fp32 elements (8 MiB) of a thread's part of the input gradient for the
+// blocked backward of a 16-bit weight, so that a classifier chunk (about 8M logits: 262 rows of
+// a 32k vocabulary, C up to 8000) takes that path; more rows than that (a block's backward at a
+// large batch) take one GEMM on the widened weight.
+constexpr size_t kPartFloats = size_t{1} << 21;
 
 void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef dbias_g,
                                  TensorView dout_a, TensorView inp_a, TensorView weight_v, int N,
