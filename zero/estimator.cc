@@ -145,8 +145,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.stage == 3) ws += in.live_units * largest_padded * P;
   // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
   // units: one, or the head and the embedding together when they are tied (counted at the
-  // largest unit's size). A block's kernels widen one tensor at a time and sum a 16-bit weight
-  // gradient in blocks of about 1 MiB per thread, less than that for any real model.
+  // largest unit's size): the decoding step's. In training the CPU's GEMMs widen a 16-bit weight
+  // and sum its gradient a block of about 4 MiB at a time per thread (plus up to 8 MiB of input
+  // gradient), which this term bounds for any thread count a real model meets.
   const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
   if (in.param_dtype != in.weight_dtype) ws += views * largest_padded * 4;
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the

@@ -73,9 +73,9 @@ struct EstimateInput {
   // backend, the working dtype on a GPU.
   DType activation_dtype = DType::kF32;
   // The dtype fetch() gives weights in (Backend::weight_dtype): fp32 on the CPU backend, which
-  // then reads the head's 16-bit unit (and the tied embedding) through an fp32 copy made at
-  // fetch (workspace; blocks are widened one tensor at a time, less); the working dtype on a
-  // GPU, which makes none.
+  // then reads the decoding step's head (and the tied embedding) through an fp32 copy made at
+  // fetch (workspace; training widens a block of rows per thread, less); the working dtype on
+  // a GPU, which makes none.
   DType weight_dtype = DType::kF32;
 };
 

@@ -1,8 +1,10 @@
 // The CPU backend's kernels on 16-bit parameters and parameter gradients (Backend::weight_dtype,
 // Backend::grad_dtype). Reference: the same kernel on fp32 buffers (itself checked by finite
 // differences and the PyTorch fixtures), with the 16-bit rule applied on the host:
-// - a bf16 / fp16 weight computes exactly as an fp32 weight holding its widened values (the
-//   CPU's activations stay fp32; nothing else is rounded);
+// - a bf16 / fp16 weight computes as an fp32 weight holding its widened values (the CPU's
+//   activations stay fp32; nothing else is rounded): bitwise for the forward at the shapes of
+//   the first test, up to fp32 summation order elsewhere (its GEMMs run a block of the
+//   weight's rows at a time);
 // - a 16-bit weight gradient g becomes round(g + the kernel's fp32 contribution), rounded once,
 //   as the engine's fold of a zeroed fp32 accumulator gave. Shapes make the matmul's
 //   weight-gradient path take several blocks of rows, a ragged last one, and a K (rows of the
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -51,6 +54,53 @@ std::vector<uint16_t> rounded_sum(const std::vector<uint16_t>& g0, const std::ve
   return to16(w, t);
 }
 
+// A 16-bit weight gradient against the expected one: bitwise while the N rows fit one of
+// OpenBLAS's K blocks; beyond, the blocked GEMM may sum in another order: each value within one
+// 16-bit step of the expected one, plus the fp32 reordering error near zero (1e-5 of the
+// gradient's rms, K eps sqrt(K)-sized), and under 1% of them off.
+void expect_gradient(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                     const std::vector<float>& dw32, DType t, int N, const std::string& what) {
+  if (N <= 256) {
+    EXPECT_EQ(got, want) << what;
+    return;
+  }
+  std::vector<float> a(want.size()), b(want.size());
+  convert(got.data(), t, a.data(), DType::kF32, a.size());
+  convert(want.data(), t, b.data(), DType::kF32, b.size());
+  double rms = 0;
+  for (float x : dw32) rms += (double)x * x;
+  rms = std::sqrt(rms / dw32.size());
+  const double step = t == DType::kBF16 ? 0x1p-7 : 0x1p-10;  // relative 16-bit step
+  size_t off = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(std::fabs(a[i] - b[i]), step * std::fabs(b[i]) + 1e-5 * rms) << what << " " << i;
+    off += a[i] != b[i];
+  }
+  EXPECT_LT(off, a.size() / 100) << what;
+}
+
+std::string shape_name(int N, int C, int OC, float scale) {
+  return std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(OC) + " " +
+         std::to_string(scale);
+}
+
+// dinp (N,C) against dinp0 + dout @ w summed in double, up to fp32 rounding of the terms.
+void expect_input_gradient(const std::vector<float>& got, const std::vector<float>& dinp0,
+                           const std::vector<float>& dout, const std::vector<float>& w, int N,
+                           int C, int OC, const std::string& what) {
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      const size_t i = (size_t)n * C + c;
+      double sum = dinp0[i], abs_sum = std::fabs(dinp0[i]);
+      for (int o = 0; o < OC; ++o) {
+        const double term = (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+        sum += term;
+        abs_sum += std::fabs(term);
+      }
+      ASSERT_NEAR(got[i], sum, 1e-5 * abs_sum) << what << " " << n << "," << c;
+    }
+}
+
 class CpuSixteenBit : public ::testing::TestWithParam<DType> {
  protected:
   std::unique_ptr<Backend> be_ = make_cpu_backend(2);
@@ -75,18 +125,53 @@ TEST_P(CpuSixteenBit, WeightsComputeAsTheirWidenedValues) {
                        TensorView(w16.data(), t), N, C, OC);
   // The input gradient of a 16-bit weight is summed a block of rows at a time (each thread's
   // part, then the parts): both agree with the sum in double up to fp32 rounding of the terms.
-  for (int n = 0; n < N; ++n)
-    for (int c = 0; c < C; ++c) {
-      double sum = 0, abs_sum = 0;
+  const std::vector<float> zeros(dinp32.size(), 0.f);
+  expect_input_gradient(dinp32, zeros, dout, w, N, C, OC, "fp32 weight");
+  expect_input_gradient(dinp16, zeros, dout, w, N, C, OC, "16-bit weight");
+}
+
+// A 16-bit weight with a 16-bit gradient, as the blocks train: forward and both gradients, into
+// an input gradient and a weight gradient that already hold values. Shapes: blocks of rows with
+// a ragged last one, C above OpenBLAS's K block (1100); one output row (OC = 1: fewer blocks
+// than threads); a batch whose input gradient goes in two slabs of rows (2100 x 1000); the
+// decoding step's single row (N = 1) forward.
+TEST_P(CpuSixteenBit, SixteenBitWeightWithSixteenBitGradient) {
+  const DType t = GetParam();
+  for (auto [N, C, OC] : {std::tuple{7, 300, 2000}, std::tuple{5, 1100, 2001}, std::tuple{3, 64, 1},
+                          std::tuple{2100, 1000, 64}, std::tuple{1, 300, 500}}) {
+    const std::string what = shape_name(N, C, OC, 0.01f);
+    const auto inp = random((size_t)N * C, 11), dout = random((size_t)N * OC, 12);
+    const auto w = representable(random((size_t)OC * C, 13, 0.05f), t);
+    const auto w16 = to16(w, t);
+    std::vector<float> out32((size_t)N * OC), out16(out32.size());
+    be_->matmul_forward(out32.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    be_->matmul_forward(out16.data(), inp.data(), TensorView(w16.data(), t), nullptr, N, C, OC);
+    // Per block of rows the GEMM runs single-threaded, where OpenBLAS may split K (C) other
+    // than its threaded driver does (C = 1100 here): the same sums up to fp32 rounding.
+    for (int n = 0; n < N; ++n)
       for (int o = 0; o < OC; ++o) {
-        const double term = (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
-        sum += term;
-        abs_sum += std::fabs(term);
+        double sum = 0, abs_sum = 0;
+        for (int c = 0; c < C; ++c) {
+          const double term = (double)inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+          sum += term;
+          abs_sum += std::fabs(term);
+        }
+        const size_t i = (size_t)n * OC + o;
+        ASSERT_NEAR(out16[i], sum, 1e-5 * abs_sum) << what << " " << n << "," << o;
+        ASSERT_NEAR(out32[i], sum, 1e-5 * abs_sum) << what << " " << n << "," << o;
       }
-      const size_t i = (size_t)n * C + c;
-      ASSERT_NEAR(dinp32[i], sum, 1e-5 * abs_sum) << n << "," << c;
-      ASSERT_NEAR(dinp16[i], sum, 1e-5 * abs_sum) << n << "," << c;
-    }
+    std::vector<float> dw32((size_t)OC * C, 0.f), scratch((size_t)N * C, 0.f);
+    be_->matmul_backward(scratch.data(), dw32.data(), nullptr, dout.data(), inp.data(), w.data(), N,
+                         C, OC);
+    const auto dinp0 = random((size_t)N * C, 14);
+    const auto g0 = to16(random((size_t)OC * C, 15, 0.01f), t);
+    auto dinp = dinp0;
+    auto dw16 = g0;
+    be_->matmul_backward(dinp.data(), TensorRef(dw16.data(), t), nullptr, dout.data(), inp.data(),
+                         TensorView(w16.data(), t), N, C, OC);
+    expect_input_gradient(dinp, dinp0, dout, w, N, C, OC, what);
+    expect_gradient(dw16, rounded_sum(g0, dw32, t), dw32, t, N, what);
+  }
 }
 
 TEST_P(CpuSixteenBit, MatmulAddsItsWeightGradientRoundedOnce) {
@@ -106,26 +191,7 @@ TEST_P(CpuSixteenBit, MatmulAddsItsWeightGradientRoundedOnce) {
       be_->matmul_backward(dinp.data(), TensorRef(dw16.data(), t), TensorRef(db16.data(), t),
                            dout.data(), inp.data(), w.data(), N, C, OC);
       const auto want = rounded_sum(g0, dw32, t);
-      if (N <= 256) {
-        EXPECT_EQ(dw16, want) << N << "x" << C << "x" << OC << " " << scale;
-      } else {
-        // Beyond one of OpenBLAS's K blocks the blocked GEMM may sum in another order: each
-        // value within one 16-bit step of the expected one, plus the fp32 reordering error
-        // near zero (1e-5 of the gradient's rms, K eps sqrt(K)-sized).
-        std::vector<float> a(want.size()), b(want.size());
-        convert(dw16.data(), t, a.data(), DType::kF32, a.size());
-        convert(want.data(), t, b.data(), DType::kF32, b.size());
-        double rms = 0;
-        for (float x : dw32) rms += (double)x * x;
-        rms = std::sqrt(rms / dw32.size());
-        const double step = t == DType::kBF16 ? 0x1p-7 : 0x1p-10;  // relative 16-bit step
-        size_t off = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          EXPECT_LE(std::fabs(a[i] - b[i]), step * std::fabs(b[i]) + 1e-5 * rms) << i;
-          off += a[i] != b[i];
-        }
-        EXPECT_LT(off, a.size() / 100) << N << "x" << C << "x" << OC << " " << scale;
-      }
+      expect_gradient(dw16, want, dw32, t, N, shape_name(N, C, OC, scale));
       EXPECT_EQ(db16, rounded_sum(b0, db32, t)) << N << "x" << C << "x" << OC << " " << scale;
     }
   }
