@@ -414,14 +414,20 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
           r.engine->host_bytes(cat, /*peak=*/true) + r.transformer->host_tracker().peak(cat);
     }
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
-    ZT_RETURN_IF_ERROR(write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"),
-                                  memory_report(mem, in, predicted, rank)));
-  }
-  if (opt.comm_report)
+    // Node-shared parameters: each rank still counts the whole working copy, the node holds one.
+    nlohmann::json report = memory_report(mem, in, predicted, rank);
+    report["node_shared_params"] = r.engine->node_shared();
     ZT_RETURN_IF_ERROR(
-        write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"),
-                   comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
-                               r.ds.zero.stage, r.comm->world_size(), rank)));
+        write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"), report));
+  }
+  if (opt.comm_report) {
+    // Node-shared parameters: a barrier, not an all-gather, publishes the updated working copy.
+    nlohmann::json report = comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
+                                        r.ds.zero.stage, r.comm->world_size(), rank);
+    report["node_shared_params"] = r.engine->node_shared();
+    ZT_RETURN_IF_ERROR(
+        write_json(opt.run_dir, absl::StrCat("comm_report_rank", rank, ".json"), report));
+  }
   return absl::OkStatus();
 }
 

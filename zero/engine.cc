@@ -170,7 +170,12 @@ void Engine::map_shared_params() {
     end = offset[u] + bytes;
     used += bytes;
   }
-  if (world_ == 1 || end == 0) return;  // nothing to share
+  if (world_ == 1 || end == 0) {  // the same on every rank
+    if (rank_ == 0)
+      std::fprintf(stderr, "warning: zerotrain.node_shared_params has no effect: %s\n",
+                   world_ == 1 ? "one rank has no copy to share" : "every unit is replicated");
+    return;
+  }
   absl::StatusOr<SharedMemory> mem = map_node_shared(*comm_, end);
   if (!mem.ok()) {  // rank 0 says why, and any rank with an error of its own
     const absl::StatusCode code = mem.status().code();
@@ -187,6 +192,11 @@ void Engine::map_shared_params() {
   shared_.emplace(*std::move(mem));
   shared_tracked_ = used;
   be_->tracker().on_alloc(MemCategory::kParams, used);
+  if (rank_ == 0)
+    std::fprintf(stderr,
+                 "zerotrain.node_shared_params: the %d ranks share one %s working copy of the "
+                 "parameters in /dev/shm; a barrier replaces the all-gather after each step\n",
+                 world_, format_bytes((int64_t)used).c_str());
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     if (!s.replicated && !s.sharded_params)
