@@ -118,7 +118,6 @@ int64_t physical_memory_bytes() {
 
 namespace {
 constexpr size_t kHuge = kHugePageBytes;
-constexpr unsigned kStaggers = 8;
 
 bool env_off(const char* name) {
   const char* e = std::getenv(name);

@@ -78,6 +78,7 @@ int64_t physical_memory_bytes();
 // systems where THP compaction stalls); ZEROTRAIN_STAGGER=0 turns off the stagger alone.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;  // a transparent huge page
 inline constexpr size_t kStaggerBytes = size_t{16} << 10;  // the stagger's step
+inline constexpr unsigned kStaggers = 8;                   // offsets 0 .. 7 steps
 void* alloc_streaming(size_t bytes, size_t align = 64);
 // Frees p (null is fine) from alloc_streaming(bytes, ...). A block of 2 MiB and more is freed
 // from the 2 MiB boundary below p, so `bytes` must be on the same side of 2 MiB as when it was

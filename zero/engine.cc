@@ -166,7 +166,7 @@ void Engine::map_shared_params() {
     const size_t bytes = s.padded * dtype_size(opt_.param_dtype);
     const bool huge = bytes >= kHugePageBytes;
     const size_t align = huge ? kHugePageBytes : 64;
-    offset[u] = (end + align - 1) / align * align + (huge ? k++ % 8 * kStaggerBytes : 0);
+    offset[u] = (end + align - 1) / align * align + (huge ? k++ % kStaggers * kStaggerBytes : 0);
     end = offset[u] + bytes;
     used += bytes;
   }

@@ -98,16 +98,13 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
   // blocked GEMM may sum in another order, which moves a fraction of a percent of the values
   // by a 16-bit step (tests/unit/cpu_sixteen_bit_test.cc).
   const bool w16 = weight_v.dtype != DType::kF32, g16 = dweight.dtype != DType::kF32;
+  if (dinp && !w16)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC,
+                static_cast<const float*>(weight_v.data), C, 1.f, dinp, C);
   if (!w16 && !g16) {
-    if (dinp)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC,
-                  static_cast<const float*>(weight_v.data), C, 1.f, dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
                 static_cast<float*>(dweight.data), C);
   } else {
-    if (dinp && !w16)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC,
-                  static_cast<const float*>(weight_v.data), C, 1.f, dinp, C);
     // Blocks of the weight's rows in one parallel region per slab of rows of dinp. Per block:
     // with a 16-bit weight, the block widened and dout[slab, block] @ block added into this
     // thread's part of dinp[slab]; in the first pass, the block's weight gradient. Then the
