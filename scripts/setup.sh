@@ -18,6 +18,7 @@ PACKAGES=(
   time                              # /usr/bin/time in benchmarks (wall time, max RSS)
   fio                               # benchmarks/swapper_vs_fio.py: the disk's own limit
   liburing-dev                      # NVMe offload (io_uring)
+  qemu-user                         # tests/portable: the binary on a CPU without AVX-512
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                           # scripts (reference fixtures are committed)
 )
