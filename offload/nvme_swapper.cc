@@ -1,17 +1,22 @@
 #include "offload/nvme_swapper.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -24,6 +29,56 @@ namespace zt {
 namespace {
 constexpr unsigned kMaxFixed = 256;                 // slots in each io_uring table
 constexpr size_t kMaxFixedBytes = size_t{1} << 30;  // the kernel's limit per fixed buffer
+constexpr char kSwapPrefix[] = "zerotrain_swap_";
+constexpr int kMaxFallbackThreads = 8;  // pread/pwrite threads per transfer without io_uring
+
+// Why io_uring_queue_init failed (-rc), and what to do about it.
+std::string io_uring_cause(int rc, int64_t queue_depth) {
+  if (rc == ENOMEM) {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_MEMLOCK, &lim);
+    const std::string limit = lim.rlim_cur == RLIM_INFINITY
+                                  ? std::string("unlimited")
+                                  : absl::StrCat(lim.rlim_cur / 1024, " KiB");
+    // The submission entries (64 bytes each) and the rings (16-byte completions, twice as
+    // many, and the index arrays) in whole pages.
+    const int64_t page = ::sysconf(_SC_PAGESIZE);
+    const int64_t need = (queue_depth * 64 + page - 1) / page * page +
+                         (queue_depth * 36 + 320 + page - 1) / page * page;
+    return absl::StrCat("the locked-memory limit RLIMIT_MEMLOCK is ", limit,
+                        " (ulimit -l), and a ring of queue_depth ", queue_depth, " locks about ",
+                        need / 1024,
+                        " KiB; raise it (ulimit -l unlimited; memlock in "
+                        "/etc/security/limits.conf; docker run --ulimit memlock=-1)");
+  }
+  if (rc == EPERM)
+    return "io_uring is not permitted for this process (sysctl kernel.io_uring_disabled, or a "
+           "container's seccomp profile); allow it for the fastest NVMe offload";
+  if (rc == ENOSYS)
+    return "this kernel has no io_uring (Linux 5.1+ has it) or a seccomp filter (a container's "
+           "default profile) blocks it";
+  return std::strerror(rc);
+}
+
+// Removes the empty swap directories of runs that ended without removing theirs (SIGKILL, a
+// node failure): a directory whose lock no live swapper holds and that is not brand new (a
+// swapper locks its directory right after creating it).
+void remove_stale_swap_dirs(const std::string& nvme_path) {
+  DIR* d = ::opendir(nvme_path.c_str());
+  if (!d) return;
+  const std::time_t now = std::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, kSwapPrefix, std::strlen(kSwapPrefix)) != 0) continue;
+    const std::string path = nvme_path + "/" + e->d_name;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || now - st.st_mtime < 10) continue;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::rmdir(path.c_str());  // fails unless empty
+    ::close(fd);
+  }
+  ::closedir(d);
+}
 }  // namespace
 
 struct NvmeSwapper::Ring {
@@ -79,13 +134,18 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
     return absl::NotFoundError(absl::StrCat(
         "nvme_path '", nvme_path,
         "' is not an existing directory; create it on the NVMe drive or fix the path"));
-  std::string templ = nvme_path + "/zerotrain_swap_XXXXXX";
+  remove_stale_swap_dirs(nvme_path);
+  std::string templ = nvme_path + "/" + kSwapPrefix + "XXXXXX";
   if (!::mkdtemp(templ.data()))  // mode 0700
     return absl::PermissionDeniedError(absl::StrCat("cannot create a swap directory in nvme_path '",
                                                     nvme_path, "': ", std::strerror(errno),
                                                     "; give a directory this user can write"));
   std::unique_ptr<NvmeSwapper> s(new NvmeSwapper());
   s->dir_ = templ;
+  // Held while the swapper lives (the kernel drops it however the process ends): a later run
+  // removes the directory only when no one holds it.
+  s->dir_fd_ = ::open(templ.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->dir_fd_ >= 0) ::flock(s->dir_fd_, LOCK_EX | LOCK_NB);
   s->cleanup_slot_ = register_cleanup_dir(s->dir_.c_str());  // SIGTERM, aborts
   s->aio_ = aio;
   // Requests of 4 KiB to 1 GiB (io_uring lengths are 32-bit), at most 4096 in flight.
@@ -93,17 +153,27 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
       std::clamp<int64_t>(aio.block_size / kAlign * kAlign, kAlign, int64_t{1} << 30);
   s->aio_.queue_depth = std::clamp<int64_t>(aio.queue_depth, 1, 4096);
   s->ring_ = std::make_unique<Ring>();
-  const int rc = io_uring_queue_init((unsigned)s->aio_.queue_depth, &s->ring_->ring, 0);
-  if (rc < 0) {
+  const bool refused = std::getenv("ZEROTRAIN_NO_IO_URING") != nullptr;
+  const int rc =
+      refused ? -EPERM : io_uring_queue_init((unsigned)s->aio_.queue_depth, &s->ring_->ring, 0);
+  if (rc < 0) {  // pread/pwrite threads instead, with one warning per cause
     s->ring_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("io_uring is not available (", std::strerror(-rc),
-                     "); NVMe offload needs Linux 5.1+ with io_uring allowed"));
+    const std::string cause =
+        refused ? "ZEROTRAIN_NO_IO_URING is set" : io_uring_cause(-rc, s->aio_.queue_depth);
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(cause).second)
+      std::fprintf(stderr,
+                   "warning: NVMe offload cannot use io_uring: %s. It falls back to pread/pwrite "
+                   "on up to %d threads (slower)\n",
+                   cause.c_str(), (int)std::min<int64_t>(s->aio_.queue_depth, kMaxFallbackThreads));
+  } else {
+    // Sparse tables (Linux 5.19+) filled as files and windows come; without them every request
+    // names its descriptor and buffer, as before.
+    s->files_table_ = io_uring_register_files_sparse(&s->ring_->ring, kMaxFixed) == 0;
+    s->buffers_table_ = io_uring_register_buffers_sparse(&s->ring_->ring, kMaxFixed) == 0;
   }
-  // Sparse tables (Linux 5.19+) filled as files and windows come; without them every request
-  // names its descriptor and buffer, as before.
-  s->files_table_ = io_uring_register_files_sparse(&s->ring_->ring, kMaxFixed) == 0;
-  s->buffers_table_ = io_uring_register_buffers_sparse(&s->ring_->ring, kMaxFixed) == 0;
   s->worker_ = std::make_unique<Worker>();
   return s;
 }
@@ -113,6 +183,7 @@ NvmeSwapper::~NvmeSwapper() {
   if (ring_) io_uring_queue_exit(&ring_->ring);
   for (int fd : fds_) ::close(fd);  // the files were unlinked at creation
   if (!dir_.empty()) ::rmdir(dir_.c_str());
+  if (dir_fd_ >= 0) ::close(dir_fd_);
   unregister_cleanup_dir(cleanup_slot_);
 }
 
@@ -200,6 +271,7 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
   if (h < 0 || h >= (int)fds_.size()) return absl::InvalidArgumentError("bad swap handle");
   if (reinterpret_cast<uintptr_t>(buf) % kAlign || offset % kAlign)
     return absl::InvalidArgumentError("swap buffers and offsets must be 4096-byte aligned");
+  if (!ring_) return transfer_threads(h, buf, bytes, offset, write);
   io_uring* ring = &ring_->ring;
   if (files_table_ && fixed_file_.size() < fds_.size())  // newly created files: a slot each
     for (int f = (int)fixed_file_.size(); f < (int)fds_.size(); ++f)
@@ -295,6 +367,51 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
   }
   (write ? written_ : read_) += (int64_t)bytes;
   return absl::OkStatus();
+}
+
+// Without io_uring: the transfer in block_size pieces, each a pread/pwrite loop (short
+// transfers continue), on up to min(queue_depth, kMaxFallbackThreads) threads.
+absl::Status NvmeSwapper::transfer_threads(int h, void* buf, size_t bytes, size_t offset,
+                                           bool write) {
+  const size_t block = (size_t)aio_.block_size;
+  const size_t blocks = (bytes + block - 1) / block;
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  absl::Status result;
+  auto work = [&] {
+    for (size_t b; (b = next.fetch_add(1)) < blocks;) {
+      char* p = static_cast<char*>(buf) + b * block;
+      const size_t len = std::min(block, bytes - b * block);
+      for (size_t done = 0; done < len;) {
+        const off_t at = (off_t)(offset + b * block + done);
+        const ssize_t n = write ? ::pwrite(fds_[h], p + done, len - done, at)
+                                : ::pread(fds_[h], p + done, len - done, at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int err = n < 0 ? errno : 0;
+          std::lock_guard<std::mutex> lock(mu);
+          if (result.ok())
+            result =
+                err ? absl::ResourceExhaustedError(absl::StrCat(
+                          write ? "writing" : "reading", " swap file ", paths_[h], " failed: ",
+                          std::strerror(err), err == ENOSPC ? "; the NVMe drive is full" : ""))
+                    : absl::DataLossError(absl::StrCat(write ? "writing" : "reading", " swap file ",
+                                                       paths_[h], " made no progress"));
+          next = blocks;  // the others stop at their next block
+          return;
+        }
+        done += (size_t)n;
+      }
+    }
+  };
+  const int extra =
+      (int)std::min<int64_t>({aio_.queue_depth, kMaxFallbackThreads, (int64_t)blocks}) - 1;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < extra; ++i) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (result.ok()) (write ? written_ : read_) += (int64_t)bytes;
+  return result;
 }
 
 }  // namespace zt

@@ -4,8 +4,11 @@
 // Files are created in a private directory under nvme_path (mode 0700, files 0600) and
 // unlinked as soon as they are open, so no way the process ends leaves their data behind; the
 // empty directory goes with the swapper, or through common/cleanup.h on SIGTERM / SIGINT /
-// SIGHUP or a multi-rank abort. A file system without O_DIRECT falls back to buffered I/O with
-// one warning.
+// SIGHUP or a multi-rank abort; a directory left by SIGKILL is removed by the next swapper on
+// the same nvme_path (each swapper holds a flock on its own). A file system without O_DIRECT
+// falls back to buffered I/O with one warning; where io_uring cannot be had (the memlock limit,
+// a seccomp filter, an old kernel, or ZEROTRAIN_NO_IO_URING set), transfers use pread/pwrite
+// threads, with one warning naming the cause.
 #pragma once
 
 #include <cstddef>
@@ -33,8 +36,8 @@ class NvmeSwapper {
   // Buffers and offsets given to read/write must be multiples of this (O_DIRECT's rule).
   static constexpr size_t kAlign = 4096;
 
-  // Creates the private directory under nvme_path. Errors: the path is missing, not a
-  // directory, or not writable (naming it and what to do); io_uring unavailable.
+  // Creates the private directory under nvme_path (first removing stale ones of ended runs).
+  // Errors: the path is missing, not a directory, or not writable (naming it and what to do).
   static absl::StatusOr<std::unique_ptr<NvmeSwapper>> open(const std::string& nvme_path,
                                                            const AioOptions& aio);
   ~NvmeSwapper();  // removes every file and the directory
@@ -64,12 +67,14 @@ class NvmeSwapper {
 
   const std::string& directory() const { return dir_; }
   bool direct_io() const { return direct_; }
+  bool uses_io_uring() const { return ring_ != nullptr; }  // false: pread/pwrite threads
   int64_t bytes_written() const { return written_; }
   int64_t bytes_read() const { return read_; }
 
  private:
   NvmeSwapper() = default;
   absl::Status transfer(int h, void* buf, size_t bytes, size_t offset, bool write);
+  absl::Status transfer_threads(int h, void* buf, size_t bytes, size_t offset, bool write);
   std::future<absl::Status> enqueue(int h, void* buf, size_t bytes, size_t offset, bool write);
 
   struct Ring;
@@ -82,6 +87,7 @@ class NvmeSwapper {
   std::vector<int> fds_;
   std::vector<std::string> paths_;
   bool direct_ = true;
+  int dir_fd_ = -1;        // holds the directory's flock (stale-directory removal)
   int cleanup_slot_ = -1;  // common/cleanup.h: removal on SIGTERM or a multi-rank abort
   std::atomic<int64_t> written_{0}, read_{0};  // updated by the I/O thread
   // io_uring's tables, touched only by the I/O thread: a file's slot (-1: use its descriptor;

@@ -1,14 +1,20 @@
 // The NVMe swapper: bytes written come back, in block_size requests with several in flight,
 // at any 4 KiB-aligned offset; the private directory (0700) holds no visible file (they are
 // unlinked once open) and is gone after the swapper; a missing or unusable nvme_path is an
-// error naming it.
+// error naming it; without io_uring (refused, or the memlock limit) pread/pwrite threads move
+// the same bytes; stale swap directories of killed runs are removed.
 #include "offload/nvme_swapper.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -108,6 +114,85 @@ TEST_F(NvmeSwapperTest, UnusablePathsAreErrorsNamingThem) {
   EXPECT_NE(std::string(not_dir.status().message()).find("not an existing directory"),
             std::string::npos);
   EXPECT_FALSE(NvmeSwapper::open("", {}).ok());
+}
+
+// Without io_uring (ZEROTRAIN_NO_IO_URING, as where it is refused): the pread/pwrite threads
+// move the same bytes, in whole and short blocks at any aligned offset.
+TEST_F(NvmeSwapperTest, WithoutIoUringThreadsMoveTheSameBytes) {
+  ::setenv("ZEROTRAIN_NO_IO_URING", "1", 1);
+  auto s = NvmeSwapper::open(dir_.string(), {.block_size = 8192, .queue_depth = 4});
+  ::unsetenv("ZEROTRAIN_NO_IO_URING");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE((*s)->uses_io_uring());
+  const size_t bytes = 4096 * 9;  // 4.5 blocks: three threads' worth and a short one
+  auto h = (*s)->create(2 * bytes);
+  ASSERT_TRUE(h.ok()) << h.status();
+  Aligned out(bytes), in(bytes);
+  for (size_t i = 0; i < bytes; ++i) out.p[i] = (uint8_t)(i * 29 + 3);
+  ASSERT_TRUE((*s)->write(*h, out.p, bytes, 4096).ok());
+  ASSERT_TRUE((*s)->read(*h, in.p, bytes, 4096).ok());
+  EXPECT_EQ(std::memcmp(in.p, out.p, bytes), 0);
+  EXPECT_EQ((*s)->bytes_written(), (int64_t)bytes);
+  EXPECT_FALSE((*s)->read(*h, in.p, 4096, 2 * bytes).ok()) << "a read past the end";
+}
+
+// Under a small locked-memory limit (RLIMIT_MEMLOCK of 4 KiB, as for a user in a default
+// container) io_uring_setup fails with ENOMEM: the swapper still opens, warns once naming the
+// limit and its value, and moves bytes. In a child process, as an unprivileged user when run
+// as root (root's CAP_IPC_LOCK ignores the limit).
+TEST_F(NvmeSwapperTest, SmallMemlockLimitFallsBackNamingIt) {
+  fs::permissions(dir_, fs::perms::all);
+  const std::string log = (dir_ / "stderr.txt").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    std::setvbuf(stderr, nullptr, _IONBF, 0);  // _exit flushes nothing
+    const rlimit small{4096, 4096};
+    if (::setrlimit(RLIMIT_MEMLOCK, &small) != 0) _exit(10);
+    if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) _exit(11);
+    auto s = NvmeSwapper::open(dir_.string(), {.block_size = 8192, .queue_depth = 8});
+    if (!s.ok()) {
+      std::fprintf(stderr, "open: %s\n", std::string(s.status().message()).c_str());
+      _exit(12);
+    }
+    Aligned out(8192), in(8192);
+    for (size_t i = 0; i < 8192; ++i) out.p[i] = (uint8_t)i;
+    auto h = (*s)->create(8192);
+    if (!h.ok() || !(*s)->write(*h, out.p, 8192, 0).ok() || !(*s)->read(*h, in.p, 8192, 0).ok())
+      _exit(13);
+    _exit(std::memcmp(in.p, out.p, 8192) == 0 ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::ifstream f(log);
+  const std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << err;
+  EXPECT_NE(err.find("RLIMIT_MEMLOCK is 4 KiB"), std::string::npos) << err;
+  EXPECT_NE(err.find("ulimit -l"), std::string::npos) << err;
+}
+
+// A swap directory left by a run killed with SIGKILL (empty, its files unlinked, no one holding
+// its lock) is removed by the next swapper on the same nvme_path; one a live swapper holds, or
+// one with files in it, stays.
+TEST_F(NvmeSwapperTest, StaleSwapDirectoriesAreRemoved) {
+  const fs::path stale = dir_ / "zerotrain_swap_dead01", full = dir_ / "zerotrain_swap_full01";
+  fs::create_directories(stale);
+  fs::create_directories(full);
+  std::ofstream(full / "keep") << "x";
+  const timespec old[2] = {{std::time(nullptr) - 3600, 0}, {std::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), old, 0), 0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, full.c_str(), old, 0), 0);
+  auto live = NvmeSwapper::open(dir_.string(), {});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(full));
+  const std::string held = (*live)->directory();
+  ASSERT_EQ(::utimensat(AT_FDCWD, held.c_str(), old, 0), 0);
+  auto second = NvmeSwapper::open(dir_.string(), {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(fs::exists(held)) << "removed a live swapper's directory";
 }
 
 }  // namespace
