@@ -1,12 +1,15 @@
 #include "common/file.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -136,6 +139,81 @@ absl::Status check_json_nesting(std::string_view text, int max_depth, const std:
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ensure_writable_dir(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", dir, "' cannot be created: ",
+                     ec ? ec.message() : std::string("a file of that name is in the way"),
+                     "; give a directory this user can create and write"));
+  const std::string probe = absl::StrCat(dir, "/.write_test_", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", dir,
+                                                   "' is not writable: ", std::strerror(errno),
+                                                   "; give a directory this user can write"));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+std::string process_owner_line() {
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[64];
+  std::tm utc;
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", ::gmtime_r(&now, &utc));
+  return absl::StrCat("pid ", ::getpid(), " on host ", host, ", started ", when);
+}
+
+absl::StatusOr<DirLock> DirLock::acquire(const std::string& dir, const std::string& what,
+                                         const std::string& owner, std::string* warning) {
+  const std::string path = dir + "/.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return os_error("create the lock file", path);
+  DirLock lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) {  // ENOLCK, EOPNOTSUPP: this file system keeps no locks
+      *warning = absl::StrCat("warning: ", what, " '", dir, "' is on a file system without file ",
+                              "locks (", std::strerror(errno), "): a second run given the same ",
+                              what, " is not refused; give each run its own");
+      return DirLock();
+    }
+    std::string holder(512, '\0');
+    const ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? (size_t)n : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " '", dir, "' is in use by another run (", holder.empty() ? "unknown" : holder,
+        "): two runs saving into one directory replace each other's saves. Wait for it to end ",
+        "or stop it, or give this run another ", what));
+  }
+  struct statfs fs;
+  if (::statfs(dir.c_str(), &fs) == 0 && fs.f_type == 0x6969)  // NFS_SUPER_MAGIC
+    *warning = absl::StrCat("warning: ", what, " '", dir, "' is on NFS: the lock that keeps a ",
+                            "second run out holds across nodes only where the mount honours file ",
+                            "locks (not with -o nolock)");
+  const std::string line = owner + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) != (ssize_t)line.size())
+    return os_error("write the lock file", path);
+  return lock;
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
 }
 
 }  // namespace zt

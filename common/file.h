@@ -39,6 +39,38 @@ absl::Status write_file_atomic(const std::string& path, std::string_view bytes);
 // fsync of a directory, so renames and new entries in it survive a crash.
 absl::Status fsync_dir(const std::string& dir);
 
+// A directory a program uses as its own: created if needed, and checked writable by creating
+// and removing a file in it. Errors (InvalidArgument) name `what` (e.g. "--save_dir"), the path
+// and the system's reason.
+absl::Status ensure_writable_dir(const std::string& dir, const std::string& what);
+
+// One process at a time per directory: an advisory lock (flock) on DIR/.lock, held while the
+// object lives. The kernel drops it when the process ends however it ends (SIGKILL too), so a
+// crashed run never leaves a stale lock. The file holds its holder's `owner` line (pid, host,
+// start time) for the error another process gets. Across nodes it holds where the shared file
+// system honours flock (NFSv4 and Lustre, GPFS mounted with locking do; NFS mounted -o nolock
+// does not).
+class DirLock {
+ public:
+  // Takes the lock without waiting. Errors: FailedPrecondition "WHAT 'DIR' is in use by another
+  // run: OWNER..." when another process holds it; Internal when the lock file cannot be
+  // created. Where the file system cannot lock at all, or is NFS (whose locks depend on the
+  // mount), returns an unlocked DirLock and sets *warning to a line saying so.
+  static absl::StatusOr<DirLock> acquire(const std::string& dir, const std::string& what,
+                                         const std::string& owner, std::string* warning);
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock() = default;
+  ~DirLock();
+
+ private:
+  explicit DirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// "pid 1234 on host node7, started 2026-12-02 17:10:04 UTC": this process, for DirLock's owner.
+std::string process_owner_line();
+
 }  // namespace zt
 
 namespace zt {

@@ -67,7 +67,8 @@ void prune(const std::string& save_dir, int64_t keep_last, const std::string& ke
 // Rank 0, once every rank's file is complete: meta.json, the rename into place, `latest`.
 absl::Status publish(const std::string& save_dir, const std::string& tmp, const std::string& tag,
                      const nlohmann::json& meta, int64_t keep_last) {
-  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(tmp) / "meta.json").string(), meta.dump(1)));
+  ZT_RETURN_IF_ERROR(
+      write_file_atomic((fs::path(tmp) / "meta.json").string(), sealed_meta_text(meta)));
   const fs::path final_dir = fs::path(save_dir) / tag;
   const fs::path old = fs::path(save_dir) / (".old_" + tag);
   std::error_code ec;
@@ -90,7 +91,7 @@ absl::Status publish(const std::string& save_dir, const std::string& tmp, const 
   }
   ZT_RETURN_IF_ERROR(fsync_dir(save_dir));
   if (replacing) fs::remove_all(old, ec);
-  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(save_dir) / "latest").string(), tag + "\n"));
+  ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(save_dir) / "latest").string(), latest_text(tag)));
   prune(save_dir, keep_last, tag);
   return absl::OkStatus();
 }
@@ -206,13 +207,15 @@ absl::Status check_identity(const std::string& dir, const nlohmann::json& saved,
 
 }  // namespace
 
-absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
-                                              const nlohmann::json& identity, Engine& engine,
-                                              const ParamLayout& layout) {
+absl::StatusOr<TrainingState> load_checkpoint(
+    const std::string& dir, const std::function<nlohmann::json(int format_version)>& identity,
+    Engine& engine, const ParamLayout& layout) {
   ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(dir));
   TrainingState st;
+  st.meta_checked = checkpoint_meta_checked(meta);
   try {
-    ZT_RETURN_IF_ERROR(check_identity(dir, meta.at("identity"), identity));
+    ZT_RETURN_IF_ERROR(
+        check_identity(dir, meta.at("identity"), identity(meta.at("version").get<int>())));
     st.step = meta.at("step").get<int64_t>();
     st.adam_steps = meta.at("adam_steps").get<int64_t>();
     if (st.step < 0 || st.adam_steps < 0 || st.adam_steps > st.step || st.step > (int64_t)1e15)

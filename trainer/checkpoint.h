@@ -38,6 +38,7 @@ struct TrainingState {
   int64_t adam_steps = 0;  // Engine::steps_taken (fp16 skips do not count)
   DataLoaderState data;    // the global stream's position (data/loader.h)
   std::optional<LossScaler::State> loss_scaler;
+  bool meta_checked = true;  // load_checkpoint: false for a version 1 save (no meta checksum)
 };
 
 // Saves the engine's state and `st` as SAVE_DIR/step_<st.step>, then points `latest` at it and
@@ -54,12 +55,13 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
                              Communicator& comm);
 
 // Loads the checkpoint in `dir` into `engine` (any world size and stage: each rank keeps its
-// slice) and returns its TrainingState. Checks first that `identity` equals the saved one
-// (error naming each field that differs, both values), that every file has its recorded size,
+// slice) and returns its TrainingState. Checks first meta.json's checksum, then that
+// identity(the save's format version) equals the saved identity (error naming each field that
+// differs, both values), that every file has its recorded size,
 // and while reading, each file's CRC-32 (error naming the file). Not collective; the caller
 // agrees the outcome across ranks.
-absl::StatusOr<TrainingState> load_checkpoint(const std::string& dir,
-                                              const nlohmann::json& identity, Engine& engine,
-                                              const ParamLayout& layout);
+absl::StatusOr<TrainingState> load_checkpoint(
+    const std::string& dir, const std::function<nlohmann::json(int format_version)>& identity,
+    Engine& engine, const ParamLayout& layout);
 
 }  // namespace zt

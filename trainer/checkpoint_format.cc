@@ -37,7 +37,29 @@ struct RankFile {
   }
 };
 
+constexpr char kMetaCrcKey[] = "\n \"meta_crc32\": \"";  // the field as dump(1) writes it
+constexpr char kZeroCrc[] = "00000000";
+
+uint32_t crc_of(std::string_view text) {
+  return (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()),
+                           text.size());
+}
+
+std::string crc_hex(uint32_t crc) { return absl::StrFormat("%08x", crc); }
+
 }  // namespace
+
+std::string sealed_meta_text(nlohmann::json meta) {
+  meta["meta_crc32"] = kZeroCrc;
+  std::string text = meta.dump(1) + "\n";
+  const size_t at = text.find(kMetaCrcKey) + std::strlen(kMetaCrcKey);
+  text.replace(at, 8, crc_hex(crc_of(text)));
+  return text;
+}
+
+std::string latest_text(const std::string& tag) {
+  return absl::StrCat(tag, " ", crc_hex(crc_of(tag)), "\n");
+}
 
 std::string checkpoint_tag(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
@@ -57,8 +79,14 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
   if (fs::exists(fs::path(dir) / "meta.json", ec)) return std::optional<std::string>(dir);
   const fs::path latest = fs::path(dir) / "latest";
   if (!fs::exists(latest, ec)) return std::optional<std::string>();
-  ZT_ASSIGN_OR_RETURN(std::string tag, read_file(latest.string(), "checkpoint pointer"));
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  ZT_ASSIGN_OR_RETURN(const std::string text, read_file(latest.string(), "checkpoint pointer"));
+  // "TAG CRC\n" (version 2) or "TAG\n" (version 1): anything else is damage.
+  std::string tag = text.substr(0, text.find_first_of(" \n"));
+  const bool v1 = text == tag + "\n";
+  if (!v1 && text != latest_text(tag))
+    return absl::DataLossError(absl::StrCat(
+        "'", latest.string(), "' fails its checksum (corrupt): it should read \"step_NNNNNNNN ",
+        "CRC\"; resume from a save directory in '", dir, "' (--resume_from DIR/step_NNNNNNNN)"));
   const fs::path target = fs::path(dir) / tag;
   const fs::path aside = fs::path(dir) / (".old_" + tag);  // a re-save of this step was cut short
   if (checkpoint_step(tag) >= 0 && !fs::exists(target / "meta.json", ec) &&
@@ -102,11 +130,32 @@ absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
         absl::StrCat("checkpoint metadata '", meta_path,
                      "': not a zerotrain checkpoint (unreadable JSON or "
                      "no \"format\")"));
-  if (meta["version"].get<int64_t>() != kCheckpointFormatVersion)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint metadata '", meta_path, "': format version ", meta["version"].get<int64_t>(),
-        ", this build reads ", kCheckpointFormatVersion));
+  const int64_t version = meta["version"].get<int64_t>();
+  if (version < 1 || version > kCheckpointFormatVersion)
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint metadata '", meta_path, "': format version ", version,
+                     ", this build reads 1 to ", kCheckpointFormatVersion));
+  if (version >= 2) {  // the checksum over the exact bytes, its own field read as zeros
+    const size_t key = text.find(kMetaCrcKey);
+    const size_t at = key == std::string::npos ? key : key + std::strlen(kMetaCrcKey);
+    std::string zeroed = text;
+    if (at != std::string::npos && at + 8 <= text.size()) zeroed.replace(at, 8, kZeroCrc);
+    if (at == std::string::npos || at + 8 > text.size() || !meta.contains("meta_crc32") ||
+        meta["meta_crc32"] != crc_hex(crc_of(zeroed)))
+      return absl::DataLossError(
+          absl::StrCat("checkpoint metadata '", meta_path,
+                       "' fails its checksum (corrupt or edited); resume from an earlier save "
+                       "(--resume_from DIR)"));
+  }
   return meta;
+}
+
+bool checkpoint_meta_checked(const nlohmann::json& meta) { return meta.value("version", 0) >= 2; }
+
+std::string unchecked_meta_notice(const std::string& dir) {
+  return absl::StrCat("notice: checkpoint '", dir,
+                      "' was written before meta.json had a checksum (format version 1): its "
+                      "metadata is read unchecked (the rank files' CRC-32s are still checked)");
 }
 
 absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,

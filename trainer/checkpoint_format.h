@@ -16,11 +16,21 @@
 
 namespace zt {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// Version 2 adds the checksums of meta.json and `latest`; version 1 saves are still read (their
+// metadata unchecked, with a notice: checkpoint_meta_checked).
+inline constexpr int kCheckpointFormatVersion = 2;
 // "step_00000100": the directory name of the save after `step` steps.
 std::string checkpoint_tag(int64_t step);
 // The step a save directory's name stands for (step_ and 8 or more digits), or -1.
 int64_t checkpoint_step(const std::string& name);
+
+// meta.json's text for `meta`: JSON (indent 1) whose top-level "meta_crc32" holds the CRC-32
+// (zlib's, 8 hex digits) of the whole text with that field's value written as "00000000", so
+// any flipped bit of the file fails read_checkpoint_meta.
+std::string sealed_meta_text(nlohmann::json meta);
+// The contents of SAVE_DIR/latest naming save `tag`: "TAG CRC\n", CRC the CRC-32 of TAG in 8 hex
+// digits (version 1 wrote "TAG\n", still read).
+std::string latest_text(const std::string& tag);
 
 // The checkpoint directory `dir` names: dir itself when it holds meta.json, else the save that
 // dir/latest points to; nullopt when dir has neither (nothing saved yet). Errors: a `latest`
@@ -35,9 +45,14 @@ absl::StatusOr<std::string> require_checkpoint(const std::string& dir, const std
 // config.json). Errors name the checkpoint directory `dir`.
 absl::StatusOr<ModelConfig> checkpoint_model(const nlohmann::json& meta, const std::string& dir);
 
-// meta.json of the checkpoint in `dir`, parsed, its format and version checked (errors name the
-// file).
+// meta.json of the checkpoint in `dir`, parsed, its format and version checked, and (version 2)
+// its checksum: DataLoss naming the file when any byte differs from what was written. Errors
+// name the file.
 absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir);
+// False for metadata read_checkpoint_meta could not check (a version 1 save, written before
+// the checksum): callers print unchecked_meta_notice(dir) once.
+bool checkpoint_meta_checked(const nlohmann::json& meta);
+std::string unchecked_meta_notice(const std::string& dir);
 
 // Reads the saved state of every unit of `layout`, whole (assembled from every rank's slice),
 // and calls fn(u, master, m, v) in unit order. Checks the metadata against the layout, each

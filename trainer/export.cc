@@ -1,6 +1,7 @@
 // zerotrain export (see export.h).
 #include "trainer/export.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -101,14 +102,20 @@ absl::Status run_export(const ExportOptions& o) {
   if (o.max_shard_bytes < 1) return absl::InvalidArgumentError("--max_shard_size must be positive");
   ZT_ASSIGN_OR_RETURN(const std::string dir, require_checkpoint(o.checkpoint, "--checkpoint"));
   ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(dir));
+  if (!checkpoint_meta_checked(meta))
+    std::fprintf(stderr, "%s\n", unchecked_meta_notice(dir).c_str());
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, checkpoint_model(meta, dir));
-  int bos = -1, eos = -1;
+  int bos = -1, eos = -1;  // -1: not written
   if (!o.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer));
     bos = tok.bos_id(), eos = tok.eos_id();
   } else if (c.is_gpt2()) {
     bos = eos = 50256;  // GPT-2's <|endoftext|>
   }
+  // Only ids the vocabulary holds (a tiny test model's 256 tokens have no 50256): transformers
+  // warns on every load of a config naming a token the embedding lacks.
+  if (bos >= c.vocab_size) bos = -1;
+  if (eos >= c.vocab_size) eos = -1;
   std::error_code ec;
   if (fs::exists(fs::path(o.out) / "meta.json", ec) || fs::exists(fs::path(o.out) / "latest", ec))
     return absl::InvalidArgumentError(

@@ -260,6 +260,15 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.save_dir = absl::GetFlag(FLAGS_save_dir);
   o.save_interval = absl::GetFlag(FLAGS_save_interval);
   o.keep_last = absl::GetFlag(FLAGS_keep_last);
+  // -1 stands for "not given" (the zerotrain key then decides); a negative value given (on the
+  // command line, or any but -1 in a flagfile) is refused as the key of the same name is.
+  for (const auto& [flag, value] :
+       {std::pair{"save_interval", o.save_interval}, std::pair{"keep_last", o.keep_last}})
+    if (value < 0 && (value != -1 || given(absl::StrCat("--", flag))))
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": value ", value, " is out of range; allowed: an integer >= 0 (",
+          std::string_view(flag) == "keep_last" ? "0: keep every save" : "0: save at the end only",
+          "), as for zerotrain.", flag)));
   o.resume = absl::GetFlag(FLAGS_resume);
   o.resume_from = absl::GetFlag(FLAGS_resume_from);
   o.memory_report = absl::GetFlag(FLAGS_memory_report);

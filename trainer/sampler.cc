@@ -134,6 +134,8 @@ absl::Status run_sample(const SampleCommand& cmd) {
     if (!cmd.init_from.empty()) return bad("give --checkpoint or --init_from for sample, not both");
     ZT_ASSIGN_OR_RETURN(ckpt, require_checkpoint(cmd.checkpoint, "--checkpoint"));
     ZT_ASSIGN_OR_RETURN(meta, read_checkpoint_meta(*ckpt));
+    if (!checkpoint_meta_checked(meta))
+      std::fprintf(stderr, "%s\n", unchecked_meta_notice(*ckpt).c_str());
     ZT_ASSIGN_OR_RETURN(c, checkpoint_model(meta, *ckpt));
     ZT_RETURN_IF_ERROR(set_max_seq_len(c, cmd.max_seq_len, *ckpt));
     ZT_RETURN_IF_ERROR(check_same_model(cmd.model, c, "--checkpoint '" + cmd.checkpoint + "'"));

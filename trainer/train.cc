@@ -61,6 +61,7 @@ struct Run {
   std::unique_ptr<OptimizerState> optimizer;
   std::unique_ptr<ParamStore> params;
   std::optional<MetricsWriter> metrics;  // rank 0 only
+  DirLock save_lock;                     // rank 0: save_dir is this run's alone
   int B = 0, T = 0, gas = 1;
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
   int64_t save_interval = 0, keep_last = 0;
@@ -68,29 +69,97 @@ struct Run {
   bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
 };
 
+// The model's shape, each field named (a mismatch on resume names the field).
+nlohmann::json model_identity(const ModelConfig& m) {
+  return {{"arch", m.is_gpt2() ? "gpt2" : "llama"},
+          {"vocab_size", m.vocab_size},
+          {"max_seq_len", m.max_seq_len},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"n_kv_head", m.n_kv_head},
+          {"hidden", m.hidden},
+          {"intermediate", m.intermediate},
+          {"norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"tied_embeddings", m.tied_embeddings}};
+}
+
+// The ds_config's resolved values that change the numbers (defaults applied, under DeepSpeed's
+// key paths), so a config that writes a default out, or "Adam" for "AdamW" with adam_w_mode's
+// default, is the same run. Not zero_optimization, the batch split, offload, zerotrain or the
+// reporting keys, which a resume may change.
+nlohmann::json numeric_ds_config(const DsConfig& ds) {
+  const OptimizerConfig& o = ds.optimizer;
+  const SchedulerConfig& s = ds.scheduler;
+  nlohmann::json j;
+  j["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam with L2 weight decay"},
+                    {"params",
+                     {{"lr", o.lr},
+                      {"betas", {o.beta1, o.beta2}},
+                      {"eps", o.eps},
+                      {"weight_decay", o.weight_decay},
+                      {"bias_correction", o.bias_correction}}}};
+  const char* type = s.type == SchedulerType::kWarmupLR         ? "WarmupLR"
+                     : s.type == SchedulerType::kWarmupDecayLR  ? "WarmupDecayLR"
+                     : s.type == SchedulerType::kWarmupCosineLR ? "WarmupCosineLR"
+                                                                : "none";
+  j["scheduler"] = {{"type", type}};
+  if (s.type != SchedulerType::kNone)
+    j["scheduler"]["params"] = {
+        {"warmup_min_lr", s.warmup_min_lr},
+        {"warmup_max_lr", s.warmup_max_lr.value_or(o.lr)},
+        {"warmup_num_steps", s.warmup_num_steps},
+        {"warmup_type", s.warmup_type == WarmupType::kLog ? "log" : "linear"},
+        {"total_num_steps", s.total_num_steps},
+        {"warmup_min_ratio", s.warmup_min_ratio},
+        {"cos_min_ratio", s.cos_min_ratio}};
+  j["gradient_clipping"] = ds.gradient_clipping;
+  j["gradient_predivide_factor"] = ds.gradient_predivide_factor;
+  j["bf16"] = {{"enabled", ds.bf16.enabled}};
+  j["fp16"] = {{"enabled", ds.fp16.enabled}};
+  if (ds.fp16.enabled) {
+    const Fp16Config& f = ds.fp16;
+    j["fp16"].update({{"loss_scale", f.loss_scale},
+                      {"initial_scale_power", f.initial_scale_power},
+                      {"loss_scale_window", f.loss_scale_window},
+                      {"hysteresis", f.hysteresis},
+                      {"consecutive_hysteresis", f.consecutive_hysteresis},
+                      {"min_loss_scale", f.min_loss_scale}});
+  }
+  return j;
+}
+
 // What a resumed run must share with the save (trainer/checkpoint.h): the model, the data
-// order, the global batch and every ds_config key that changes the numbers. Not the world size,
-// the stage, offload or the micro-batch split (zero_optimization, the batch keys, zerotrain and
-// the reporting keys), which a resume may change. ds_config keys appear flattened
-// ("ds_config/optimizer/params/lr") so a mismatch names the key.
-nlohmann::json resume_identity(const TrainOptions& opt, const Run& r) {
-  nlohmann::json ds = nlohmann::json::parse(r.ds_text, nullptr, false);
-  if (ds.is_object())
-    for (const char* k :
-         {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
-          "gradient_accumulation_steps", "zerotrain", "steps_per_print", "wall_clock_breakdown",
-          "activation_checkpointing", "aio", "comms_logger", "flops_profiler", "tensorboard",
-          "wandb", "csv_monitor", "memory_breakdown", "dump_state"})
-      ds.erase(k);
+// order, the global batch and the resolved ds_config values that change the numbers. Not the
+// world size, the stage, offload or the micro-batch split, which a resume may change. Flattened
+// ("ds_config/optimizer/params/lr", "model/hidden") so a mismatch names the field.
+// `format_version` 1: the identity those saves recorded (the ds_config's text, not its resolved
+// values; the model as an unlabelled array), so they still resume.
+nlohmann::json resume_identity(const TrainOptions& opt, const Run& r, int format_version) {
   const ModelConfig& m = r.model;
-  nlohmann::json id = {{"model",
-                        {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head,
-                         m.hidden, m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
-                       {"seq_len", opt.seq_len},
+  nlohmann::json id = {{"seq_len", opt.seq_len},
                        {"global_batch", (int64_t)r.B * r.gas * r.comm->world_size()},
                        {"seed", opt.seed},
                        {"shuffle", opt.shuffle},
                        {"train_tokens", r.train->num_tokens()}};
+  nlohmann::json ds;
+  if (format_version >= 2) {
+    const nlohmann::json model = model_identity(m);
+    for (const auto& [key, value] : model.items()) id["model/" + key] = value;
+    ds = numeric_ds_config(r.ds);
+  } else {
+    id["model"] = {(int)m.arch, m.vocab_size, m.max_seq_len,    m.n_layer,
+                   m.n_head,    m.n_kv_head,  m.hidden,         m.intermediate,
+                   m.norm_eps,  m.rope_theta, m.tied_embeddings};
+    ds = nlohmann::json::parse(r.ds_text, nullptr, false);
+    if (ds.is_object())
+      for (const char* k :
+           {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps", "zerotrain", "steps_per_print", "wall_clock_breakdown",
+            "activation_checkpointing", "aio", "comms_logger", "flops_profiler", "tensorboard",
+            "wandb", "csv_monitor", "memory_breakdown", "dump_state"})
+        ds.erase(k);
+  }
   const nlohmann::json flat = ds.flatten();
   for (const auto& [key, value] : flat.items()) id["ds_config" + key] = value;
   return id;
@@ -129,7 +198,22 @@ absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
   if ((r.save_interval > 0 || r.keep_last > 0) && r.save_dir.empty())
     return absl::InvalidArgumentError(
         "save_interval and keep_last need a --save_dir (or zerotrain.save_dir) to save into");
+  if (r.save_dir.empty()) return absl::OkStatus();
+  // Found now, not at the first save: every rank writes its file there, and one run at a time.
+  const std::string what = opt.save_dir.empty() ? "zerotrain.save_dir" : "--save_dir";
+  ZT_RETURN_IF_ERROR(ensure_writable_dir(r.save_dir, what));
+  if (r.comm->rank() != 0) return absl::OkStatus();
+  std::string warning;
+  ZT_ASSIGN_OR_RETURN(r.save_lock,
+                      DirLock::acquire(r.save_dir, what, process_owner_line(), &warning));
+  if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
   return absl::OkStatus();
+}
+
+// A finished job relaunched with --resume: the save is at --steps and is not to be re-saved
+// elsewhere. Such a run writes nothing (no log line, no report).
+bool nothing_to_train(const TrainOptions& opt, const Run& r) {
+  return r.start_step == opt.steps && !r.resave;
 }
 
 // --resume / --resume_from: the checkpoint's weights, moments and positions replace the
@@ -149,8 +233,12 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
                    where.c_str());
     return absl::OkStatus();
   }
-  ZT_ASSIGN_OR_RETURN(const TrainingState st, load_checkpoint(*dir, resume_identity(opt, r),
-                                                              *r.engine, r.transformer->layout()));
+  ZT_ASSIGN_OR_RETURN(const TrainingState st,
+                      load_checkpoint(
+                          *dir, [&](int version) { return resume_identity(opt, r, version); },
+                          *r.engine, r.transformer->layout()));
+  if (!st.meta_checked && r.comm->rank() == 0)
+    std::fprintf(stderr, "%s\n", unchecked_meta_notice(*dir).c_str());
   ZT_RETURN_IF_ERROR(r.train->restore(st.data));
   // --steps equal to the save's step with another --save_dir: nothing to train, the state is
   // saved again as this run lays it out (world size, stage): resharding without training.
@@ -199,7 +287,8 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
       {"device", r.backend->name()},
       {"ds_config", r.ds_text},
       {"model_config", nlohmann::json::parse(hf_config_json(r.model, "float32", -1, -1))}};
-  ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st, resume_identity(opt, r), info,
+  ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st,
+                                     resume_identity(opt, r, kCheckpointFormatVersion), info,
                                      *r.engine, r.transformer->layout(), *r.comm));
   if (r.comm->rank() == 0)
     std::printf("saved %s/step_%08lld\n", r.save_dir.c_str(), (long long)step);
@@ -368,7 +457,8 @@ absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(resume(opt, r));
   // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
   // a new one.
-  return r.metrics ? r.metrics->begin(r.start_step > 0 ? r.start_step : -1) : absl::OkStatus();
+  if (!r.metrics || nothing_to_train(opt, r)) return absl::OkStatus();
+  return r.metrics->begin(r.start_step > 0 ? r.start_step : -1);
 }
 
 // Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
@@ -509,6 +599,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         std::string(r.backend->name()).c_str(), omp_get_max_threads(),
         omp_get_max_threads() == 1 ? "" : "s",
         absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
+  if (nothing_to_train(opt, r)) return absl::OkStatus();
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
     const double vl = evaluate(r, opt.val_batches);

@@ -306,8 +306,8 @@ TEST_F(Checkpoint, KeepLastAndLeftovers) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(path("ck"))) left.push_back(e.path().filename());
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step_00000004", "step_00000006"}));
-  EXPECT_EQ(slurp(path("ck") + "/latest"), "step_00000006\n");
+  EXPECT_EQ(left, (std::vector<std::string>{".lock", "latest", "step_00000004", "step_00000006"}));
+  EXPECT_EQ(slurp(path("ck") + "/latest").substr(0, 14), "step_00000006 ");
 }
 
 // Killed at random moments while saving every step (SIGKILL, 20 trials): `latest` always names
@@ -336,8 +336,8 @@ TEST_F(Checkpoint, SavesSurviveSigkill) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!fs::exists(path("ck") + "/latest")) continue;  // killed before the first save
-    const std::string tag = slurp(path("ck") + "/latest");
-    ASSERT_TRUE(fs::exists(path("ck") + "/" + tag.substr(0, tag.size() - 1) + "/meta.json"))
+    const std::string tag = slurp(path("ck") + "/latest").substr(0, 13);
+    ASSERT_TRUE(fs::exists(path("ck") + "/" + tag + "/meta.json"))
         << "trial " << trial << ": latest names an incomplete save " << tag;
     ++resumed_later;  // the next trial resumes from it (--resume)
   }
@@ -348,6 +348,158 @@ TEST_F(Checkpoint, SavesSurviveSigkill) {
   const Result r = train(1, ds, (int)at + 2, "final", "--save_dir " + path("ck") + " --resume");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(losses("final").size(), 2u);
+}
+
+// Every byte a resume reads is checked (version 2): a bit flipped anywhere in meta.json (the data
+// position, say, which would silently change the data order) or in `latest` is exit 2 naming the
+// file, before any step. A version 1 save (no checksum; its identity as that format wrote it:
+// the ds_config's text, the model as an array) still resumes, with a notice.
+TEST_F(Checkpoint, EveryByteAResumeReadsIsChecked) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  ASSERT_EQ(train(1, ds, 2, "run", "--save_dir " + path("ck")).code, 0);
+  const std::string meta_path = path("ck") + "/step_00000002/meta.json";
+  const std::string meta = slurp(meta_path), latest = slurp(path("ck") + "/latest");
+  auto resume_fails = [&](const std::string& needle, const std::string& what) {
+    const Result r = train(1, ds, 4, "again", "--resume_from " + path("ck"));
+    EXPECT_EQ(r.code, 2) << what << "\n" << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << what << "\n" << r.out;
+    EXPECT_EQ(r.out.find("step    3"), std::string::npos) << what << ": trained";
+  };
+  std::string epoch = meta;
+  const size_t at = epoch.find("\"epoch\": 0");
+  ASSERT_NE(at, std::string::npos) << meta;
+  epoch[at + 9] = '1';  // "epoch": 0 -> 1, one bit
+  std::ofstream(meta_path, std::ios::binary) << epoch;
+  resume_fails("meta.json' fails its checksum", "epoch 0 -> 1");
+  for (size_t byte : {size_t{0}, meta.size() / 3, meta.size() / 2, meta.size() - 2}) {
+    std::string flipped = meta;
+    flipped[byte] ^= 0x20;  // '"' <-> '\x02', 'e' <-> 'E', ' ' <-> '\0': also harmless-looking
+    std::ofstream(meta_path, std::ios::binary) << flipped;
+    resume_fails("meta.json", "byte " + std::to_string(byte));
+  }
+  std::ofstream(meta_path, std::ios::binary) << meta;
+  std::string pointer = latest;
+  pointer[pointer.size() - 2] ^= 0x01;  // the checksum's last digit
+  std::ofstream(path("ck") + "/latest", std::ios::binary) << pointer;
+  resume_fails("latest' fails its checksum", "latest");
+  std::ofstream(path("ck") + "/latest", std::ios::binary) << latest;
+  // Version 1: the same save as that format wrote it.
+  nlohmann::json v1 = nlohmann::json::parse(meta);
+  v1.erase("meta_crc32");
+  v1["version"] = 1;
+  // Version 1's model field: [arch, vocab_size, max_seq_len, n_layer, n_head, n_kv_head,
+  // hidden, intermediate, norm_eps (fp32, widened), rope_theta, tied] (the layout of
+  // tests/fixtures/tiny_llama_checkpoint/meta.json), here of the tiny-llama preset.
+  const nlohmann::json v1_model = nlohmann::json::parse(
+      "[1, 256, 64, 2, 4, 2, 64, 128, 9.999999747378752e-06, 10000.0, false]");
+  v1["identity"] = {{"ds_config/gradient_clipping", 1.0},
+                    {"ds_config/optimizer/params/lr", 0.003},
+                    {"ds_config/optimizer/params/weight_decay", 0.1},
+                    {"ds_config/optimizer/type", "AdamW"},
+                    {"global_batch", 2},
+                    {"model", v1_model},
+                    {"seed", 1337},
+                    {"seq_len", 16},
+                    {"shuffle", true},
+                    {"train_tokens", 3000}};
+  std::ofstream(meta_path, std::ios::binary) << v1.dump(1);
+  std::ofstream(path("ck") + "/latest", std::ios::binary) << "step_00000002\n";
+  const Result old = train(1, ds, 3, "old", "--resume_from " + path("ck"));
+  EXPECT_EQ(old.code, 0) << old.out;
+  EXPECT_NE(old.out.find("format version 1"), std::string::npos) << old.out;
+  EXPECT_EQ(losses("old").size(), 1u) << old.out;
+}
+
+// The resume check compares the resolved configuration: writing out a default ("bf16":
+// {"enabled": false}), or "Adam" for "AdamW" with adam_w_mode's default, is the same run; a
+// different model names the field that differs (model/max_seq_len), not an array of numbers.
+TEST_F(Checkpoint, ResumeComparesTheResolvedConfiguration) {
+  ASSERT_EQ(train(1, config("ds.json", 2, 1, ""), 2, "run", "--save_dir " + path("ck")).code, 0);
+  std::string text = slurp(path("ds.json"));
+  text.replace(text.find("\"AdamW\""), 7, "\"Adam\"");
+  std::ofstream(path("explicit.json")) << text.substr(0, text.size() - 1)
+                                       << ", \"bf16\": {\"enabled\": false}, \"fp16\": "
+                                          "{\"enabled\": false}}";
+  const Result same = train(1, path("explicit.json"), 3, "same", "--resume_from " + path("ck"));
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(losses("same").size(), 1u) << same.out;
+  const Result other = train(1, config("ds.json", 2, 1, ""), 3, "other",
+                             "--resume_from " + path("ck") + " --max_seq_len 128");
+  EXPECT_EQ(other.code, 2) << other.out;
+  EXPECT_NE(other.out.find("model/max_seq_len was 64, now 128"), std::string::npos) << other.out;
+}
+
+// Everything a run needs is checked before step 1: a --save_dir that cannot be created (under a
+// regular file) or a negative --save_interval / --keep_last is exit 2 before any step, with the
+// zerotrain keys' message.
+TEST_F(Checkpoint, SaveSettingsAreCheckedBeforeTraining) {
+  std::ofstream(path("file")) << "x";
+  const std::string ds = config("ds.json", 2, 1, "");
+  struct Case {
+    std::string flags, needle;
+  };
+  for (const Case& c : {Case{"--save_dir " + path("file") + "/ck", "cannot be created"},
+                        Case{"--save_dir " + path("ck") + " --save_interval -3",
+                             "--save_interval: value -3 is out of range; allowed: an integer >= 0"},
+                        Case{"--save_dir " + path("ck") + " --keep_last -5",
+                             "--keep_last: value -5 is out of range; allowed: an integer >= 0"}}) {
+    const Result r = train(1, ds, 3, "run", c.flags);
+    EXPECT_EQ(r.code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.flags << "\n" << r.out;
+    EXPECT_EQ(r.out.find("step    1"), std::string::npos) << c.flags << ": trained";
+  }
+}
+
+// One run per save directory: while a run holds --save_dir, a second run given it (on 2 ranks
+// here) exits 2 at start naming the first (its pid), and the first's saves are untouched; once
+// it ends (here by SIGKILL: the lock goes with the process), a run takes the directory.
+TEST_F(Checkpoint, OneRunPerSaveDirectory) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    const std::string ck = path("ck"), run = path("first"), data = path("train_*.bin");
+    execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
+          "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
+          data.c_str(), "--deepspeed", ds.c_str(), "--steps", "100000", "--run_dir", run.c_str(),
+          "--save_dir", ck.c_str(), "--save_interval", "1", (char*)nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 600 && !fs::exists(path("ck") + "/latest"); ++i) usleep(50000);
+  ASSERT_TRUE(fs::exists(path("ck") + "/latest")) << "the first run never saved";
+  const Result second =
+      train(2, config("ds2.json", 1, 1, ""), 3, "second", "--save_dir " + path("ck"));
+  EXPECT_EQ(second.code, 2) << second.out;
+  EXPECT_NE(second.out.find("is in use by another run (pid " + std::to_string(pid) + " on host"),
+            std::string::npos)
+      << second.out;
+  EXPECT_TRUE(losses("second").empty());
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const Result after = train(1, ds, 1, "after", "--save_dir " + path("ck2"));
+  EXPECT_EQ(after.code, 0) << after.out;
+  const Result reuse = train(1, ds, 2, "reuse", "--save_dir " + path("ck"));
+  EXPECT_EQ(reuse.code, 0) << reuse.out;
+}
+
+// A finished job relaunched with --resume trains nothing and writes nothing: metrics.jsonl
+// (with its validation lines) is byte for byte what the job left, however often it relaunches.
+TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
+  ASSERT_TRUE(test::write_random_shards(dir_, {"val_000000.bin"}, 1000, 256, 4));
+  const std::string ds = config("ds.json", 2, 1, "");
+  const std::string val = " --val_data " + path("val_*.bin") + " --val_batches 2";
+  ASSERT_EQ(train(1, ds, 2, "run", "--save_dir " + path("ck") + val).code, 0);
+  const std::string log = slurp(path("run") + "/metrics.jsonl");
+  ASSERT_EQ(test::metric_values(path("run"), "val_loss").size(), 2u);
+  for (int again = 0; again < 2; ++again) {
+    const Result r = train(1, ds, 2, "run", "--save_dir " + path("ck") + " --resume" + val);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("nothing to train"), std::string::npos) << r.out;
+    EXPECT_EQ(slurp(path("run") + "/metrics.jsonl"), log) << "relaunch " << again;
+  }
 }
 
 // Export: every tensor of the Hugging Face directory equals the checkpoint's master weights
@@ -388,6 +540,14 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
       ASSERT_TRUE(cfg.ok()) << cfg.status();
       EXPECT_EQ(ParamLayout(*cfg).total_numel(), layout.total_numel());
       EXPECT_EQ(cfg->n_kv_head, c->n_kv_head);
+      // Special-token ids only where the vocabulary has them (tiny-gpt2's 256 tokens have no
+      // GPT-2 <|endoftext|> 50256: transformers warns on every load of such a config).
+      for (const char* file : {"/config.json", "/generation_config.json"}) {
+        const nlohmann::json j = nlohmann::json::parse(slurp(out + file));
+        for (const char* id : {"bos_token_id", "eos_token_id"})
+          if (j.contains(id) && !j[id].is_null())
+            EXPECT_LT(j[id].get<int>(), c->vocab_size) << model << file << " " << id;
+      }
       for (int u = 0; u < layout.num_units(); ++u) {
         std::vector<float> got(layout.units()[u].numel), want = master[u];
         ASSERT_TRUE(load_hf_unit(reader_of(*hf), *c, layout, u, got).ok()) << model << " " << u;

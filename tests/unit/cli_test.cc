@@ -180,7 +180,7 @@ TEST_F(Cli, CheckpointOnAFullDiskKeepsThePreviousOne) {
   EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
   EXPECT_NE(out.find("rank_00000.bin"), std::string::npos) << out;
   EXPECT_NE(out.find("LATEST:step_00000003"), std::string::npos) << out;
-  EXPECT_NE(out.find("LEFT:latest step_00000003\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("LEFT:.lock latest step_00000003\n"), std::string::npos) << out;
 }
 
 // Failed writes stop the run (issue 10): metrics.jsonl past a file-size limit (ulimit -f, with
