@@ -174,6 +174,10 @@ absl::StatusOr<DirLock> DirLock::acquire(const std::string& dir, const std::stri
                                          const std::string& owner, std::string* warning) {
   const std::string path = dir + "/.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EACCES)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot open the lock file '", path, "': ", std::strerror(errno), " (another user's run ",
+        "used this ", what, "?); give this run its own ", what));
   if (fd < 0) return os_error("create the lock file", path);
   DirLock lock(fd);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -198,8 +202,12 @@ absl::StatusOr<DirLock> DirLock::acquire(const std::string& dir, const std::stri
                             "second run out holds across nodes only where the mount honours file ",
                             "locks (not with -o nolock)");
   const std::string line = owner + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) != (ssize_t)line.size())
-    return os_error("write the lock file", path);
+  if (::ftruncate(fd, 0) != 0) return os_error("write the lock file", path);
+  const ssize_t n = ::pwrite(fd, line.data(), line.size(), 0);
+  if (n < 0) return os_error("write the lock file", path);
+  if (n != (ssize_t)line.size())
+    return absl::InternalError(
+        absl::StrCat("cannot write the lock file '", path, "': a short write (the disk is full?)"));
   return lock;
 }
 

@@ -20,6 +20,7 @@
 #include <deque>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -35,21 +36,21 @@ constexpr int kMaxFallbackThreads = 8;  // pread/pwrite threads per transfer wit
 // Why io_uring_queue_init failed (-rc), and what to do about it.
 std::string io_uring_cause(int rc, int64_t queue_depth) {
   if (rc == ENOMEM) {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_MEMLOCK, &lim);
-    const std::string limit = lim.rlim_cur == RLIM_INFINITY
-                                  ? std::string("unlimited")
-                                  : absl::StrCat(lim.rlim_cur / 1024, " KiB");
     // The submission entries (64 bytes each) and the rings (16-byte completions, twice as
     // many, and the index arrays) in whole pages.
     const int64_t page = ::sysconf(_SC_PAGESIZE);
     const int64_t need = (queue_depth * 64 + page - 1) / page * page +
                          (queue_depth * 36 + 320 + page - 1) / page * page;
-    return absl::StrCat("the locked-memory limit RLIMIT_MEMLOCK is ", limit,
-                        " (ulimit -l), and a ring of queue_depth ", queue_depth, " locks about ",
-                        need / 1024,
-                        " KiB; raise it (ulimit -l unlimited; memlock in "
-                        "/etc/security/limits.conf; docker run --ulimit memlock=-1)");
+    rlimit lim{};
+    ::getrlimit(RLIMIT_MEMLOCK, &lim);
+    if (lim.rlim_cur != RLIM_INFINITY && (int64_t)lim.rlim_cur < need)
+      return absl::StrCat("the locked-memory limit RLIMIT_MEMLOCK is ", lim.rlim_cur / 1024,
+                          " KiB (ulimit -l), and a ring of queue_depth ", queue_depth,
+                          " locks about ", need / 1024,
+                          " KiB; raise it (ulimit -l unlimited; memlock in "
+                          "/etc/security/limits.conf; docker run --ulimit memlock=-1)");
+    return absl::StrCat("the kernel could not allocate a ring of queue_depth ", queue_depth,
+                        " (out of memory, or the cgroup's memory limit)");
   }
   if (rc == EPERM)
     return "io_uring is not permitted for this process (sysctl kernel.io_uring_disabled, or a "
@@ -135,17 +136,32 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> NvmeSwapper::open(const std::string
         "nvme_path '", nvme_path,
         "' is not an existing directory; create it on the NVMe drive or fix the path"));
   remove_stale_swap_dirs(nvme_path);
-  std::string templ = nvme_path + "/" + kSwapPrefix + "XXXXXX";
-  if (!::mkdtemp(templ.data()))  // mode 0700
-    return absl::PermissionDeniedError(absl::StrCat("cannot create a swap directory in nvme_path '",
-                                                    nvme_path, "': ", std::strerror(errno),
-                                                    "; give a directory this user can write"));
   std::unique_ptr<NvmeSwapper> s(new NvmeSwapper());
-  s->dir_ = templ;
-  // Held while the swapper lives (the kernel drops it however the process ends): a later run
-  // removes the directory only when no one holds it.
-  s->dir_fd_ = ::open(templ.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (s->dir_fd_ >= 0) ::flock(s->dir_fd_, LOCK_EX | LOCK_NB);
+  // The private directory, locked while the swapper lives (the kernel drops the lock however
+  // the process ends), so a later run removes it only when no one holds it. Another run's
+  // remover may take the lock between mkdtemp and flock (a stalled process, a skewed clock on a
+  // network file system): a directory found removed once locked is made again.
+  for (int attempt = 0; s->dir_fd_ < 0; ++attempt) {
+    std::string templ = nvme_path + "/" + kSwapPrefix + "XXXXXX";
+    if (!::mkdtemp(templ.data()))  // mode 0700
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create a swap directory in nvme_path '", nvme_path,
+                       "': ", std::strerror(errno), "; give a directory this user can write"));
+    const int fd = ::open(templ.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat held;
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &held) == 0 &&
+        held.st_nlink > 0) {
+      s->dir_ = templ;
+      s->dir_fd_ = fd;
+    } else {
+      if (fd >= 0) ::close(fd);
+      ::rmdir(templ.c_str());  // ours, if still there
+      if (attempt == 3)
+        return absl::InternalError(
+            absl::StrCat("cannot hold a swap directory in nvme_path '", nvme_path,
+                         "': another process keeps removing it; give this run its own nvme_path"));
+    }
+  }
   s->cleanup_slot_ = register_cleanup_dir(s->dir_.c_str());  // SIGTERM, aborts
   s->aio_ = aio;
   // Requests of 4 KiB to 1 GiB (io_uring lengths are 32-bit), at most 4096 in flight.
@@ -407,7 +423,10 @@ absl::Status NvmeSwapper::transfer_threads(int h, void* buf, size_t bytes, size_
   const int extra =
       (int)std::min<int64_t>({aio_.queue_depth, kMaxFallbackThreads, (int64_t)blocks}) - 1;
   std::vector<std::thread> threads;
-  for (int i = 0; i < extra; ++i) threads.emplace_back(work);
+  try {
+    for (int i = 0; i < extra; ++i) threads.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads (a pids limit): fewer do the work
+  }
   work();
   for (std::thread& t : threads) t.join();
   if (result.ok()) (write ? written_ : read_) += (int64_t)bytes;

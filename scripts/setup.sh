@@ -36,6 +36,8 @@ if ((${#missing[@]})); then
 fi
 
 JOBS=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# ZT_CMAKE_ARGS: extra CMake options, e.g. ZT_CMAKE_ARGS=-DZT_NATIVE=ON (build for this CPU only).
+# shellcheck disable=SC2086
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${ZT_CMAKE_ARGS:-}
 cmake --build build -j "$JOBS"
 echo "setup: built build/zerotrain"

@@ -1,9 +1,12 @@
 // Checkpoints (docs/checkpoints.md): one directory per save, written so that a killed save never
 // replaces a good one, and read back at any world size and ZeRO stage.
 //
-//   SAVE_DIR/latest                the tag of the newest complete save ("step_00000100\n")
+//   SAVE_DIR/.lock                 the run lock (common/file.h DirLock): one run per SAVE_DIR
+//   SAVE_DIR/latest                the tag of the newest complete save and its CRC-32
+//                                  ("step_00000100 8d3f1a2c\n"; version 1: the tag alone)
 //   SAVE_DIR/step_00000100/        one save
-//     meta.json                    step, identity (what must match to resume), layout, files
+//     meta.json                    step, identity (what must match to resume), layout, files,
+//                                  and the CRC-32 of its own bytes (meta_crc32)
 //     rank_00000.bin ...           per rank, for each unit it saves (Engine::saved_range, in
 //                                  unit order): fp32 master, Adam m, Adam v of those elements
 //

@@ -82,7 +82,7 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(latest.string(), "checkpoint pointer"));
   // "TAG CRC\n" (version 2) or "TAG\n" (version 1): anything else is damage.
   std::string tag = text.substr(0, text.find_first_of(" \n"));
-  const bool v1 = text == tag + "\n";
+  const bool v1 = text == tag + "\n" || text == tag;  // also hand-written without a newline
   if (!v1 && text != latest_text(tag))
     return absl::DataLossError(absl::StrCat(
         "'", latest.string(), "' fails its checksum (corrupt): it should read \"step_NNNNNNNN ",
@@ -124,6 +124,22 @@ absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(meta_path, "checkpoint metadata"));
   ZT_ASSIGN_OR_RETURN(nlohmann::json meta, parse_json(text, meta_path, 16));
+  auto corrupt = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("checkpoint metadata '", meta_path,
+                                            "' fails its checksum (", why,
+                                            "); use an earlier save, or re-save from a run"));
+  };
+  // The checksum first, whenever the file has one, so that no field it covers (the version
+  // above all) can switch it off: the CRC-32 of the exact bytes, its own value read as zeros.
+  const bool sealed = meta.is_object() && meta.contains("meta_crc32");
+  if (sealed) {
+    const size_t key = text.find(kMetaCrcKey);
+    const size_t at = key == std::string::npos ? key : key + std::strlen(kMetaCrcKey);
+    if (at == std::string::npos || at + 8 > text.size()) return corrupt("its field is damaged");
+    std::string zeroed = text;
+    zeroed.replace(at, 8, kZeroCrc);
+    if (meta["meta_crc32"] != crc_hex(crc_of(zeroed))) return corrupt("corrupt or edited");
+  }
   if (!meta.is_object() || !meta.contains("format") || meta["format"] != "zerotrain-checkpoint" ||
       !meta.contains("version") || !meta["version"].is_number_integer())
     return absl::InvalidArgumentError(
@@ -135,18 +151,9 @@ absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint metadata '", meta_path, "': format version ", version,
                      ", this build reads 1 to ", kCheckpointFormatVersion));
-  if (version >= 2) {  // the checksum over the exact bytes, its own field read as zeros
-    const size_t key = text.find(kMetaCrcKey);
-    const size_t at = key == std::string::npos ? key : key + std::strlen(kMetaCrcKey);
-    std::string zeroed = text;
-    if (at != std::string::npos && at + 8 <= text.size()) zeroed.replace(at, 8, kZeroCrc);
-    if (at == std::string::npos || at + 8 > text.size() || !meta.contains("meta_crc32") ||
-        meta["meta_crc32"] != crc_hex(crc_of(zeroed)))
-      return absl::DataLossError(
-          absl::StrCat("checkpoint metadata '", meta_path,
-                       "' fails its checksum (corrupt or edited); resume from an earlier save "
-                       "(--resume_from DIR)"));
-  }
+  // Version 2 is always sealed and version 1 never: anything else is damage.
+  if ((version >= 2) != sealed)
+    return corrupt(sealed ? "version 1 with a checksum" : "no meta_crc32 field");
   return meta;
 }
 

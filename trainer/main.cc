@@ -305,8 +305,13 @@ int estimate(bool model_given) {
   o.table = absl::GetFlag(FLAGS_table);
   o.formula = absl::GetFlag(FLAGS_formula);
   o.params = absl::GetFlag(FLAGS_params);
-  if (model_given || o.params <= 0) o.model = absl::GetFlag(FLAGS_model);
   o.largest_layer_params = absl::GetFlag(FLAGS_largest_layer_params);
+  for (const auto& [flag, value] :
+       {std::pair{"params", o.params}, std::pair{"largest_layer_params", o.largest_layer_params}})
+    if (value < 0)
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " ", value, " must be >= 1 (0, the default: from --model)")));
+  if (model_given || o.params <= 0) o.model = absl::GetFlag(FLAGS_model);
   o.stage = absl::GetFlag(FLAGS_stage);
   o.dp = absl::GetFlag(FLAGS_dp);
   o.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);

@@ -22,7 +22,8 @@ for target in safetensors_fuzz checkpoint_meta_fuzz alpaca_fuzz; do
   case $target in
     safetensors_fuzz) cp "$ROOT"/tests/fixtures/tiny_*/model.safetensors "$corpus"/ 2>/dev/null
       n=0; for f in "$ROOT"/tests/fixtures/tiny_llama_fp32_sharded/*.safetensors; do cp "$f" "$corpus/s$((n++))"; done ;;
-    checkpoint_meta_fuzz) printf '%s' '{"format":"zerotrain-checkpoint","version":1,"units":[{"numel":3}],"ranks":[{"file":"rank_00000.bin","bytes":144,"crc32":0,"ranges":[[0,4]]}]}' > "$corpus/meta" ;;
+    checkpoint_meta_fuzz) printf '%s' '{"format":"zerotrain-checkpoint","version":1,"units":[{"numel":3}],"ranks":[{"file":"rank_00000.bin","bytes":144,"crc32":0,"ranges":[[0,4]]}]}' > "$corpus/meta"
+      printf '%s' '{"format":"zerotrain-checkpoint","version":2,"units":[{"numel":3}],"ranks":[{"file":"rank_00000.bin","bytes":144,"crc32":0,"ranges":[[0,4]]}]}' > "$corpus/meta2" ;;
     alpaca_fuzz) printf '%s' '[{"instruction":"a","input":"b","output":"c"},{"instruction":"d","output":"e"}]' > "$corpus/a" ;;
   esac
   echo "== $target ($RUNS inputs)"

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +30,8 @@
 #include "model/hf_weights.h"
 #include "model/layout.h"
 #include "model/safetensors.h"
-#include "trainer/export.h"
 #include "tests/unit/cli_helpers.h"
+#include "trainer/export.h"
 
 namespace zt {
 namespace {
@@ -371,11 +372,35 @@ TEST_F(Checkpoint, EveryByteAResumeReadsIsChecked) {
   epoch[at + 9] = '1';  // "epoch": 0 -> 1, one bit
   std::ofstream(meta_path, std::ios::binary) << epoch;
   resume_fails("meta.json' fails its checksum", "epoch 0 -> 1");
-  for (size_t byte : {size_t{0}, meta.size() / 3, meta.size() / 2, meta.size() - 2}) {
+  // Structure (a JSON error naming the file), and inside string values, where the JSON stays
+  // valid and only the checksum can tell: the format name, the recorded ds_config text, the
+  // rank file's name, and the version (2 -> 3; 2 -> 1 takes two bits and cannot switch the
+  // checksum off either).
+  for (size_t byte : {size_t{0}, meta.size() - 2}) {
     std::string flipped = meta;
-    flipped[byte] ^= 0x20;  // '"' <-> '\x02', 'e' <-> 'E', ' ' <-> '\0': also harmless-looking
+    flipped[byte] ^= 0x20;  // '{' -> '[', '}' -> ']'
     std::ofstream(meta_path, std::ios::binary) << flipped;
     resume_fails("meta.json", "byte " + std::to_string(byte));
+  }
+  struct Flip {
+    std::string inside;
+    char bit;
+  };
+  for (const Flip& f : {Flip{"zerotrain-checkpoint", 0x01}, Flip{"zerotrain-checkpoint", 0x20},
+                        Flip{"train_micro_batch_size_per_gpu", 0x01}, Flip{"rank_00000.bin", 0x20},
+                        Flip{"\"version\": 2", 0x01}}) {
+    const size_t at_text = meta.find(f.inside);
+    ASSERT_NE(at_text, std::string::npos) << f.inside;
+    std::string flipped = meta;
+    flipped[at_text + f.inside.size() - 1] ^= f.bit;
+    std::ofstream(meta_path, std::ios::binary) << flipped;
+    resume_fails("meta.json' fails its checksum", f.inside);
+  }
+  {
+    std::string downgraded = meta;  // two bits: 2 -> 1, still sealed: refused as damage
+    downgraded.replace(downgraded.find("\"version\": 2"), 12, "\"version\": 1");
+    std::ofstream(meta_path, std::ios::binary) << downgraded;
+    resume_fails("meta.json' fails its checksum", "version 2 -> 1");
   }
   std::ofstream(meta_path, std::ios::binary) << meta;
   std::string pointer = latest;
@@ -492,13 +517,21 @@ TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
   const std::string ds = config("ds.json", 2, 1, "");
   const std::string val = " --val_data " + path("val_*.bin") + " --val_batches 2";
   ASSERT_EQ(train(1, ds, 2, "run", "--save_dir " + path("ck") + val).code, 0);
-  const std::string log = slurp(path("run") + "/metrics.jsonl");
+  const std::string metrics = path("run") + "/metrics.jsonl", log = slurp(metrics);
   ASSERT_EQ(test::metric_values(path("run"), "val_loss").size(), 2u);
+  struct stat before;
+  ASSERT_EQ(::stat(metrics.c_str(), &before), 0);
+  usleep(20000);  // a rewrite would show in the modification time
   for (int again = 0; again < 2; ++again) {
     const Result r = train(1, ds, 2, "run", "--save_dir " + path("ck") + " --resume" + val);
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("nothing to train"), std::string::npos) << r.out;
-    EXPECT_EQ(slurp(path("run") + "/metrics.jsonl"), log) << "relaunch " << again;
+    EXPECT_EQ(slurp(metrics), log) << "relaunch " << again;
+    struct stat after;
+    ASSERT_EQ(::stat(metrics.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino) << "metrics.jsonl replaced, relaunch " << again;
+    EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec) << "rewritten, relaunch " << again;
+    EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec) << "rewritten, relaunch " << again;
   }
 }
 

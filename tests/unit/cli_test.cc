@@ -535,6 +535,11 @@ TEST_F(Cli, FlagValuesOutOfRange) {
   expect_user_error(run(train(ds + "--top_k -1")), {"--top_k"});
   expect_user_error(run(train(ds + "--sample_tokens -1")), {"--sample_tokens"});
   expect_user_error(run(train(ds + "--seq_len 65")), {"--seq_len 65"});  // tiny-llama: 64
+  // Counts below their range, in estimate too (a negative --params was taken as "not given").
+  for (const std::string bad : {"--params -5", "--largest_layer_params -1"})
+    expect_user_error(run("estimate --model tiny-llama " + bad), {"must be >= 1"});
+  expect_user_error(run("estimate --dp -3"), {"--dp must be >= 1"});
+  expect_user_error(run("estimate --nodes 0"), {"--nodes must be >= 1"});
 }
 
 TEST_F(Cli, HostileDsConfigs) {
