@@ -78,12 +78,26 @@ absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& di
   std::error_code ec;
   if (fs::exists(fs::path(dir) / "meta.json", ec)) return std::optional<std::string>(dir);
   const fs::path latest = fs::path(dir) / "latest";
-  if (!fs::exists(latest, ec)) return std::optional<std::string>();
-  ZT_ASSIGN_OR_RETURN(const std::string text, read_file(latest.string(), "checkpoint pointer"));
-  // "TAG CRC\n" (version 2) or "TAG\n" (version 1): anything else is damage.
-  std::string tag = text.substr(0, text.find_first_of(" \n"));
-  const bool v1 = text == tag + "\n" || text == tag;  // also hand-written without a newline
-  if (!v1 && text != latest_text(tag))
+  if (!fs::exists(latest, ec)) {
+    // Saves without a `latest` (deleted, lost in a copy, or a first save killed between its
+    // rename and `latest`): the newest complete one, not a fresh start that would train from
+    // step 0 over them.
+    std::optional<std::string> newest;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (checkpoint_step(name) >= 0 && fs::exists(e.path() / "meta.json", ec) &&
+          (!newest || checkpoint_step(name) > checkpoint_step(fs::path(*newest).filename())))
+        newest = e.path().string();
+    }
+    return newest;
+  }
+  ZT_ASSIGN_OR_RETURN(std::string text, read_file(latest.string(), "checkpoint pointer"));
+  // "TAG CRC" (version 2) or "TAG" (version 1, or written by hand to pick a save), with or
+  // without the newline: anything else is damage.
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  std::string tag = text.substr(0, text.find(' '));
+  const bool v1 = text == tag;
+  if (!v1 && text + "\n" != latest_text(tag))
     return absl::DataLossError(absl::StrCat(
         "'", latest.string(), "' fails its checksum (corrupt): it should read \"step_NNNNNNNN ",
         "CRC\"; resume from a save directory in '", dir, "' (--resume_from DIR/step_NNNNNNNN)"));

@@ -33,7 +33,8 @@ std::string sealed_meta_text(nlohmann::json meta);
 std::string latest_text(const std::string& tag);
 
 // The checkpoint directory `dir` names: dir itself when it holds meta.json, else the save that
-// dir/latest points to; nullopt when dir has neither (nothing saved yet). Errors: a `latest`
+// dir/latest points to, else (no latest) dir's newest complete step_* save; nullopt when dir
+// holds no save (nothing saved yet). Errors: a `latest`
 // naming a save that does not exist.
 absl::StatusOr<std::optional<std::string>> find_checkpoint(const std::string& dir);
 

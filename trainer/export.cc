@@ -18,6 +18,7 @@
 #include "model/layout.h"
 #include "model/safetensors.h"
 #include "trainer/checkpoint.h"
+#include "trainer/model_source.h"
 
 namespace zt {
 namespace {
@@ -107,7 +108,7 @@ absl::Status run_export(const ExportOptions& o) {
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, checkpoint_model(meta, dir));
   int bos = -1, eos = -1;  // -1: not written
   if (!o.tokenizer.empty()) {
-    ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer));
+    ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(o.tokenizer, c));
     bos = tok.bos_id(), eos = tok.eos_id();
   } else if (c.is_gpt2()) {
     bos = eos = 50256;  // GPT-2's <|endoftext|>

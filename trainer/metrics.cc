@@ -33,7 +33,9 @@ absl::Status MetricsWriter::begin(int64_t resumed_step) {
   f_ = nullptr;
   std::error_code ec;
   if (resumed_step < 0) {
-    if (std::filesystem::exists(path_, ec)) std::filesystem::rename(path_, path_ + ".prev", ec);
+    // The earlier run's log is kept aside (not an empty file open() just made).
+    if (std::filesystem::exists(path_, ec) && std::filesystem::file_size(path_, ec) > 0)
+      std::filesystem::rename(path_, path_ + ".prev", ec);
   } else {
     std::string kept;
     std::ifstream in(path_);

@@ -61,7 +61,7 @@ struct Run {
   std::unique_ptr<OptimizerState> optimizer;
   std::unique_ptr<ParamStore> params;
   std::optional<MetricsWriter> metrics;  // rank 0 only
-  DirLock save_lock;                     // rank 0: save_dir is this run's alone
+  DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
   int B = 0, T = 0, gas = 1;
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
   int64_t save_interval = 0, keep_last = 0;
@@ -178,7 +178,10 @@ absl::Status clash(const TrainOptions& opt, const std::string& name, const std::
 // either alone, or both when they agree.
 absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
   const ZerotrainConfig& z = r.ds.zerotrain;
-  if (!opt.save_dir.empty() && !z.save_dir.empty() && opt.save_dir != z.save_dir)
+  std::error_code ec;  // the same directory however written (a trailing slash, ./)
+  if (!opt.save_dir.empty() && !z.save_dir.empty() &&
+      std::filesystem::weakly_canonical(opt.save_dir, ec) !=
+          std::filesystem::weakly_canonical(z.save_dir, ec))
     return clash(opt, "save_dir", opt.save_dir, z.save_dir);
   if (opt.save_interval >= 0 && z.save_interval > 0 && opt.save_interval != z.save_interval)
     return clash(opt, "save_interval", absl::StrCat(opt.save_interval),
@@ -198,16 +201,40 @@ absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
   if ((r.save_interval > 0 || r.keep_last > 0) && r.save_dir.empty())
     return absl::InvalidArgumentError(
         "save_interval and keep_last need a --save_dir (or zerotrain.save_dir) to save into");
-  if (r.save_dir.empty()) return absl::OkStatus();
-  // Found now, not at the first save: every rank writes its file there, and one run at a time.
-  const std::string what = opt.save_dir.empty() ? "zerotrain.save_dir" : "--save_dir";
-  ZT_RETURN_IF_ERROR(ensure_writable_dir(r.save_dir, what));
-  if (r.comm->rank() != 0) return absl::OkStatus();
-  std::string warning;
-  ZT_ASSIGN_OR_RETURN(r.save_lock,
-                      DirLock::acquire(r.save_dir, what, process_owner_line(), &warning));
-  if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
   return absl::OkStatus();
+}
+
+// The directories a run writes, claimed before step 1 rather than found wanting at the first
+// save: save_dir created and writable on every rank (each writes its file there) and holding no
+// earlier run's saves unless this run resumes (a forgotten --resume would train from step 0
+// over them, and keep_last delete them); on rank 0, save_dir and run_dir locked for this run
+// alone (common/file.h DirLock).
+absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
+  namespace fs = std::filesystem;
+  const std::string what = opt.save_dir.empty() ? "zerotrain.save_dir" : "--save_dir";
+  if (!r.save_dir.empty()) ZT_RETURN_IF_ERROR(ensure_writable_dir(r.save_dir, what));
+  if (r.comm->rank() == 0) {  // first: another run in them is the reason to name
+    ZT_RETURN_IF_ERROR(ensure_writable_dir(opt.run_dir, "--run_dir"));
+    std::error_code ec;
+    for (auto [dir, name, lock] :
+         {std::tuple{r.save_dir, what, &r.save_lock},
+          std::tuple{opt.run_dir, std::string("--run_dir"), &r.run_lock}}) {
+      if (dir.empty() || (lock == &r.run_lock && !r.save_dir.empty() &&
+                          fs::weakly_canonical(dir, ec) == fs::weakly_canonical(r.save_dir, ec)))
+        continue;  // one lock for a directory given as both
+      std::string warning;
+      ZT_ASSIGN_OR_RETURN(*lock, DirLock::acquire(dir, name, process_owner_line(), &warning));
+      if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+    }
+  }
+  if (r.save_dir.empty() || opt.resume || !opt.resume_from.empty()) return absl::OkStatus();
+  const auto found = find_checkpoint(r.save_dir);
+  if (found.ok() && !*found) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " '", r.save_dir, "' already holds saves of an earlier run",
+                   found.ok() ? absl::StrCat(" (newest: ", **found, ")") : "",
+                   ": pass --resume to continue it, or give another ", what,
+                   " (or remove them) to start from step 0"));
 }
 
 // A finished job relaunched with --resume: the save is at --steps and is not to be re-saved
@@ -233,6 +260,11 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
                    where.c_str());
     return absl::OkStatus();
   }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (r.comm->rank() == 0 && *dir != where && !fs::exists(fs::path(where) / "latest", ec))
+    std::fprintf(stderr, "notice: '%s' has no 'latest': resuming from its newest save '%s'\n",
+                 where.c_str(), dir->c_str());
   ZT_ASSIGN_OR_RETURN(const TrainingState st,
                       load_checkpoint(
                           *dir, [&](int version) { return resume_identity(opt, r, version); },
@@ -243,8 +275,6 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   // --steps equal to the save's step with another --save_dir: nothing to train, the state is
   // saved again as this run lays it out (world size, stage): resharding without training.
   // (Compared as canonical paths: a trailing slash, a relative path or a link names the same.)
-  namespace fs = std::filesystem;
-  std::error_code ec;
   r.resave = st.step == opt.steps && !r.save_dir.empty() &&
              fs::weakly_canonical(r.save_dir, ec) != fs::weakly_canonical(*dir, ec).parent_path();
   if (st.step > opt.steps)
@@ -415,7 +445,8 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
                  format_bytes(key_limit));
   r.backend->set_memory_limit(
       (size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit : key_limit));
-  return resolve_saves(opt, r);
+  ZT_RETURN_IF_ERROR(resolve_saves(opt, r));
+  return claim_dirs(opt, r);
 }
 
 // The dtype r's backend keeps activations in for its working dtype (Backend::activation_dtype).

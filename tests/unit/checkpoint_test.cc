@@ -504,10 +504,55 @@ TEST_F(Checkpoint, OneRunPerSaveDirectory) {
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
-  const Result after = train(1, ds, 1, "after", "--save_dir " + path("ck2"));
-  EXPECT_EQ(after.code, 0) << after.out;
-  const Result reuse = train(1, ds, 2, "reuse", "--save_dir " + path("ck"));
+  // Free again: a relaunch at the killed run's last save (nothing to train) takes it.
+  const int at = std::stoi(slurp(path("ck") + "/latest").substr(5, 8));
+  const Result reuse = train(1, ds, at, "reuse", "--save_dir " + path("ck") + " --resume");
   EXPECT_EQ(reuse.code, 0) << reuse.out;
+  EXPECT_NE(reuse.out.find("nothing to train"), std::string::npos) << reuse.out;
+  // --run_dir too: two runs writing one metrics.jsonl would move each other's log aside.
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    const std::string run = path("shared_run"), data = path("train_*.bin");
+    execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
+          "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
+          data.c_str(), "--deepspeed", ds.c_str(), "--steps", "100000", "--run_dir", run.c_str(),
+          (char*)nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 600 && test::metric_values(path("shared_run"), "loss").empty(); ++i)
+    usleep(50000);
+  const Result same_run = train(1, ds, 2, "shared_run", "");
+  EXPECT_EQ(same_run.code, 2) << same_run.out;
+  EXPECT_NE(same_run.out.find("--run_dir '" + path("shared_run") + "' is in use by another run"),
+            std::string::npos)
+      << same_run.out;
+  kill(holder, SIGKILL);
+  waitpid(holder, &status, 0);
+}
+
+// A save directory is not started over by mistake: a run without --resume into a --save_dir
+// that holds saves exits 2 before training (it would train from step 0 over them, and keep_last
+// delete them); with --resume and `latest` gone (deleted, lost in a copy), the newest complete
+// save is resumed, with a notice, not step 0.
+TEST_F(Checkpoint, SavesAreNotStartedOver) {
+  const std::string ds = config("ds.json", 2, 1, "");
+  ASSERT_EQ(train(1, ds, 4, "run", "--save_dir " + path("ck") + " --save_interval 2").code, 0);
+  const Result fresh = train(1, ds, 6, "fresh", "--save_dir " + path("ck") + " --keep_last 1");
+  EXPECT_EQ(fresh.code, 2) << fresh.out;
+  EXPECT_NE(fresh.out.find("already holds saves of an earlier run"), std::string::npos)
+      << fresh.out;
+  EXPECT_TRUE(losses("fresh").empty());
+  EXPECT_TRUE(fs::exists(path("ck") + "/step_00000002/meta.json"));
+  fs::remove(path("ck") + "/latest");
+  const Result resumed = train(1, ds, 6, "resumed", "--save_dir " + path("ck") + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("has no 'latest': resuming from its newest save"), std::string::npos)
+      << resumed.out;
+  EXPECT_NE(resumed.out.find("at step 4"), std::string::npos) << resumed.out;
+  EXPECT_EQ(losses("resumed").size(), 2u);
 }
 
 // A finished job relaunched with --resume trains nothing and writes nothing: metrics.jsonl

@@ -464,6 +464,12 @@ TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " + kShared +
                               "llama2_tokenizer.model")),
                     {"32000", "256"});
+  // export too: it would ship a tokenizer the model cannot use, and name its special tokens.
+  ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --save_dir " + path("ck"))).code, 0);
+  expect_user_error(run("export --checkpoint " + path("ck") + " --out " + path("hf") +
+                        " --tokenizer " + kShared + "llama2_tokenizer.model"),
+                    {"32000", "256"});
+  EXPECT_FALSE(fs::exists(path("hf") + "/config.json"));
 }
 
 TEST_F(Cli, ShardTokensOutsideModelVocabulary) {
