@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cleanup.h"
+#include "common/fault.h"
 
 namespace zt {
 namespace {
@@ -287,6 +288,7 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
   if (h < 0 || h >= (int)fds_.size()) return absl::InvalidArgumentError("bad swap handle");
   if (reinterpret_cast<uintptr_t>(buf) % kAlign || offset % kAlign)
     return absl::InvalidArgumentError("swap buffers and offsets must be 4096-byte aligned");
+  if (write) fault_point("swap.write");  // between two writes of the optimizer state
   if (!ring_) return transfer_threads(h, buf, bytes, offset, write);
   io_uring* ring = &ring_->ring;
   if (files_table_ && fixed_file_.size() < fds_.size())  // newly created files: a slot each

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fault.h"
 #include "common/file.h"
 #include "common/status.h"
 
@@ -61,7 +62,10 @@ void prune(const std::string& save_dir, int64_t keep_last, const std::string& ke
   }
   std::sort(saves.rbegin(), saves.rend());
   for (size_t i = (size_t)keep_last; i < saves.size(); ++i)
-    if (saves[i].second != keep) fs::remove_all(fs::path(save_dir) / saves[i].second, ec);
+    if (saves[i].second != keep) {
+      fs::remove_all(fs::path(save_dir) / saves[i].second, ec);
+      fault_point("save.pruning");  // after removing one old save, before the others
+    }
 }
 
 // Rank 0, once every rank's file is complete: meta.json, the rename into place, `latest`.
@@ -69,6 +73,7 @@ absl::Status publish(const std::string& save_dir, const std::string& tmp, const 
                      const nlohmann::json& meta, int64_t keep_last) {
   ZT_RETURN_IF_ERROR(
       write_file_atomic((fs::path(tmp) / "meta.json").string(), sealed_meta_text(meta)));
+  fault_point("save.meta_written");  // a complete save still under its .tmp_ name
   const fs::path final_dir = fs::path(save_dir) / tag;
   const fs::path old = fs::path(save_dir) / (".old_" + tag);
   std::error_code ec;
@@ -90,8 +95,10 @@ absl::Status publish(const std::string& save_dir, const std::string& tmp, const 
         absl::StrCat("cannot rename '", tmp, "' to '", final_dir.string(), "': ", why));
   }
   ZT_RETURN_IF_ERROR(fsync_dir(save_dir));
+  fault_point("save.renamed");  // in place, `latest` still naming the previous save
   if (replacing) fs::remove_all(old, ec);
   ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(save_dir) / "latest").string(), latest_text(tag)));
+  fault_point("save.latest_written");  // before older saves are pruned
   prune(save_dir, keep_last, tag);
   return absl::OkStatus();
 }
@@ -123,6 +130,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   // Each rank's file, then (size, crc, ranges) of every rank in one scalar reduction: rank r
   // fills its row of a zeroed table (every value is exact in a double).
   const auto written = write_rank_file((fs::path(tmp) / rank_file(rank)).string(), engine, layout);
+  fault_point("save.rank_file_written");  // this rank's file whole, no meta.json yet
   const size_t row = 2 + 2 * (size_t)U;
   std::vector<double> table((size_t)world * row, 0.0);
   if (written.ok()) {

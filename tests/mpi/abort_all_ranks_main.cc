@@ -1,6 +1,7 @@
 // Registered by tests/CMakeLists.txt as comm_abort_np4: rank 1 finds a "user error" mid-run and
 // calls abort_all_ranks while every other rank waits in a collective it will never complete.
-// Passes when the job ends (no hang: ctest's timeout) with rank 1's message in the output.
+// Passes when the job ends with exit status 2, every rank gone (tests/mpi/expect_exit.sh), and
+// rank 1's message in the output.
 #include <cstdio>
 
 #include "common/status.h"

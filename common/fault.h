@@ -1,0 +1,15 @@
+// Faults at named points, for tests only: when the environment variable ZEROTRAIN_FAULT_POINT
+// names a point ("save.renamed", or "save.renamed:3" for its third pass), the process kills
+// itself there with SIGKILL, as a crash, an OOM kill or a scheduler's kill -9 would, so a test
+// hits each window of a save or a swap every run instead of by chance. Unset (every normal run)
+// a point costs one branch. The points are listed in docs/checkpoints.md ("Faults at named
+// points").
+#pragma once
+
+namespace zt {
+
+// Kills this process (SIGKILL) if ZEROTRAIN_FAULT_POINT names `point` and this is the pass it
+// names (1 when it gives none). Thread-safe; counts passes per process.
+void fault_point(const char* point);
+
+}  // namespace zt
