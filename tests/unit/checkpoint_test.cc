@@ -580,6 +580,114 @@ TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
   }
 }
 
+// Faults at named points (common/fault.h), each window hit every run instead of by chance:
+// killed (SIGKILL) at each point of the third of six saves (or the first pruning, or the 13th
+// NVMe write of the optimizer state: 4 initial, then 4 per step, so step 3's first), a run
+// leaves `latest` naming a complete save, the second or,
+// once `latest` moved, the third, and --resume trains the rest with the uninterrupted run's
+// losses, bit for bit.
+TEST_F(Checkpoint, KilledAtEachPointOfASaveResumesExactly) {
+  fs::create_directories(path("nvme"));
+  const std::string plain = config("ds.json", 2, 1, "");
+  const std::string nvme = config(
+      "nvme.json", 2, 1,
+      ", \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", "
+      "\"nvme_path\": \"" +
+          path("nvme") + "\"}}");
+  std::map<std::string, std::vector<double>> want;
+  for (const std::string& ds : {plain, nvme}) {
+    ASSERT_EQ(train(1, ds, 6, "straight", "").code, 0) << ds;
+    want[ds] = losses("straight");
+    ASSERT_EQ(want[ds].size(), 6u);
+  }
+  struct Case {
+    std::string fault, ds;
+    int resumes_at;
+  };
+  const Case cases[] = {{"save.rank_file_written:3", plain, 2}, {"save.meta_written:3", plain, 2},
+                        {"save.renamed:3", plain, 2},           {"save.latest_written:3", plain, 3},
+                        {"save.pruning:1", plain, 3},           {"swap.write:13", nvme, 2}};
+  const std::string saves = " --save_interval 1 --keep_last 2 --save_dir " + path("ck");
+  for (const Case& c : cases) {
+    for (const char* d : {"ck", "killed", "resumed"}) fs::remove_all(path(d));
+    ::setenv("ZEROTRAIN_FAULT_POINT", c.fault.c_str(), 1);
+    const Result killed = train(1, c.ds, 6, "killed", saves);
+    ::unsetenv("ZEROTRAIN_FAULT_POINT");
+    ASSERT_EQ(killed.code, 128 + SIGKILL) << c.fault << " was not reached:\n" << killed.out;
+    const std::string tag = slurp(path("ck") + "/latest").substr(0, 13);
+    EXPECT_EQ(tag, checkpoint_tag(c.resumes_at)) << c.fault;
+    EXPECT_TRUE(fs::exists(path("ck") + "/" + tag + "/meta.json")) << c.fault;
+    const Result resumed = train(1, c.ds, 6, "resumed", saves + " --resume");
+    ASSERT_EQ(resumed.code, 0) << c.fault << "\n" << resumed.out;
+    EXPECT_NE(resumed.out.find("at step " + std::to_string(c.resumes_at)), std::string::npos)
+        << c.fault << "\n"
+        << resumed.out;
+    const std::vector<double> got = losses("resumed");
+    ASSERT_EQ(got.size(), 6u - c.resumes_at) << c.fault;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], want[c.ds][c.resumes_at + i])
+          << c.fault << " step " << c.resumes_at + i + 1;
+  }
+}
+
+// The ds_config's optimizer and scheduler keys reach the update the run applies, checked in
+// closed form on the first step's saved state (Adam's step 1, bias-corrected: m = (1 - b1) g,
+// v = (1 - b2) g^2, and the master moves by lr (g / (|g| + eps) + wd theta0), which is
+// lr (sign(g) + wd theta0) where |g| >> eps). WarmupLR linear from 1e-3 to 1e-2 over 10 steps
+// gives DeepSpeed's lr 1e-3 at step 0 (not the optimizer's 1e-2); betas (0.8, 0.9) give
+// v / m^2 = 0.1 / 0.04 = 2.5 (the defaults would give 0.025); weight_decay 0.1 adds 0.1 theta0.
+// Initial weights: the tiny LLaMA fixture (tests/fixtures/tiny_llama) through --init_from.
+TEST_F(Checkpoint, OptimizerKeysReachTheAppliedUpdate) {
+  const std::string hf = std::string(ZT_SOURCE_DIR) + "/tests/fixtures/tiny_llama";
+  auto cfg = config_from_hf_json(slurp(hf + "/config.json"), hf);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(test::write_random_shards(dir_, {"fx_000000.bin"}, 2000, cfg->vocab_size, 5));
+  std::ofstream(path("opt.json"))
+      << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.8, 0.9],
+                                                        "eps": 1e-8, "weight_decay": 0.1}},
+             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3,
+                 "warmup_max_lr": 1e-2, "warmup_num_steps": 10, "warmup_type": "linear"}},
+             "gradient_clipping": 0})";
+  const Result r = ::zt::run(kBin + " train --init_from " + hf + " --seq_len 8 --val_every 0" +
+                             " --sample_tokens 0 --threads 1 --train_data " + path("fx_*.bin") +
+                             " --deepspeed " + path("opt.json") + " --steps 1 --run_dir " +
+                             path("run") + " --save_dir " + path("ck"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double lr0 = 1e-3, wd = 0.1;
+  EXPECT_EQ(test::metric_values(path("run"), "lr"), std::vector<double>{lr0});
+  const ParamLayout layout(*cfg);
+  auto dir = find_checkpoint(path("ck"));
+  ASSERT_TRUE(dir.ok() && *dir);
+  auto meta = read_checkpoint_meta(**dir);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto init = open_hf_model_dir(hf);
+  ASSERT_TRUE(init.ok()) << init.status();
+  size_t checked = 0;
+  ASSERT_TRUE(read_checkpoint(**dir, *meta, layout,
+                              [&](int u, std::span<const float> master, std::span<const float> m,
+                                  std::span<const float> v) {
+                                std::vector<float> theta0(master.size());
+                                EXPECT_TRUE(
+                                    load_hf_unit(reader_of(*init), *cfg, layout, u, theta0).ok());
+                                for (size_t i = 0; i < master.size(); ++i) {
+                                  const double g = m[i] / 0.2;        // m = (1 - b1) g
+                                  if (std::fabs(g) < 1e-4) continue;  // |g| >> eps, sign sure
+                                  EXPECT_NEAR(v[i] / ((double)m[i] * m[i]), 2.5, 1e-4)
+                                      << "unit " << u << " element " << i;
+                                  const double step = lr0 * ((g > 0 ? 1 : -1) + wd * theta0[i]);
+                                  // fp32 master: its one rounding, half an ulp of theta0.
+                                  const double tol = 1e-4 * lr0 + 0x1p-24 * std::fabs(theta0[i]);
+                                  EXPECT_NEAR(theta0[i] - master[i], step, tol)
+                                      << "unit " << u << " element " << i;
+                                  ++checked;
+                                }
+                                return absl::OkStatus();
+                              })
+                  .ok());
+  EXPECT_GT(checked, layout.total_numel() / 2) << "too few elements with a sure sign";
+}
+
 // Export: every tensor of the Hugging Face directory equals the checkpoint's master weights
 // (fp32 exactly; bf16 rounded to nearest even), for GPT-2 and LLaMA (GQA), split over shards;
 // the index maps every tensor; the config reads back as the model's.

@@ -109,5 +109,22 @@ TEST(Sampling, TopPKeepsTheSmallestNucleus) {
   EXPECT_GT(both[2], 0);
 }
 
+// Top-k alone against the counted distribution: with logits 0..3, top_k 2 keeps ids 3 and 2
+// only, drawn as e^3 : e^2 (0.731 : 0.269) at temperature 1 and as e^6 : e^4 (0.881 : 0.119) at
+// temperature 0.5 (the logits divided by it first). Keeping one id too many would draw id 1
+// about 9% of the time.
+TEST(Sampling, TopKKeepsExactlyKAndScalesByTemperature) {
+  const std::vector<float> logits = {0.f, 1.f, 2.f, 3.f};
+  std::mt19937_64 rng(7);
+  const int n = 20000;
+  for (const auto& [temperature, p3] : {std::pair{1.f, 0.7311}, std::pair{0.5f, 0.8808}}) {
+    int count[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n; ++i) ++count[sample_token(logits, temperature, 2, 1.f, rng)];
+    EXPECT_EQ(count[0] + count[1], 0) << "temperature " << temperature;
+    // 4.5 standard deviations of a binomial proportion at n = 20000: about 0.014.
+    EXPECT_NEAR((double)count[3] / n, p3, 0.014) << "temperature " << temperature;
+  }
+}
+
 }  // namespace
 }  // namespace zt

@@ -167,6 +167,67 @@ void check_adamw(const std::string& name) {
   }
 }
 
+// Gradient clipping against the transformers gradients (DeepSpeed clips as
+// torch.nn.utils.clip_grad_norm_: c = max_norm / (norm + 1e-6) when the global L2 norm exceeds
+// max_norm). With max_norm half the reference norm, one AdamW step must report the reference's
+// norm and c, and leave Adam's moments at m = (1 - beta1) c g and v = (1 - beta2) (c g)^2
+// (closed form of step 1), g the transformers gradient: a coefficient 1% off moves m by 1% of
+// c g, far outside the gradients' own 1e-4 tolerance. The master weights move by
+// lr c g / (|c g| + eps) (bias-corrected step 1, weight decay 0): the learning rate applied.
+void check_clipped_step(const std::string& name) {
+  Fixture fx = load(name);
+  const ParamLayout layout(fx.config);
+  std::vector<std::vector<float>> g(layout.num_units()), theta0(layout.num_units());
+  double sq = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    g[u].resize(layout.units()[u].numel);
+    theta0[u].resize(g[u].size());
+    ASSERT_TRUE(load_hf_unit(reader_of(fx.ref, "grad."), fx.config, layout, u, g[u]).ok());
+    ASSERT_TRUE(load_hf_unit(reader_of(fx.weights), fx.config, layout, u, theta0[u]).ok());
+    for (float x : g[u]) sq += (double)x * x;
+  }
+  const double norm = std::sqrt(sq), max_norm = 0.5 * norm, c = max_norm / (norm + 1e-6);
+  const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  EngineOptions opt;
+  opt.adam = {beta1,
+              beta2,
+              eps,
+              /*weight_decay=*/0.0,
+              /*adam_w_mode=*/true,
+              /*bias_correction=*/true};
+  opt.gradient_clipping = (float)max_norm;
+  Loaded l = build(fx, opt);
+  if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
+  l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
+  l.model->backward(*l.engine);
+  const auto st = l.engine->step(lr);
+  ASSERT_TRUE(st.ok()) << st.status();
+  // Every gradient within 1e-4 of its tensor's largest (check_forward_backward): the norm
+  // within about that relative error.
+  EXPECT_NEAR(st->grad_norm, norm, 2e-4 * norm) << name;
+  EXPECT_NEAR(st->clip_coef, c, 2e-4 * c) << name;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const size_t n = g[u].size();
+    std::vector<float> master(n), m(n), v(n);
+    l.engine->get_saved_state(u, master.data(), m.data(), v.data());
+    double gmax = 0;
+    for (float x : g[u]) gmax = std::max(gmax, (double)std::fabs(x));
+    const double tol = 2e-4 * c * gmax;  // the gradients' own error, clipped
+    for (size_t i = 0; i < n; ++i) {
+      const double cg = c * g[u][i];
+      ASSERT_NEAR(m[i] / (1.0 - beta1), cg, tol) << name << " unit " << u << " m " << i;
+      ASSERT_NEAR(std::sqrt(v[i] / (1.0 - beta2)), std::fabs(cg), tol)
+          << name << " unit " << u << " v " << i;
+      // Where the gradient's sign and size are sure, the step is lr |cg| / (|cg| + eps).
+      if (std::fabs(cg) > 100 * tol) {
+        const double step = lr * cg / (std::fabs(cg) + eps);
+        ASSERT_NEAR(theta0[u][i] - master[i], step, 1e-3 * lr + 1e-6 * std::fabs(theta0[u][i]))
+            << name << " unit " << u << " master " << i;
+      }
+    }
+  }
+}
+
 TEST(Reference, TinyGpt2MatchesTransformers) { check_forward_backward("tiny_gpt2"); }
 
 // --max_seq_len (model/config.h set_max_seq_len): attention is causal, so a model built for a
@@ -301,6 +362,10 @@ TEST(Reference, LlmcModelFileGivesTransformersLogits) {
 }
 TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
+TEST(Reference, ClippedStepMatchesTransformersGradients) {
+  check_clipped_step("tiny_gpt2");
+  check_clipped_step("tiny_llama");
+}
 
 }  // namespace
 }  // namespace zt
