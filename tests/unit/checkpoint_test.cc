@@ -77,6 +77,27 @@ class Checkpoint : public ::testing::Test {
                      " --deepspeed " + ds + " --steps " + std::to_string(steps) + " --run_dir " +
                      path(run) + " " + extra);
   }
+  // train() on one rank in the background, its output discarded (the caller kills and reaps
+  // it): `extra` are more flags, one per element.
+  pid_t spawn(const std::string& ds, int steps, const std::string& run,
+              const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {kBin, "train", "--model", "tiny-llama", "--seq_len", "16",
+                                     "--val_every", "0", "--sample_tokens", "0", "--threads", "1",
+                                     "--train_data", path("train_*.bin"), "--deepspeed", ds,
+                                     "--steps", std::to_string(steps), "--run_dir", path(run)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::freopen("/dev/null", "w", stdout);
+      std::freopen("/dev/null", "w", stderr);
+      execv(kBin.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
   std::vector<double> losses(const std::string& run) const {
     return test::metric_values(path(run), "loss");
   }
@@ -318,20 +339,10 @@ TEST_F(Checkpoint, SavesSurviveSigkill) {
   std::mt19937 rng(11);
   int resumed_later = 0;
   for (int trial = 0; trial < 20; ++trial) {
-    const pid_t pid = fork();
+    const pid_t pid = spawn(ds, 1000, "run",
+                            {"--save_dir", path("ck"), "--save_interval", "1", "--keep_last", "2",
+                             "--resume"});
     ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      std::freopen("/dev/null", "w", stdout);
-      std::freopen("/dev/null", "w", stderr);
-      const std::string steps = "1000", ck = path("ck"), run = path("run"),
-                        data = path("train_*.bin");
-      execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
-            "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
-            data.c_str(), "--deepspeed", ds.c_str(), "--steps", steps.c_str(), "--run_dir",
-            run.c_str(), "--save_dir", ck.c_str(), "--save_interval", "1", "--keep_last", "2",
-            "--resume", (char*)nullptr);
-      _exit(127);
-    }
     usleep(20000 + rng() % 400000);
     kill(pid, SIGKILL);
     int status = 0;
@@ -476,22 +487,13 @@ TEST_F(Checkpoint, SaveSettingsAreCheckedBeforeTraining) {
 }
 
 // One run per save directory: while a run holds --save_dir, a second run given it (on 2 ranks
-// here) exits 2 at start naming the first (its pid), and the first's saves are untouched; once
-// it ends (here by SIGKILL: the lock goes with the process), a run takes the directory.
+// here) exits 2 at start naming the first (its pid), before it trains or saves; once the first
+// ends (here by SIGKILL: the lock goes with the process), a run takes the directory.
 TEST_F(Checkpoint, OneRunPerSaveDirectory) {
   const std::string ds = config("ds.json", 2, 1, "");
-  const pid_t pid = fork();
+  const pid_t pid =
+      spawn(ds, 100000, "first", {"--save_dir", path("ck"), "--save_interval", "1"});
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
-    const std::string ck = path("ck"), run = path("first"), data = path("train_*.bin");
-    execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
-          "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
-          data.c_str(), "--deepspeed", ds.c_str(), "--steps", "100000", "--run_dir", run.c_str(),
-          "--save_dir", ck.c_str(), "--save_interval", "1", (char*)nullptr);
-    _exit(127);
-  }
   for (int i = 0; i < 600 && !fs::exists(path("ck") + "/latest"); ++i) usleep(50000);
   ASSERT_TRUE(fs::exists(path("ck") + "/latest")) << "the first run never saved";
   const Result second =
@@ -510,18 +512,8 @@ TEST_F(Checkpoint, OneRunPerSaveDirectory) {
   EXPECT_EQ(reuse.code, 0) << reuse.out;
   EXPECT_NE(reuse.out.find("nothing to train"), std::string::npos) << reuse.out;
   // --run_dir too: two runs writing one metrics.jsonl would move each other's log aside.
-  const pid_t holder = fork();
+  const pid_t holder = spawn(ds, 100000, "shared_run", {});
   ASSERT_GE(holder, 0);
-  if (holder == 0) {
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
-    const std::string run = path("shared_run"), data = path("train_*.bin");
-    execl(kBin.c_str(), kBin.c_str(), "train", "--model", "tiny-llama", "--seq_len", "16",
-          "--val_every", "0", "--sample_tokens", "0", "--threads", "1", "--train_data",
-          data.c_str(), "--deepspeed", ds.c_str(), "--steps", "100000", "--run_dir", run.c_str(),
-          (char*)nullptr);
-    _exit(127);
-  }
   for (int i = 0; i < 600 && test::metric_values(path("shared_run"), "loss").empty(); ++i)
     usleep(50000);
   const Result same_run = train(1, ds, 2, "shared_run", "");
