@@ -329,13 +329,10 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
 // What every rank must agree on before training, since it decides the sequence of collectives:
 // the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
 std::string fingerprint(const TrainOptions& opt, const Run& r) {
-  const ModelConfig& m = r.model;
   const nlohmann::json j = {
       {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
       {"device", r.backend ? r.backend->name() : ""},
-      {"model",
-       {(int)m.arch, m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head, m.hidden,
-        m.intermediate, m.norm_eps, m.rope_theta, m.tied_embeddings}},
+      {"model", model_identity(r.model)},
       {"recipe",
        {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
         opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
