@@ -425,6 +425,37 @@ TEST_F(Cli, FlopsProfilerPrintsItsStepAndChecksItsFile) {
       << late.out;
 }
 
+// Surfaces with no test before: `info` prints the published parameter counts (GPT-2 124M:
+// 124,439,808; TinyLlama-1.1B: 1,100,048,384, from the model cards, shared/REFERENCES.md); the
+// ds_config's zerotrain.save_dir / save_interval / keep_last alone take effect (every 2 steps,
+// the newest 2 kept); an export whose write fails (a file-size limit: EFBIG) exits 2 naming the
+// file and leaves no partial shard.
+TEST_F(Cli, InfoSaveKeysAndAFailedExport) {
+  for (const auto& [model, total] :
+       {std::pair{"gpt2-124m", "124439808"}, std::pair{"tinyllama-1.1b", "1100048384"}}) {
+    const Result r = run(std::string("info --model ") + model);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(total), std::string::npos) << model << "\n" << r.out;
+  }
+  write(path("keys.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "zerotrain": {"save_dir": ")" +
+                               path("ck") + R"(", "save_interval": 2, "keep_last": 2}})");
+  const Result trained = run(train("--deepspeed " + path("keys.json") + " --steps 6"));
+  ASSERT_EQ(trained.code, 0) << trained.out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(path("ck"))) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".lock", "latest", "step_00000004", "step_00000006"}));
+  const Result limited =
+      test::run_shell("bash -c 'trap \"\" XFSZ; ulimit -f 8; " + kBin + " export --checkpoint " +
+                      path("ck") + " --out " + path("hf") + "'");
+  EXPECT_EQ(limited.code, 2) << limited.out;
+  EXPECT_NE(limited.out.find("File too large"), std::string::npos) << limited.out;
+  EXPECT_NE(limited.out.find(path("hf")), std::string::npos) << limited.out;
+  for (const auto& e : fs::directory_iterator(path("hf")))
+    EXPECT_NE(e.path().extension(), ".safetensors") << "partial shard " << e.path();
+}
+
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
