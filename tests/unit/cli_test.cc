@@ -456,6 +456,33 @@ TEST_F(Cli, InfoSaveKeysAndAFailedExport) {
     EXPECT_NE(e.path().extension(), ".safetensors") << "partial shard " << e.path();
 }
 
+// --comm_report on 2 ranks: each step moves the ZeRO paper's volume, 2Ψ per rank for data
+// parallelism (stage 0's all-reduce) and for P_os+g (stage 2's reduce-scatter + all-gather),
+// Ψ the tiny LLaMA's parameter count in closed form: embedding 256·64, per block attention
+// 64·64 + 2·64·32 + 64·64 and SwiGLU 3·64·128 and two norms 2·64 (36,992, twice), the final
+// norm 64, the untied head 256·64: 106,816.
+TEST_F(Cli, CommReportIsThePapersVolume) {
+  const int64_t psi =
+      256 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 + 256 * 64;
+  for (int stage : {0, 2}) {
+    write(path("ds2.json"),
+          R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": )" +
+              std::to_string(stage) + "}}");
+    const Result r = test::run_shell(std::string(ZT_MPIRUN) + " -np 2 " + kBin + " " +
+                                     train("--deepspeed " + path("ds2.json") + " --comm_report"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    for (int rank : {0, 1}) {
+      std::ifstream in(path("run") + "/comm_report_rank" + std::to_string(rank) + ".json");
+      const nlohmann::json j = nlohmann::json::parse(in);
+      EXPECT_EQ(j["psi"].get<int64_t>(), psi);
+      ASSERT_EQ(j["steps"].size(), 3u);
+      for (const auto& step : j["steps"])
+        EXPECT_EQ(step["volume_over_psi"].get<double>(), 2.0) << "stage " << stage;
+    }
+  }
+}
+
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
