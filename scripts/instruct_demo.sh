@@ -17,6 +17,9 @@ for f in tinyshakespeare.txt llama2_tokenizer.model alpaca_seed_tasks.json; do
 done
 ZT=build/zerotrain
 mkdir -p "$OUT"
+# A demo starts from step 0 each time: the saves of an earlier run of it go (train refuses a
+# --save_dir that holds saves without --resume).
+rm -rf "$OUT/pretrain_ckpt" "$OUT/finetune_ckpt"
 cat > "$OUT/ds.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
