@@ -483,6 +483,37 @@ TEST_F(Cli, CommReportIsThePapersVolume) {
   }
 }
 
+// fp16's loss-scaler keys reach the run, against DeepSpeed's dynamic scaler rule (an overflow
+// skips the step; once `hysteresis` overflows have used up the counter, each further overflow
+// halves the scale; the counter is refilled only by clean steps): from 2^initial_scale_power
+// = 2^32 every step of the tiny model overflows fp16 gradients (|g| well above 65504 / 2^24), so
+// hysteresis 1 gives 2^32, 2^31, 2^30, ... and hysteresis 2 gives 2^32, 2^32, 2^31, ..., every
+// step skipped (metrics.jsonl's loss_scale is the scale a step ran with).
+TEST_F(Cli, Fp16LossScalerKeysReachTheRun) {
+  for (int hysteresis : {1, 2}) {
+    write(path("fp16.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "fp16": {"enabled": true, "initial_scale_power": 32,
+        "hysteresis": )" + std::to_string(hysteresis) +
+                                 "}}");
+    const Result r = run(train("--deepspeed " + path("fp16.json") + " --steps 8"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<double> scales = test::metric_values(path("run"), "loss_scale");
+    ASSERT_EQ(scales.size(), 8u);
+    for (int k = 0; k < 8; ++k) {
+      const int halvings = std::max(0, k - (hysteresis - 1));
+      EXPECT_EQ(scales[k], std::ldexp(1.0, 32 - halvings))
+          << "hysteresis " << hysteresis << " step " << k + 1;
+    }
+    std::ifstream in(path("run") + "/metrics.jsonl");
+    int skipped = 0;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      skipped += j.contains("skipped") && j["skipped"].get<bool>();
+    }
+    EXPECT_EQ(skipped, 8) << "hysteresis " << hysteresis;
+  }
+}
+
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
