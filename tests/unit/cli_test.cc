@@ -514,6 +514,25 @@ TEST_F(Cli, Fp16LossScalerKeysReachTheRun) {
   }
 }
 
+// prepare's printed counts against Python sentencepiece (tests/fixtures/tokenizer_reference.json,
+// scripts/make_data_reference.py): a file holding the fixture's second text is its ids plus one
+// BOS, split 0.1 to validation (rounded) and the rest to one train shard.
+TEST_F(Cli, PrepareCountsMatchPythonSentencepiece) {
+  if (!fs::exists(kShared + "llama2_tokenizer.model")) GTEST_SKIP() << "shared data absent";
+  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/tokenizer_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json& c = ref["cases"][1];
+  std::ofstream(path("text.txt"), std::ios::binary) << c["text"].get<std::string>();
+  const Result r = run("prepare --tokenizer " + kShared + "llama2_tokenizer.model --input " +
+                       path("text.txt") + " --out " + path("prep"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const int64_t n = 1 + (int64_t)c["ids"].size(), val = std::llround(0.1 * n);
+  const std::string want = "prepare: " + std::to_string(n) + " tokens from 1 file(s): train " +
+                           std::to_string(n - val) + " tokens in 1 shard(s), val " +
+                           std::to_string(val) + " tokens";
+  EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+}
+
 TEST_F(Cli, NoCommandOrUnknownCommand) {
   expect_user_error(run(""), {"zerotrain <command>"});
   expect_user_error(run("fly"), {"unknown command 'fly'"});
