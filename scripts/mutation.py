@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Mutation check: does the test suite catch plausible one-line bugs?
+
+Each file tests/mutants/*.mutant describes one bug:
+
+    # What is wrong, in a sentence or two (free text, '#' lines).
+    file: zero/engine.cc              the source file, relative to the repository root
+    find: <exact text>                occurs exactly once in that file
+    replace: <text>                   what it becomes
+    first: <ctest -R regex>           the tests expected to catch it (run before the rest)
+
+For each mutant alone: apply it, rebuild incrementally, run the `first` tests, then (if they
+all pass) the rest of the suite, stopping at the first failure, and restore the file. A mutant
+is killed when a test fails (or times out) and survives when the whole suite passes. The
+source is restored even when interrupted; the build is brought back in step at the end.
+
+Usage: scripts/mutation.sh [--build build] [--only REGEX] [--jobs 2] [--markdown FILE]
+Exit status: 0 when every mutant is killed, 1 when one survives, 2 on a bad mutant (it does
+not apply or does not compile) or bad usage.
+"""
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def parse(path):
+    m = {"name": path.stem, "why": []}
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            m["why"].append(line.lstrip("# ").rstrip())
+        elif line.strip():
+            key, sep, value = line.partition(":")
+            if not sep or key not in ("file", "find", "replace", "first"):
+                raise ValueError(f"{path}: unknown line '{line}' (keys: file find replace first)")
+            m[key] = value[1:] if value.startswith(" ") else value
+    for key in ("file", "find", "replace", "first"):
+        if key not in m:
+            raise ValueError(f"{path}: missing '{key}:'")
+    m["why"] = " ".join(m["why"])
+    return m
+
+
+def failed_tests(build):
+    log = build / "Testing" / "Temporary" / "LastTestsFailed.log"
+    if not log.exists():
+        return []
+    return [l.split(":", 1)[-1].strip() for l in log.read_text().splitlines() if l.strip()]
+
+
+def ctest(build, jobs, args):
+    """Runs ctest; returns the failing tests' names ([] when all passed)."""
+    log = build / "Testing" / "Temporary" / "LastTestsFailed.log"
+    log.unlink(missing_ok=True)
+    r = subprocess.run(["ctest", "-j", str(jobs), "--stop-on-failure", "--timeout", "300",
+                        *args], cwd=build, capture_output=True, text=True)
+    if r.returncode == 0:
+        return []
+    return failed_tests(build) or ["(ctest exit %d)" % r.returncode]
+
+
+def build_tree(build):
+    r = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True)
+    return r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def run_mutant(m, build, jobs):
+    src = ROOT / m["file"]
+    original = src.read_bytes()
+    text = original.decode()
+    count = text.count(m["find"])
+    if count != 1:
+        return "bad", f"'find' occurs {count} times in {m['file']} (must be once)", 0.0
+    start = time.monotonic()
+    try:
+        src.write_text(text.replace(m["find"], m["replace"]))
+        ok, log = build_tree(build)
+        if not ok:
+            return "bad", "does not compile:\n" + log, time.monotonic() - start
+        failed = ctest(build, jobs, ["-R", m["first"], "--no-tests=error"])
+        if not failed:
+            failed = ctest(build, jobs, ["-E", m["first"]])
+    finally:
+        src.write_bytes(original)
+    elapsed = time.monotonic() - start
+    if failed:
+        return "killed", ", ".join(failed[:3]), elapsed
+    return "survived", "every test passed", elapsed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=str(ROOT / "build"), help="configured build directory")
+    ap.add_argument("--only", default="", help="regex on mutant names")
+    ap.add_argument("--jobs", type=int, default=2, help="ctest -j")
+    ap.add_argument("--markdown", help="also write the table to this file")
+    a = ap.parse_args()
+    build = pathlib.Path(a.build).resolve()
+    if not (build / "CTestTestfile.cmake").exists():
+        print(f"mutation: {build} is not a configured build (run scripts/setup.sh)",
+              file=sys.stderr)
+        return 2
+    try:
+        mutants = [parse(p) for p in sorted((ROOT / "tests" / "mutants").glob("*.mutant"))
+                   if re.search(a.only, p.stem)]
+    except ValueError as e:
+        print(f"mutation: {e}", file=sys.stderr)
+        return 2
+    ok, log = build_tree(build)
+    if not ok:
+        print("mutation: the unmutated tree does not build:\n" + log, file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    rows, status = [], 0
+    try:
+        for i, m in enumerate(mutants, 1):
+            result, detail, secs = run_mutant(m, build, a.jobs)
+            print(f"[{i}/{len(mutants)}] {result:8s} {m['name']} ({secs:.0f} s): "
+                  f"{detail.splitlines()[0] if detail else ''}", flush=True)
+            if result == "bad":
+                print(detail, file=sys.stderr)
+                status = 2
+            elif result == "survived" and status == 0:
+                status = 1
+            rows.append((m, result, detail, secs))
+    finally:
+        build_tree(build)  # the build matches the restored sources again
+    total = time.monotonic() - start
+    killed = sum(r[1] == "killed" for r in rows)
+    summary = (f"{killed} of {len(rows)} mutants killed in {total / 60:.1f} min "
+               f"({time.strftime('%Y-%m-%d')}, ctest -j{a.jobs})")
+    print(summary)
+    if a.markdown:
+        lines = [summary, "", "| mutant | bug | result | caught by | s |", "|---|---|---|---|---|"]
+        for m, result, detail, secs in rows:
+            caught = detail.splitlines()[0] if result == "killed" else "-"
+            lines.append(f"| `{m['name']}` | {m['why']} | {result} | {caught} | {secs:.0f} |")
+        pathlib.Path(a.markdown).write_text("\n".join(lines) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
