@@ -12,4 +12,10 @@ namespace zt {
 // names (1 when it gives none). Thread-safe; counts passes per process.
 void fault_point(const char* point);
 
+// Forced fp16 overflows, for tests only: ZEROTRAIN_FORCE_OVERFLOW="2,5,6" makes the 2nd, 5th
+// and 6th call (one per optimizer step, on every rank alike) return true, and the engine then
+// treats that step's gradients as overflowed (the loss scaler's trajectory under a chosen
+// pattern, against DeepSpeed's). Unset: always false. Thread-safe; counts calls per process.
+bool forced_overflow();
+
 }  // namespace zt

@@ -12,9 +12,11 @@ Each file tests/mutants/*.mutant describes one bug:
 For each mutant alone: apply it, rebuild incrementally, run the `first` tests, then (if they
 all pass) the rest of the suite, stopping at the first failure, and restore the file. A mutant
 is killed when a test fails (or times out) and survives when the whole suite passes. The
-source is restored even when interrupted; the build is brought back in step at the end.
+unmutated suite runs first: it must pass, or every kill would mean nothing. The source is
+restored even when interrupted; the build is brought back in step at the end.
 
 Usage: scripts/mutation.sh [--build build] [--only REGEX] [--jobs 2] [--markdown FILE]
+                           [--no-baseline]
 Exit status: 0 when every mutant is killed, 1 when one survives, 2 on a bad mutant (it does
 not apply or does not compile) or bad usage.
 """
@@ -98,6 +100,8 @@ def main():
     ap.add_argument("--only", default="", help="regex on mutant names")
     ap.add_argument("--jobs", type=int, default=2, help="ctest -j")
     ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unmutated suite run (only on a tree known to be green)")
     a = ap.parse_args()
     build = pathlib.Path(a.build).resolve()
     if not (build / "CTestTestfile.cmake").exists():
@@ -115,6 +119,13 @@ def main():
         print("mutation: the unmutated tree does not build:\n" + log, file=sys.stderr)
         return 2
     start = time.monotonic()
+    if not a.no_baseline:  # a test failing anyway would "kill" every mutant
+        failed = ctest(build, a.jobs, [])
+        if failed:
+            print("mutation: the unmutated suite fails (" + ", ".join(failed) + "); fix it first",
+                  file=sys.stderr)
+            return 2
+        print(f"baseline: the unmutated suite passes ({time.monotonic() - start:.0f} s)", flush=True)
     rows, status = [], 0
     try:
         for i, m in enumerate(mutants, 1):

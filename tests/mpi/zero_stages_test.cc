@@ -10,13 +10,17 @@
 #include <array>
 #include <tuple>
 #include <cmath>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/config.h"
+#include "model/hf_weights.h"
 #include "model/init.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 #ifdef ZT_CUDA_EMU
 #include "model/cuda/cuda_backend.h"
@@ -335,11 +339,117 @@ TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
   }
 }
 
-// Node-shared parameters (stages 1-2, every rank on this node) replace the all-gather with a
-// barrier: each rank's update writes its slice of the one working copy in place. Every loss,
-// gradient norm and final parameter is bitwise that of the all-gather run (fp32 and bf16,
-// gradient accumulation, the optimizer on the host, the delayed update); no all-gather moves
-// an element.
+// The global gradient norm and the clipped step against PyTorch at this world size W (and at
+// W = 1 in this process): scripts/make_ddp_reference.py runs the tiny LLaMA fixture on 12
+// sequences split over W ranks (each rank's loss the mean over its own trained positions,
+// the ranks' gradients averaged, as DistributedDataParallel and DeepSpeed do), then
+// torch.nn.utils.clip_grad_norm_ and one torch.optim.AdamW step. Every stage in fp32, and
+// 16-bit working weights and gradients (bf16; fp16 under a loss scale of 2^12, whose norm
+// must come back unscaled). Checked: the norm and clip coefficient, Adam's first moment
+// m = (1 - beta1) c g on every rank's owned slice (the clipped gradient itself), and the
+// weights after the step.
+// Bounds, on m relative to the unit's largest |g| and on the norm and coefficient relative to
+// themselves, from the dtype's unit roundoff u (fp32 2^-24, fp16 2^-11, bf16 2^-8): each
+// gradient element is computed from weights rounded once to the working dtype and through
+// a few dozen roundings of activations and partial sums, then rounded once more when stored.
+// Seen here: fp32 1e-6 and 1.4e-7 (the fixture's own float32 storage, 6e-8, included); fp16
+// 4.5e-3 (9u) and 5.7e-4; bf16 1.7e-2 (4.4u) and 2e-4 (the norm averages many independent
+// roundings). The bounds: fp32 2e-5 and 1e-5; fp16 20u = 1e-2 and 2e-3; bf16 10u = 4e-2 and
+// 1e-3. So a clip coefficient or a norm 1% off fails in every dtype, a norm left scaled by
+// 2^12 by a factor of 4096; the weights after the step hold to 1e-3 of lr (seen: 1.2e-5), so
+// a learning rate 1% off fails too.
+TEST_F(ZeroStages, ClippedStepMatchesPyTorchDdp) {
+  const std::string dir = std::string(ZT_SOURCE_DIR) + "/tests/fixtures/tiny_llama";
+  std::ifstream cf(dir + "/config.json");
+  std::stringstream text;
+  text << cf.rdbuf();
+  auto cfg = config_from_hf_json(text.str(), dir + "/config.json");
+  auto weights = SafeTensorsFile::open(dir + "/model.safetensors");
+  auto ref = SafeTensorsFile::open(dir + "/ddp_reference.safetensors");
+  ASSERT_TRUE(cfg.ok() && weights.ok() && ref.ok());
+  const ModelConfig c = *cfg;
+  auto ids = ref->read_i64("input_ids");
+  auto tg = ref->read_i64("targets");
+  float hp[6];
+  ASSERT_TRUE(ids.ok() && tg.ok() && ref->read_f32("hparams", hp).ok());
+  const double max_norm = hp[0], lr = hp[1], beta1 = hp[2];
+  constexpr int kRows = 12, kLen = 8;
+  struct Case {
+    int stage;
+    DType dtype;
+    double tol_elem, tol_norm;
+  };
+  const Case cases[] = {{0, DType::kF32, 2e-5, 1e-5},  {1, DType::kF32, 2e-5, 1e-5},
+                        {2, DType::kF32, 2e-5, 1e-5},  {3, DType::kF32, 2e-5, 1e-5},
+                        {2, DType::kBF16, 4e-2, 1e-3}, {3, DType::kBF16, 4e-2, 1e-3},
+                        {2, DType::kF16, 1e-2, 2e-3},  {1, DType::kF16, 1e-2, 2e-3}};
+  auto single = make_single_process_communicator();
+  for (Communicator* comm : {single.get(), comm_.get()}) {
+    const int W = comm->world_size(), r = comm->rank();
+    if (kRows % W != 0) continue;  // the fixture has W = 1, 2, 3, 4
+    const std::string w = "W" + std::to_string(W) + ".";
+    float stored_norm[1];
+    ASSERT_TRUE(ref->read_f32("norm." + w.substr(0, w.size() - 1), stored_norm).ok()) << w;
+    const double norm = stored_norm[0];
+    const double coef = max_norm / (norm + 1e-6);
+    const int B = kRows / W;
+    std::vector<int> x(ids->begin() + r * B * kLen, ids->begin() + (r + 1) * B * kLen);
+    std::vector<int> y(tg->begin() + r * B * kLen, tg->begin() + (r + 1) * B * kLen);
+    for (const Case& k : cases) {
+      const std::string what =
+          absl::StrCat("W ", W, " stage ", k.stage, " ", std::string(dtype_name(k.dtype)));
+      EngineOptions eo;
+      eo.zero.stage = k.stage;
+      eo.param_dtype = eo.grad_dtype = k.dtype;
+      eo.gradient_clipping = (float)max_norm;
+      eo.adam = {hp[2], hp[3], hp[4], hp[5], /*adam_w_mode=*/true, /*bias_correction=*/true};
+      if (k.dtype == DType::kF16) {
+        eo.loss_scaling = true;
+        eo.loss_scaler.initial_scale_power = 12;
+      }
+      auto be = test_backend();
+      Transformer model(c, be.get(), B, kLen, 0, false, be->activation_dtype(k.dtype));
+      Engine engine(model.layout(), be.get(), comm, eo);
+      const ParamLayout& layout = model.layout();
+      for (int u = 0; u < layout.num_units(); ++u) {
+        std::vector<float> p(layout.units()[u].numel);
+        ASSERT_TRUE(load_hf_unit(reader_of(*weights), c, layout, u, p).ok());
+        engine.set_unit_params(u, p);
+      }
+      engine.begin_pass();
+      engine.set_gradient_accumulation_boundary(true);
+      model.forward(engine, x.data(), y.data(), B, kLen, (float)engine.loss_scale());
+      model.backward(engine);
+      auto st = engine.step((float)lr);
+      ASSERT_TRUE(st.ok()) << st.status();
+      ASSERT_EQ(st->skipped, 0) << what;
+      EXPECT_NEAR(st->grad_norm, norm, k.tol_norm * norm) << what;
+      EXPECT_NEAR(st->clip_coef, coef, k.tol_norm * coef) << what;
+      double worst_m = 0, worst_step = 0;  // relative to the unit's largest |g|, and to lr
+      for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t numel = layout.units()[u].numel;
+        std::vector<float> cg(numel), after(numel);
+        ASSERT_TRUE(load_hf_unit(reader_of(*ref, "clipped." + w), c, layout, u, cg).ok());
+        ASSERT_TRUE(load_hf_unit(reader_of(*ref, "adamw." + w), c, layout, u, after).ok());
+        const auto [begin, end] = engine.saved_range(u);
+        std::vector<float> master(end - begin), m(end - begin), v(end - begin);
+        engine.get_saved_state(u, master.data(), m.data(), v.data());
+        double gmax = 0;
+        for (float g : cg) gmax = std::max(gmax, (double)std::fabs(g));
+        for (size_t i = begin; i < end; ++i) {
+          worst_m = std::max(worst_m, std::fabs(m[i - begin] / (1.0 - beta1) - cg[i]) / gmax);
+          // Where the gradient's sign is sure, step 1 moves the weight by lr (AdamW's first
+          // step is lr * sign), so the weights after must agree to a small part of lr.
+          if (std::fabs(cg[i]) > 10 * k.tol_elem * gmax)
+            worst_step = std::max(worst_step, std::fabs(master[i - begin] - after[i]) / lr);
+        }
+      }
+      EXPECT_LE(worst_m, k.tol_elem) << what << ": Adam's m against the clipped gradient";
+      EXPECT_LE(worst_step, 1e-3) << what << ": the weights after the step";
+    }
+  }
+}
+
 TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
 #ifdef ZT_CUDA_EMU
   GTEST_SKIP() << "the engine's node-shared path is the CPU build's; emulated, its ten runs "

@@ -514,6 +514,52 @@ TEST_F(Cli, Fp16LossScalerKeysReachTheRun) {
   }
 }
 
+// The whole fp16 section reaches the run, against DeepSpeed 0.19's DynamicLossScaler
+// (tests/fixtures/loss_scaler_reference.json, scripts/make_loss_scaler_reference.py): for each
+// hysteresis (1, 2, 3), with and without consecutive_hysteresis, the fixture's overflow pattern
+// is forced on the run's first 24 steps (ZEROTRAIN_FORCE_OVERFLOW, common/fault.h; the tiny
+// model's gradients never overflow fp16 below 2^15 by themselves), and every step's scale in
+// metrics.jsonl must be DeepSpeed's, every forced step skipped and no other. A key parsed but
+// not applied (the window, the hysteresis, consecutive_hysteresis) changes the trajectory.
+TEST_F(Cli, Fp16ScalerFollowsDeepSpeedUnderForcedOverflows) {
+  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/loss_scaler_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  constexpr int kSteps = 24;
+  int cases = 0;
+  for (const auto& c : ref["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    if (!name.starts_with("random_")) continue;  // 300-step random patterns, scale <= 2^15
+    const std::string pattern = c["overflow"].get<std::string>().substr(0, kSteps);
+    std::string forced;
+    for (int k = 0; k < kSteps; ++k)
+      if (pattern[k] == '1') forced += (forced.empty() ? "" : ",") + std::to_string(k + 1);
+    nlohmann::json fp16 = c["fp16"];
+    fp16["enabled"] = true;
+    write(path("fp16.json"),
+          nlohmann::json{{"train_micro_batch_size_per_gpu", 2}, {"fp16", fp16}}.dump());
+    ::setenv("ZEROTRAIN_FORCE_OVERFLOW", forced.c_str(), 1);
+    const Result r = run(train("--deepspeed " + path("fp16.json") + " --steps 24"));
+    ::unsetenv("ZEROTRAIN_FORCE_OVERFLOW");
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out;
+    const std::vector<double> scales = test::metric_values(path("run"), "loss_scale");
+    ASSERT_EQ(scales.size(), (size_t)kSteps) << name;
+    std::ifstream metrics(path("run") + "/metrics.jsonl");
+    std::string skipped;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("loss_scale")) skipped += j.value("skipped", false) ? '1' : '0';
+    }
+    EXPECT_EQ(skipped, pattern) << name;
+    // Step k + 1 runs with the scale after DeepSpeed's update k (the fixture's convention).
+    for (int k = 0; k < kSteps; ++k) {
+      const double want = k == 0 ? c["initial_scale"].get<double>() : c["scales"][k - 1].get<double>();
+      EXPECT_EQ(scales[k], want) << name << " step " << k + 1;
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 12);
+}
+
 // prepare's printed counts against Python sentencepiece (tests/fixtures/tokenizer_reference.json,
 // scripts/make_data_reference.py): a file holding the fixture's second text is its ids plus one
 // BOS, split 0.1 to validation (rounded) and the rest to one train shard.
