@@ -331,7 +331,7 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
     if (file_slot >= 0) io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
     io_uring_sqe_set_data64(sqe, (uint64_t)slot);
     ++in_flight;
-    if (aio_.single_submit) io_uring_submit(ring);
+    if (aio_.single_submit && io_uring_submit(ring) > 0) ++submissions_;
   };
   // Every request queued must complete before returning: the kernel writes into `buf`.
   auto wait_one = [&](io_uring_cqe** cqe) {
@@ -354,6 +354,7 @@ absl::Status NvmeSwapper::transfer(int h, void* buf, size_t bytes, size_t offset
       next += len;
     }
     const int submitted = io_uring_submit(ring);
+    if (submitted > 0) ++submissions_;
     if (submitted < 0 && submitted != -EAGAIN && submitted != -EBUSY && submitted != -EINTR) {
       drain();
       return absl::InternalError(absl::StrCat("io_uring submit: ", std::strerror(-submitted)));

@@ -70,6 +70,9 @@ class NvmeSwapper {
   bool uses_io_uring() const { return ring_ != nullptr; }  // false: pread/pwrite threads
   int64_t bytes_written() const { return written_; }
   int64_t bytes_read() const { return read_; }
+  // io_uring_submit calls that handed the kernel requests: one per request with
+  // aio.single_submit, one per batch of up to queue_depth otherwise (0 without io_uring).
+  int64_t submissions() const { return submissions_; }
 
  private:
   NvmeSwapper() = default;
@@ -90,6 +93,7 @@ class NvmeSwapper {
   int dir_fd_ = -1;        // holds the directory's flock (stale-directory removal)
   int cleanup_slot_ = -1;  // common/cleanup.h: removal on SIGTERM or a multi-rank abort
   std::atomic<int64_t> written_{0}, read_{0};  // updated by the I/O thread
+  std::atomic<int64_t> submissions_{0};
   // io_uring's tables, touched only by the I/O thread: a file's slot (-1: use its descriptor;
   // the table is registered sparse at open) and the registered buffer ranges.
   struct Fixed {

@@ -208,6 +208,31 @@ TEST_F(Cli, FailedWritesStopTheRunWithTheReason) {
       << full.out;
 }
 
+// Failed writes of the reports and of an export stop with exit 2 and name the file: a directory
+// in the way of comm_report_rank0.json and memory_report_rank0.json (the write cannot replace
+// it, even as root), and an export past a file-size limit (ulimit -f 1, SIGXFSZ ignored so the
+// write fails with EFBIG), which must leave --out without a partial model file.
+TEST_F(Cli, FailedReportAndExportWritesStopAndNameTheFile) {
+  for (const char* report : {"comm_report", "memory_report"}) {
+    fs::remove_all(path("run"));
+    const std::string file = path("run") + "/" + report + "_rank0.json";
+    fs::create_directories(file);
+    const Result r = run(train("--deepspeed " + path("ds.json") + " --" + report));
+    EXPECT_EQ(r.code, 2) << report << "\n" << r.out;
+    EXPECT_NE(r.out.find("'" + file + "'"), std::string::npos) << r.out;
+  }
+  fs::remove_all(path("run"));
+  ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --save_dir " + path("ck"))).code, 0);
+  const Result ex = test::run_shell("bash -c 'trap \"\" XFSZ; ulimit -f 1; " + kBin +
+                                    " export --checkpoint " + path("ck") + " --out " +
+                                    path("ex") + "'");
+  EXPECT_EQ(ex.code, 2) << ex.out;
+  EXPECT_NE(ex.out.find("File too large"), std::string::npos) << ex.out;
+  EXPECT_NE(ex.out.find(path("ex")), std::string::npos) << ex.out;
+  for (const auto& e : fs::directory_iterator(path("ex")))
+    ADD_FAILURE() << "export left " << e.path() << " behind";
+}
+
 // NVMe offload onto a drive too small for the optimizer state (a 1 MiB tmpfs in a private
 // mount namespace): the space is reserved up front, so the run stops before training with
 // exit 2 and the file, not part-way through a swap; nothing is left on the drive.
