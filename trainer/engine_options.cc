@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "offload/cpu_optimizer.h"
 #include "offload/param_store.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -91,8 +92,8 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   // max_in_cpu elements (the store's rule); the buffers are only needed when there is one.
   int64_t largest = 0, in_cpu = 0;
   for (int64_t n : unit_numels(model)) {
-    if (n < ds.zero.stage3_param_persistence_threshold) continue;
-    const int64_t shard = (n + world - 1) / world;
+    if (stage3_keeps_whole(n, ds.zero.stage3_param_persistence_threshold)) continue;
+    const int64_t shard = shard_numel(n, world);
     if (in_cpu + shard <= o.max_in_cpu)
       in_cpu += shard;
     else

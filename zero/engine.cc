@@ -14,6 +14,7 @@
 #include "common/fault.h"
 #include "common/status.h"
 #include "common/timer.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -104,9 +105,10 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     UnitState& s = units_[u];
     s.numel = layout.units()[u].numel;
     s.replicated = stage == 0 || (world_ == 1 && !offloaded) ||
-                   (stage == 3 && (int64_t)s.numel < opt.zero.stage3_param_persistence_threshold);
+                   (stage == 3 &&
+                    stage3_keeps_whole((int64_t)s.numel, opt.zero.stage3_param_persistence_threshold));
     s.sharded_params = stage == 3 && !s.replicated;
-    s.shard = s.replicated ? s.numel : (s.numel + world_ - 1) / world_;
+    s.shard = s.replicated ? s.numel : (size_t)zt::shard_numel((int64_t)s.numel, world_);
     s.padded = s.replicated ? s.numel : s.shard * world_;
   }
   // First, before any allocation that could fail on one rank alone: it is collective.

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "model/layout.h"
 #include "zero/optimizer_state.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -84,8 +85,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   for (int64_t n : units) {
     // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
-    const int st = in.stage == 3 && n < in.stage3_param_persistence_threshold ? 0 : in.stage;
-    const int64_t shard = st == 0 ? n : (n + N - 1) / N;
+    const int st =
+        in.stage == 3 && stage3_keeps_whole(n, in.stage3_param_persistence_threshold) ? 0 : in.stage;
+    const int64_t shard = st == 0 ? n : shard_numel(n, N);
     const int64_t padded = st == 0 ? n : shard * N;
     e.psi += n;
     e.padded_psi += padded;

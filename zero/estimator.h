@@ -121,7 +121,7 @@ struct MemoryEstimate {
 // shards adding up to at most param_max_in_cpu elements, which stay in host memory, plus
 // param_buffer_count host buffers of the largest NVMe shard (kPinnedHost). Either offload
 // shards every unit even at N_d = 1 (a single rank then also reduces into a shard).
-// Only units at or above stage3_param_persistence_threshold are sharded; the others stay
+// Only units above stage3_param_persistence_threshold are sharded; the others stay
 // whole on the device with their gradients.
 // Workspace (an estimate of the transient peak, not a model state): live_units x the largest
 // unit gathered in param_dtype (stage 3), plus the fp32 view of the one in use when params are
