@@ -151,6 +151,10 @@ run() {
   ZT_TEST_DEVICE=cuda ZT_CUDA_EMU_GUARD=$((1 - gpu)) \
     check reference 120 "$BUNDLE/bin/reference${sfx}_test" --gtest_color=no || status=1
   # The same short run on both backends: the losses agree (fp32; bf16 rounds differently).
+  # Limit 1e-4 relative: both compute in fp32 (cuBLASLt COMPUTE_32F, no TF32) and differ only in
+  # the order of their sums (u = 6e-8 per operation, sums of at most a few thousand terms);
+  # over 20 Adam steps that stays near 1e-6 (the emulation, which keeps the kernels' own order:
+  # 7e-8 over 10 steps at T = 64). A 1% error in every update moves the loss by about 1e-3.
   local model=shakespeare-llama steps=20 T=256
   ((gpu)) || { steps=3 T=32; }
   echo '{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -165,9 +169,9 @@ import json, sys
 loss = {d: [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/train_{d}/metrics.jsonl")
             if '"loss"' in l] for d in ("cpu", "cuda")}
 worst = max(abs(a - b) / abs(a) for a, b in zip(loss["cpu"], loss["cuda"]))
-ok = len(loss["cpu"]) == len(loss["cuda"]) > 0 and worst <= 2e-3
+ok = len(loss["cpu"]) == len(loss["cuda"]) > 0 and worst <= 1e-4
 print(f"\ntraining: {len(loss['cuda'])} steps, final loss cpu {loss['cpu'][-1]:.5f} / cuda "
-      f"{loss['cuda'][-1]:.5f}, worst relative difference {worst:.1e} (limit 2e-3): "
+      f"{loss['cuda'][-1]:.5f}, worst relative difference {worst:.1e} (limit 1e-4): "
       f"{'pass' if ok else 'FAIL'}\n")
 sys.exit(0 if ok else 1)
 EOF

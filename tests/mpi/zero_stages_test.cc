@@ -89,6 +89,7 @@ struct RunResult {
   int64_t peak_gathered = 0;
   bool node_shared = false;  // Engine::node_shared()
   int skipped = 0;  // fp16 overflow steps
+  std::vector<bool> skipped_at;  // per step
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
   int64_t host_optimizer_bytes = 0, nvme_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
   // Host bytes by category of the optimizer state and the parameter store, after training.
@@ -200,6 +201,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return res;
     res.skipped += st->skipped;
+    res.skipped_at.push_back(st->skipped);
     res.grad_norms.push_back(st->grad_norm);
     if (step == 1) {
       res.to_host_one_step = engine.optimizer().bytes_to_host() - to_host;
@@ -326,6 +328,13 @@ TEST_F(ZeroStages, StepWithoutBackwardSeesZeroGradients) {
   }
 }
 
+// bf16 working weights and gradients at every stage against one rank. The runs differ only in
+// where gradients are summed and rounded to bf16 (per rank, then across ranks, against one sum
+// on one rank): one rounding of u = 2^-9 per element per step, which Adam's normalised update
+// and 20 steps of lr 2e-3 turn into losses that differ by at most 1.6e-4 relative (seen at
+// N_d = 2, 3, 4 under OpenBLAS's own kernel and Haswell's). The bound, 5e-4 (u / 4), still fails
+// a run whose every update is 1% off: that moves the last losses by about 1% of the 20 steps'
+// descent, 1e-3 relative (checked by scaling lr by 1.01 in the W-rank runs).
 TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kBF16;
@@ -334,7 +343,7 @@ TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
     eo.zero.stage = stage;
     const RunResult got = train(*comm_, eo, 1);
     for (int s = 0; s < kSteps; ++s)
-      EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-2 * std::fabs(ref.losses[s]))
+      EXPECT_NEAR(got.losses[s], ref.losses[s], 5e-4 * std::fabs(ref.losses[s]))
           << "stage " << stage << " step " << s;
   }
 }
@@ -490,8 +499,14 @@ TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
 
 // fp16 with DeepSpeed's dynamic loss scaler: an initial scale too large overflows the fp16
 // gradients, and every rank skips those steps together (the overflow test is on the global
-// norm, reduced over ranks), halving the scale until it fits; then it trains as far as the
-// single-rank fp16 run.
+// norm, reduced over ranks), halving the scale until it fits; then it trains as the single-rank
+// fp16 run does: losses within 2e-5 at every step (the runs differ by the order of the fp16
+// gradient sums, u = 2^-12 per element per step; seen 3e-6; a 1% learning-rate error moves the
+// last losses by about 1e-3). At stages 0-1 the ranks all-reduce whole fp16 gradients, as
+// DeepSpeed does (the sum, then the division), and that sum can overflow at the scale where one
+// rank's gradient just fits: such a run skips one step more (seen at N_d = 3, 4). It must then
+// agree up to that step, and afterwards it is one update behind: its last loss within the
+// single-rank run's change over its last step.
 TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kF16;
@@ -504,15 +519,22 @@ TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   for (int stage = 0; stage <= 3; ++stage) {
     eo.zero.stage = stage;
     const RunResult got = train(*comm_, eo, 1);
+    const std::string what = absl::StrCat("stage ", stage);
     double counts[2] = {(double)got.skipped, -(double)got.skipped};
     comm_->all_reduce_scalars(counts, 2, ScalarOp::kMax);
     EXPECT_EQ(counts[0], -counts[1]) << "ranks skipped different numbers of steps";
-    // Per-rank fp16 gradients differ from the single-rank run's (other micro-batches), so the
-    // step where the scale first fits may differ by one; the training itself must not.
-    EXPECT_GT(got.skipped, 0) << "stage " << stage;
-    EXPECT_LT(got.skipped, kSteps / 2) << "stage " << stage;
-    EXPECT_NEAR(got.losses.back(), ref.losses.back(), 3e-2 * ref.losses.back())
-        << "stage " << stage;
+    const int more = got.skipped - ref.skipped;
+    ASSERT_TRUE(more == 0 || (more == 1 && stage <= 1))
+        << what << " skipped " << got.skipped << ", one rank " << ref.skipped;
+    int same_until = kSteps;  // the first step whose skip differs
+    for (int s = 0; s < kSteps && same_until == kSteps; ++s)
+      if (got.skipped_at[s] != ref.skipped_at[s]) same_until = s;
+    for (int s = 0; s <= std::min(same_until, kSteps - 1); ++s)
+      EXPECT_NEAR(got.losses[s], ref.losses[s], 2e-5 * ref.losses[s]) << what << " step " << s;
+    const double last_step_change = std::fabs(ref.losses[kSteps - 1] - ref.losses[kSteps - 2]);
+    EXPECT_NEAR(got.losses.back(), ref.losses.back(),
+                2e-5 * ref.losses.back() + more * last_step_change)
+        << what << " (" << more << " step more skipped)";
   }
 }
 
@@ -646,14 +668,18 @@ TEST_F(ZeroStages, Stage3PrefetchBucketBoundsTheGathersAhead) {
   }
 }
 
-// Stage 3: units under stage3_param_persistence_threshold stay whole on every rank: after the
-// first step they cause no all-gather traffic (their gradients are all-reduced instead).
+// Stage 3: units of at most stage3_param_persistence_threshold elements stay whole on every
+// rank: after the first step they cause no all-gather traffic (their gradients are all-reduced
+// instead). At most, not under: DeepSpeed 0.19 keeps `ds_numel <= threshold`
+// (parameter_offload.py, mark_persistent_parameters), so a threshold of exactly the head's size
+// keeps the head (2080) and the embedding (2048) whole.
 TEST_F(ZeroStages, Stage3PersistentUnitsAreNotGathered) {
   const ParamLayout layout(tiny());
   const int64_t N = comm_->world_size();
   EngineOptions eo = fp32_clipped(3);
   eo.zero.stage3_max_reuse_distance = 0;
-  eo.zero.stage3_param_persistence_threshold = 2100;  // embedding 2048 and head 2080 stay whole
+  eo.zero.stage3_param_persistence_threshold = (int64_t)layout.units()[layout.head_unit()].numel;
+  ASSERT_EQ(eo.zero.stage3_param_persistence_threshold, 2080) << "the head, the largest non-block";
   const RunResult got = train(*comm_, eo, 1);
   int64_t blocks = 0;
   for (int l = 0; l < tiny().n_layer; ++l)
