@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -649,6 +650,57 @@ TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
                         " --tokenizer " + kShared + "llama2_tokenizer.model"),
                     {"32000", "256"});
   EXPECT_FALSE(fs::exists(path("hf") + "/config.json"));
+}
+
+// export --tokenizer names the tokenizer's special tokens in config.json and
+// generation_config.json: Llama 2's BOS 1 and EOS 2, as Python sentencepiece reads them from the
+// same file (tests/fixtures/tokenizer_reference.json), on a model whose vocabulary holds them.
+TEST_F(Cli, ExportNamesTheTokenizersSpecialTokens) {
+  if (!fs::exists(kShared + "llama2_tokenizer.model")) GTEST_SKIP() << "shared data absent";
+  std::ifstream in(std::string(ZT_SOURCE_DIR) + "/tests/fixtures/tokenizer_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_NE(ref["bos_id"], ref["eos_id"]);
+  std::vector<uint32_t> toks(2000);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint32_t)(i * 7919 % 32000);
+  ASSERT_TRUE(write_shard(path("big_000000.bin"), toks, 32000).ok());
+  const Result tr = run("train --model shakespeare-llama --seq_len 16 --steps 1 --sample_tokens 0"
+                        " --val_every 0 --run_dir " + path("run") + " --train_data " +
+                        path("big_000000.bin") + " --deepspeed " + path("ds.json") +
+                        " --save_dir " + path("ck"));
+  ASSERT_EQ(tr.code, 0) << tr.out;
+  const Result ex = run("export --checkpoint " + path("ck") + " --out " + path("hf") +
+                        " --tokenizer " + kShared + "llama2_tokenizer.model");
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    std::ifstream f(path("hf") + "/" + file);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    EXPECT_EQ(j.value("bos_token_id", -1), ref["bos_id"].get<int>()) << file;
+    EXPECT_EQ(j.value("eos_token_id", -1), ref["eos_id"].get<int>()) << file;
+  }
+}
+
+// DeepSpeed steps its scheduler only after an applied update (engine.py _take_model_step: an
+// fp16 overflow skips the optimizer and the scheduler alike), so the learning rate waits while
+// steps are skipped. DeepSpeed 0.19's WarmupLR (lr_schedules.py) sets min_lr at construction
+// (last_batch_iteration -1) and each step() after an update sets iteration i = a - 1 after a
+// applied updates, lr = min + (max - min) i / warmup_num_steps: with 1e-4 to 1e-3 over 10 steps,
+// lr = 1e-4 + 9e-5 max(a - 1, 0). Overflows forced at steps 2 and 3 hold a at 1 for steps 2-4.
+TEST_F(Cli, SchedulerWaitsWhileFp16StepsAreSkipped) {
+  write(path("sched.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 1e-3,
+                    "warmup_num_steps": 10, "warmup_type": "linear"}},
+      "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1}})");
+  ::setenv("ZEROTRAIN_FORCE_OVERFLOW", "2,3", 1);
+  const Result r = run(train("--deepspeed " + path("sched.json") + " --steps 6"));
+  ::unsetenv("ZEROTRAIN_FORCE_OVERFLOW");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::vector<double> lr = test::metric_values(path("run"), "lr");
+  const int applied_before[] = {0, 1, 1, 1, 2, 3};
+  ASSERT_EQ(lr.size(), 6u);
+  for (int k = 0; k < 6; ++k)
+    EXPECT_NEAR(lr[k], 1e-4 + 9e-5 * std::max(applied_before[k] - 1, 0), 1e-12)
+        << "step " << k + 1;
 }
 
 TEST_F(Cli, ShardTokensOutsideModelVocabulary) {

@@ -45,7 +45,8 @@ std::vector<float> test_values() {
                              0x7f7f7fff, 0xff7fffff, 0x477fe000, 0x477fefff,  // fp16 max region
                              0x477ff000, 0x477fffff, 0x47800000, 0x33000000,  // fp16 tiny
                              0x33000001, 0x337fffff, 0x387fc000, 0x38800000,
-                             0x3f800000, 0xbf800000, 0x3effffff, 0x3a800800};
+                             0x3f800000, 0xbf800000, 0x3effffff, 0x3a800800,
+                             0x3f801000, 0x3f803000, 0xbf801000, 0x38801000};  // fp16 ties
   for (uint64_t x = 0; x < (uint64_t{1} << 32); x += 65537 * 3) u.push_back((uint32_t)x);
   std::vector<float> v;
   for (uint32_t b : u) v.push_back(from_bits(b));
@@ -89,6 +90,16 @@ TEST(DTypeConvert, ScalarF16MatchesF16cInstruction) {
     const float a = f16_to_f32((uint16_t)h), b = f16c_widen((uint16_t)h);
     ASSERT_EQ(bits(a), bits(b)) << std::hex << h;
   }
+}
+
+// IEEE 754's round to nearest, ties to even, in closed form (no F16C needed): 1 + 2^-11 lies
+// halfway between 1 (0x3c00, even) and 1 + 2^-10 (0x3c01); 1 + 3 * 2^-11 halfway between 0x3c01
+// and 1 + 2^-9 (0x3c02, even).
+TEST(DTypeConvert, F16RoundsTiesToEven) {
+  EXPECT_EQ(f32_to_f16(1.f + 0x1p-11f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(1.f + 3 * 0x1p-11f), 0x3c02);
+  EXPECT_EQ(f32_to_f16(-(1.f + 0x1p-11f)), 0xbc00);
+  EXPECT_EQ(f32_to_f16(1.f + 0x1p-11f + 0x1p-20f), 0x3c01);  // past the tie: up
 }
 
 TEST(DTypeConvert, NanAndInfStayThemselves) {
