@@ -11,18 +11,23 @@ Each file tests/mutants/*.mutant describes one bug:
 
 For each mutant alone: apply it, rebuild incrementally, run the `first` tests, then (if they
 all pass) the rest of the suite, stopping at the first failure, and restore the file. A mutant
-is killed when a test fails (or times out) and survives when the whole suite passes. The
-unmutated suite runs first: it must pass, or every kill would mean nothing. The source is
-restored even when interrupted; the build is brought back in step at the end.
+is killed when a test fails (or times out) and survives when the whole suite passes. A ctest
+that fails with no failed test (a `first` regex that selects nothing, a ctest error) is a bad
+mutant, never a kill. The unmutated suite runs first: it must pass, or every kill would mean
+nothing. The source is restored even when interrupted (Ctrl-C, SIGTERM, SIGHUP); the build is
+brought back in step at the end.
 
 Usage: scripts/mutation.sh [--build build] [--only REGEX] [--jobs 2] [--markdown FILE]
-                           [--no-baseline]
+                           [--no-baseline] [--first-only]
+--first-only runs each mutant's `first` tests alone (a quick triage while writing mutants:
+one it does not kill is reported "not-first", not "survived").
 Exit status: 0 when every mutant is killed, 1 when one survives, 2 on a bad mutant (it does
 not apply or does not compile) or bad usage.
 """
 import argparse
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -47,11 +52,8 @@ def parse(path):
     return m
 
 
-def failed_tests(build):
-    log = build / "Testing" / "Temporary" / "LastTestsFailed.log"
-    if not log.exists():
-        return []
-    return [l.split(":", 1)[-1].strip() for l in log.read_text().splitlines() if l.strip()]
+class CtestError(Exception):
+    """ctest failed without a failed test: nothing was tested, so nothing was caught."""
 
 
 def ctest(build, jobs, args):
@@ -62,7 +64,12 @@ def ctest(build, jobs, args):
                         *args], cwd=build, capture_output=True, text=True)
     if r.returncode == 0:
         return []
-    return failed_tests(build) or ["(ctest exit %d)" % r.returncode]
+    failed = [l.split(":", 1)[-1].strip() for l in log.read_text().splitlines() if l.strip()] \
+        if log.exists() else []
+    if not failed:
+        raise CtestError(f"ctest {' '.join(args)} exited {r.returncode} with no failed test:\n"
+                         + (r.stdout + r.stderr)[-2000:])
+    return failed
 
 
 def build_tree(build):
@@ -70,7 +77,7 @@ def build_tree(build):
     return r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
-def run_mutant(m, build, jobs):
+def run_mutant(m, build, jobs, first_only=False):
     src = ROOT / m["file"]
     original = src.read_bytes()
     text = original.decode()
@@ -84,8 +91,12 @@ def run_mutant(m, build, jobs):
         if not ok:
             return "bad", "does not compile:\n" + log, time.monotonic() - start
         failed = ctest(build, jobs, ["-R", m["first"], "--no-tests=error"])
+        if not failed and first_only:
+            return "not-first", "its first tests pass", time.monotonic() - start
         if not failed:
             failed = ctest(build, jobs, ["-E", m["first"]])
+    except CtestError as e:
+        return "bad", str(e), time.monotonic() - start
     finally:
         src.write_bytes(original)
     elapsed = time.monotonic() - start
@@ -100,9 +111,13 @@ def main():
     ap.add_argument("--only", default="", help="regex on mutant names")
     ap.add_argument("--jobs", type=int, default=2, help="ctest -j")
     ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--first-only", action="store_true",
+                    help="run only each mutant's first tests (triage)")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unmutated suite run (only on a tree known to be green)")
     a = ap.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the finally blocks restore
+        signal.signal(sig, signal.default_int_handler)
     build = pathlib.Path(a.build).resolve()
     if not (build / "CTestTestfile.cmake").exists():
         print(f"mutation: {build} is not a configured build (run scripts/setup.sh)",
@@ -120,7 +135,11 @@ def main():
         return 2
     start = time.monotonic()
     if not a.no_baseline:  # a test failing anyway would "kill" every mutant
-        failed = ctest(build, a.jobs, [])
+        try:
+            failed = ctest(build, a.jobs, [])
+        except CtestError as e:
+            print(f"mutation: {e}", file=sys.stderr)
+            return 2
         if failed:
             print("mutation: the unmutated suite fails (" + ", ".join(failed) + "); fix it first",
                   file=sys.stderr)
@@ -129,13 +148,13 @@ def main():
     rows, status = [], 0
     try:
         for i, m in enumerate(mutants, 1):
-            result, detail, secs = run_mutant(m, build, a.jobs)
+            result, detail, secs = run_mutant(m, build, a.jobs, a.first_only)
             print(f"[{i}/{len(mutants)}] {result:8s} {m['name']} ({secs:.0f} s): "
                   f"{detail.splitlines()[0] if detail else ''}", flush=True)
             if result == "bad":
                 print(detail, file=sys.stderr)
                 status = 2
-            elif result == "survived" and status == 0:
+            elif result in ("survived", "not-first") and status == 0:
                 status = 1
             rows.append((m, result, detail, secs))
     finally:
