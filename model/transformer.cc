@@ -12,6 +12,12 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
+// Classifier chunk rows: about 32 MiB of fp32 logits at a time, so a 32k vocabulary never
+// needs (N,V); at least one row, at most the N rows of a micro-batch.
+int largest_chunk_rows(int vocab_size, int N) {
+  return (int)std::clamp<size_t>((size_t{8} << 20) / vocab_size, 1, N);
+}
+
 size_t offset_of(const Unit& u, const char* name) {
   const TensorSlot* s = u.find(name);
   return s ? s->offset : kNone;
@@ -105,8 +111,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->lnf = act(N * C);
   a_->lnf_mean = f32(N);
   a_->lnf_rstd = f32(N);
-  // Classifier chunk: about 32 MiB of logits at a time, so a 32k vocabulary never needs (N,V).
-  a_->chunk = (int)std::clamp<size_t>((size_t{8} << 20) / c.vocab_size, 1, N);
+  a_->chunk = largest_chunk_rows(c.vocab_size, N);
   a_->logits = f32((size_t)a_->chunk * c.vocab_size);
   a_->losses = f32(N);
   a_->dlnf = act(N * C);
@@ -238,6 +243,12 @@ void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, Tensor
   }
   be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);  // x is read no more
   be_->add_inplace(out, mid, (size_t)N * C);
+}
+
+int Transformer::classifier_chunk_rows() const { return a_->chunk; }
+
+void Transformer::set_classifier_chunk_rows(int rows) {
+  a_->chunk = std::clamp(rows, 1, largest_chunk_rows(config_.vocab_size, max_B_ * max_T_));
 }
 
 double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, int rows,
