@@ -30,6 +30,7 @@
 #include "zero/engine.h"
 #include "zero/estimator.h"
 #include "zero/mpi_comm.h"
+#include "zero/partition.h"
 
 namespace zt {
 namespace {
@@ -686,6 +687,29 @@ TEST_F(ZeroStages, Stage3PersistentUnitsAreNotGathered) {
     blocks += ((int64_t)layout.units()[layout.block_unit(l)].numel + N - 1) / N * N;
   // Forward and backward gather the blocks only.
   EXPECT_EQ(got.comm_one_step[(size_t)CollKind::kAllGather].elements, 2 * blocks);
+}
+
+// stage3_max_reuse_distance keeps a released unit whose next use comes after fewer than that
+// many gathered parameters, strictly: DeepSpeed 0.19 (partitioned_param_coordinator.py) walks
+// the trace from the current module and stops once the parameters traversed reach the limit.
+// Without prefetching the trace of a step is embedding, blocks 0..L-1, head (forward and
+// backward fused), blocks L-1..0, embedding: the last block's next use comes after exactly the
+// head. At a limit of the head's padded size it is gathered again; one element more keeps it,
+// one all-gather of that block fewer per step.
+TEST_F(ZeroStages, Stage3ReuseDistanceIsStrict) {
+  const ParamLayout layout(tiny());
+  const int64_t N = comm_->world_size();
+  const auto padded = [&](int u) { return shard_numel((int64_t)layout.units()[u].numel, N) * N; };
+  const int64_t head = padded(layout.head_unit());
+  const int64_t last_block = padded(layout.block_unit(tiny().n_layer - 1));
+  int64_t gathered[2];
+  for (int keep = 0; keep < 2; ++keep) {
+    EngineOptions eo = fp32_clipped(3);
+    eo.zero.overlap_comm = false;  // no prefetch: the gathers are the trace's
+    eo.zero.stage3_max_reuse_distance = head + keep;
+    gathered[keep] = train(*comm_, eo, 1).comm_one_step[(size_t)CollKind::kAllGather].elements;
+  }
+  EXPECT_EQ(gathered[0] - gathered[1], last_block);
 }
 
 // ZeRO-Offload (Ren et al. 2021) and ZeRO-Infinity (2021): the optimizer state in host memory
