@@ -2,7 +2,11 @@
 // 50,257-token vocabulary and tied head; TinyLlama-1.1B and LLaMA-7B model cards).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "model/config.h"
+#include "model/init.h"
 #include "model/layout.h"
 
 namespace zt {
@@ -62,6 +66,40 @@ TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
   auto other = config_from_hf_json(R"({"model_type":"bert"})", "config.json");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("'gpt2' or 'llama'"), std::string::npos);
+}
+
+// GPT-2's initialisation (Radford et al. 2019, section 2.3, and OpenAI's released code):
+// weights ~ N(0, 0.02), the residual projections (attention output, MLP output) scaled by
+// 1/sqrt(N) for the N = 2L residual layers, i.e. 0.02 / sqrt(24) = 0.00408 at L = 12; biases 0,
+// norm weights 1. A block of gpt2-124m holds 590k attention-output weights, so the sample
+// standard deviation is within 0.3% of its expectation (3 standard errors, 1/sqrt(2n) each);
+// bound 2%.
+TEST(Init, Gpt2StandardDeviationsFollowThePaper) {
+  auto c = preset("gpt2-124m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ParamLayout layout(*c);
+  const Unit& block = layout.units()[layout.block_unit(0)];
+  std::vector<float> p(block.numel);
+  init_unit(*c, block, layout.block_unit(0), 11, p);
+  const double resid = 0.02 / std::sqrt(2.0 * c->n_layer);
+  int checked = 0;
+  for (const TensorSlot& t : block.tensors) {
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < t.numel; ++i) sum += p[t.offset + i], sq += (double)p[t.offset + i] * p[t.offset + i];
+    const double mean = sum / t.numel, sd = std::sqrt(sq / t.numel - mean * mean);
+    if (t.name.ends_with(".b")) {
+      EXPECT_EQ(sq, 0.0) << t.name;
+    } else if (t.name.starts_with("ln")) {
+      EXPECT_EQ(mean, 1.0) << t.name;
+      EXPECT_EQ(sd, 0.0) << t.name;
+    } else {
+      const double want = (t.name == "attn_out.w" || t.name == "fc_out.w") ? resid : 0.02;
+      EXPECT_NEAR(sd, want, 0.02 * want) << t.name;
+      EXPECT_NEAR(mean, 0.0, 0.05 * want) << t.name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4) << "qkv, attention output, MLP input and output weights";
 }
 
 }  // namespace
