@@ -400,6 +400,31 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   EXPECT_EQ(vals, 2);  // start and end
 }
 
+// Validation runs at the start, after every val_every steps and at the end (llm.c's
+// val_loss_every: step % N == 0, or the last step), each time on the same first val_batches
+// micro-batches of the validation data: with lr 0 the weights never move, so every validation
+// gives the same loss, bit for bit.
+TEST_F(Cli, ValidationRunsEveryNStepsOnTheSameBatches) {
+  write(path("lr0.json"), R"({"train_micro_batch_size_per_gpu": 2,
+                              "optimizer": {"type": "AdamW", "params": {"lr": 0}}})");
+  const Result r = run("train --model tiny-llama --seq_len 16 --steps 5 --sample_tokens 0"
+                       " --val_every 2 --val_batches 2 --run_dir " + path("run") +
+                       " --train_data '" + path("train_*.bin") + "' --val_data '" +
+                       path("val_*.bin") + "' --deepspeed " + path("lr0.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(path("run/metrics.jsonl"));
+  std::vector<int64_t> steps;
+  std::vector<double> losses;
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("val_loss")) continue;
+    steps.push_back(j["step"].get<int64_t>());
+    losses.push_back(j["val_loss"].get<double>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 2, 4, 5}));
+  for (double l : losses) EXPECT_EQ(l, losses.front()) << "validation read other batches";
+}
+
 // A resumed run continues metrics.jsonl: the lines up to the save stay, later ones (from the
 // run that went on past it) go, so the log holds each step once, as a straight run's.
 TEST_F(Cli, ResumeContinuesTheMetricsLog) {
