@@ -9,12 +9,14 @@ export loaded with --init_from (fp32; 1e-5 relative).
     python3 scripts/check_export.py --export HF_DIR --val VAL.bin --deepspeed FP32.json \
         [--micro_batch 1] [--seq_len 64]    # an existing export (the TinyLlama benchmark)
 
-Needs numpy, torch and transformers (`pip install numpy torch transformers`); exits 1 on a
+Needs numpy, torch and transformers (`scripts/setup.sh --python` puts them in .venv/, which
+this script then uses; or `pip install numpy torch transformers`); exits 1 on a
 mismatch and 77 (ctest's "skipped", saying why) where they are not installed. ctest runs it as
 export_through_transformers for both tiny models.
 """
 import argparse
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -26,7 +28,11 @@ try:
     import torch
     import transformers
 except ImportError as e:  # the check needs the library users load exports with
-    print(f"SKIPPED: {e}; install them with `pip install numpy torch transformers`")
+    venv = pathlib.Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+    if venv.exists() and pathlib.Path(sys.executable).resolve() != venv.resolve():
+        os.execv(str(venv), [str(venv), *sys.argv])  # scripts/setup.sh --python made it
+    print(f"SKIPPED: {e}; run `scripts/setup.sh --python` (a .venv/ with them) or "
+          "`pip install numpy torch transformers`")
     sys.exit(77)
 
 

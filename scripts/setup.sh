@@ -2,8 +2,22 @@
 # Installs every Debian package zerotrain needs to build and test, then builds into build/.
 # Idempotent; safe to rerun. Needs root (or sudo) for apt-get on a fresh Debian 12 machine
 # with the CUDA toolkit in /usr/local/cuda (optional: without nvcc the CUDA backend is skipped).
+#
+#   scripts/setup.sh            packages + build
+#   scripts/setup.sh --python   also the reference Python in .venv/ (numpy, torch, transformers,
+#                               safetensors, sentencepiece, deepspeed from PyPI, about 5 GB): the
+#                               test export_through_transformers_* runs with it instead of
+#                               reporting itself skipped, and the fixture scripts in scripts/
+#                               run with .venv/bin/python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PYTHON_ENV=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) PYTHON_ENV=1 ;;
+    *) echo "setup: unknown option '$arg' (known: --python)" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
@@ -20,7 +34,7 @@ PACKAGES=(
   liburing-dev                      # NVMe offload (io_uring)
   qemu-user                         # tests/portable: the binary on a CPU without AVX-512
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3                           # scripts (reference fixtures are committed)
+  python3 python3-venv              # scripts (reference fixtures are committed); --python
 )
 
 missing=()
@@ -41,3 +55,13 @@ JOBS=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${ZT_CMAKE_ARGS:-}
 cmake --build build -j "$JOBS"
 echo "setup: built build/zerotrain"
+
+if ((PYTHON_ENV)); then
+  # The versions the fixtures were made with where it matters (DeepSpeed's behaviour); CPU only.
+  [[ -x .venv/bin/python ]] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q numpy torch transformers safetensors sentencepiece \
+    "deepspeed==0.19.*"
+  echo "setup: reference Python in .venv/ ($(.venv/bin/python -c 'import torch, transformers;
+print(f"torch {torch.__version__}, transformers {transformers.__version__}")'))"
+fi
