@@ -420,13 +420,15 @@ void Engine::make_room(int64_t numel) {
 }
 
 // Keep a released unit when it is fetched again with fewer than stage3_max_reuse_distance
-// parameters gathered in between (0 disables reuse).
+// parameters used in between (0 disables reuse). As DeepSpeed 0.19's
+// partitioned_param_coordinator: it counts the parameters' numel (not padded) and stops once
+// they reach the limit.
 bool Engine::keep_for_reuse(int u) const {
   if (!trace_valid_) return false;
   int64_t between = 0;
   for (size_t i = recording_.size(); i < trace_.size(); ++i) {
     if (trace_[i] == u) return between < opt_.zero.stage3_max_reuse_distance;
-    between += (int64_t)units_[trace_[i]].padded;
+    between += (int64_t)units_[trace_[i]].numel;
   }
   return false;  // not used again this step
 }

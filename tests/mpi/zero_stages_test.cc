@@ -11,6 +11,7 @@
 #include <tuple>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -154,10 +155,12 @@ enum class LastStep { kNormal, kNegligibleSeed, kNoBackward };
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
 // checkpoint_every, cpu_checkpointing: activation checkpointing (model/transformer.h).
+// overflow_step: that step's backward is seeded with +inf, so its gradients overflow (fp16:
+// the step is skipped and the loss scale halves, as for a real overflow).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
                 Optimizer where = Optimizer::kDevice, Params params = Params::kDevice,
                 int checkpoint_every = 0, bool cpu_checkpointing = false,
-                LastStep last = LastStep::kNormal) {
+                LastStep last = LastStep::kNormal, int overflow_step = -1) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = test_backend();
@@ -192,7 +195,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
                  c.vocab_size);
       engine.begin_pass();
       engine.set_gradient_accumulation_boundary(m == gas - 1);
-      const float seed = last_step && last == LastStep::kNegligibleSeed
+      const float seed = step == overflow_step ? std::numeric_limits<float>::infinity()
+                         : last_step && last == LastStep::kNegligibleSeed
                              ? 1e-30f
                              : static_cast<float>(engine.loss_scale() / gas);
       loss += model.forward(engine, x.data(), y.data(), B, kT, seed).loss / gas;
@@ -331,11 +335,13 @@ TEST_F(ZeroStages, StepWithoutBackwardSeesZeroGradients) {
 
 // bf16 working weights and gradients at every stage against one rank. The runs differ only in
 // where gradients are summed and rounded to bf16 (per rank, then across ranks, against one sum
-// on one rank): one rounding of u = 2^-9 per element per step, which Adam's normalised update
+// on one rank): one rounding of u = 2^-8 per element per step, which Adam's normalised update
 // and 20 steps of lr 2e-3 turn into losses that differ by at most 1.6e-4 relative (seen at
-// N_d = 2, 3, 4 under OpenBLAS's own kernel and Haswell's). The bound, 5e-4 (u / 4), still fails
-// a run whose every update is 1% off: that moves the last losses by about 1% of the 20 steps'
-// descent, 1e-3 relative (checked by scaling lr by 1.01 in the W-rank runs).
+// N_d = 2, 3, 4 under OpenBLAS's own kernel and Haswell's). The bound, 5e-4 (about u / 8), still
+// fails a run whose every update is 1% off: that moves the last losses by about 1% of the 20
+// steps' descent, 1e-3 relative (checked by scaling lr by 1.01 in the W-rank runs). The
+// emulated build runs 6 steps, where a 1% error moves the loss less: there the CPU build's
+// 20 steps are the check.
 TEST_F(ZeroStages, Bf16StagesAgreeWithSingleRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kBF16;
@@ -501,13 +507,14 @@ TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
 // fp16 with DeepSpeed's dynamic loss scaler: an initial scale too large overflows the fp16
 // gradients, and every rank skips those steps together (the overflow test is on the global
 // norm, reduced over ranks), halving the scale until it fits; then it trains as the single-rank
-// fp16 run does: losses within 2e-5 at every step (the runs differ by the order of the fp16
-// gradient sums, u = 2^-12 per element per step; seen 3e-6; a 1% learning-rate error moves the
-// last losses by about 1e-3). At stages 0-1 the ranks all-reduce whole fp16 gradients, as
-// DeepSpeed does (the sum, then the division), and that sum can overflow at the scale where one
-// rank's gradient just fits: such a run skips one step more (seen at N_d = 3, 4). It must then
-// agree up to that step, and afterwards it is one update behind: its last loss within the
-// single-rank run's change over its last step.
+// fp16 run does. At stages 0-1 the ranks all-reduce whole fp16 gradients, as DeepSpeed does
+// (the sum, then the division), and that sum can overflow at the scale where one rank's
+// gradient just fits: such a run skips one step more (seen at N_d = 3, 4), and is compared with
+// a single-rank run made to overflow at that same step (its seed +inf), which then trains the
+// same steps at the same scales. Bound 1e-4 of the loss at every step: the runs differ by the
+// order and place of the fp16 gradient sums (u = 2^-11 per element per step; seen 3e-6 at
+// stages 2-3 and 3.3e-5 at stages 0-1, whose whole fp16 gradients are summed over N_d ranks);
+// a 1% learning-rate error moves the last losses by about 1e-3 (checked with lr x 1.01).
 TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kF16;
@@ -517,6 +524,9 @@ TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   EXPECT_GT(ref.skipped, 0);
   EXPECT_LT(ref.skipped, kSteps / 2);  // and then it trains
   EXPECT_LT(ref.losses.back(), ref.losses.front());
+  auto single = make_single_process_communicator();
+  EngineOptions one_rank = eo;
+  one_rank.zero = ZeroOptions{};
   for (int stage = 0; stage <= 3; ++stage) {
     eo.zero.stage = stage;
     const RunResult got = train(*comm_, eo, 1);
@@ -524,18 +534,18 @@ TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
     double counts[2] = {(double)got.skipped, -(double)got.skipped};
     comm_->all_reduce_scalars(counts, 2, ScalarOp::kMax);
     EXPECT_EQ(counts[0], -counts[1]) << "ranks skipped different numbers of steps";
-    const int more = got.skipped - ref.skipped;
-    ASSERT_TRUE(more == 0 || (more == 1 && stage <= 1))
-        << what << " skipped " << got.skipped << ", one rank " << ref.skipped;
-    int same_until = kSteps;  // the first step whose skip differs
-    for (int s = 0; s < kSteps && same_until == kSteps; ++s)
-      if (got.skipped_at[s] != ref.skipped_at[s]) same_until = s;
-    for (int s = 0; s <= std::min(same_until, kSteps - 1); ++s)
-      EXPECT_NEAR(got.losses[s], ref.losses[s], 2e-5 * ref.losses[s]) << what << " step " << s;
-    const double last_step_change = std::fabs(ref.losses[kSteps - 1] - ref.losses[kSteps - 2]);
-    EXPECT_NEAR(got.losses.back(), ref.losses.back(),
-                2e-5 * ref.losses.back() + more * last_step_change)
-        << what << " (" << more << " step more skipped)";
+    // The first step this run skipped and the single rank did not (stages 0-1 only).
+    int extra = -1;
+    for (int s = 0; s < kSteps && extra < 0; ++s)
+      if (got.skipped_at[s] && !ref.skipped_at[s]) extra = s;
+    EXPECT_TRUE(extra < 0 || stage <= 1) << what << " skipped step " << extra;
+    const RunResult same = extra < 0 ? ref
+                                     : train(*single, one_rank, 1, tiny(), Optimizer::kDevice,
+                                             Params::kDevice, 0, false, LastStep::kNormal, extra);
+    EXPECT_EQ(got.skipped_at, same.skipped_at) << what;
+    for (int s = 0; s < kSteps; ++s)
+      EXPECT_NEAR(got.losses[s], same.losses[s], 1e-4 * same.losses[s])
+          << what << " step " << s << " (the single rank's extra overflow at " << extra << ")";
   }
 }
 
@@ -690,17 +700,17 @@ TEST_F(ZeroStages, Stage3PersistentUnitsAreNotGathered) {
 }
 
 // stage3_max_reuse_distance keeps a released unit whose next use comes after fewer than that
-// many gathered parameters, strictly: DeepSpeed 0.19 (partitioned_param_coordinator.py) walks
-// the trace from the current module and stops once the parameters traversed reach the limit.
-// Without prefetching the trace of a step is embedding, blocks 0..L-1, head (forward and
-// backward fused), blocks L-1..0, embedding: the last block's next use comes after exactly the
-// head. At a limit of the head's padded size it is gathered again; one element more keeps it,
-// one all-gather of that block fewer per step.
+// many parameters, strictly: DeepSpeed 0.19 (partitioned_param_coordinator.py) walks the trace
+// from the next module, adding each parameter's numel, and stops once the sum reaches the
+// limit. Without prefetching the trace of a step is embedding, blocks 0..L-1, head (forward
+// and backward fused), blocks L-1..0, embedding: the last block's next use comes after exactly
+// the head. At a limit of the head's numel it is gathered again; one element more keeps it, one
+// all-gather of that block (its padded size) fewer per step.
 TEST_F(ZeroStages, Stage3ReuseDistanceIsStrict) {
   const ParamLayout layout(tiny());
   const int64_t N = comm_->world_size();
   const auto padded = [&](int u) { return shard_numel((int64_t)layout.units()[u].numel, N) * N; };
-  const int64_t head = padded(layout.head_unit());
+  const int64_t head = (int64_t)layout.units()[layout.head_unit()].numel;
   const int64_t last_block = padded(layout.block_unit(tiny().n_layer - 1));
   int64_t gathered[2];
   for (int keep = 0; keep < 2; ++keep) {
