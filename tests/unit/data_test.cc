@@ -245,6 +245,31 @@ TEST_F(LoaderTest, WindowsFollowLlmcLayoutAndTargetsAreNextTokens) {
   }
 }
 
+// With shuffling, each epoch reads every shard whole, one after another, in an order drawn anew
+// for that epoch (llm.c's DataLoader permutes its shard indices at every reset): over four
+// epochs the orders of the three shards are permutations and not all the same.
+TEST_F(LoaderTest, EachEpochVisitsTheShardsInANewOrder) {
+  auto loader = DataLoader::open(options(1, 8, 0, 1, true));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const int per_epoch = (int)loader->num_batches_per_epoch();
+  ASSERT_EQ(per_epoch, 999 / 8 + 776 / 8 + 299 / 8);
+  std::vector<std::vector<int>> orders;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    auto [in, tg] = draw(*loader, 1, 8, per_epoch);
+    std::vector<int> order;
+    for (int i = 0; i < per_epoch; ++i) {
+      const int shard = in[(size_t)i * 8] / 10000;
+      if (order.empty() || order.back() != shard) order.push_back(shard);
+    }
+    std::vector<int> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2})) << "epoch " << epoch << ": shards read whole";
+    orders.push_back(order);
+  }
+  EXPECT_FALSE(orders[1] == orders[0] && orders[2] == orders[0] && orders[3] == orders[0])
+      << "every epoch read the shards in the same order";
+}
+
 TEST_F(LoaderTest, TwoRanksTileOneRankWithDoubleBatch) {
   for (bool shuffle : {false, true}) {
     auto r0 = DataLoader::open(options(2, 8, 0, 2, shuffle));
