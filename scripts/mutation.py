@@ -14,8 +14,10 @@ all pass) the rest of the suite, stopping at the first failure, and restore the 
 is killed when a test fails (or times out) and survives when the whole suite passes. A ctest
 that fails with no failed test (a `first` regex that selects nothing, a ctest error) is a bad
 mutant, never a kill. The unmutated suite runs first: it must pass, or every kill would mean
-nothing. The source is restored even when interrupted (Ctrl-C, SIGTERM, SIGHUP); the build is
-brought back in step at the end.
+nothing. The source is restored even when interrupted (Ctrl-C, SIGTERM, SIGHUP; ctest and its
+test processes are killed as a group), and a copy of it is kept under BUILD/mutation_backup/
+while a mutant is applied, so a run killed outright (SIGKILL, OOM) is repaired by the next
+start. The build is brought back in step at the end.
 
 Usage: scripts/mutation.sh [--build build] [--only REGEX] [--jobs 2] [--markdown FILE]
                            [--no-baseline] [--first-only]
@@ -25,6 +27,7 @@ Exit status: 0 when every mutant is killed, 1 when one survives, 2 on a bad muta
 not apply or does not compile) or bad usage.
 """
 import argparse
+import os
 import pathlib
 import re
 import signal
@@ -60,8 +63,8 @@ def ctest(build, jobs, args):
     """Runs ctest; returns the failing tests' names ([] when all passed)."""
     log = build / "Testing" / "Temporary" / "LastTestsFailed.log"
     log.unlink(missing_ok=True)
-    r = subprocess.run(["ctest", "-j", str(jobs), "--stop-on-failure", "--timeout", "300",
-                        *args], cwd=build, capture_output=True, text=True)
+    r = run_group(["ctest", "-j", str(jobs), "--stop-on-failure", "--timeout", "300", *args],
+                  cwd=build)
     if r.returncode == 0:
         return []
     failed = [l.split(":", 1)[-1].strip() for l in log.read_text().splitlines() if l.strip()] \
@@ -72,9 +75,34 @@ def ctest(build, jobs, args):
     return failed
 
 
+def run_group(cmd, cwd=None):
+    """subprocess.run in a process group of its own, killed whole if we are interrupted (ctest's
+    mpirun ranks would otherwise outlive it)."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate()
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def build_tree(build):
-    r = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True)
+    r = run_group(["cmake", "--build", str(build)])
     return r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def restore_backups(build):
+    """Puts back sources a killed run left mutated (their copies in BUILD/mutation_backup/)."""
+    backups = build / "mutation_backup"
+    for b in sorted(backups.rglob("*")) if backups.exists() else []:
+        if b.is_file():
+            rel = b.relative_to(backups)
+            (ROOT / rel).write_bytes(b.read_bytes())
+            b.unlink()
+            print(f"mutation: restored {rel}, left mutated by an earlier run", file=sys.stderr)
 
 
 def run_mutant(m, build, jobs, first_only=False):
@@ -84,9 +112,12 @@ def run_mutant(m, build, jobs, first_only=False):
     count = text.count(m["find"])
     if count != 1:
         return "bad", f"'find' occurs {count} times in {m['file']} (must be once)", 0.0
+    backup = build / "mutation_backup" / m["file"]
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    backup.write_bytes(original)
     start = time.monotonic()
     try:
-        src.write_text(text.replace(m["find"], m["replace"]))
+        src.write_bytes(text.replace(m["find"], m["replace"]).encode())
         ok, log = build_tree(build)
         if not ok:
             return "bad", "does not compile:\n" + log, time.monotonic() - start
@@ -97,8 +128,11 @@ def run_mutant(m, build, jobs, first_only=False):
             failed = ctest(build, jobs, ["-E", m["first"]])
     except CtestError as e:
         return "bad", str(e), time.monotonic() - start
-    finally:
+    finally:  # no signal between putting the source back and dropping its copy
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         src.write_bytes(original)
+        backup.unlink()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     elapsed = time.monotonic() - start
     if failed:
         return "killed", ", ".join(failed[:3]), elapsed
@@ -123,6 +157,7 @@ def main():
         print(f"mutation: {build} is not a configured build (run scripts/setup.sh)",
               file=sys.stderr)
         return 2
+    restore_backups(build)
     try:
         mutants = [parse(p) for p in sorted((ROOT / "tests" / "mutants").glob("*.mutant"))
                    if re.search(a.only, p.stem)]
@@ -161,7 +196,8 @@ def main():
         build_tree(build)  # the build matches the restored sources again
     total = time.monotonic() - start
     killed = sum(r[1] == "killed" for r in rows)
-    summary = (f"{killed} of {len(rows)} mutants killed in {total / 60:.1f} min "
+    what = "killed by their first tests" if a.first_only else "killed"
+    summary = (f"{killed} of {len(rows)} mutants {what} in {total / 60:.1f} min "
                f"({time.strftime('%Y-%m-%d')}, ctest -j{a.jobs})")
     print(summary)
     if a.markdown:
