@@ -57,7 +57,8 @@ cmake --build build -j "$JOBS"
 echo "setup: built build/zerotrain"
 
 if ((PYTHON_ENV)); then
-  # The versions the fixtures were made with where it matters (DeepSpeed's behaviour); CPU only.
+  # DeepSpeed pinned to the version the fixtures mirror; PyPI's torch wheel brings CUDA's
+  # libraries too (most of the 5 GB), though the references run on the CPU.
   [[ -x .venv/bin/python ]] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q numpy torch transformers safetensors sentencepiece \

@@ -8,8 +8,9 @@ namespace zt {
 
 // True when stage 3 keeps a unit of `numel` elements whole on every rank instead of sharding
 // it: DeepSpeed 0.19's mark_persistent_parameters (runtime/zero/parameter_offload.py) keeps a
-// parameter with `ds_numel <= stage3_param_persistence_threshold`. A threshold of 0 shards
-// every unit.
+// parameter with `ds_numel <= stage3_param_persistence_threshold`. The comparison is
+// DeepSpeed's; the granularity differs: DeepSpeed tests each tensor, zerotrain each unit (an
+// embedding, a block, the head), which it gathers whole. A threshold of 0 shards every unit.
 constexpr bool stage3_keeps_whole(int64_t numel, int64_t persistence_threshold) {
   return numel <= persistence_threshold;
 }

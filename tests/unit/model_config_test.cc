@@ -68,10 +68,10 @@ TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
   EXPECT_NE(other.status().message().find("'gpt2' or 'llama'"), std::string::npos);
 }
 
-// GPT-2's initialisation (Radford et al. 2019, section 2.3, and OpenAI's released code):
-// weights ~ N(0, 0.02), the residual projections (attention output, MLP output) scaled by
-// 1/sqrt(N) for the N = 2L residual layers, i.e. 0.02 / sqrt(24) = 0.00408 at L = 12; biases 0,
-// norm weights 1. A block of gpt2-124m holds 590k attention-output weights, so the sample
+// GPT-2's initialisation: weights ~ N(0, 0.02) (GPT-1's, kept by GPT-2), the residual
+// projections (attention output, MLP output) scaled by 1/sqrt(N) for N residual layers
+// (Radford et al. 2019, section 2.3), N = 2L as nanoGPT and llm.c read it (two per block):
+// 0.02 / sqrt(24) = 0.00408 at L = 12; biases 0, norm weights 1. A block of gpt2-124m holds 590k attention-output weights, so the sample
 // standard deviation is within 0.3% of its expectation (3 standard errors, 1/sqrt(2n) each);
 // bound 2%.
 TEST(Init, Gpt2StandardDeviationsFollowThePaper) {
