@@ -162,6 +162,27 @@ TEST_F(Checkpoint, ResumeIsBitwiseExact) {
     }
 }
 
+// After an fp16 step is skipped, Adam has taken one update fewer than the training step, and
+// its bias correction (1 - beta^t) must use that count (DeepSpeed's optimizer counts applied
+// steps). A run with an overflow forced at step 2, saved at step 3 and resumed, gives the
+// straight run's losses bit for bit; a resume that took t from the step would not.
+TEST_F(Checkpoint, Fp16ResumeAfterASkippedStepIsBitwiseExact) {
+  const std::string ds =
+      config("fp16.json", 2, 1, ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}");
+  ::setenv("ZEROTRAIN_FORCE_OVERFLOW", "2", 1);
+  const Result straight = train(1, ds, 6, "run_a", "--save_dir " + path("a"));
+  const Result first = train(1, ds, 3, "run_b1", "--save_dir " + path("b"));
+  ::unsetenv("ZEROTRAIN_FORCE_OVERFLOW");
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  ASSERT_EQ(first.code, 0) << first.out;
+  const Result rest = train(1, ds, 6, "run_b2", "--save_dir " + path("b") + " --resume");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  const std::vector<double> a = losses("run_a"), b = losses("run_b2");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a[3 + i], b[i]) << "step " << 4 + i;
+}
+
 // Saved on 2 ranks at stage 2 (micro-batch 2), resumed on 1 rank with twice the accumulation,
 // on 4 ranks at micro-batch 1, and at stage 3; and saved on 4 ranks at stage 3, resumed on 2 at
 // stage 2: the uninterrupted run's losses.
