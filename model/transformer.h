@@ -46,9 +46,9 @@ class Transformer {
   const ParamLayout& layout() const { return layout_; }
   // Rows of logits the classifier computes per chunk (default: about 32 MiB of fp32 logits,
   // (8 Mi / V) rows, at most max_B * max_T). Lowering it changes how many chunks the head runs
-  // in; a larger value than the default is clamped to it (the logits
-  // buffer was sized for it). The head's values change only by rounding: the weight gradient is
-  // summed chunk by chunk, and the GEMMs see other shapes.
+  // in; a larger value than the default is clamped to it (the logits buffer was sized for it).
+  // The head's values change only by rounding: the weight gradient is summed chunk by chunk,
+  // and the GEMMs see other shapes.
   int classifier_chunk_rows() const;
   void set_classifier_chunk_rows(int rows);
 

@@ -13,8 +13,8 @@
 // rank r owns elements [r*s, (r+1)*s). Stage 3 gathers a unit at fetch() and frees it at
 // release(), except units of at most stage3_param_persistence_threshold elements (replicated:
 // kept whole on every rank, gradients all-reduced, updated in full, so they cost no all-gather
-// after the first step; zero/partition.h) and units fetched again within stage3_max_reuse_distance parameters. With
-// overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
+// after the first step; zero/partition.h) and units fetched again within
+// stage3_max_reuse_distance parameters. With overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
 // stage 3 prefetches upcoming units (from the unit sequence recorded in the first step) up to
 // stage3_prefetch_bucket_size, within stage3_max_live_parameters.
 //
