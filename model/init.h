@@ -12,8 +12,9 @@
 
 namespace zt {
 
-// Fills unit u's fp32 values (layout order, numel elements). Deterministic in (seed, u) and
-// independent of other units, so every rank initialises any unit identically.
+// Fills unit u's fp32 values (layout order, numel elements), in parallel (OpenMP). Deterministic
+// in (seed, u), independent of other units and of the thread count, so every rank initialises
+// any unit identically.
 void init_unit(const ModelConfig& c, const Unit& unit, int u, uint64_t seed, std::span<float> out);
 
 }  // namespace zt
