@@ -1,0 +1,709 @@
+#!/usr/bin/env python3
+"""The GPU checks as one prepared command, for a GPU machine lent for minutes (issue 25).
+
+  scripts/gpu_check.sh --pack [--llmc DIR]      here: build for sm_90, fill build/gpu_bundle
+  scripts/gpu_check.sh --run OUT [--deadline S]      there: the plan on the GPU
+  scripts/gpu_check.sh --rehearse OUT [--deadline S] here: the same plan on the CUDA emulation
+
+The machine (the library's device notes): one H200, 15 minutes of device time in all, 10 per
+command, nothing installed of ours, `python3` with PyTorch and CUDA's libraries in its
+packages, at most 8 files back from OUT, and a command killed at its limit. So:
+
+- --pack does here everything that needs no GPU: the sm_90 binaries and the libraries they need
+  that the GPU machine lacks (build/gpu_bundle/bin, lib.tar.xz), token shards of tinyshakespeare, the
+  CPU's losses for the training stage (cpu_losses.json), and with --llmc DIR (a checkout or git
+  directory of karpathy/llm.c) llm.c's train_gpt2cu compiled for sm_90. Carry build/gpu_bundle.
+- --run OUT runs the stages below in order of the value of what each measures, each under its
+  own time limit and all under --deadline (default 540 s: a 600 s command with room to spare).
+  A stage that the deadline leaves too little time is skipped, saying so.
+- OUT holds three files, each rewritten (atomically) before and after every stage, so a run
+  killed at any moment returns everything measured until then: results.json (one object per
+  stage: name, status pass/fail/skipped/timeout, or running if it was killed in it, seconds,
+  figures, reason), summary.md (the same for people) and logs.tar.gz (every log so far).
+- Without a GPU, --run runs the preflight and skips every GPU stage with the reason.
+- --rehearse OUT runs the same plan here: the emulated binaries stand in for the GPU ones, a
+  fake nvidia-smi for the driver's, the shapes are tiny. tests/gpu_check/rehearsal_test.py runs
+  it in CI and kills it at random moments.
+
+Stages (limits in seconds):
+  preflight  30   nvidia-smi, driver, CUDA runtime, host CPU; ldd of every binary, the missing
+                  libraries found in the GPU image's Python packages (only our binaries see them)
+  kernels    90   tests/unit/cuda_backend_test.cc on the GPU; a skipped test is a failure
+  reference  60   the PyTorch fixtures on the CUDA backend (ZT_TEST_DEVICE=cuda)
+  training   60   20 steps of shakespeare-llama against the CPU's losses (relative 1e-4)
+  gpt2       75   GPT-2 124M, T 1024, micro-batch 8, bf16, stage 0: tokens/s, MFU, memory
+  tinyllama  150  TinyLlama-1.1B, T 2048: stage 0; stage 2 with the optimizer on the CPU, with
+                  and without the delayed parameter update: step time, peak memory (tracker,
+                  driver, estimator)
+  pytorch    150  the same GPT-2 and TinyLlama steps in PyTorch (benchmarks/torch_step.py)
+  llmc       60   llm.c's train_gpt2cu on GPT-2 124M's shapes
+  sanitizer  90   compute-sanitizer memcheck and racecheck on some kernel tests
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUNDLE = os.path.join(ROOT, "build", "gpu_bundle")
+BUNDLE_LIMIT_MIB = 60  # with the working tree, under the device tool's 64 MiB
+PEAK_BF16 = 989.4e12  # dense bf16 FLOP/s of an H100/H200 SXM (NVIDIA's datasheet)
+STATUSES = ("pending", "running", "pass", "fail", "skipped", "timeout")
+
+# The shapes of each mode: (model, layers, width, T, micro-batch, steps, data). The data is
+# tinyshakespeare in Llama 2's tokens ("data") or in bytes ("bytes", for the tiny presets'
+# 256-token vocabularies).
+SHAPES = {
+    "run": {"training": ("shakespeare-llama", 4, 128, 256, 4, 20, "data"),
+            "gpt2": ("gpt2-124m", 12, 768, 1024, 8, 8, "data"),
+            "tinyllama": ("tinyllama-1.1b", 22, 2048, 2048, 1, 8, "data")},
+    "rehearse": {"training": ("tiny-llama", 2, 64, 32, 4, 3, "bytes"),
+                 "gpt2": ("tiny-gpt2", 2, 64, 64, 2, 4, "bytes"),
+                 "tinyllama": ("tiny-llama", 2, 64, 64, 2, 4, "bytes")},
+}
+TRAIN_CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+# Both backends compute in fp32 (cuBLASLt COMPUTE_32F, no TF32) and differ only in the order of
+# their sums (u = 6e-8 a rounding, sums of a few thousand terms): over 20 Adam steps we expect
+# about 1e-6 (the emulation, which keeps the kernels' order: 7e-8 over 10 steps at T = 64). A 1%
+# error in every update moves the losses ~1e-3.
+TRAIN_RTOL = 1e-4
+FAKE_SMI = """#!/bin/sh
+# gpu_check --rehearse: stands in for the driver's nvidia-smi.
+case "$*" in
+  *-lms*) while :; do echo 1234; sleep 0.2; done ;;
+  *-L*) echo "GPU 0: NVIDIA H200 (emulated) (UUID: GPU-00000000)" ;;
+  *--query-gpu*) echo "NVIDIA H200 (emulated), 143771, 580.00.00" ;;
+  *) echo "nvidia-smi (emulated by gpu_check --rehearse)" ;;
+esac
+"""
+
+
+class Killed(Exception):
+    pass
+
+
+class Plan:
+    """The run's state: the stages' results, where logs go, the deadline, and how to write OUT."""
+
+    def __init__(self, mode, out, deadline):
+        self.mode, self.out, self.deadline = mode, os.path.abspath(out), deadline
+        self.t0 = time.monotonic()
+        self.work = tempfile.mkdtemp(prefix="zt_gpu_check_")
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs)
+        os.makedirs(self.out, exist_ok=True)
+        self.stages = []
+        self.gpu = False
+        self.lib_path = os.path.join(self.work, "lib")
+        self.header = {"mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "commit": git_commit(), "deadline_s": deadline}
+
+    def left(self):
+        return self.deadline - (time.monotonic() - self.t0)
+
+    def env(self, **extra):
+        """The environment of our binaries: the bundle's libraries and those preflight found."""
+        e = dict(os.environ, LD_LIBRARY_PATH=self.lib_path, ZT_SOURCE_DIR=ROOT, **extra)
+        e.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
+        return e
+
+    def sh(self, log, argv, limit, env=None, cwd=None):
+        """Runs argv, its output in logs/LOG, killed with its process group after `limit`
+        seconds. Returns (exit code, or None when it timed out)."""
+        with open(os.path.join(self.logs, log), "ab") as f:
+            f.write(("$ " + " ".join(argv) + "\n").encode())
+            f.flush()
+            try:
+                p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                     start_new_session=True)
+            except OSError as e:
+                f.write(f"cannot start: {e}\n".encode())
+                return 127
+            try:
+                return p.wait(timeout=max(1.0, limit))
+            except subprocess.TimeoutExpired:
+                kill_group(p)
+                f.write(f"\n[gpu_check: killed after {limit:.0f} s]\n".encode())
+                return None
+            except BaseException:  # Killed: the child goes with us
+                kill_group(p)
+                raise
+
+    def write(self):
+        """Rewrites results.json, summary.md and logs.tar.gz in OUT, each atomically."""
+        doc = dict(self.header, elapsed_s=round(time.monotonic() - self.t0, 1), stages=self.stages)
+        atomic_write(os.path.join(self.out, "results.json"),
+                     json.dumps(doc, indent=1).encode())
+        atomic_write(os.path.join(self.out, "summary.md"), summary(doc).encode())
+        tmp = os.path.join(self.out, ".logs.tar.gz.tmp")
+        with tarfile.open(tmp, "w:gz") as t:
+            t.add(self.logs, arcname="logs")
+        os.replace(tmp, os.path.join(self.out, "logs.tar.gz"))
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def kill_group(p):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=3)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def atomic_write(path, data):
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def summary(doc):
+    lines = [f"# gpu_check --{doc['mode']} {doc['started']}, commit {doc['commit']}", "",
+             f"deadline {doc['deadline_s']} s, elapsed {doc['elapsed_s']} s", "",
+             "| stage | status | seconds | figures / reason |", "|---|---|---|---|"]
+    for s in doc["stages"]:
+        figs = "; ".join(f"{k} {fmt(v)}" for k, v in s["figures"].items())
+        text = "; ".join(x for x in (figs, s["reason"]) if x)
+        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} {fmt(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+# ---- the stages: each takes the plan, its result (figures to fill) and its time limit, and
+# returns (status, reason) ----
+
+def preflight(plan, res, limit):
+    if plan.mode == "rehearse":
+        fake = os.path.join(plan.work, "fake_bin")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+            f.write(FAKE_SMI)
+        os.chmod(os.path.join(fake, "nvidia-smi"), 0o755)
+        os.environ["PATH"] = fake + os.pathsep + os.environ["PATH"]
+    smi = capture(["nvidia-smi", "-L"])
+    plan.gpu = smi[0] == 0 and "GPU " in smi[1]
+    res["figures"]["gpu"] = smi[1].strip().splitlines()[0] if plan.gpu else "none"
+    if plan.gpu:
+        q = capture(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                     "--format=csv,noheader"])[1].strip()
+        res["figures"]["nvidia_smi"] = q
+    res["figures"]["nvcc"] = (re.findall(r"release [\d.]+", capture(["nvcc", "--version"])[1])
+                              or ["none"])[0]
+    cpu = open("/proc/cpuinfo").read()
+    model = re.findall(r"model name\s*:\s*(.*)", cpu) or ["?"]
+    flags = (re.findall(r"flags\s*:\s*(.*)", cpu) or [""])[0].split()
+    res["figures"]["cpu"] = f"{model[0]} x {os.cpu_count()}, " + " ".join(
+        f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    # Libraries: the bundle's, then CUDA's from the toolkit or the Python packages (NCCL,
+    # cuBLASLt, the runtime), for our binaries only: python3, nvcc and nvidia-smi keep theirs.
+    bins = sorted(glob.glob(os.path.join(BUNDLE, "bin", "*")) +
+                  glob.glob(os.path.join(BUNDLE, "llmc", "train_gpt2cu")))
+    missing = missing_libs(plan, bins, plan.lib_path)
+    found = {}
+    for lib in sorted(missing):
+        for d in lib_dirs():
+            if os.path.exists(os.path.join(d, lib)):
+                found[lib] = d
+                break
+    plan.lib_path = os.pathsep.join([plan.lib_path] + sorted(set(found.values())))
+    still = missing_libs(plan, bins, plan.lib_path)
+    for lib, d in found.items():
+        real = os.path.realpath(os.path.join(d, lib))
+        res["figures"][lib] = real
+    if still:
+        return "fail", ("missing libraries: " + ", ".join(sorted(still)) +
+                        " (searched the toolkit and python3's site-packages/nvidia)")
+    return "pass", "" if plan.gpu else "no GPU: `nvidia-smi -L` lists none"
+
+
+def capture(argv, env=None, timeout=20):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except (OSError, subprocess.SubprocessError) as e:
+        return 127, str(e)
+
+
+def missing_libs(plan, bins, lib_path):
+    """The libraries ldd finds for none of `bins` with LD_LIBRARY_PATH=lib_path (ldd's output
+    goes to the preflight's log)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=lib_path)
+    out = set()
+    with open(os.path.join(plan.logs, "preflight.log"), "a") as log:
+        for b in bins:
+            text = capture(["ldd", b], env)[1]
+            log.write(f"$ LD_LIBRARY_PATH={lib_path} ldd {b}\n{text}\n")
+            out |= set(re.findall(r"^\s*(\S+) => not found", text, re.M))
+    return out
+
+
+def lib_dirs():
+    dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+            "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/nvidia/lib64"]
+    code = "import site; print('\\n'.join(site.getsitepackages()))"
+    for sp in capture(["python3", "-c", code])[1].split():
+        dirs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def gtest_stage(binary, extra_env, filt):
+    def stage(plan, res, limit):
+        name = res["name"]
+        exe = os.path.join(BUNDLE, "bin", binary.replace("_test", "_emu_test")
+                           if plan.mode == "rehearse" else binary)
+        report = os.path.join(plan.work, name + ".json")
+        argv = [exe, "--gtest_color=no", f"--gtest_output=json:{report}"]
+        if plan.mode == "rehearse" and filt:
+            argv.append("--gtest_filter=" + filt)
+        rc = plan.sh(name + ".log", argv, limit, env=plan.env(**extra_env))
+        if rc is None:
+            return "timeout", f"over {limit:.0f} s"
+        counts = gtest_counts(report)
+        res["figures"].update(counts)
+        if rc != 0 or not counts:
+            return "fail", f"exit {rc}"
+        if counts["skipped"]:  # a real-GPU test skips when it sees no device: not a pass
+            return "fail", f"{counts['skipped']} tests skipped"
+        return "pass", ""
+    return stage
+
+
+def gtest_counts(path):
+    try:
+        doc = json.load(open(path))
+    except (OSError, ValueError):
+        return {}
+    tests = [t for s in doc.get("testsuites", []) for t in s.get("testsuite", [])]
+    return {"tests": len(tests),
+            "failed": sum(1 for t in tests if t.get("failures")),
+            "skipped": sum(1 for t in tests if t.get("result") == "SKIPPED")}
+
+
+def zerotrain(plan):
+    return os.path.join(BUNDLE, "bin", "zerotrain" + ("_emu" if plan.mode == "rehearse" else ""))
+
+
+def train_args(exe, device, shape, run_dir, config):
+    """`zerotrain train` of `shape` on tinyshakespeare's shards, `config` its ds_config."""
+    model, _, _, T, _, steps, data = shape
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "ds.json"), "w") as f:
+        json.dump(config, f)
+    return [exe, "train", "--device", device, "--model", model, "--seq_len", str(T),
+            "--steps", str(steps), "--val_every", "0", "--sample_tokens", "0",
+            "--deepspeed", os.path.join(run_dir, "ds.json"),
+            "--train_data", os.path.join(BUNDLE, data, "train_*.bin"), "--run_dir", run_dir]
+
+
+def losses(run_dir):
+    try:
+        return [json.loads(l)["loss"] for l in open(os.path.join(run_dir, "metrics.jsonl"))
+                if '"loss"' in l]
+    except OSError:
+        return []
+
+
+def training(plan, res, limit):
+    shape = SHAPES[plan.mode]["training"]
+    run_dir = os.path.join(plan.work, "training")
+    rc = plan.sh("training.log", train_args(zerotrain(plan), "cuda", shape, run_dir, TRAIN_CONFIG), limit,
+                 env=plan.env())
+    cpu = json.load(open(os.path.join(BUNDLE, "cpu_losses.json")))[plan.mode]
+    gpu = losses(run_dir)
+    res["figures"]["steps"] = len(gpu)
+    if rc is None:
+        return "timeout", f"over {limit:.0f} s"
+    if rc != 0 or len(gpu) != len(cpu) or not gpu:
+        return "fail", f"exit {rc}, {len(gpu)} losses for the CPU's {len(cpu)}"
+    worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
+    res["figures"].update(final_loss_cpu=cpu[-1], final_loss_cuda=gpu[-1], worst_rel=worst)
+    return ("pass", "") if worst <= TRAIN_RTOL else ("fail", f"worst {worst:.1e} > {TRAIN_RTOL}")
+
+
+def bench_config(stage, micro_batch, offload, dpu):
+    c = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
+         "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+         "zero_optimization": {"stage": stage}}
+    if offload:
+        c["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if dpu:
+        c["zerotrain"] = {"delayed_param_update": {"enabled": True, "warmup_steps": 2}}
+    return c
+
+
+def bench(plan, name, shape, stage, offload, dpu, limit):
+    """One timed run of ours on the GPU, the driver's memory sampled: its figures."""
+    _, L, C, T, B, _, _ = shape
+    run_dir = os.path.join(plan.work, name)
+    argv = train_args(zerotrain(plan), "cuda", shape, run_dir,
+                      bench_config(stage, B, offload, dpu)) + ["--memory_report"]
+    smi_log = open(os.path.join(run_dir, "driver_mib.txt"), "w")
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
+                            "nounits", "-lms", "200"], stdout=smi_log, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        rc = plan.sh(name + ".log", argv, limit, env=plan.env())
+    finally:
+        kill_group(smi)
+        smi_log.close()
+    if rc is None:
+        return {"status": "timeout"}
+    if rc != 0:
+        return {"status": f"exit {rc}"}
+    steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))
+             if '"loss"' in l][3:]
+    rep = json.load(open(os.path.join(run_dir, "memory_report_rank0.json")))
+    if not steps:
+        return {"status": "no steps past the warm-up"}
+    tps = sum(s["tokens_per_s"] for s in steps) / len(steps)
+    drv = [int(x) for x in open(os.path.join(run_dir, "driver_mib.txt")) if x.strip().isdigit()]
+    gib = 2**30
+    return {"status": "ok", "tokens_per_s": tps,
+            "step_ms": sum(s["step_ms"] for s in steps) / len(steps),
+            # FLOPs per token 6Ψ + 12·L·C·T: PaLM (Chowdhery et al. 2022), appendix B.
+            "mfu": tps * (6 * rep["psi"] + 12 * L * C * T) / PEAK_BF16,
+            "peak_gib_tracked": rep["device_peak_bytes"] / gib,
+            "peak_gib_driver": max(drv, default=0) / 1024,
+            "peak_gib_estimated": rep["device_predicted_bytes"] / gib}
+
+
+def bench_stage(runs):
+    def stage(plan, res, limit):
+        shape = SHAPES[plan.mode][res["name"]]
+        t_end = time.monotonic() + limit
+        bad = []
+        for i, (name, zstage, offload, dpu) in enumerate(runs):
+            left = t_end - time.monotonic()
+            if left < 5:
+                bad.append(f"{name}: no time left")
+                continue
+            fig = bench(plan, name, shape, zstage, offload, dpu, left / (len(runs) - i))
+            res["figures"][name] = fig
+            plan.write()
+            if fig["status"] != "ok":
+                bad.append(f"{name}: {fig['status']}")
+        return ("fail", "; ".join(bad)) if bad else ("pass", "")
+    return stage
+
+
+def pytorch(plan, res, limit):
+    python = "python3"
+    device = "cuda"
+    if plan.mode == "rehearse":
+        venv = os.path.join(ROOT, ".venv", "bin", "python3")
+        python, device = (venv if os.path.exists(venv) else "python3"), "cpu"
+    if capture([python, "-c", "import torch, transformers"], timeout=60)[0] != 0:
+        return "skipped", f"{python} cannot import torch and transformers"
+    t_end = time.monotonic() + limit
+    bad = []
+    runs = [("gpt2", False), ("tinyllama", False)]
+    if plan.mode == "run":  # compiling takes ~50 s even for a tiny model
+        runs.append(("gpt2", True))
+    for key, compile_ in runs:
+        model, L, C, T, B, steps, _ = SHAPES[plan.mode][key]
+        name = f"torch_{key}" + ("_compile" if compile_ else "")
+        left = t_end - time.monotonic()
+        if left < 10:
+            bad.append(f"{name}: no time left")
+            continue
+        out = os.path.join(plan.work, name + ".json")
+        argv = [python, os.path.join(ROOT, "benchmarks", "torch_step.py"), "--model", model,
+                "--batch", str(B), "--seq", str(T), "--steps", str(steps), "--device", device]
+        with open(out, "w") as f:
+            rc = run_to(plan, name + ".log", argv + (["--compile"] if compile_ else []), f, left)
+        try:
+            fig = json.loads(open(out).read().strip().splitlines()[-1])
+            fig["mfu"] = fig["tokens_per_s"] * (6 * fig["psi"] + 12 * L * C * T) / PEAK_BF16
+            res["figures"][name] = {k: fig[k] for k in ("tokens_per_s", "step_ms", "mfu",
+                                                        "peak_bytes", "warmup_s", "torch")}
+        except (OSError, ValueError, IndexError, KeyError):
+            bad.append(f"{name}: {'timeout' if rc is None else f'exit {rc}'}")
+        plan.write()
+    return ("fail", "; ".join(bad)) if bad else ("pass", "")
+
+
+def run_to(plan, log, argv, stdout, limit):
+    """Like Plan.sh, with stdout to a file of its own (stderr to the log)."""
+    with open(os.path.join(plan.logs, log), "ab") as err:
+        p = subprocess.Popen(argv, stdout=stdout, stderr=err, start_new_session=True,
+                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        try:
+            return p.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            return None
+        except BaseException:
+            kill_group(p)
+            raise
+
+
+def llmc(plan, res, limit):
+    exe = os.path.join(BUNDLE, "llmc", "train_gpt2cu")
+    if plan.mode == "rehearse":
+        return "skipped", "llm.c's train_gpt2cu needs a GPU"
+    if not os.path.exists(exe):
+        return "skipped", "not packed (--pack --llmc DIR)"
+    _, _, _, T, B, steps, _ = SHAPES["run"]["gpt2"]
+    data = os.path.join(BUNDLE, "data")
+    rc = plan.sh("llmc.log", [exe, "-e", "d12", "-b", str(B), "-t", str(T), "-x", str(steps),
+                              "-v", "0", "-s", "0", "-z", "0", "-i", f"{data}/train_*.bin",
+                              "-j", f"{data}/val_*.bin"], limit, env=plan.env(),
+                 cwd=plan.work)
+    text = open(os.path.join(plan.logs, "llmc.log"), errors="replace").read()
+    # llm.c prints "step    4/8 | loss ... | ... ms | ... tok/s"
+    rows = [(float(ms), float(tps)) for ms, tps in
+            re.findall(r"\|\s*([\d.]+) ms.*?\|\s*([\d,.]+?) tok/s", text.replace(",", ""))][3:]
+    if rows:
+        res["figures"].update(step_ms=sum(r[0] for r in rows) / len(rows),
+                              tokens_per_s=sum(r[1] for r in rows) / len(rows))
+    if rc is None:
+        return "timeout", f"over {limit:.0f} s"
+    return ("pass", "") if rc == 0 and rows else ("fail", f"exit {rc}, {len(rows)} timed steps")
+
+
+def sanitizer(plan, res, limit):
+    if plan.mode == "rehearse":
+        return "skipped", "compute-sanitizer needs a GPU"
+    tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not os.path.exists(tool):
+        return "skipped", "no compute-sanitizer"
+    exe = os.path.join(BUNDLE, "bin", "cuda_backend_test")
+    bad = []
+    for kind in ("memcheck", "racecheck"):
+        rc = plan.sh(f"sanitizer_{kind}.log", [tool, "--tool", kind, "--error-exitcode", "3",
+                                               exe, "--gtest_filter=" + SANITIZED],
+                     limit / 2, env=plan.env())
+        res["figures"][kind] = {None: "timeout", 0: "clean", 3: "errors found"}.get(rc, f"exit {rc}")
+        if rc != 0:
+            bad.append(f"{kind}: {res['figures'][kind]}")
+    return ("fail", "; ".join(bad)) if bad else ("pass", "")
+
+
+SANITIZED = ("CudaVsCpu.Matmul:CudaVsCpu.NormsForwardBackward:CudaVsCpu.RopeAndGqaAttention:"
+             "CudaVsCpu.EmbeddingActivationsCrossEntropyAdamW")
+REHEARSED = "CudaVsCpu.Matmul:CudaVsCpu.RopeAndGqaAttention:CudaVsCpu.TinyLlamaTrainsAsOnTheCpu"
+
+# (name, limit in seconds, needs a GPU, function), in the order of the value of what each measures.
+STAGES = [
+    ("preflight", 30, False, preflight),
+    ("kernels", 90, True, gtest_stage("cuda_backend_test", {}, REHEARSED)),
+    ("reference", 60, True, gtest_stage("reference_test", {"ZT_TEST_DEVICE": "cuda"},
+                                        "Reference.Tiny*")),
+    ("training", 60, True, training),
+    ("gpt2", 75, True, bench_stage([("gpt2", 0, False, False)])),
+    ("tinyllama", 150, True, bench_stage([("tinyllama", 0, False, False),
+                                          ("tinyllama_offload", 2, True, False),
+                                          ("tinyllama_offload_dpu", 2, True, True)])),
+    ("pytorch", 150, True, pytorch),
+    ("llmc", 60, True, llmc),
+    ("sanitizer", 90, True, sanitizer),
+]
+
+
+def run(mode, out, deadline):
+    if not os.path.exists(os.path.join(BUNDLE, "bin", "zerotrain")):
+        print("error: no bundle in build/gpu_bundle; run scripts/gpu_check.sh --pack first",
+              file=sys.stderr)
+        return 2
+    plan = Plan(mode, out, deadline)
+    plan.stages = [{"name": n, "status": "pending", "seconds": 0, "figures": {}, "reason": ""}
+                   for n, *_ in STAGES]
+
+    def on_signal(sig, _):
+        raise Killed(signal.Signals(sig).name)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        plan.write()  # first, so that OUT is valid from the start
+        # The bundle's libraries travel compressed (OpenBLAS alone is 36 MiB).
+        with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz")) as t:
+            t.extractall(plan.work, filter="data")
+        failed = run_stages(plan)
+    except Killed as k:
+        for res in plan.stages:
+            if res["status"] == "running":
+                res.update(status="timeout", reason=f"killed by {k}")
+        plan.write()
+        return 124
+    finally:
+        shutil.rmtree(plan.work, ignore_errors=True)
+    print(f"results: {plan.out}/summary.md, results.json, logs.tar.gz")
+    return 1 if failed or not plan.gpu else 0  # no GPU: nothing was measured
+
+
+def run_stages(plan):
+    """Runs STAGES in order, OUT rewritten around each. True when one failed."""
+    failed = False
+    for (name, limit, needs_gpu, fn), res in zip(STAGES, plan.stages):
+        limit = min(limit, plan.left())
+        if needs_gpu and not plan.gpu:
+            res.update(status="skipped", reason="no GPU: `nvidia-smi -L` lists none")
+            continue
+        if limit < 10:
+            res.update(status="skipped",
+                       reason=f"the deadline ({plan.deadline:.0f} s) left {limit:.0f} s")
+            continue
+        res["status"] = "running"
+        plan.write()
+        t = time.monotonic()
+        try:
+            status, reason = fn(plan, res, limit)
+        except (OSError, ValueError, KeyError, IndexError, subprocess.SubprocessError) as e:
+            status, reason = "fail", f"{type(e).__name__}: {e}"  # the others' figures stay
+        res.update(status=status, reason=reason, seconds=round(time.monotonic() - t, 1))
+        failed |= status in ("fail", "timeout")
+        plan.write()
+        print(f"{name}: {status} ({res['seconds']} s) {reason}", flush=True)
+    plan.write()
+    return failed
+
+
+def pack(llmc_dir):
+    bins = ["zerotrain", "zerotrain_emu", "tests/cuda_backend_test", "tests/cuda_backend_emu_test",
+            "tests/reference_test", "tests/reference_emu_test"]
+    build = os.path.join(ROOT, "build")
+    subprocess.run(["cmake", "--build", build, "--target"] + [os.path.basename(b) for b in bins],
+                   check=True)
+    shutil.rmtree(BUNDLE, ignore_errors=True)
+    for d in ("bin", "data"):
+        os.makedirs(os.path.join(BUNDLE, d))
+    lib_dir = tempfile.mkdtemp()
+    libs = set()
+    for b in bins:
+        path = os.path.join(build, b)
+        subprocess.run(["strip", "--strip-unneeded", "-o",
+                        os.path.join(BUNDLE, "bin", os.path.basename(b)), path], check=True)
+        libs |= set(re.findall(r"=> (/\S+)", capture(["ldd", path])[1]))
+    # Every library ldd resolves except glibc's, the compiler runtime (newer on the GPU
+    # machine) and CUDA's own (the GPU machine's match its driver).
+    skip = re.compile(r"/lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|cudart|cublas|cublasLt|nccl|cuda)"
+                      r"\.so")
+    for lib in sorted(libs):
+        if not skip.search(lib):
+            subprocess.run(["strip", "--strip-unneeded", "-o",
+                            os.path.join(lib_dir, os.path.basename(lib)), lib], check=True)
+    with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz"), "w:xz") as t:
+        t.add(lib_dir, arcname="lib")
+    shutil.rmtree(lib_dir)
+    shared = os.path.join(ROOT, "..", "shared", "data")
+    text = os.path.join(shared, "tinyshakespeare.txt")
+    subprocess.run([os.path.join(build, "zerotrain"), "prepare", "--tokenizer",
+                    os.path.join(shared, "llama2_tokenizer.model"), "--input", text, "--out",
+                    os.path.join(BUNDLE, "data")], check=True, stdout=subprocess.DEVNULL)
+    # The rehearsal's tiny models: the text's first 64 KiB as byte tokens, in an llm.c shard
+    # (data/shard.h: 256 int32 of header, magic 20240520, version 1, the count; uint16 tokens).
+    tokens = open(text, "rb").read(65536)
+    os.makedirs(os.path.join(BUNDLE, "bytes"))
+    with open(os.path.join(BUNDLE, "bytes", "train_000000.bin"), "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(4 * 253))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+    # The CPU's losses for the training stage, here, so the device's minutes go to the GPU.
+    cpu = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in SHAPES:
+            run_dir = os.path.join(tmp, mode)
+            subprocess.run(train_args(os.path.join(build, "zerotrain"), "cpu",
+                                      SHAPES[mode]["training"], run_dir, TRAIN_CONFIG),
+                           check=True, stdout=subprocess.DEVNULL)
+            cpu[mode] = losses(run_dir)
+    with open(os.path.join(BUNDLE, "cpu_losses.json"), "w") as f:
+        json.dump(cpu, f)
+    if llmc_dir:
+        build_llmc(llmc_dir)
+    tracked = sum(os.path.getsize(os.path.join(ROOT, p)) for p in subprocess.run(
+        ["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
+        if os.path.isfile(os.path.join(ROOT, p)))
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(BUNDLE) for f in fs)
+    mib = (size + tracked) / 2**20
+    print(f"bundle: {BUNDLE}, {size / 2**20:.1f} MiB; with the tracked tree {mib:.1f} MiB "
+          f"(limit {BUNDLE_LIMIT_MIB})")
+    if mib > BUNDLE_LIMIT_MIB:
+        print(f"error: over {BUNDLE_LIMIT_MIB} MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_llmc(src):
+    """Compiles llm.c's train_gpt2.cu for sm_90 here, so the device's minutes go to running it."""
+    out = os.path.join(BUNDLE, "llmc")
+    os.makedirs(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        if os.path.isdir(os.path.join(src, "llmc")):
+            shutil.copy(os.path.join(src, "train_gpt2.cu"), tmp)
+            shutil.copytree(os.path.join(src, "llmc"), os.path.join(tmp, "llmc"))
+        else:  # a bare git directory (the fetch tool's mirror)
+            archive = subprocess.run(["git", "--git-dir", src, "archive", "HEAD", "train_gpt2.cu",
+                                      "llmc"], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        # Two edits to the copy: CUDA 13's cudaMemAdvise takes a cudaMemLocation, not a device
+        # number (llm.c's OOM fallback to managed memory, never taken here, predates that); and
+        # no NVML (its GPU-utilisation line), which this machine cannot link.
+        edit(os.path.join(tmp, "llmc", "cuda_utils.cuh"),
+             "cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)",
+             "cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})")
+        edit(os.path.join(tmp, "llmc", "mfu.h"), "__has_include(<nvml.h>)", "0")
+        subprocess.run(["nvcc", "-O3", "-t=0", "--use_fast_math", "-std=c++17", "-DENABLE_BF16",
+                        "--generate-code", "arch=compute_90,code=sm_90", "train_gpt2.cu",
+                        "-lcublas", "-lcublasLt", "-o", os.path.join(out, "train_gpt2cu")],
+                       cwd=tmp, check=True)
+
+
+def edit(path, old, new):
+    text = open(path).read()
+    if old not in text:
+        raise ValueError(f"{path} no longer holds {old!r}: look at llm.c's change")
+    open(path, "w").write(text.replace(old, new))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--pack", action="store_true")
+    g.add_argument("--run", metavar="OUT")
+    g.add_argument("--rehearse", metavar="OUT")
+    ap.add_argument("--llmc", metavar="DIR", help="with --pack: llm.c's checkout or git directory")
+    ap.add_argument("--deadline", type=float, default=540, help="seconds for the whole plan")
+    a = ap.parse_args()
+    if a.pack:
+        try:
+            return pack(a.llmc)
+        except (subprocess.CalledProcessError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return run("run" if a.run else "rehearse", a.run or a.rehearse, a.deadline)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""scripts/gpu_check.sh on this machine: --pack, a whole --rehearse, three rehearsals killed at
+random moments, and --run without a GPU (issue 25).
+
+What a GPU session brings back is OUT, at most 8 files of the device tool's names, whenever
+the command is killed. So after each run, killed or not, OUT must hold a valid results.json
+(every stage with a known status), summary.md and logs.tar.gz and nothing else. A whole
+rehearsal passes every stage it can run here; without a GPU, --run skips every GPU stage,
+saying why, and passes none. The kill moments come from a seed printed first
+(ZT_GPU_CHECK_SEED=N reruns them).
+"""
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
+spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts",
+                                                                       "gpu_check.py"))
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+NAMES = [s[0] for s in gpu_check.STAGES]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def validate(out, label):
+    """OUT as the device tool would bring it back: returns results.json's document."""
+    entries = sorted(os.listdir(out))
+    check(len(entries) <= 8, f"{label}: {len(entries)} entries in OUT: {entries}")
+    for e in entries:
+        path = os.path.join(out, e)
+        check(os.path.isfile(path), f"{label}: {e} is not a plain file")
+        check(re.fullmatch(r"[A-Za-z0-9._-]+", e), f"{label}: {e} is not a name that comes back")
+        check(os.path.getsize(path) <= 16 << 20, f"{label}: {e} is over 16 MiB")
+    try:
+        doc = json.load(open(os.path.join(out, "results.json")))
+    except (OSError, ValueError) as e:
+        check(False, f"{label}: results.json: {e}")
+        return None
+    check([s["name"] for s in doc["stages"]] == NAMES, f"{label}: stages {doc['stages']}")
+    for s in doc["stages"]:
+        check(s["status"] in gpu_check.STATUSES, f"{label}: {s['name']} status {s['status']}")
+        check(isinstance(s["seconds"], (int, float)) and isinstance(s["figures"], dict) and
+              isinstance(s["reason"], str), f"{label}: {s['name']} malformed: {s}")
+    summary = open(os.path.join(out, "summary.md")).read()
+    check(summary.startswith("# gpu_check"), f"{label}: summary.md starts {summary[:40]!r}")
+    for n in NAMES:
+        check(f"| {n} |" in summary, f"{label}: summary.md has no row for {n}")
+    with tarfile.open(os.path.join(out, "logs.tar.gz")) as t:
+        t.getmembers()
+    return doc
+
+
+def rehearse(out, kill_after=None, sig=signal.SIGKILL):
+    p = subprocess.Popen(["bash", SCRIPT, "--rehearse", out], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                         env=dict(os.environ, TMPDIR=os.path.dirname(out)))
+    if kill_after is not None:
+        try:
+            p.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, sig)
+    return p.wait()
+
+
+def main():
+    seed = int(os.environ.get("ZT_GPU_CHECK_SEED", time.time_ns() % 100000))
+    print(f"seed {seed} (ZT_GPU_CHECK_SEED={seed} reruns these kill moments)", flush=True)
+    rng = random.Random(seed)
+    subprocess.run(["bash", SCRIPT, "--pack"], check=True)
+    tmp = tempfile.mkdtemp(prefix="zt_rehearsal_")
+
+    out = os.path.join(tmp, "whole")
+    t = time.monotonic()
+    rc = rehearse(out)
+    whole = time.monotonic() - t
+    print(f"whole rehearsal: exit {rc} in {whole:.1f} s", flush=True)
+    doc = validate(out, "whole")
+    check(rc == 0, f"whole rehearsal exit {rc}")
+    allowed_skips = {"pytorch", "llmc", "sanitizer"}  # torch may be absent; both need a GPU
+    for s in doc["stages"] if doc else []:
+        ok = s["status"] == "pass" or (s["status"] == "skipped" and s["name"] in allowed_skips
+                                        and s["reason"])
+        check(ok, f"whole: {s['name']} {s['status']} ({s['reason']})")
+
+    for i, sig in enumerate((signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)):
+        at = rng.uniform(0.5, whole)
+        out = os.path.join(tmp, f"killed{i}")
+        rc = rehearse(out, at, sig)
+        doc = validate(out, f"killed by {sig.name} at {at:.1f} s")
+        states = {s["name"]: s["status"] for s in doc["stages"]} if doc else {}
+        print(f"killed by {sig.name} at {at:.1f} s: exit {rc}, {states}", flush=True)
+        if sig == signal.SIGTERM and rc == 124:  # it had time to say where it was stopped
+            check("running" not in states.values(), f"SIGTERM left a stage running: {states}")
+
+    if not shutil.which("nvidia-smi") or subprocess.run(["nvidia-smi", "-L"]).returncode != 0:
+        out = os.path.join(tmp, "run")
+        rc = subprocess.run(["bash", SCRIPT, "--run", out], stdout=subprocess.DEVNULL).returncode
+        doc = validate(out, "--run without a GPU")
+        check(rc == 1, f"--run without a GPU exits {rc}, not 1")
+        for s in doc["stages"][1:] if doc else []:
+            check(s["status"] == "skipped" and "no GPU" in s["reason"],
+                  f"--run without a GPU: {s['name']} {s['status']} ({s['reason']})")
+    shutil.rmtree(tmp, ignore_errors=True)  # with the work folders killed runs left
+    print("FAILED" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
