@@ -63,6 +63,11 @@ void* CudaBackend::alloc(size_t bytes, MemCategory c) {
   check_memory_limit(tracker_, memory_limit_, bytes, c);
   const size_t rounded = block_bytes(bytes);
   void* p = cache_.take(rounded);
+#ifdef ZT_CUDA_EMU
+  // The strict emulation fills a reused block with NaN, as it does a fresh one: the GPU
+  // promises neither's contents, so nothing may read them before writing.
+  if (p && emu::strict_enabled()) ZT_CHECK_CUDA(cudaMemsetAsync(p, 0xFF, rounded, stream_));
+#endif
   if (!p && cudaMalloc(&p, rounded) != cudaSuccess) {
     cudaGetLastError();  // out of memory: give the cached blocks back and try once more
     cache_.clear();

@@ -40,16 +40,36 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
-// Launches kernel k on grid x block threads on `stream` with `args`. Every launch is spelled
-// this way instead of <<<>>>, so that the CUDA emulation (model/cuda/emu, ZT_CUDA_EMU) runs the
-// same sources on the CPU.
+// Launches kernel k on grid x block threads with `smem` bytes of dynamic shared memory per block
+// (dynamic_smem() in the kernel; over 48 KiB needs cudaFuncSetAttribute(k,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first, at most 227 KiB on sm_90) on
+// `stream` with `args`. Every launch is spelled this way instead of <<<>>>, so that the CUDA
+// emulation (model/cuda/emu, ZT_CUDA_EMU) runs the same sources on the CPU. A launch the device
+// refuses (its configuration, its shared memory) aborts here, at once, with file and line.
 template <class... P, class... A>
-void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+void launch_kernel_smem(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                        A&&... args) {
 #ifdef ZT_CUDA_EMU
   emu::before_work(stream);  // the emulation runs every launch at once
-  emu::launch(grid, block, [&] { k(args...); });
+  emu::launch(grid, block, [&] { k(args...); }, smem, reinterpret_cast<const void*>(k));
 #else
-  k<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
+  k<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
+  ZT_CHECK_CUDA(cudaGetLastError());
+#endif
+}
+template <class... P, class... A>
+void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+  launch_kernel_smem(k, grid, block, 0, stream, std::forward<A>(args)...);
+}
+
+// The block's dynamic shared memory (launch_kernel_smem's `smem` bytes), 16-byte aligned.
+template <class T>
+__device__ inline T* dynamic_smem() {
+#ifdef ZT_CUDA_EMU
+  return static_cast<T*>(emu::dynamic_shared());
+#else
+  extern __shared__ __align__(16) unsigned char zt_dynamic_smem[];
+  return reinterpret_cast<T*>(zt_dynamic_smem);
 #endif
 }
 

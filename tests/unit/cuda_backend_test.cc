@@ -142,6 +142,35 @@ TEST_F(CudaVsCpu, FreedBlocksAreReusedAndStillAccounted) {
   gpu_->set_memory_limit(0);
 }
 
+#ifdef ZT_CUDA_EMU
+// The strict emulation (ZT_CUDA_EMU_STRICT=1, as ctest runs this binary): a reused block holds
+// NaN as a fresh one does, and a copy that leaves its allocation, or whose direction is not its
+// pointers', stops the program saying which.
+TEST_F(CudaVsCpu, StrictEmulationPoisonsReusedBlocksAndChecksCopies) {
+  if (!emu::strict_enabled()) GTEST_SKIP() << "ZT_CUDA_EMU_STRICT is not 1";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> h(257, 1.f);  // cudaMalloc(1024): the backend rounds to 256 bytes
+  void* first = nullptr;
+  {
+    DeviceBuffer a(gpu_.get(), 1000, MemCategory::kWorkspace);
+    gpu_->copy_to_device(a.data(), h.data(), 1000);
+    first = a.data();
+  }
+  DeviceBuffer b(gpu_.get(), 1000, MemCategory::kWorkspace);
+  ASSERT_EQ(b.data(), first);
+  gpu_->copy_to_host(h.data(), b.data(), 1000);
+  for (int i = 0; i < 250; ++i) ASSERT_TRUE(std::isnan(h[i])) << i;
+  void* d = b.data();
+  EXPECT_DEATH(cudaMemcpyAsync(d, h.data(), 1028, cudaMemcpyHostToDevice),
+               "1028 bytes at offset 0 run past the end of a 1024-byte device allocation");
+  EXPECT_DEATH(cudaMemcpyAsync(h.data(), h.data() + 100, 16, cudaMemcpyHostToDevice),
+               "destination: .* is not in any device allocation");
+  EXPECT_DEATH(cudaMemcpyAsync(d, h.data(), 16, cudaMemcpyDeviceToHost),
+               "destination: the host range .* is device memory");
+  EXPECT_DEATH(cudaMemsetAsync(static_cast<char*>(d) + 1020, 0, 8), "cudaMemsetAsync: 8 bytes");
+}
+#endif
+
 // The copy stream: a host -> device copy is seen by the kernels queued after it without a
 // host wait, a device -> host copy reads what the kernels before it wrote, and pinning host
 // memory round-trips. (In the emulation the copies wait in a queue until something waits for

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -193,6 +194,88 @@ TEST(CudaEmuDeathTest, GuardedDeviceMemoryFaultsOnHostAccess) {
       },
       "");
   device_free(p);
+}
+
+// ---- the strict mode (ZT_CUDA_EMU_STRICT=1; ctest runs these as emu_strict.): each check with
+// the bug it is there to catch ----
+
+#define ZT_NEEDS_STRICT()                                                        \
+  if (!strict_enabled())                                                         \
+    GTEST_SKIP() << "ZT_CUDA_EMU_STRICT is not 1 (ctest's emu_strict. run sets it)"; \
+  GTEST_FLAG_SET(death_test_style, "threadsafe")
+
+TEST(CudaEmuStrictDeathTest, FreshDeviceMemoryIsNaNAndItsEndFaults) {
+  ZT_NEEDS_STRICT();
+  float* p = static_cast<float*>(device_alloc(100 * sizeof(float)));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(std::isnan(p[i])) << i;
+  // 400 bytes are 512 with cudaMalloc's 256-byte granularity; the next byte is unmapped.
+  launch(Dim3(1), Dim3(128), [&] { p[threadIdx.x] = 1.f; });
+  EXPECT_DEATH(launch(Dim3(1), Dim3(129), [&] { p[threadIdx.x] = 1.f; }), "");
+  device_free(p);
+}
+
+__global__ void shuffle_after_half_exit(int* out) {
+  if (threadIdx.x >= 16) return;  // the planted bug: the full mask names lanes 16-31
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+TEST(CudaEmuStrictDeathTest, AShuffleMaskNamingAnExitedLaneIsReported) {
+  ZT_NEEDS_STRICT();
+  std::vector<int> out(32);
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), [&] { shuffle_after_half_exit(out.data()); }),
+               "mask 0xffffffff names lane 16, which has exited");
+}
+
+__global__ void full_mask_sum(int* out) {
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+TEST(CudaEmuStrictDeathTest, AFullMaskInAPartialWarpIsReported) {
+  ZT_NEEDS_STRICT();
+  std::vector<int> out(64);
+  launch(Dim3(1), Dim3(64), [&] { full_mask_sum(out.data()); });  // whole warps: fine
+  EXPECT_DEATH(launch(Dim3(1), Dim3(40), [&] { full_mask_sum(out.data()); }),
+               "names lane 8, which this block's last warp does not have");
+}
+
+__global__ void shuffle_from_outside_the_mask(int* out) {
+  out[threadIdx.x] = __shfl_sync(0x0000ffffu, (int)threadIdx.x, 20);  // lanes 0-15 read lane 20
+}
+
+TEST(CudaEmuStrictDeathTest, ASourceLaneOutsideTheMaskIsReported) {
+  ZT_NEEDS_STRICT();
+  std::vector<int> out(16);
+  EXPECT_DEATH(launch(Dim3(1), Dim3(16), [&] { shuffle_from_outside_the_mask(out.data()); }),
+               "leaves out the source lane 20");
+}
+
+__global__ void touch_dynamic_smem(float* out) {
+  float* s = static_cast<float*>(dynamic_shared());
+  out[threadIdx.x] = s[threadIdx.x];  // never written: NaN, as garbage on a GPU
+}
+
+TEST(CudaEmuStrictDeathTest, DynamicSharedMemoryOver48KiBNeedsTheOptIn) {
+  ZT_NEEDS_STRICT();
+  std::vector<float> out(32);
+  auto body = [&] { touch_dynamic_smem(out.data()); };
+  const void* k = reinterpret_cast<const void*>(&touch_dynamic_smem);
+  launch(Dim3(1), Dim3(32), body, 48 << 10, k);
+  EXPECT_TRUE(std::isnan(out[5]));
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), body, 64 << 10, k), "over 48 KiB needs");
+  ASSERT_TRUE(set_max_dynamic_smem(k, 64 << 10));
+  launch(Dim3(1), Dim3(32), body, 64 << 10, k);
+  EXPECT_FALSE(set_max_dynamic_smem(k, 228 << 10));
+}
+
+TEST(CudaEmuDeathTest, LaunchesOverSm90sLimitsAreReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto nothing = [] {};
+  EXPECT_DEATH(launch(Dim3(1, 65536), Dim3(1), nothing), "a grid of 1 x 65536 x 1 blocks");
+  EXPECT_DEATH(launch(Dim3(1), Dim3(1, 1, 65), nothing), "a block of 1 x 1 x 65 threads");
+  EXPECT_DEATH(launch(Dim3(1), Dim3(1025), nothing), "a block of 1025 x 1 x 1 threads");
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), nothing, 228 << 10, nullptr), "at most 227 KiB");
 }
 
 }  // namespace

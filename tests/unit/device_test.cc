@@ -5,6 +5,8 @@
 // Single-rank emulated runs use ZT_CUDA_EMU_GUARD=1: device memory is closed to the host outside
 // emulated CUDA calls, so host code that reads a device pointer crashes the run (as it would
 // read garbage on a GPU) instead of passing because emulated device memory is host memory.
+// Every emulated run is strict (ZT_CUDA_EMU_STRICT=1: NaN in memory nothing wrote, checked
+// copies and warp masks); ZT_CUDA_EMU_ORDER, if set, reaches them too.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,7 +67,8 @@ class Device : public ::testing::Test {
                             const std::string& extra = "") {
     const Result cpu = run(launcher + kBin + train(json, "cpu") + " --device cpu" + extra);
     ASSERT_EQ(cpu.code, 0) << cpu.out;
-    const std::string env = launcher.empty() ? "ZT_CUDA_EMU_GUARD=1 " : "";
+    const std::string env =
+        launcher.empty() ? "ZT_CUDA_EMU_STRICT=1 ZT_CUDA_EMU_GUARD=1 " : "ZT_CUDA_EMU_STRICT=1 ";
     const Result gpu =
         run(env + launcher + kEmuBin + train(json, "cuda") + " --device cuda" + extra);
     ASSERT_EQ(gpu.code, 0) << gpu.out;
@@ -131,7 +134,8 @@ TEST_F(Device, EmulatedCudaSamplesAsTheCpu) {
                            "--sample_tokens 12 --temperature 0 --seq_len 8";
   const Result cpu = run(kBin + args + " --device cpu");
   ASSERT_EQ(cpu.code, 0) << cpu.out;
-  const Result gpu = run("ZT_CUDA_EMU_GUARD=1 " + kEmuBin + args + " --device cuda");
+  const Result gpu =
+      run("ZT_CUDA_EMU_STRICT=1 ZT_CUDA_EMU_GUARD=1 " + kEmuBin + args + " --device cuda");
   ASSERT_EQ(gpu.code, 0) << gpu.out;
   EXPECT_EQ(gpu.out, cpu.out);
 }

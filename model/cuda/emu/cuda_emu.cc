@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,6 +115,7 @@ struct Scheduler {
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
   std::mt19937_64 rng;
+  std::vector<float> smem;  // the block's dynamic shared memory
 };
 
 thread_local Scheduler* t_sched = nullptr;
@@ -132,6 +134,13 @@ thread_local StackPool t_stacks;
   std::fprintf(stderr, "CUDA emulation: %s\n", what);
   std::abort();
 }
+[[noreturn]] void die(const std::string& what) { die(what.c_str()); }
+
+bool env_is_1(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+const bool g_strict = env_is_1("ZT_CUDA_EMU_STRICT");
 
 [[noreturn]] void entry() {
   Scheduler& s = *t_sched;
@@ -227,75 +236,183 @@ int lane_id() {
   return s.current->linear % kWarp;
 }
 
-// ---- device memory and its guard ----
+// ---- device memory, its guard and its strict checks ----
 namespace {
 
-struct Guard {
-  std::mutex mu;
-  std::map<void*, size_t> maps;  // guarded allocations: address -> mapped bytes
-  int open = 0;                  // DeviceAccess objects alive
+// A device allocation made with mmap (under the guard or in strict mode): `bytes` asked for,
+// at `data`; [base, base + open_bytes) is what the guard opens and closes; in strict mode one
+// more page, never opened, follows.
+struct Mapping {
+  char* base;
+  size_t open_bytes, mapped, bytes;
 };
-Guard& guard() {
-  static Guard* g = new Guard;  // never destroyed: frees may come from static destructors
-  return *g;
+struct Registry {
+  std::mutex mu;
+  std::map<const char*, Mapping> maps;  // by data address
+  int open = 0;                         // DeviceAccess objects alive
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: frees may come from static destructors
+  return *r;
 }
-const bool g_guard = [] {
-  const char* v = std::getenv("ZT_CUDA_EMU_GUARD");
-  return v && std::string(v) == "1";
-}();
+const bool g_guard = env_is_1("ZT_CUDA_EMU_GUARD");
+constexpr size_t kPage = 4096;
 
-void protect_all(Guard& g, int prot) {
-  for (auto& [p, n] : g.maps)
-    if (mprotect(p, n, prot) != 0) die("mprotect failed on emulated device memory");
+void protect_all(Registry& r, int prot) {
+  for (auto& [p, m] : r.maps)
+    if (mprotect(m.base, m.open_bytes, prot) != 0) die("mprotect failed on emulated device memory");
+}
+
+// The allocation holding p, or null (r.mu held).
+const std::pair<const char* const, Mapping>* find(Registry& r, const void* p) {
+  auto it = r.maps.upper_bound(static_cast<const char*>(p));
+  if (it == r.maps.begin()) return nullptr;
+  --it;
+  const char* c = static_cast<const char*>(p);
+  return c < it->first + std::max<size_t>(it->second.bytes, 1) ? &*it : nullptr;
 }
 
 }  // namespace
 
 bool guard_enabled() { return g_guard; }
+bool strict_enabled() { return g_strict; }
 
 void* device_alloc(size_t bytes) {
-  const size_t n = (bytes + 255) / 256 * 256 + 256;
-  if (!g_guard) return std::aligned_alloc(256, n);
-  const size_t page = 4096, mapped = (n + page - 1) / page * page;
-  Guard& g = guard();
-  std::lock_guard<std::mutex> lock(g.mu);
-  void* p = mmap(nullptr, mapped, g.open ? PROT_READ | PROT_WRITE : PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  g.maps[p] = mapped;
-  return p;
+  const size_t n = (bytes + 255) / 256 * 256;
+  if (!g_guard && !g_strict) return std::aligned_alloc(256, n + 256);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const size_t open_bytes = std::max<size_t>((n + kPage - 1) / kPage, 1) * kPage;
+  const size_t mapped = open_bytes + (g_strict ? kPage : 0);
+  auto* base = static_cast<char*>(
+      mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (base == MAP_FAILED) return nullptr;
+  char* data = base;
+  if (g_strict) {  // NaN everywhere, and the end against a page that faults
+    std::memset(base, 0xFF, open_bytes);
+    if (mprotect(base + open_bytes, kPage, PROT_NONE) != 0) die("mprotect failed");
+    data = base + open_bytes - std::max<size_t>(n, 256);
+  }
+  if (g_guard && !r.open && mprotect(base, open_bytes, PROT_NONE) != 0) die("mprotect failed");
+  r.maps[data] = {base, open_bytes, mapped, bytes};
+  return data;
 }
 
 void device_free(void* p) {
   if (!p) return;
-  if (!g_guard) return std::free(p);
-  Guard& g = guard();
-  std::lock_guard<std::mutex> lock(g.mu);
-  auto it = g.maps.find(p);
-  if (it == g.maps.end()) die("cudaFree of a pointer cudaMalloc did not return");
-  munmap(it->first, it->second);
-  g.maps.erase(it);
+  if (!g_guard && !g_strict) return std::free(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.maps.find(static_cast<const char*>(p));
+  if (it == r.maps.end()) die("cudaFree of a pointer cudaMalloc did not return");
+  munmap(it->second.base, it->second.mapped);
+  r.maps.erase(it);
+}
+
+bool is_device_pointer(const void* p) {
+  if (!g_strict) return false;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return find(r, p) != nullptr;
+}
+
+void check_range(const void* p, size_t bytes, bool device, const char* what) {
+  if (!g_strict || bytes == 0) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const char* c = static_cast<const char*>(p);
+  const auto* a = find(r, c);
+  char msg[256];
+  if (device && !a) {
+    std::snprintf(msg, sizeof msg, "%s: %p is not in any device allocation", what, p);
+    die(msg);
+  }
+  if (device && c + bytes > a->first + a->second.bytes) {
+    std::snprintf(msg, sizeof msg,
+                  "%s: %zu bytes at offset %td run past the end of a %zu-byte device allocation",
+                  what, bytes, c - a->first, a->second.bytes);
+    die(msg);
+  }
+  if (!device) {
+    auto next = r.maps.lower_bound(c);
+    if (a || (next != r.maps.end() && next->first < c + bytes)) {
+      std::snprintf(msg, sizeof msg, "%s: the host range %p + %zu bytes is device memory", what,
+                    p, bytes);
+      die(msg);
+    }
+  }
 }
 
 DeviceAccess::DeviceAccess() {
   if (!g_guard) return;
-  Guard& g = guard();
-  std::lock_guard<std::mutex> lock(g.mu);
-  if (g.open++ == 0) protect_all(g, PROT_READ | PROT_WRITE);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.open++ == 0) protect_all(r, PROT_READ | PROT_WRITE);
 }
 
 DeviceAccess::~DeviceAccess() {
   if (!g_guard) return;
-  Guard& g = guard();
-  std::lock_guard<std::mutex> lock(g.mu);
-  if (--g.open == 0) protect_all(g, PROT_NONE);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (--r.open == 0) protect_all(r, PROT_NONE);
 }
 
-void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
+// ---- launches ----
+namespace {
+
+constexpr size_t kSmemDefault = 48 << 10, kSmemMax = 227 << 10;  // sm_90, per block
+std::mutex g_attr_mu;
+std::map<const void*, int> g_max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+
+void check_launch(Dim3 grid, Dim3 block, size_t smem, const void* kernel) {
+  const size_t threads = (size_t)block.x * block.y * block.z;
+  char msg[200];
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64) {
+    std::snprintf(msg, sizeof msg, "a block of %u x %u x %u threads (sm_90: at most 1024 x 1024 "
+                  "x 64, and 1024 in all)", block.x, block.y, block.z);
+    die(msg);
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535) {
+    std::snprintf(msg, sizeof msg, "a grid of %u x %u x %u blocks (sm_90: 1..2^31-1 x 1..65535 "
+                  "x 1..65535)", grid.x, grid.y, grid.z);
+    die(msg);
+  }
+  int opt_in = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_attr_mu);
+    auto it = g_max_dynamic_smem.find(kernel);
+    if (kernel && it != g_max_dynamic_smem.end()) opt_in = it->second;
+  }
+  if (smem > kSmemMax || (smem > kSmemDefault && smem > (size_t)opt_in && g_strict)) {
+    std::snprintf(msg, sizeof msg, "%zu bytes of dynamic shared memory: over 48 KiB needs "
+                  "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                  "bytes) first (this kernel's: %d), and sm_90 allows at most 227 KiB", smem,
+                  opt_in);
+    die(msg);
+  }
+}
+
+}  // namespace
+
+bool set_max_dynamic_smem(const void* kernel, int bytes) {
+  if (bytes < 0 || (size_t)bytes > kSmemMax) return false;
+  std::lock_guard<std::mutex> lock(g_attr_mu);
+  g_max_dynamic_smem[kernel] = bytes;
+  return true;
+}
+
+void* dynamic_shared() {
+  if (!t_sched || !t_sched->current) die("dynamic shared memory read outside a kernel launch");
+  return t_sched->smem.data();
+}
+
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem,
+            const void* kernel) {
   if (t_sched) die("a kernel launched from inside a kernel");
+  check_launch(grid, block, smem, kernel);
   DeviceAccess access;
   const size_t threads = (size_t)block.x * block.y * block.z;
-  if (threads == 0 || threads > 1024) die("block size must be 1..1024 threads");
   Scheduler s;
   s.body = &body;
   s.rng.seed(g_seed.load());
@@ -324,6 +441,8 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
               f.state = State::kReady;
               prepare(f.ctx, f.stack, kStack, entry);
             }
+        // Each block's dynamic shared memory starts as garbage on a GPU: NaN here.
+        s.smem.assign((smem + 3) / 4, g_strict ? std::numeric_limits<float>::quiet_NaN() : 0.f);
         run_block(s);
       }
   t_sched = nullptr;
@@ -332,13 +451,44 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body) {
 
 void sync_block() { yield(State::kAtBlockBarrier); }
 
-uint64_t warp_exchange(uint64_t value, int src_lane) {
+namespace {
+// Strict mode: a warp-synchronous call's mask names the caller, its source lane, and only lanes
+// that exist and have not exited (CUDA C++ Programming Guide, "Warp Shuffle Functions": other
+// masks are undefined). Lanes [first, end) of s.fibers are the warp's.
+void check_mask(const Scheduler& s, size_t first, size_t end, size_t lane, int src_lane,
+                unsigned mask) {
+  std::string bad;
+  if (!(mask >> lane & 1)) bad = "leaves out the calling lane " + std::to_string(lane);
+  if (src_lane >= 0 && src_lane < kWarp && !(mask >> src_lane & 1))
+    bad = "leaves out the source lane " + std::to_string(src_lane);
+  for (int l = 0; l < kWarp && bad.empty(); ++l) {
+    if (!(mask >> l & 1)) continue;
+    if (first + l >= end)
+      bad = "names lane " + std::to_string(l) + ", which this block's last warp does not have";
+    else if (s.fibers[first + l].state == State::kDone)
+      bad = "names lane " + std::to_string(l) + ", which has exited";
+  }
+  if (!bad.empty()) {
+    char m[32];
+    std::snprintf(m, sizeof m, "0x%08x", mask);
+    die("a warp shuffle or __syncwarp whose mask " + std::string(m) + " " + bad +
+        " (undefined on a GPU)");
+  }
+}
+}  // namespace
+
+uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask) {
   Scheduler& s = *t_sched;
   if (!s.current) die("a warp shuffle outside a kernel launch");
   Fiber* me = s.current;
   me->posted = value;
   yield(State::kAtWarpBarrier);  // every live lane has posted
   const auto [first, end] = warp_of(s, (size_t)me->linear);
+  if (g_strict) check_mask(s, first, end, (size_t)me->linear - first, src_lane, mask);
+  if (src_lane < 0) {
+    yield(State::kAtWarpBarrier);
+    return value;
+  }
   const size_t src = first + (size_t)src_lane;
   const uint64_t got = src < end && s.fibers[src].state != State::kDone ? s.fibers[src].posted
                                                                          : value;

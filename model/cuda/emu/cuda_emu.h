@@ -21,6 +21,15 @@
 // one is a segmentation fault at the faulting line (DESIGN.md "Backend": host code never
 // dereferences a device pointer). Each call then costs two mprotect per allocation.
 //
+// With ZT_CUDA_EMU_STRICT=1 it also stops (aborts, saying what) at what a GPU does not promise:
+// each allocation is filled with NaN (0xFF bytes) and followed by an unmapped page, so a read of
+// memory nothing wrote shows as NaN and a write past the end faults; a copy or memset whose
+// range leaves its allocation, or whose direction is not the pointers'; a warp shuffle or
+// __syncwarp whose mask names a lane that does not exist or has exited, or leaves out the
+// caller or the source lane; dynamic shared memory over 48 KiB without the opt-in attribute.
+// The launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024
+// threads, 227 KiB of dynamic shared memory) are checked always.
+//
 // Limits: no timing, no memory model beyond program order, no streams or events (calls run at
 // once), no NCCL or cuDNN; fibers have 256 KiB stacks; each switch costs a few hundred
 // nanoseconds, so launches of millions of threads take seconds.
@@ -46,8 +55,10 @@ void set_thread_order(ThreadOrder order, uint64_t seed = 1);
 ThreadOrder thread_order();
 
 // Device memory (cudaMalloc / cudaFree): 256-byte aligned; PROT_NONE outside emulated calls
-// when guard_enabled(). device_free takes what device_alloc returned (or null).
+// when guard_enabled(); NaN-filled and followed by an unmapped page when strict_enabled().
+// device_free takes what device_alloc returned (or null).
 bool guard_enabled();
+bool strict_enabled();
 void* device_alloc(size_t bytes);
 void device_free(void* p);
 // Opens every device allocation for the lifetime of the object (nested and from any thread:
@@ -66,23 +77,37 @@ struct ThreadIndex {
 };
 const ThreadIndex& self();
 
-// Runs body once per thread of a grid x block launch (blocks in order, threads as fibers).
-void launch(Dim3 grid, Dim3 block, const std::function<void()>& body);
+// Strict mode: aborts unless [p, p + bytes) lies inside one device allocation (device) or
+// outside every one (host); `what` names the call. A no-op otherwise.
+void check_range(const void* p, size_t bytes, bool device, const char* what);
+// Whether p is inside a device allocation (strict mode only; false otherwise).
+bool is_device_pointer(const void* p);
+
+// Runs body once per thread of a grid x block launch (blocks in order, threads as fibers), with
+// `smem` bytes of dynamic shared memory per block (dynamic_shared()). Aborts on a launch sm_90
+// refuses; `kernel` identifies the function for set_max_dynamic_smem.
+void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t smem = 0,
+            const void* kernel = nullptr);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+bool set_max_dynamic_smem(const void* kernel, int bytes);
+// The running block's dynamic shared memory (16-byte aligned).
+void* dynamic_shared();
 
 // __syncthreads(): waits until every live thread of the block arrives.
 void sync_block();
 // Exchanges one 8-byte value per lane with the live lanes of the calling thread's warp:
 // posts `value` and returns the value lane `src_lane` posted (its own when src_lane is outside
-// the warp or not live).
-uint64_t warp_exchange(uint64_t value, int src_lane);
+// the warp or not live). `mask` is the call's lane mask, checked in strict mode; src_lane < 0
+// reads nothing (__syncwarp).
+uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask = 0xffffffffu);
 int lane_id();
 
 template <class T>
-T shfl(T v, int src_lane) {
+T shfl(T v, int src_lane, unsigned mask) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  bits = warp_exchange(bits, src_lane);
+  bits = warp_exchange(bits, src_lane, mask);
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
@@ -106,24 +131,24 @@ constexpr int warpSize = 32;
 
 inline void __syncthreads() { zt::emu::sync_block(); }
 // Every live lane of the warp arrives before any goes on (an exchange whose value is unused).
-inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) { (void)zt::emu::warp_exchange(0, 0); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)zt::emu::warp_exchange(0, -1, mask); }
 
 template <class T>
-T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int width = 32) {
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
   const int lane = zt::emu::lane_id();
-  return zt::emu::shfl(v, (lane / width) * width + src_lane % width);
+  return zt::emu::shfl(v, (lane / width) * width + src_lane % width, mask);
 }
 template <class T>
-T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask, int width = 32) {
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   const int lane = zt::emu::lane_id();
   const int src = lane ^ lane_mask;
-  return zt::emu::shfl(v, src / width == lane / width ? src : lane);
+  return zt::emu::shfl(v, src / width == lane / width ? src : lane, mask);
 }
 template <class T>
-T __shfl_down_sync(unsigned /*mask*/, T v, unsigned delta, int width = 32) {
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   const int lane = zt::emu::lane_id();
   const int src = lane + (int)delta;
-  return zt::emu::shfl(v, src / width == lane / width ? src : lane);
+  return zt::emu::shfl(v, src / width == lane / width ? src : lane, mask);
 }
 
 template <class T>

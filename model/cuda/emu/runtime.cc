@@ -91,8 +91,16 @@ cudaError_t cudaFree(void* p) {
   zt::emu::device_free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
+  if (zt::emu::strict_enabled()) {  // each side where its kind says, inside its allocation
+    const bool to_device = kind == cudaMemcpyDefault ? zt::emu::is_device_pointer(dst)
+                           : kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool from_device = kind == cudaMemcpyDefault ? zt::emu::is_device_pointer(src)
+                             : kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    zt::emu::check_range(dst, bytes, to_device, "cudaMemcpyAsync's destination");
+    zt::emu::check_range(src, bytes, from_device, "cudaMemcpyAsync's source");
+  }
   if (bytes)
     on_stream(s, [=] {
       zt::emu::DeviceAccess access;
@@ -101,6 +109,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  zt::emu::check_range(p, bytes, true, "cudaMemsetAsync");
   if (bytes)
     on_stream(s, [=] {
       zt::emu::DeviceAccess access;

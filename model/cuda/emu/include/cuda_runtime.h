@@ -53,6 +53,13 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);  // cudaErrorNotReady while queued work is before it
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute, int value) {
+  return zt::emu::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), value)
+             ? cudaSuccess
+             : cudaErrorInvalidValue;
+}
 constexpr unsigned cudaHostRegisterDefault = 0;
 cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags);
 cudaError_t cudaHostUnregister(void* p);
