@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/config.h"
 #include "model/hf_weights.h"
 #include "model/init.h"
@@ -155,12 +156,12 @@ enum class LastStep { kNormal, kNegligibleSeed, kNoBackward };
 
 // Trains kSteps on `comm` (rank r of W takes its slice of each global batch).
 // checkpoint_every, cpu_checkpointing: activation checkpointing (model/transformer.h).
-// overflow_step: that step's backward is seeded with +inf, so its gradients overflow (fp16:
-// the step is skipped and the loss scale halves, as for a real overflow).
+// overflow_steps: those steps' backwards are seeded with +inf, so their gradients overflow
+// (fp16: the step is skipped and the loss scale halves, as for a real overflow).
 RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig& c = tiny(),
                 Optimizer where = Optimizer::kDevice, Params params = Params::kDevice,
                 int checkpoint_every = 0, bool cpu_checkpointing = false,
-                LastStep last = LastStep::kNormal, int overflow_step = -1) {
+                LastStep last = LastStep::kNormal, const std::vector<int>& overflow_steps = {}) {
   const int W = comm.world_size(), r = comm.rank();
   const int B = kGlobalBatch / (W * gas);
   auto be = test_backend();
@@ -195,7 +196,9 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
                  c.vocab_size);
       engine.begin_pass();
       engine.set_gradient_accumulation_boundary(m == gas - 1);
-      const float seed = step == overflow_step ? std::numeric_limits<float>::infinity()
+      const bool overflow =
+          std::find(overflow_steps.begin(), overflow_steps.end(), step) != overflow_steps.end();
+      const float seed = overflow ? std::numeric_limits<float>::infinity()
                          : last_step && last == LastStep::kNegligibleSeed
                              ? 1e-30f
                              : static_cast<float>(engine.loss_scale() / gas);
@@ -509,12 +512,13 @@ TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
 // norm, reduced over ranks), halving the scale until it fits; then it trains as the single-rank
 // fp16 run does. At stages 0-1 the ranks all-reduce whole fp16 gradients, as DeepSpeed does
 // (the sum, then the division), and that sum can overflow at the scale where one rank's
-// gradient just fits: such a run skips one step more (seen at N_d = 3, 4), and is compared with
-// a single-rank run made to overflow at that same step (its seed +inf), which then trains the
-// same steps at the same scales. Bound 1e-4 of the loss at every step: the runs differ by the
-// order and place of the fp16 gradient sums (u = 2^-11 per element per step; seen 3e-6 at
-// stages 2-3 and 3.3e-5 at stages 0-1, whose whole fp16 gradients are summed over N_d ranks);
-// a 1% learning-rate error moves the last losses by about 1e-3 (checked with lr x 1.01).
+// gradient just fits: such a run skips a step more (seen at N_d = 2, 3, 4; once or twice), and
+// is compared with a single-rank run made to overflow at those same steps (its seed +inf), which
+// then trains the same steps at the same scales. Bound at every step: 1e-4 of the loss at
+// stages 2-3; 5e-4 at stages 0-1, whose whole fp16 gradients are summed over N_d ranks in fp16
+// (u = 2^-11 per sum). Seen with OpenBLAS's own kernel and Haswell's at N_d 2-4: 4e-6 at stages
+// 2-3, 1.9e-4 at stages 0-1; a 1% learning-rate error moves the losses by about 1e-3 (checked
+// with lr x 1.01).
 TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
   EngineOptions eo = fp32_clipped(0);
   eo.param_dtype = eo.grad_dtype = DType::kF16;
@@ -534,18 +538,24 @@ TEST_F(ZeroStages, Fp16OverflowSkipsTheStepOnEveryRank) {
     double counts[2] = {(double)got.skipped, -(double)got.skipped};
     comm_->all_reduce_scalars(counts, 2, ScalarOp::kMax);
     EXPECT_EQ(counts[0], -counts[1]) << "ranks skipped different numbers of steps";
-    // The first step this run skipped and the single rank did not (stages 0-1 only).
-    int extra = -1;
-    for (int s = 0; s < kSteps && extra < 0; ++s)
-      if (got.skipped_at[s] && !ref.skipped_at[s]) extra = s;
-    EXPECT_TRUE(extra < 0 || stage <= 1) << what << " skipped step " << extra;
-    const RunResult same = extra < 0 ? ref
-                                     : train(*single, one_rank, 1, tiny(), Optimizer::kDevice,
-                                             Params::kDevice, 0, false, LastStep::kNormal, extra);
-    EXPECT_EQ(got.skipped_at, same.skipped_at) << what;
+    // The steps this run skipped and the single rank did not (stages 0-1 only), each forced on
+    // the single rank in turn: a forced skip changes the later scales, hence the later skips.
+    std::vector<int> extra;
+    RunResult same = ref;
+    for (int s = 0; s < kSteps; ++s) {
+      if (!got.skipped_at[s] || same.skipped_at[s]) continue;
+      extra.push_back(s);
+      same = train(*single, one_rank, 1, tiny(), Optimizer::kDevice, Params::kDevice, 0, false,
+                   LastStep::kNormal, extra);
+    }
+    const std::string forced = absl::StrCat(" (the single rank's forced overflows at: ",
+                                            absl::StrJoin(extra, ", "), ")");
+    EXPECT_TRUE(extra.empty() || stage <= 1) << what << forced;
+    EXPECT_EQ(got.skipped_at, same.skipped_at) << what << forced;
+    const double bound = stage <= 1 ? 5e-4 : 1e-4;
     for (int s = 0; s < kSteps; ++s)
-      EXPECT_NEAR(got.losses[s], same.losses[s], 1e-4 * same.losses[s])
-          << what << " step " << s << " (the single rank's extra overflow at " << extra << ")";
+      EXPECT_NEAR(got.losses[s], same.losses[s], bound * same.losses[s])
+          << what << " step " << s << forced;
   }
 }
 
