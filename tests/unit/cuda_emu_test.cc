@@ -145,6 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Orders, CudaEmu,
                          });
 
 TEST(CudaEmuOrders, AMissingBarrierShowsAsADifferenceBetweenOrders) {
+  if (strict_enabled()) GTEST_SKIP() << "the strict mode stops at this race itself";
   set_thread_order(ThreadOrder::kForward);
   const std::vector<int> forward = reverse_blocks(false);
   set_thread_order(ThreadOrder::kReverse);
@@ -267,6 +268,69 @@ TEST(CudaEmuStrictDeathTest, DynamicSharedMemoryOver48KiBNeedsTheOptIn) {
   ASSERT_TRUE(set_max_dynamic_smem(k, 64 << 10));
   launch(Dim3(1), Dim3(32), body, 64 << 10, k);
   EXPECT_FALSE(set_max_dynamic_smem(k, 228 << 10));
+}
+
+// The race detector (races.cc; this file's kernels are instrumented as the backend's are).
+__global__ void neighbour_in_shared(float* out, bool barrier) {
+  __shared__ float s[64];
+  s[threadIdx.x] = (float)threadIdx.x;
+  if (barrier) __syncthreads();  // the planted bug: without it
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
+TEST(CudaEmuStrictDeathTest, ASharedMemoryRaceIsReported) {
+  ZT_NEEDS_STRICT();
+  float* out = static_cast<float*>(device_alloc(64 * sizeof(float)));
+  launch(Dim3(1), Dim3(64), [&] { neighbour_in_shared(out, true); });
+  EXPECT_EQ(out[63], 0.f);
+  EXPECT_DEATH(launch(Dim3(1), Dim3(64), [&] { neighbour_in_shared(out, false); }),
+               "a data race: another thread of the block (wrote|read) this address with no "
+               "__syncthreads or __syncwarp between.*block 0 thread [0-9]+ .* in "
+               "cuda_emu_test.cc:[0-9]+");
+  device_free(out);
+}
+
+__global__ void every_block_writes(int* out) { out[threadIdx.x] = (int)blockIdx.x; }
+
+TEST(CudaEmuStrictDeathTest, TwoBlocksWritingOneAddressAreReported) {
+  ZT_NEEDS_STRICT();
+  int* out = static_cast<int*>(device_alloc(64 * sizeof(int)));
+  launch(Dim3(1), Dim3(64), [&] { every_block_writes(out); });
+  EXPECT_DEATH(launch(Dim3(2), Dim3(64), [&] { every_block_writes(out); }),
+               "two blocks of one launch write the same address.*block 1 thread [0-9]+ writes .* in "
+               "cuda_emu_test.cc:[0-9]+");
+  device_free(out);
+}
+
+__global__ void warp_neighbour(int* out, bool syncwarp) {
+  __shared__ int s[32];
+  s[threadIdx.x] = (int)threadIdx.x;
+  if (syncwarp) __syncwarp();  // the planted bug: warp-synchronous code without it
+  out[threadIdx.x] = s[threadIdx.x ^ 1];
+}
+
+TEST(CudaEmuStrictDeathTest, WarpSynchronousCodeWithoutSyncwarpIsReported) {
+  ZT_NEEDS_STRICT();
+  std::vector<int> out(32);
+  launch(Dim3(1), Dim3(32), [&] { warp_neighbour(out.data(), true); });
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(out[t], t ^ 1);
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), [&] { warp_neighbour(out.data(), false); }),
+               "a data race: another thread of the block");
+}
+
+// Threads give way at memory operations too, not only at barriers, by the launch's seed: a
+// correct kernel's result does not change.
+TEST(CudaEmuStrictDeathTest, ThreadsInterleaveAtMemoryOperations) {
+  ZT_NEEDS_STRICT();
+  std::vector<float> out(64);
+  const uint64_t before = memory_yields();
+  for (uint64_t seed : {1, 2, 3}) {
+    set_thread_order(ThreadOrder::kForward, seed);
+    launch(Dim3(1), Dim3(64), [&] { neighbour_in_shared(out.data(), true); });
+    for (int t = 0; t < 64; ++t) EXPECT_EQ(out[t], (float)((t + 1) % 64)) << seed;
+  }
+  set_thread_order(ThreadOrder::kForward);
+  EXPECT_GT(memory_yields() - before, 3 * 64u / 8) << "about one access in four gives way";
 }
 
 TEST(CudaEmuDeathTest, LaunchesOverSm90sLimitsAreReported) {

@@ -116,9 +116,15 @@ struct Scheduler {
   const std::function<void()>* body = nullptr;
   std::mt19937_64 rng;
   std::vector<float> smem;  // the block's dynamic shared memory
+  // For the race detector (races.cc): the launch, the block (linear), and the barrier intervals
+  // so far of the block and of each of its warps.
+  uint64_t launch = 0, block = 0, block_epoch = 0;
+  std::vector<uint64_t> warp_epochs;
+  uint64_t memory_yields = 0;
 };
 
 thread_local Scheduler* t_sched = nullptr;
+thread_local uint64_t t_memory_yields = 0;
 
 // Fiber stacks, kept for the next launch on this thread (mapping them is most of a small
 // launch's cost).
@@ -166,6 +172,8 @@ std::pair<size_t, size_t> warp_of(const Scheduler& s, size_t f) {
 // After a round: every fiber is done or waiting. Releases a barrier whose group has all its
 // live members waiting at it; aborts on a deadlock. Returns false when every fiber is done.
 bool release(Scheduler& s) {
+  for (const Fiber& f : s.fibers)  // one that gave way at a memory operation goes on
+    if (f.state == State::kReady) return true;
   bool live = false, any_block = false, all_block = true;
   for (const Fiber& f : s.fibers) {
     if (f.state == State::kDone) continue;
@@ -187,6 +195,7 @@ bool release(Scheduler& s) {
     if (waiting && all) {
       for (size_t i = first; i < end; ++i)
         if (s.fibers[i].state == State::kAtWarpBarrier) s.fibers[i].state = State::kReady;
+      ++s.warp_epochs[w / kWarp];
       released = true;
     }
   }
@@ -194,6 +203,7 @@ bool release(Scheduler& s) {
   if (all_block) {
     for (Fiber& f : s.fibers)
       if (f.state == State::kAtBlockBarrier) f.state = State::kReady;
+    ++s.block_epoch;
     return true;
   }
   die(any_block ? "a warp shuffle while a lane of the same warp waits in __syncthreads() "
@@ -416,6 +426,8 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
   Scheduler s;
   s.body = &body;
   s.rng.seed(g_seed.load());
+  static std::atomic<uint64_t> launches{0};
+  s.launch = ++launches;
   s.fibers.resize(threads);
   for (Fiber& f : s.fibers) {
     if (!t_stacks.free.empty()) {
@@ -443,11 +455,42 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
             }
         // Each block's dynamic shared memory starts as garbage on a GPU: NaN here.
         s.smem.assign((smem + 3) / 4, g_strict ? std::numeric_limits<float>::quiet_NaN() : 0.f);
+        s.block_epoch = 0;
+        s.warp_epochs.assign((threads + kWarp - 1) / kWarp, 0);
         run_block(s);
+        ++s.block;
       }
   t_sched = nullptr;
+  t_memory_yields += s.memory_yields;
   for (Fiber& f : s.fibers) t_stacks.free.push_back(f.stack);
 }
+
+uint64_t memory_yields() { return t_memory_yields; }
+
+namespace detail {
+
+bool access_context(AccessContext* c) {
+  const Scheduler* s = t_sched;
+  if (!s || !s->current) return false;
+  const Fiber& f = *s->current;
+  c->launch = s->launch;
+  c->block = s->block;
+  c->thread = (uint32_t)f.linear;
+  c->block_epoch = s->block_epoch;
+  c->warp_epoch = s->warp_epochs[(size_t)f.linear / kWarp];
+  c->stack_lo = static_cast<const char*>(f.stack);
+  c->stack_hi = c->stack_lo + kStack;
+  return true;
+}
+
+void yield_at_memory_operation() {
+  Scheduler& s = *t_sched;
+  if ((s.rng() & 3) != 0) return;  // one operation in four gives way, by the launch's seed
+  ++s.memory_yields;
+  jump(s.current->ctx, s.main);  // stays ready: the others of this round run first
+}
+
+}  // namespace detail
 
 void sync_block() { yield(State::kAtBlockBarrier); }
 

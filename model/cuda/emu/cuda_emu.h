@@ -26,7 +26,9 @@
 // memory nothing wrote shows as NaN and a write past the end faults; a copy or memset whose
 // range leaves its allocation, or whose direction is not the pointers'; a warp shuffle or
 // __syncwarp whose mask names a lane that does not exist or has exited, or leaves out the
-// caller or the source lane; dynamic shared memory over 48 KiB without the opt-in attribute.
+// caller or the source lane; dynamic shared memory over 48 KiB without the opt-in attribute;
+// and, in code compiled with -fsanitize=thread (the kernels), a data race within a block or two
+// blocks writing one device address (races.cc), threads also giving way at memory operations.
 // The launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024
 // threads, 227 KiB of dynamic shared memory) are checked always.
 //
@@ -92,6 +94,21 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
 bool set_max_dynamic_smem(const void* kernel, int bytes);
 // The running block's dynamic shared memory (16-byte aligned).
 void* dynamic_shared();
+// Strict mode, in code built with -fsanitize=thread (races.cc): how many times a thread gave
+// way to another at a memory operation, in launches on this OS thread so far.
+uint64_t memory_yields();
+
+namespace detail {
+// Where the running emulated thread is, for the race detector (races.cc).
+struct AccessContext {
+  uint64_t launch, block, block_epoch, warp_epoch;
+  uint32_t thread;  // linear, within the block
+  const char *stack_lo, *stack_hi;
+};
+bool access_context(AccessContext* c);  // false outside a kernel
+// Lets the other ready threads of the block run first, one time in four (the launch's seed).
+void yield_at_memory_operation();
+}  // namespace detail
 
 // __syncthreads(): waits until every live thread of the block arrives.
 void sync_block();
@@ -151,14 +168,15 @@ T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   return zt::emu::shfl(v, src / width == lane / width ? src : lane, mask);
 }
 
+// Atomics are not seen by the race detector (races.cc): they are what makes such accesses safe.
 template <class T>
-T atomicAdd(T* p, T v) {
+__attribute__((no_sanitize_thread)) T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;
   return old;
 }
 template <class T>
-T atomicMax(T* p, T v) {
+__attribute__((no_sanitize_thread)) T atomicMax(T* p, T v) {
   const T old = *p;
   if (v > old) *p = v;
   return old;
