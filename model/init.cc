@@ -30,8 +30,10 @@ void init_unit(const ModelConfig& c, const Unit& unit, int u, uint64_t seed, std
     }
     const double std = (n == "attn_out.w" || n == "fc_out.w") ? resid_std : 0.02;
     for_each_chunk(t.numel, kPiece, [&](size_t k, size_t begin, size_t end) {
-      std::seed_seq seq{seed, static_cast<uint64_t>(u), static_cast<uint64_t>(ti),
-                        static_cast<uint64_t>(k)};
+      // seed_seq keeps 32 bits of each value: the 64-bit ones go in as two halves.
+      std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                        static_cast<uint32_t>(u), static_cast<uint32_t>(ti),
+                        static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)};
       std::mt19937_64 rng(seq);
       // Box-Muller on mt19937_64 bits: identical on every platform (std::normal_distribution
       // is not).

@@ -40,7 +40,9 @@ Stages (limits in seconds):
   sanitizer  90   compute-sanitizer memcheck and racecheck on some kernel tests
 """
 import argparse
+import ctypes
 import glob
+import io
 import json
 import os
 import re
@@ -58,6 +60,7 @@ BUNDLE = os.path.join(ROOT, "build", "gpu_bundle")
 BUNDLE_LIMIT_MIB = 60  # with the working tree, under the device tool's 64 MiB
 PEAK_BF16 = 989.4e12  # dense bf16 FLOP/s of an H100/H200 SXM (NVIDIA's datasheet)
 STATUSES = ("pending", "running", "pass", "fail", "skipped", "timeout")
+LOG_TAIL = 1 << 20  # bytes of each log in logs.tar.gz
 
 # The shapes of each mode: (model, layers, width, T, micro-batch, steps, data). The data is
 # tinyshakespeare in Llama 2's tokens ("data") or in bytes ("bytes", for the tiny presets'
@@ -113,7 +116,8 @@ class Plan:
 
     def env(self, **extra):
         """The environment of our binaries: the bundle's libraries and those preflight found."""
-        e = dict(os.environ, LD_LIBRARY_PATH=self.lib_path, ZT_SOURCE_DIR=ROOT, **extra)
+        e = dict(os.environ, LD_LIBRARY_PATH=with_system_path(self.lib_path), ZT_SOURCE_DIR=ROOT,
+                 **extra)
         e.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
         return e
 
@@ -125,7 +129,7 @@ class Plan:
             f.flush()
             try:
                 p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                     start_new_session=True)
+                                     preexec_fn=child_setup)
             except OSError as e:
                 f.write(f"cannot start: {e}\n".encode())
                 return 127
@@ -135,8 +139,8 @@ class Plan:
                 kill_group(p)
                 f.write(f"\n[gpu_check: killed after {limit:.0f} s]\n".encode())
                 return None
-            except BaseException:  # Killed: the child goes with us
-                kill_group(p)
+            except BaseException:  # Killed: the child goes with us, at once
+                kill_group(p, hard=True)
                 raise
 
     def write(self):
@@ -146,9 +150,27 @@ class Plan:
                      json.dumps(doc, indent=1).encode())
         atomic_write(os.path.join(self.out, "summary.md"), summary(doc).encode())
         tmp = os.path.join(self.out, ".logs.tar.gz.tmp")
-        with tarfile.open(tmp, "w:gz") as t:
-            t.add(self.logs, arcname="logs")
+        with tarfile.open(tmp, "w:gz") as t:  # each log's last MiB: the archive must come back
+            for name in sorted(os.listdir(self.logs)):
+                with open(os.path.join(self.logs, name), "rb") as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL))
+                    data = f.read()
+                info = tarfile.TarInfo("logs/" + name)
+                info.size, info.mtime = len(data), int(time.time())
+                t.addfile(info, io.BytesIO(data))
         os.replace(tmp, os.path.join(self.out, "logs.tar.gz"))
+
+
+def with_system_path(lib_path):
+    """lib_path before the machine's own LD_LIBRARY_PATH (the driver's libcuda, say)."""
+    return os.pathsep.join(p for p in (lib_path, os.environ.get("LD_LIBRARY_PATH", "")) if p)
+
+
+def child_setup():
+    """In each child: its own process group (killed as one), and killed with us: a command the
+    device tool kills must leave nothing holding the GPU (PR_SET_PDEATHSIG, Linux)."""
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def git_commit():
@@ -159,8 +181,8 @@ def git_commit():
         return ""
 
 
-def kill_group(p):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def kill_group(p, hard=False):
+    for sig in (signal.SIGKILL,) if hard else (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(p.pid, sig)
         except ProcessLookupError:
@@ -256,7 +278,7 @@ def capture(argv, env=None, timeout=20):
 def missing_libs(plan, bins, lib_path):
     """The libraries ldd finds for none of `bins` with LD_LIBRARY_PATH=lib_path (ldd's output
     goes to the preflight's log)."""
-    env = dict(os.environ, LD_LIBRARY_PATH=lib_path)
+    env = dict(os.environ, LD_LIBRARY_PATH=with_system_path(lib_path))
     out = set()
     with open(os.path.join(plan.logs, "preflight.log"), "a") as log:
         for b in bins:
@@ -324,12 +346,24 @@ def train_args(exe, device, shape, run_dir, config):
             "--train_data", os.path.join(BUNDLE, data, "train_*.bin"), "--run_dir", run_dir]
 
 
-def losses(run_dir):
+def metrics(run_dir):
+    """The step records of run_dir/metrics.jsonl (a last line cut by a kill is left out)."""
+    out = []
     try:
-        return [json.loads(l)["loss"] for l in open(os.path.join(run_dir, "metrics.jsonl"))
-                if '"loss"' in l]
+        for line in open(os.path.join(run_dir, "metrics.jsonl")):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if "loss" in rec:
+                out.append(rec)
     except OSError:
-        return []
+        pass
+    return out
+
+
+def losses(run_dir):
+    return [r["loss"] for r in metrics(run_dir)]
 
 
 def training(plan, res, limit):
@@ -370,7 +404,7 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
     smi_log = open(os.path.join(run_dir, "driver_mib.txt"), "w")
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
                             "nounits", "-lms", "200"], stdout=smi_log, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+                           preexec_fn=child_setup)
     try:
         rc = plan.sh(name + ".log", argv, limit, env=plan.env())
     finally:
@@ -380,8 +414,7 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
         return {"status": "timeout"}
     if rc != 0:
         return {"status": f"exit {rc}"}
-    steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))
-             if '"loss"' in l][3:]
+    steps = metrics(run_dir)[3:]
     rep = json.load(open(os.path.join(run_dir, "memory_report_rank0.json")))
     if not steps:
         return {"status": "no steps past the warm-up"}
@@ -455,7 +488,7 @@ def pytorch(plan, res, limit):
 def run_to(plan, log, argv, stdout, limit):
     """Like Plan.sh, with stdout to a file of its own (stderr to the log)."""
     with open(os.path.join(plan.logs, log), "ab") as err:
-        p = subprocess.Popen(argv, stdout=stdout, stderr=err, start_new_session=True,
+        p = subprocess.Popen(argv, stdout=stdout, stderr=err, preexec_fn=child_setup,
                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
         try:
             return p.wait(timeout=max(1.0, limit))
@@ -463,7 +496,7 @@ def run_to(plan, log, argv, stdout, limit):
             kill_group(p)
             return None
         except BaseException:
-            kill_group(p)
+            kill_group(p, hard=True)
             raise
 
 
@@ -480,15 +513,15 @@ def llmc(plan, res, limit):
                               "-j", f"{data}/val_*.bin"], limit, env=plan.env(),
                  cwd=plan.work)
     text = open(os.path.join(plan.logs, "llmc.log"), errors="replace").read()
-    # llm.c prints "step    4/8 | loss ... | ... ms | ... tok/s"
-    rows = [(float(ms), float(tps)) for ms, tps in
-            re.findall(r"\|\s*([\d.]+) ms.*?\|\s*([\d,.]+?) tok/s", text.replace(",", ""))][3:]
-    if rows:
-        res["figures"].update(step_ms=sum(r[0] for r in rows) / len(rows),
-                              tokens_per_s=sum(r[1] for r in rows) / len(rows))
+    # llm.c prints "step    4/8 | loss ... | ... ms | ..."; its tok/s is a moving average that
+    # includes earlier steps, so ours is B*T over the mean step time past the warm-up, as ours.
+    ms = [float(m) for m in re.findall(r"^step\s.*?\|\s*([\d.]+) ms", text, re.M)][3:]
+    if ms:
+        mean = sum(ms) / len(ms)
+        res["figures"].update(step_ms=mean, tokens_per_s=B * T / (mean / 1e3))
     if rc is None:
         return "timeout", f"over {limit:.0f} s"
-    return ("pass", "") if rc == 0 and rows else ("fail", f"exit {rc}, {len(rows)} timed steps")
+    return ("pass", "") if rc == 0 and ms else ("fail", f"exit {rc}, {len(ms)} timed steps")
 
 
 def sanitizer(plan, res, limit):
@@ -503,6 +536,9 @@ def sanitizer(plan, res, limit):
         rc = plan.sh(f"sanitizer_{kind}.log", [tool, "--tool", kind, "--error-exitcode", "3",
                                                exe, "--gtest_filter=" + SANITIZED],
                      limit / 2, env=plan.env())
+        log = open(os.path.join(plan.logs, f"sanitizer_{kind}.log"), errors="replace").read()
+        if "Device not supported" in log:  # gVisor machines (the device notes): not our fault
+            return "skipped", f"compute-sanitizer {kind}: Device not supported on this machine"
         res["figures"][kind] = {None: "timeout", 0: "clean", 3: "errors found"}.get(rc, f"exit {rc}")
         if rc != 0:
             bad.append(f"{kind}: {res['figures'][kind]}")
@@ -540,6 +576,8 @@ def run(mode, out, deadline):
                    for n, *_ in STAGES]
 
     def on_signal(sig, _):
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # once: the report comes first
+            signal.signal(s, signal.SIG_IGN)
         raise Killed(signal.Signals(sig).name)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -578,8 +616,8 @@ def run_stages(plan):
         t = time.monotonic()
         try:
             status, reason = fn(plan, res, limit)
-        except (OSError, ValueError, KeyError, IndexError, subprocess.SubprocessError) as e:
-            status, reason = "fail", f"{type(e).__name__}: {e}"  # the others' figures stay
+        except Exception as e:  # a stage's own failure: the others' figures stay
+            status, reason = "fail", f"{type(e).__name__}: {e}"
         res.update(status=status, reason=reason, seconds=round(time.monotonic() - t, 1))
         failed |= status in ("fail", "timeout")
         plan.write()

@@ -39,19 +39,31 @@ def parse(paths):
     """{kernel: {regs, stack, spill_st, spill_ld, smem}} from ptxas -v reports."""
     out = {}
     for path in paths:
-        name = None
+        name = props = None  # the kernel being compiled; the function the next figures are for
         for line in open(path, errors="replace"):
             m = re.search(r"Compiling entry function '(\S+)'", line)
             if m:
                 name = m.group(1)
                 out[name] = dict(regs=0, stack=0, spill_st=0, spill_ld=0, smem=0)
                 continue
-            if name is None:
+            m = re.search(r"Function properties for (\S+)", line)
+            if m:
+                props = m.group(1)
                 continue
             m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill "
                           r"loads", line)
-            if m:
-                out[name].update(stack=int(m[1]), spill_st=int(m[2]), spill_ld=int(m[3]))
+            if m and props is not None:
+                if props == name:
+                    out[name].update(stack=int(m[1]), spill_st=int(m[2]), spill_ld=int(m[3]))
+                elif int(m[2]) or int(m[3]):  # a device function's spills fail the build too
+                    k = name or props
+                    out.setdefault(k, dict(regs=0, stack=0, spill_st=0, spill_ld=0, smem=0))
+                    out[k]["spill_st"] += int(m[2])
+                    out[k]["spill_ld"] += int(m[3])
+                props = None
+                continue
+            if name is None:
+                continue
             m = re.search(r"Used (\d+) registers", line)
             if m:
                 out[name]["regs"] = int(m[1])

@@ -217,16 +217,19 @@ TEST(CudaEmuStrictDeathTest, FreshDeviceMemoryIsNaNAndItsEndFaults) {
   device_free(p);
 }
 
-__global__ void shuffle_after_half_exit(int* out) {
-  if (threadIdx.x >= 16) return;  // the planted bug: the full mask names lanes 16-31
-  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+// Naming exited lanes in the mask is allowed; reading one is not (its value is undefined).
+__global__ void shuffle_after_half_exit(int* out, int offset) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x, (int)threadIdx.x + offset);
 }
 
-TEST(CudaEmuStrictDeathTest, AShuffleMaskNamingAnExitedLaneIsReported) {
+TEST(CudaEmuStrictDeathTest, AShuffleReadingAnExitedLaneIsReported) {
   ZT_NEEDS_STRICT();
   std::vector<int> out(32);
-  EXPECT_DEATH(launch(Dim3(1), Dim3(32), [&] { shuffle_after_half_exit(out.data()); }),
-               "mask 0xffffffff names lane 16, which has exited");
+  launch(Dim3(1), Dim3(32), [&] { shuffle_after_half_exit(out.data(), 0); });
+  EXPECT_EQ(out[5], 5);
+  EXPECT_DEATH(launch(Dim3(1), Dim3(32), [&] { shuffle_after_half_exit(out.data(), 16); }),
+               "reading lane (1[6-9]|2[0-9]|3[01]), which has exited");
 }
 
 __global__ void full_mask_sum(int* out) {
@@ -238,7 +241,7 @@ TEST(CudaEmuStrictDeathTest, AFullMaskInAPartialWarpIsReported) {
   std::vector<int> out(64);
   launch(Dim3(1), Dim3(64), [&] { full_mask_sum(out.data()); });  // whole warps: fine
   EXPECT_DEATH(launch(Dim3(1), Dim3(40), [&] { full_mask_sum(out.data()); }),
-               "names lane 8, which this block's last warp does not have");
+               "reading lane 8, which this block's last warp does not have");
 }
 
 __global__ void shuffle_from_outside_the_mask(int* out) {

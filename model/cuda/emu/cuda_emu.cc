@@ -106,6 +106,7 @@ struct Fiber {
   int linear = 0;  // thread number within the block (x fastest)
   State state = State::kReady;
   uint64_t posted = 0;  // warp_exchange: this lane's value
+  bool fence = false;   // warp_exchange: a __syncwarp (orders memory), not a shuffle
 };
 
 // One launch in progress on this OS thread.
@@ -193,9 +194,13 @@ bool release(Scheduler& s) {
       all &= st == State::kAtWarpBarrier;
     }
     if (waiting && all) {
-      for (size_t i = first; i < end; ++i)
-        if (s.fibers[i].state == State::kAtWarpBarrier) s.fibers[i].state = State::kReady;
-      ++s.warp_epochs[w / kWarp];
+      bool fence = false;
+      for (size_t i = first; i < end; ++i) {
+        if (s.fibers[i].state != State::kAtWarpBarrier) continue;
+        s.fibers[i].state = State::kReady;
+        fence |= s.fibers[i].fence;
+      }
+      if (fence) ++s.warp_epochs[w / kWarp];  // a __syncwarp orders the lanes' memory
       released = true;
     }
   }
@@ -495,27 +500,28 @@ void yield_at_memory_operation() {
 void sync_block() { yield(State::kAtBlockBarrier); }
 
 namespace {
-// Strict mode: a warp-synchronous call's mask names the caller, its source lane, and only lanes
-// that exist and have not exited (CUDA C++ Programming Guide, "Warp Shuffle Functions": other
-// masks are undefined). Lanes [first, end) of s.fibers are the warp's.
+// Strict mode: a warp-synchronous call's mask names the caller and its source lane, and the
+// source lane exists and has not exited (CUDA C++ Programming Guide, "Warp Shuffle Functions":
+// otherwise the value read is undefined; naming exited lanes in the mask is allowed). Lanes
+// [first, end) of s.fibers are the warp's.
 void check_mask(const Scheduler& s, size_t first, size_t end, size_t lane, int src_lane,
                 unsigned mask) {
   std::string bad;
-  if (!(mask >> lane & 1)) bad = "leaves out the calling lane " + std::to_string(lane);
-  if (src_lane >= 0 && src_lane < kWarp && !(mask >> src_lane & 1))
-    bad = "leaves out the source lane " + std::to_string(src_lane);
-  for (int l = 0; l < kWarp && bad.empty(); ++l) {
-    if (!(mask >> l & 1)) continue;
-    if (first + l >= end)
-      bad = "names lane " + std::to_string(l) + ", which this block's last warp does not have";
-    else if (s.fibers[first + l].state == State::kDone)
-      bad = "names lane " + std::to_string(l) + ", which has exited";
+  if (!(mask >> lane & 1)) {
+    bad = "whose mask leaves out the calling lane " + std::to_string(lane);
+  } else if (src_lane >= 0 && src_lane < kWarp) {
+    const std::string src = std::to_string(src_lane);
+    if (!(mask >> src_lane & 1))
+      bad = "whose mask leaves out the source lane " + src;
+    else if (first + src_lane >= end)
+      bad = "reading lane " + src + ", which this block's last warp does not have";
+    else if (s.fibers[first + src_lane].state == State::kDone)
+      bad = "reading lane " + src + ", which has exited";
   }
   if (!bad.empty()) {
     char m[32];
-    std::snprintf(m, sizeof m, "0x%08x", mask);
-    die("a warp shuffle or __syncwarp whose mask " + std::string(m) + " " + bad +
-        " (undefined on a GPU)");
+    std::snprintf(m, sizeof m, " (mask 0x%08x)", mask);
+    die("a warp shuffle or __syncwarp " + bad + m + ": undefined on a GPU");
   }
 }
 }  // namespace
@@ -525,6 +531,7 @@ uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask) {
   if (!s.current) die("a warp shuffle outside a kernel launch");
   Fiber* me = s.current;
   me->posted = value;
+  me->fence = src_lane < 0;
   yield(State::kAtWarpBarrier);  // every live lane has posted
   const auto [first, end] = warp_of(s, (size_t)me->linear);
   if (g_strict) check_mask(s, first, end, (size_t)me->linear - first, src_lane, mask);

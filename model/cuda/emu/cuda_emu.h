@@ -25,10 +25,10 @@
 // each allocation is filled with NaN (0xFF bytes) and followed by an unmapped page, so a read of
 // memory nothing wrote shows as NaN and a write past the end faults; a copy or memset whose
 // range leaves its allocation, or whose direction is not the pointers'; a warp shuffle or
-// __syncwarp whose mask names a lane that does not exist or has exited, or leaves out the
-// caller or the source lane; dynamic shared memory over 48 KiB without the opt-in attribute;
-// and, in code compiled with -fsanitize=thread (the kernels), a data race within a block or two
-// blocks writing one device address (races.cc), threads also giving way at memory operations.
+// __syncwarp whose mask leaves out the caller or the source lane, or a shuffle reading a lane
+// that does not exist or has exited; dynamic shared memory over 48 KiB without the opt-in attribute;
+// and, in code compiled with -fsanitize=thread (the kernels), a data race within a block or
+// between blocks on device memory (races.cc), threads also giving way at memory operations.
 // The launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024
 // threads, 227 KiB of dynamic shared memory) are checked always.
 //

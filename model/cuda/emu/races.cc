@@ -6,11 +6,12 @@
 // not the thread's own stack, the last write and the last read are kept with who made them (the
 // launch, the block, the thread, and the block's and its warp's barrier intervals then). Two
 // accesses of one block are ordered when one thread made both, or a __syncthreads lies between
-// them, or, in one warp, a shuffle or __syncwarp does. Reported, and the program stopped:
+// them, or, in one warp, a __syncwarp does (a shuffle does not order memory). Reported, and the
+// program stopped:
 //   - a write and a read or write by another thread of the block, unordered (a missing
 //     __syncthreads or __syncwarp: shared or global memory alike);
-//   - two blocks of one launch writing the same device memory address (blocks run in no set
-//     order; shared memory is each block's own).
+//   - two blocks of one launch accessing one device memory address, one of them writing
+//     (blocks run in no set order; shared memory is each block's own).
 // Atomics are not instrumented (cuda_emu.h), so they neither race nor order. Before each access
 // a thread may give way to the others (one time in four, by the launch's seed), so code that
 // relies on warp-synchronous execution also shows as a wrong result in some order.
@@ -88,28 +89,38 @@ std::string where(void* pc) {
 }
 
 void check(uintptr_t addr, Cell& c, const Access& a, bool write) {
-  const Access& w = c.write;
-  if (w.launch == a.launch && w.block != a.block && write) {
-    // Shared memory (the per-thread statics of __shared__, dynamic_shared()) is each block's
-    // own; the blocks only take turns with its addresses.
-    if (is_device_pointer(reinterpret_cast<void*>(addr)))
-      report("two blocks of one launch write the same address (no atomic)", addr, a, true, w,
+  // Another block's accesses in this launch: of device memory, a race when either side writes
+  // (blocks run in no set order); of shared memory (each block's own), history to forget.
+  const bool other_w = c.write.launch == a.launch && c.write.block != a.block;
+  const bool other_r = c.read.launch == a.launch && c.read.block != a.block;
+  if ((other_w || (other_r && write)) && is_device_pointer(reinterpret_cast<void*>(addr))) {
+    if (other_w && write)
+      report("two blocks of one launch write the same address (no atomic)", addr, a, true,
+             c.write, true);
+    if (other_w)
+      report("a block reads what another block of the launch wrote", addr, a, false, c.write,
              true);
-    c = Cell{};
+    report("a block writes what another block of the launch read", addr, a, true, c.read, false);
   }
-  if (w.launch == a.launch && w.block == a.block && !ordered(w, a))
+  if (other_w) c.write = Access{};
+  if (other_r) c.read = Access{}, c.readers = false;
+
+  const Access& w = c.write;
+  if (w.launch == a.launch && !ordered(w, a))
     report("another thread of the block wrote this address with no __syncthreads or __syncwarp "
            "between", addr, a, write, w, true);
   const Access& r = c.read;
-  if (write && r.launch == a.launch && r.block == a.block && !ordered(r, a) &&
-      (r.thread != a.thread || c.readers))
+  const bool same_interval = r.launch == a.launch && r.block_epoch == a.block_epoch;
+  // Several readers in one barrier interval: a __syncwarp orders the writer after its own
+  // warp's reads only, so any write in that interval races with one of them.
+  if (write && r.launch == a.launch &&
+      ((r.thread != a.thread && !ordered(r, a)) || (c.readers && same_interval)))
     report("another thread of the block read this address with no __syncthreads or __syncwarp "
            "between", addr, a, true, r, false);
   if (write) {
     c.write = a;
   } else {
-    c.readers = r.launch == a.launch && r.block == a.block && !ordered(r, a) &&
-                (r.thread != a.thread || c.readers);
+    c.readers = same_interval && (r.thread != a.thread || c.readers);
     c.read = a;
   }
 }
