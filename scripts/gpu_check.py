@@ -9,7 +9,7 @@ The machine (the library's device notes): one H200, 15 minutes of device time in
 command, nothing installed of ours, `python3` with PyTorch and CUDA's libraries in its
 packages, at most 8 files back from OUT, and a command killed at its limit. So:
 
-- --pack does here everything that needs no GPU: the sm_90 binaries and the libraries they need
+- --pack (scripts/gpu_pack.py) does here everything that needs no GPU: the sm_90 binaries and the libraries they need
   that the GPU machine lacks (build/gpu_bundle/bin, lib.tar.xz), token shards of tinyshakespeare, the
   CPU's losses for the training stage (cpu_losses.json), and with --llmc DIR (a checkout or git
   directory of karpathy/llm.c) llm.c's train_gpt2cu compiled for sm_90. Carry build/gpu_bundle.
@@ -48,7 +48,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tarfile
@@ -57,7 +56,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLE = os.path.join(ROOT, "build", "gpu_bundle")
-BUNDLE_LIMIT_MIB = 60  # with the working tree, under the device tool's 64 MiB
 PEAK_BF16 = 989.4e12  # dense bf16 FLOP/s of an H100/H200 SXM (NVIDIA's datasheet)
 STATUSES = ("pending", "running", "pass", "fail", "skipped", "timeout")
 LOG_TAIL = 1 << 20  # bytes of each log in logs.tar.gz
@@ -626,103 +624,6 @@ def run_stages(plan):
     return failed
 
 
-def pack(llmc_dir):
-    bins = ["zerotrain", "zerotrain_emu", "tests/cuda_backend_test", "tests/cuda_backend_emu_test",
-            "tests/reference_test", "tests/reference_emu_test"]
-    build = os.path.join(ROOT, "build")
-    subprocess.run(["cmake", "--build", build, "--target"] + [os.path.basename(b) for b in bins],
-                   check=True)
-    shutil.rmtree(BUNDLE, ignore_errors=True)
-    for d in ("bin", "data"):
-        os.makedirs(os.path.join(BUNDLE, d))
-    lib_dir = tempfile.mkdtemp()
-    libs = set()
-    for b in bins:
-        path = os.path.join(build, b)
-        subprocess.run(["strip", "--strip-unneeded", "-o",
-                        os.path.join(BUNDLE, "bin", os.path.basename(b)), path], check=True)
-        libs |= set(re.findall(r"=> (/\S+)", capture(["ldd", path])[1]))
-    # Every library ldd resolves except glibc's, the compiler runtime (newer on the GPU
-    # machine) and CUDA's own (the GPU machine's match its driver).
-    skip = re.compile(r"/lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|cudart|cublas|cublasLt|nccl|cuda)"
-                      r"\.so")
-    for lib in sorted(libs):
-        if not skip.search(lib):
-            subprocess.run(["strip", "--strip-unneeded", "-o",
-                            os.path.join(lib_dir, os.path.basename(lib)), lib], check=True)
-    with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz"), "w:xz") as t:
-        t.add(lib_dir, arcname="lib")
-    shutil.rmtree(lib_dir)
-    shared = os.path.join(ROOT, "..", "shared", "data")
-    text = os.path.join(shared, "tinyshakespeare.txt")
-    subprocess.run([os.path.join(build, "zerotrain"), "prepare", "--tokenizer",
-                    os.path.join(shared, "llama2_tokenizer.model"), "--input", text, "--out",
-                    os.path.join(BUNDLE, "data")], check=True, stdout=subprocess.DEVNULL)
-    # The rehearsal's tiny models: the text's first 64 KiB as byte tokens, in an llm.c shard
-    # (data/shard.h: 256 int32 of header, magic 20240520, version 1, the count; uint16 tokens).
-    tokens = open(text, "rb").read(65536)
-    os.makedirs(os.path.join(BUNDLE, "bytes"))
-    with open(os.path.join(BUNDLE, "bytes", "train_000000.bin"), "wb") as f:
-        f.write(struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(4 * 253))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-    # The CPU's losses for the training stage, here, so the device's minutes go to the GPU.
-    cpu = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode in SHAPES:
-            run_dir = os.path.join(tmp, mode)
-            subprocess.run(train_args(os.path.join(build, "zerotrain"), "cpu",
-                                      SHAPES[mode]["training"], run_dir, TRAIN_CONFIG),
-                           check=True, stdout=subprocess.DEVNULL)
-            cpu[mode] = losses(run_dir)
-    with open(os.path.join(BUNDLE, "cpu_losses.json"), "w") as f:
-        json.dump(cpu, f)
-    if llmc_dir:
-        build_llmc(llmc_dir)
-    tracked = sum(os.path.getsize(os.path.join(ROOT, p)) for p in subprocess.run(
-        ["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
-        if os.path.isfile(os.path.join(ROOT, p)))
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(BUNDLE) for f in fs)
-    mib = (size + tracked) / 2**20
-    print(f"bundle: {BUNDLE}, {size / 2**20:.1f} MiB; with the tracked tree {mib:.1f} MiB "
-          f"(limit {BUNDLE_LIMIT_MIB})")
-    if mib > BUNDLE_LIMIT_MIB:
-        print(f"error: over {BUNDLE_LIMIT_MIB} MiB", file=sys.stderr)
-        return 1
-    return 0
-
-
-def build_llmc(src):
-    """Compiles llm.c's train_gpt2.cu for sm_90 here, so the device's minutes go to running it."""
-    out = os.path.join(BUNDLE, "llmc")
-    os.makedirs(out)
-    with tempfile.TemporaryDirectory() as tmp:
-        if os.path.isdir(os.path.join(src, "llmc")):
-            shutil.copy(os.path.join(src, "train_gpt2.cu"), tmp)
-            shutil.copytree(os.path.join(src, "llmc"), os.path.join(tmp, "llmc"))
-        else:  # a bare git directory (the fetch tool's mirror)
-            archive = subprocess.run(["git", "--git-dir", src, "archive", "HEAD", "train_gpt2.cu",
-                                      "llmc"], capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        # Two edits to the copy: CUDA 13's cudaMemAdvise takes a cudaMemLocation, not a device
-        # number (llm.c's OOM fallback to managed memory, never taken here, predates that); and
-        # no NVML (its GPU-utilisation line), which this machine cannot link.
-        edit(os.path.join(tmp, "llmc", "cuda_utils.cuh"),
-             "cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)",
-             "cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})")
-        edit(os.path.join(tmp, "llmc", "mfu.h"), "__has_include(<nvml.h>)", "0")
-        subprocess.run(["nvcc", "-O3", "-t=0", "--use_fast_math", "-std=c++17", "-DENABLE_BF16",
-                        "--generate-code", "arch=compute_90,code=sm_90", "train_gpt2.cu",
-                        "-lcublas", "-lcublasLt", "-o", os.path.join(out, "train_gpt2cu")],
-                       cwd=tmp, check=True)
-
-
-def edit(path, old, new):
-    text = open(path).read()
-    if old not in text:
-        raise ValueError(f"{path} no longer holds {old!r}: look at llm.c's change")
-    open(path, "w").write(text.replace(old, new))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -735,8 +636,9 @@ def main():
     ap.add_argument("--deadline", type=float, default=540, help="seconds for the whole plan")
     a = ap.parse_args()
     if a.pack:
+        import gpu_pack  # scripts/gpu_pack.py: only --pack builds
         try:
-            return pack(a.llmc)
+            return gpu_pack.pack(a.llmc)
         except (subprocess.CalledProcessError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
