@@ -256,9 +256,12 @@ def preflight(plan, res, limit):
                 break
     plan.lib_path = os.pathsep.join([plan.lib_path] + sorted(set(found.values())))
     still = missing_libs(plan, bins, plan.lib_path)
-    for lib, d in found.items():
-        real = os.path.realpath(os.path.join(d, lib))
-        res["figures"][lib] = real
+    # The CUDA libraries our trainer will load, by their real file names (their full versions).
+    env = dict(os.environ, LD_LIBRARY_PATH=with_system_path(plan.lib_path))
+    for name, path in re.findall(r"^\s*(lib(?:cudart|cublasLt|nccl)\.so\S*) => (/\S+)",
+                                 capture(["ldd", os.path.join(BUNDLE, "bin", "zerotrain")],
+                                         env)[1], re.M):
+        res["figures"][name] = os.path.realpath(path)
     if still:
         return "fail", ("missing libraries: " + ", ".join(sorted(still)) +
                         " (searched the toolkit and python3's site-packages/nvidia)")
