@@ -321,6 +321,28 @@ TEST(CudaEmuStrictDeathTest, WarpSynchronousCodeWithoutSyncwarpIsReported) {
                "a data race: another thread of the block");
 }
 
+// The interleaving on its own, with the detector (which would stop at this race first) off: a
+// planted lost update. Threads that switch only at barriers run each load-add-store whole and
+// always count 32; giving way at memory operations loses increments, as a GPU does.
+__global__ void count_without_atomics(int* total) { *total = *total + 1; }
+
+TEST(CudaEmuStrictDeathTest, InterleavingExposesALostUpdate) {
+  ZT_NEEDS_STRICT();
+  set_race_detection(false);
+  int* total = static_cast<int*>(device_alloc(sizeof(int)));
+  int short_counts = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    set_thread_order(ThreadOrder::kForward, seed);
+    *total = 0;
+    launch(Dim3(1), Dim3(32), [&] { count_without_atomics(total); });
+    short_counts += *total < 32;
+  }
+  set_thread_order(ThreadOrder::kForward);
+  set_race_detection(true);
+  device_free(total);
+  EXPECT_GT(short_counts, 0) << "no seed lost an update";
+}
+
 // Threads give way at memory operations too, not only at barriers, by the launch's seed: a
 // correct kernel's result does not change.
 TEST(CudaEmuStrictDeathTest, ThreadsInterleaveAtMemoryOperations) {

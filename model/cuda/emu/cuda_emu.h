@@ -97,6 +97,9 @@ void* dynamic_shared();
 // Strict mode, in code built with -fsanitize=thread (races.cc): how many times a thread gave
 // way to another at a memory operation, in launches on this OS thread so far.
 uint64_t memory_yields();
+// Strict mode: turns the race detector off (false) or back on, the interleaving staying on
+// (for a test that shows what a race does without the detector stopping at it).
+void set_race_detection(bool on);
 
 namespace detail {
 // Where the running emulated thread is, for the race detector (races.cc).

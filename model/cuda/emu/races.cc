@@ -18,6 +18,7 @@
 // Outside strict mode every hook returns at once.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -125,6 +126,8 @@ void check(uintptr_t addr, Cell& c, const Access& a, bool write) {
   }
 }
 
+std::atomic<bool> g_detect{true};
+
 void access(void* p, size_t size, bool write, void* pc) {
   if (!strict_enabled()) return;
   detail::AccessContext ctx;
@@ -132,6 +135,7 @@ void access(void* p, size_t size, bool write, void* pc) {
   const char* c = static_cast<const char*>(p);
   if (c >= ctx.stack_lo && c < ctx.stack_hi) return;  // the thread's own
   detail::yield_at_memory_operation();  // (intervals end only at barriers: ctx still holds)
+  if (!g_detect.load(std::memory_order_relaxed)) return;
   if (t_shadow_launch != ctx.launch) {
     t_shadow.clear();
     t_shadow_launch = ctx.launch;
@@ -144,6 +148,9 @@ void access(void* p, size_t size, bool write, void* pc) {
 }
 
 }  // namespace
+
+void set_race_detection(bool on) { g_detect = on; }
+
 }  // namespace zt::emu
 
 // The calls -fsanitize=thread puts in the instrumented code.
