@@ -32,6 +32,26 @@ bool stagger_off() { return env_off("ZEROTRAIN_HUGE_PAGES") || env_off("ZEROTRAI
 
 uintptr_t stagger_of(const void* p) { return addr(p) % kHuge; }
 
+// The device memory limit (--memory_limit, common/memory.h): an allocation that would take the
+// total in use past the limit is refused, one that reaches it exactly is not, and the message
+// says what was asked, the limit and what is in use; 0 means no limit.
+TEST(MemoryLimit, RefusesWhatWouldPassTheLimitCountingTheAskedBytes) {
+  MemoryTracker t;
+  t.on_alloc(MemCategory::kParams, 1000);
+  t.on_alloc(MemCategory::kActivations, 24);
+  EXPECT_NO_THROW(check_memory_limit(t, 1536, 512, MemCategory::kWorkspace));  // exactly 1536
+  EXPECT_NO_THROW(check_memory_limit(t, 0, size_t{1} << 40, MemCategory::kWorkspace));
+  try {
+    check_memory_limit(t, 1536, 513, MemCategory::kWorkspace);
+    ADD_FAILURE() << "1024 in use + 513 asked passed a limit of 1536";
+  } catch (const DeviceMemoryLimitExceeded& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("device memory limit 1.50 KiB exceeded: 513 B more of "),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("with 1.00 KiB in use"), std::string::npos) << what;
+  }
+}
+
 TEST(StreamingMemory, LargeBlocksAreStaggeredAlignedAndWhole) {
   if (stagger_off()) GTEST_SKIP() << "ZEROTRAIN_HUGE_PAGES=0 or ZEROTRAIN_STAGGER=0";
   // kHuge itself is the smallest staggered size; 16 KiB the largest staggered alignment.
