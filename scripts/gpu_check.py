@@ -9,10 +9,11 @@ The machine (the library's device notes): one H200, 15 minutes of device time in
 command, nothing installed of ours, `python3` with PyTorch and CUDA's libraries in its
 packages, at most 8 files back from OUT, and a command killed at its limit. So:
 
-- --pack (scripts/gpu_pack.py) does here everything that needs no GPU: the sm_90 binaries and the libraries they need
-  that the GPU machine lacks (build/gpu_bundle/bin, lib.tar.xz), token shards of tinyshakespeare, the
-  CPU's losses for the training stage (cpu_losses.json), and with --llmc DIR (a checkout or git
-  directory of karpathy/llm.c) llm.c's train_gpt2cu compiled for sm_90. Carry build/gpu_bundle.
+- --pack (scripts/gpu_pack.py) does here everything that needs no GPU: the sm_90 binaries and
+  the libraries they need that the GPU machine lacks (build/gpu_bundle/bin, lib.tar.xz), token
+  shards of tinyshakespeare, the CPU's losses for the training stage (cpu_losses.json), and
+  with --llmc DIR (a checkout or git directory of karpathy/llm.c) llm.c's train_gpt2cu compiled
+  for sm_90. Carry build/gpu_bundle.
 - --run OUT runs the stages below in order of the value of what each measures, each under its
   own time limit and all under --deadline (default 540 s: a 600 s command with room to spare).
   A stage that the deadline leaves too little time is skipped, saying so.
@@ -119,14 +120,16 @@ class Plan:
         e.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
         return e
 
-    def sh(self, log, argv, limit, env=None, cwd=None):
-        """Runs argv, its output in logs/LOG, killed with its process group after `limit`
-        seconds. Returns (exit code, or None when it timed out)."""
+    def sh(self, log, argv, limit, env=None, cwd=None, stdout=None):
+        """Runs argv, its output in logs/LOG (or its stdout to the file `stdout`, its stderr to
+        the log), killed with its process group after `limit` seconds. Returns the exit code,
+        or None when it timed out."""
         with open(os.path.join(self.logs, log), "ab") as f:
             f.write(("$ " + " ".join(argv) + "\n").encode())
             f.flush()
             try:
-                p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                p = subprocess.Popen(argv, stdout=stdout or f,
+                                     stderr=f if stdout else subprocess.STDOUT, env=env, cwd=cwd,
                                      preexec_fn=child_setup)
             except OSError as e:
                 f.write(f"cannot start: {e}\n".encode())
@@ -370,8 +373,8 @@ def losses(run_dir):
 def training(plan, res, limit):
     shape = SHAPES[plan.mode]["training"]
     run_dir = os.path.join(plan.work, "training")
-    rc = plan.sh("training.log", train_args(zerotrain(plan), "cuda", shape, run_dir, TRAIN_CONFIG), limit,
-                 env=plan.env())
+    argv = train_args(zerotrain(plan), "cuda", shape, run_dir, TRAIN_CONFIG)
+    rc = plan.sh("training.log", argv, limit, env=plan.env())
     cpu = json.load(open(os.path.join(BUNDLE, "cpu_losses.json")))[plan.mode]
     gpu = losses(run_dir)
     res["figures"]["steps"] = len(gpu)
@@ -382,6 +385,17 @@ def training(plan, res, limit):
     worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
     res["figures"].update(final_loss_cpu=cpu[-1], final_loss_cuda=gpu[-1], worst_rel=worst)
     return ("pass", "") if worst <= TRAIN_RTOL else ("fail", f"worst {worst:.1e} > {TRAIN_RTOL}")
+
+
+def mfu(tokens_per_s, psi, L, C, T):
+    """Model FLOPs utilisation of a bf16 step: 6Ψ + 12·L·C·T FLOPs per token (PaLM, Chowdhery
+    et al. 2022, appendix B) over the H100/H200's dense bf16 peak."""
+    return tokens_per_s * (6 * psi + 12 * L * C * T) / PEAK_BF16
+
+
+def verdict(bad):
+    """A stage's (status, reason) from its list of failures."""
+    return ("fail", "; ".join(bad)) if bad else ("pass", "")
 
 
 def bench_config(stage, micro_batch, offload, dpu):
@@ -424,8 +438,7 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
     gib = 2**30
     return {"status": "ok", "tokens_per_s": tps,
             "step_ms": sum(s["step_ms"] for s in steps) / len(steps),
-            # FLOPs per token 6Ψ + 12·L·C·T: PaLM (Chowdhery et al. 2022), appendix B.
-            "mfu": tps * (6 * rep["psi"] + 12 * L * C * T) / PEAK_BF16,
+            "mfu": mfu(tps, rep["psi"], L, C, T),
             "peak_gib_tracked": rep["device_peak_bytes"] / gib,
             "peak_gib_driver": max(drv, default=0) / 1024,
             "peak_gib_estimated": rep["device_predicted_bytes"] / gib}
@@ -446,7 +459,7 @@ def bench_stage(runs):
             plan.write()
             if fig["status"] != "ok":
                 bad.append(f"{name}: {fig['status']}")
-        return ("fail", "; ".join(bad)) if bad else ("pass", "")
+        return verdict(bad)
     return stage
 
 
@@ -474,31 +487,17 @@ def pytorch(plan, res, limit):
         argv = [python, os.path.join(ROOT, "benchmarks", "torch_step.py"), "--model", model,
                 "--batch", str(B), "--seq", str(T), "--steps", str(steps), "--device", device]
         with open(out, "w") as f:
-            rc = run_to(plan, name + ".log", argv + (["--compile"] if compile_ else []), f, left)
+            rc = plan.sh(name + ".log", argv + (["--compile"] if compile_ else []), left,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=f)
         try:
             fig = json.loads(open(out).read().strip().splitlines()[-1])
-            fig["mfu"] = fig["tokens_per_s"] * (6 * fig["psi"] + 12 * L * C * T) / PEAK_BF16
+            fig["mfu"] = mfu(fig["tokens_per_s"], fig["psi"], L, C, T)
             res["figures"][name] = {k: fig[k] for k in ("tokens_per_s", "step_ms", "mfu",
                                                         "peak_bytes", "warmup_s", "torch")}
         except (OSError, ValueError, IndexError, KeyError):
             bad.append(f"{name}: {'timeout' if rc is None else f'exit {rc}'}")
         plan.write()
-    return ("fail", "; ".join(bad)) if bad else ("pass", "")
-
-
-def run_to(plan, log, argv, stdout, limit):
-    """Like Plan.sh, with stdout to a file of its own (stderr to the log)."""
-    with open(os.path.join(plan.logs, log), "ab") as err:
-        p = subprocess.Popen(argv, stdout=stdout, stderr=err, preexec_fn=child_setup,
-                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        try:
-            return p.wait(timeout=max(1.0, limit))
-        except subprocess.TimeoutExpired:
-            kill_group(p)
-            return None
-        except BaseException:
-            kill_group(p, hard=True)
-            raise
+    return verdict(bad)
 
 
 def llmc(plan, res, limit):
@@ -540,10 +539,11 @@ def sanitizer(plan, res, limit):
         log = open(os.path.join(plan.logs, f"sanitizer_{kind}.log"), errors="replace").read()
         if "Device not supported" in log:  # gVisor machines (the device notes): not our fault
             return "skipped", f"compute-sanitizer {kind}: Device not supported on this machine"
-        res["figures"][kind] = {None: "timeout", 0: "clean", 3: "errors found"}.get(rc, f"exit {rc}")
+        res["figures"][kind] = {None: "timeout", 0: "clean",
+                                3: "errors found"}.get(rc, f"exit {rc}")
         if rc != 0:
             bad.append(f"{kind}: {res['figures'][kind]}")
-    return ("fail", "; ".join(bad)) if bad else ("pass", "")
+    return verdict(bad)
 
 
 SANITIZED = ("CudaVsCpu.Matmul:CudaVsCpu.NormsForwardBackward:CudaVsCpu.RopeAndGqaAttention:"

@@ -30,24 +30,25 @@ def pack(llmc_dir):
     shutil.rmtree(BUNDLE, ignore_errors=True)
     for d in ("bin", "data"):
         os.makedirs(os.path.join(BUNDLE, d))
-    lib_dir = tempfile.mkdtemp()
+
+    def strip(path, into):
+        subprocess.run(["strip", "--strip-unneeded", "-o",
+                        os.path.join(into, os.path.basename(path)), path], check=True)
+
     libs = set()
     for b in bins:
-        path = os.path.join(build, b)
-        subprocess.run(["strip", "--strip-unneeded", "-o",
-                        os.path.join(BUNDLE, "bin", os.path.basename(b)), path], check=True)
-        libs |= set(re.findall(r"=> (/\S+)", capture(["ldd", path])[1]))
+        strip(os.path.join(build, b), os.path.join(BUNDLE, "bin"))
+        libs |= set(re.findall(r"=> (/\S+)", capture(["ldd", os.path.join(build, b)])[1]))
     # Every library ldd resolves except glibc's, the compiler runtime (newer on the GPU
     # machine) and CUDA's own (the GPU machine's match its driver).
     skip = re.compile(r"/lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|cudart|cublas|cublasLt|nccl|cuda)"
                       r"\.so")
-    for lib in sorted(libs):
-        if not skip.search(lib):
-            subprocess.run(["strip", "--strip-unneeded", "-o",
-                            os.path.join(lib_dir, os.path.basename(lib)), lib], check=True)
-    with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz"), "w:xz") as t:
-        t.add(lib_dir, arcname="lib")
-    shutil.rmtree(lib_dir)
+    with tempfile.TemporaryDirectory() as lib_dir:
+        for lib in sorted(libs):
+            if not skip.search(lib):
+                strip(lib, lib_dir)
+        with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz"), "w:xz") as t:
+            t.add(lib_dir, arcname="lib")
     shared = os.path.join(ROOT, "..", "shared", "data")
     text = os.path.join(shared, "tinyshakespeare.txt")
     subprocess.run([os.path.join(build, "zerotrain"), "prepare", "--tokenizer",
