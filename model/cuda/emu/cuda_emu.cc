@@ -121,7 +121,6 @@ struct Scheduler {
   // so far of the block and of each of its warps.
   uint64_t launch = 0, block = 0, block_epoch = 0;
   std::vector<uint64_t> warp_epochs;
-  uint64_t memory_yields = 0;
 };
 
 thread_local Scheduler* t_sched = nullptr;
@@ -466,7 +465,6 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
         ++s.block;
       }
   t_sched = nullptr;
-  t_memory_yields += s.memory_yields;
   for (Fiber& f : s.fibers) t_stacks.free.push_back(f.stack);
 }
 
@@ -491,7 +489,7 @@ bool access_context(AccessContext* c) {
 void yield_at_memory_operation() {
   Scheduler& s = *t_sched;
   if ((s.rng() & 3) != 0) return;  // one operation in four gives way, by the launch's seed
-  ++s.memory_yields;
+  ++t_memory_yields;
   jump(s.current->ctx, s.main);  // stays ready: the others of this round run first
 }
 
@@ -535,13 +533,10 @@ uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask) {
   yield(State::kAtWarpBarrier);  // every live lane has posted
   const auto [first, end] = warp_of(s, (size_t)me->linear);
   if (g_strict) check_mask(s, first, end, (size_t)me->linear - first, src_lane, mask);
-  if (src_lane < 0) {
-    yield(State::kAtWarpBarrier);
-    return value;
-  }
-  const size_t src = first + (size_t)src_lane;
-  const uint64_t got = src < end && s.fibers[src].state != State::kDone ? s.fibers[src].posted
-                                                                         : value;
+  const size_t src = first + (size_t)src_lane;  // src_lane < 0 (__syncwarp): reads nothing
+  const uint64_t got = src_lane >= 0 && src < end && s.fibers[src].state != State::kDone
+                           ? s.fibers[src].posted
+                           : value;
   yield(State::kAtWarpBarrier);  // every live lane has read before anyone posts again
   return got;
 }
