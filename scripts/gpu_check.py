@@ -638,6 +638,20 @@ def main():
     ap.add_argument("--llmc", metavar="DIR", help="with --pack: llm.c's checkout or git directory")
     ap.add_argument("--deadline", type=float, default=540, help="seconds for the whole plan")
     a = ap.parse_args()
+    out = a.run or a.rehearse
+    # Bad input stops here, before any work (argparse's own errors exit 2 too).
+    if a.llmc and not a.pack:
+        ap.error("--llmc goes with --pack (the bundle carries llm.c's binary)")
+    if a.llmc and not (os.path.isfile(os.path.join(a.llmc, "train_gpt2.cu")) or
+                       capture(["git", "--git-dir", a.llmc, "cat-file", "-e",
+                                "HEAD:train_gpt2.cu"])[0] == 0):
+        ap.error(f"--llmc {a.llmc}: neither a checkout of karpathy/llm.c (no train_gpt2.cu) nor "
+                 "its git directory; give either")
+    if out and os.path.exists(out) and not os.path.isdir(out):
+        ap.error(f"OUT {out} is not a directory; give a directory (it is made if missing)")
+    if a.deadline < STAGES[0][1]:
+        ap.error(f"--deadline {a.deadline:g} s leaves no time for the preflight "
+                 f"({STAGES[0][1]} s); give at least that (default 540)")
     if a.pack:
         import gpu_pack  # scripts/gpu_pack.py: only --pack builds
         try:
@@ -645,7 +659,7 @@ def main():
         except (subprocess.CalledProcessError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    return run("run" if a.run else "rehearse", a.run or a.rehearse, a.deadline)
+    return run("run" if a.run else "rehearse", out, a.deadline)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/gpu_check.sh on this machine: --pack, a whole --rehearse, three rehearsals killed at
-random moments, and --run without a GPU (issue 25).
+random moments, --run without a GPU, and bad arguments (issue 25).
 
 What a GPU session brings back is OUT, at most 8 files of the device tool's names, whenever
 the command is killed. So after each run, killed or not, OUT must hold a valid results.json
@@ -107,6 +107,19 @@ def main():
         print(f"killed by {sig.name} at {at:.1f} s: exit {rc}, {states}", flush=True)
         if sig == signal.SIGTERM and rc == 124:  # it had time to say where it was stopped
             check("running" not in states.values(), f"SIGTERM left a stage running: {states}")
+
+    # Bad input: a clear error naming it, exit 2, before any work.
+    not_a_dir = os.path.join(tmp, "a_file")
+    open(not_a_dir, "w").close()
+    for argv, says in ((["--run", not_a_dir], "is not a directory"),
+                       (["--rehearse", os.path.join(tmp, "d"), "--deadline", "5"],
+                        "leaves no time for the preflight"),
+                       (["--pack", "--llmc", tmp], "neither a checkout of karpathy/llm.c"),
+                       (["--rehearse", os.path.join(tmp, "d"), "--llmc", tmp],
+                        "--llmc goes with --pack")):
+        p = subprocess.run(["bash", SCRIPT] + argv, capture_output=True, text=True)
+        check(p.returncode == 2 and says in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr}")
+    check(not os.path.exists(os.path.join(tmp, "d")), "a refused run made its OUT")
 
     if not shutil.which("nvidia-smi") or subprocess.run(["nvidia-smi", "-L"]).returncode != 0:
         out = os.path.join(tmp, "run")
