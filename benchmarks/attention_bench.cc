@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
       else zt::reference_attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hd);
       const auto t1 = clock::now();
       if (lean)
-        be->attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, NH, KVH, hd);
+        be->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T,
+                               NH, KVH, hd);
       else
         zt::reference_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T,
                                          NH, KVH, hd);

@@ -151,9 +151,11 @@ class Backend {
   // probabilities from it (FlashAttention's interface: nothing of size T x T is kept).
   virtual void attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
                                  int KVH, int hd) = 0;
-  // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's lse.
-  virtual void attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv, const float* lse,
-                                  int B, int T, int NH, int KVH, int hd) = 0;
+  // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's out and lse. out
+  // gives D_t = dout_t . out_t (FlashAttention-2's backward, and cuDNN's, take it); a backend
+  // may instead recompute D from lse.
+  virtual void attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv, TensorView out,
+                                  const float* lse, int B, int T, int NH, int KVH, int hd) = 0;
   // One decoding step with a KV cache: out (NH*hd) = the attention of the last row's queries
   // over rows 0..T-1 of qkv (T,(NH+2*KVH)*hd), one sequence: row T-1 of attention_forward,
   // in O(T) instead of O(T^2).

@@ -150,9 +150,10 @@ void ProfilingBackend::attention_forward(TensorRef out, float* lse, TensorView q
 }
 // The backward recomputes QK^T, then dV, dP, dQ and dK: five products of the forward's two.
 void ProfilingBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
-                                          const float* lse, int B, int T, int NH, int KVH, int hd) {
+                                          TensorView out, const float* lse, int B, int T, int NH,
+                                          int KVH, int hd) {
   timed("attention_backward", attention_shape(B, T, NH, KVH, hd), 5 * causal_flops(B, T, NH, hd),
-        [&] { inner_->attention_backward(dqkv, dout, qkv, lse, B, T, NH, KVH, hd); });
+        [&] { inner_->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, hd); });
 }
 void ProfilingBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH,
                                         int hd) {

@@ -354,8 +354,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, act(b.atty), p + o.attw, N, C, C);
   const TensorRef dqkv = act(a_->dqkv);
   zero(dqkv, (size_t)N * QKV);
-  be_->attention_backward(dqkv, datty, act(b.qkv), b.lse.f32(), B_, T_, c.n_head, c.n_kv_head,
-                          c.head_dim());
+  be_->attention_backward(dqkv, datty, act(b.qkv), act(b.atty), b.lse.f32(), B_, T_, c.n_head,
+                          c.n_kv_head, c.head_dim());
   if (!c.is_gpt2())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0);
   zero(dln, NC);

@@ -80,7 +80,8 @@ void CpuBackend::attention_forward(TensorRef out_a, float* lse, TensorView qkv_a
 }
 
 void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorView qkv_a,
-                                    const float* lse, int B, int T, int NH, int KVH, int hd) {
+                                    TensorView /*out: D is recomputed from lse*/, const float* lse,
+                                    int B, int T, int NH, int KVH, int hd) {
   float* dqkv = f32(dqkv_a);
   const float *dout = f32(dout_a), *qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;

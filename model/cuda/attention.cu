@@ -1,184 +1,160 @@
-// Causal attention with grouped-query K/V, tiled as FlashAttention-2 (Dao 2023), computed in fp32
-// on activations of any dtype (each stored value rounded once).
-// Math as model/cpu/attention.cc: per (b, h, t), s_j = q_t . k_j / sqrt(hd) for j <= t,
-// a = softmax(s), out_t = sum_j a_j v_j; query head h reads kv head h / (NH / KVH), and no K/V
-// is replicated per query head.
+// Causal attention with grouped-query K/V on the CUDA backend: the choice of kernel family, and
+// the fp32 family. Math as model/cpu/attention.cc: per (b, h, t), s_j = q_t . k_j / sqrt(hd)
+// for j <= t, a = softmax(s), out_t = sum_j a_j v_j; query head h reads kv head h / (NH / KVH),
+// and no K/V is replicated per query head. Nothing of size T x T exists: the forward saves
+// lse_t = log sum_j exp(s_j) per row, and the backward recomputes a_j = exp(s_j - lse_t):
+//   dp_j = dout_t . v_j;  D_t = dout_t . out_t;  ds_j = a_j (dp_j - D_t);
+//   dq_t += sum_j ds_j k_j / sqrt(hd);  dk_j += sum_t ds_j q_t / sqrt(hd);  dv_j += sum_t a_j
+//   dout_t
+// (t >= j, over the group's query heads).
 //
-// Forward: a block is a tile of kTile query rows of one (b, h), one thread per row. It walks
-// the key tiles up to its last row, staging K and V in shared memory, and keeps per row the
-// running max m, the running sum l and the unnormalised output (online softmax: Milakov &
-// Gimelshein 2018). It saves lse_t = m + log l, so nothing of size T x T exists, in the forward
-// or the backward.
-// Backward, from lse alone (the interface has no saved output):
-//   a_j = exp(s_j - lse_t);  dp_j = dout_t . v_j;  D_t = sum_j a_j dp_j;
-//   ds_j = a_j (dp_j - D_t);  dq_t += ds_j k_j / sqrt(hd);
-//   dk_j += sum_t ds_j q_t / sqrt(hd);  dv_j += sum_t a_j dout_t  (t >= j, over the group's heads)
-// Two kernels: one thread per query row computes D_t (a first pass over the keys) and dq_t; one
-// thread per key row computes dk_j and dv_j over every query row of every head of its group.
-// Every gradient element has one writer adding in a fixed order: no atomics, and two runs give
-// the same bits.
+// bf16 / fp16 activations with hd <= 128 run on tensor cores (attention_mma.cu). The fp32
+// family here serves fp32 activations (exact to fp32 rounding: the CPU comparisons' reference
+// path) and the decode step (one row, memory-bound): one warp per row, lanes splitting the
+// keys of each 32-key tile for the dot products (online softmax over the tile: Milakov &
+// Gimelshein 2018) and the head's columns (lane + 32 c) for the sums into the row, so every
+// per-thread array has a fixed size and no kernel uses local memory. Every gradient element has
+// one writer adding in a fixed order: no atomics, and two runs give the same bits.
 #include "common/status.h"
+#include "model/cuda/attention.cuh"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
 namespace {
 
-constexpr int kTile = 32;     // rows per block (one warp) and per staged tile
-constexpr int kMaxHd = 128;   // head sizes up to LLaMA's 128
+constexpr int kMaxHd = 128;         // head sizes up to LLaMA's 128
+constexpr int kCols = kMaxHd / 32;  // columns per lane: lane, lane + 32, ...
 
-struct AttnShape {
-  int B, T, NH, KVH, hd, row, group;
-  float scale;
-  __host__ __device__ size_t q(int b, int t, int h) const { return ((size_t)b * T + t) * row + (size_t)h * hd; }
-  __host__ __device__ size_t k(int b, int t, int kvh) const { return q(b, t, NH + kvh); }
-  __host__ __device__ size_t v(int b, int t, int kvh) const { return q(b, t, NH + KVH + kvh); }
-  __host__ __device__ size_t o(int b, int t, int h) const { return ((size_t)b * T + t) * NH * hd + (size_t)h * hd; }
-};
-
-__device__ inline float dot(const float* x, const float* y, int n) {
+// x[0..hd) . the row at `row` of src (fp32 accumulation, in column order).
+__device__ inline float dot_row(const float* x, TensorView src, size_t row, int hd) {
   float d = 0.f;
-  for (int i = 0; i < n; ++i) d += x[i] * y[i];
+  for (int i = 0; i < hd; ++i) d += x[i] * load_as_f32(src, row + i);
   return d;
 }
 
-// Rows [r0, r0 + kTile) of head `head`'s part of src (row-major rows of s.row floats; rows past
-// T left alone) into tile, cooperatively and coalesced.
-__device__ void stage(float (*tile)[kMaxHd], TensorView src, int b, int r0, int head,
-                      const AttnShape& s, size_t row_stride, size_t seq_stride) {
-  for (int e = threadIdx.x; e < kTile * s.hd; e += blockDim.x) {
-    const int r = e / s.hd, i = e % s.hd;
-    if (r0 + r < s.T)
-      tile[r][i] = load_as_f32(
-          src, (size_t)b * seq_stride + (size_t)(r0 + r) * row_stride + (size_t)head * s.hd + i);
-  }
+// Row `i` of src into sm[0..hd) by the warp's lanes.
+__device__ inline void stage_row(float* sm, TensorView src, size_t row, int hd) {
+  for (int i = threadIdx.x; i < hd; i += 32) sm[i] = load_as_f32(src, row + i);
 }
 
-// Query rows q_first + tile * kTile + threadIdx.x of (b = blockIdx.z, h = blockIdx.y): out and
-// lse hold rows q_first..T-1 of each (b, h) (all of them in training; the last for decoding).
+// Query row q_first + blockIdx.x of (b = blockIdx.z, h = blockIdx.y), one warp: out and lse hold
+// rows q_first..T-1 of each (b, h) (all of them in training; the last for decoding).
 __global__ void flash_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s,
                                      int q_first) {
-  __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
-  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
-  const int t = q_first + blockIdx.x * kTile + threadIdx.x;
-  const int last = min(s.T - 1, q_first + (int)(blockIdx.x + 1) * kTile - 1);
-  const bool live = t < s.T;
-  float q[kMaxHd], o[kMaxHd];
-  for (int i = 0; i < s.hd; ++i) {
-    q[i] = live ? load_as_f32(qkv, s.q(b, t, h) + i) : 0.f;
-    o[i] = 0.f;
-  }
-  float m = -INFINITY, l = 0.f;
-  for (int j0 = 0; j0 <= last; j0 += kTile) {
-    __syncthreads();  // the previous tile is no longer read
-    stage(ks, qkv, b, j0, s.NH + kvh, s, s.row, (size_t)s.T * s.row);
-    stage(vs, qkv, b, j0, s.NH + s.KVH + kvh, s, s.row, (size_t)s.T * s.row);
-    __syncthreads();
-    const int n = live ? min(kTile, t - j0 + 1) : 0;
-    if (n <= 0) continue;
-    float sc[kTile], mt = m;
-    for (int c = 0; c < n; ++c) {
-      sc[c] = dot(q, ks[c], s.hd) * s.scale;
-      mt = fmaxf(mt, sc[c]);
-    }
-    const float corr = expf(m - mt);  // 0 on the first tile (m = -inf)
-    l *= corr;
-    for (int i = 0; i < s.hd; ++i) o[i] *= corr;
-    for (int c = 0; c < n; ++c) {
-      const float p = expf(sc[c] - mt);
-      l += p;
-      for (int i = 0; i < s.hd; ++i) o[i] += p * vs[c][i];
-    }
+  __shared__ float qs[kMaxHd];
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group, t = q_first + blockIdx.x;
+  const int lane = threadIdx.x;
+  stage_row(qs, qkv, s.q(b, t, h), s.hd);
+  __syncwarp();
+  float o[kCols] = {}, m = -INFINITY, l = 0.f;
+  for (int j0 = 0; j0 <= t; j0 += 32) {
+    const int j = j0 + lane;
+    const float sc = j <= t ? dot_row(qs, qkv, s.k(b, j, kvh), s.hd) * s.scale : -INFINITY;
+    const float mt = fmaxf(m, warp_max(sc));  // finite: key j0 <= t is in every tile
+    const float corr = expf(m - mt), p = expf(sc - mt);
+    l = l * corr + warp_sum(p);
     m = mt;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) o[c] *= corr;
+    for (int jj = 0; jj < 32 && j0 + jj <= t; ++jj) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        if (lane + 32 * c < s.hd)
+          o[c] += pj * load_as_f32(qkv, s.v(b, j0 + jj, kvh) + lane + 32 * c);
+    }
   }
-  if (!live) return;
   const int rows = s.T - q_first, r = t - q_first;
   const size_t y = ((size_t)b * rows + r) * s.NH * s.hd + (size_t)h * s.hd;
-  const float inv = 1.f / l;
-  for (int i = 0; i < s.hd; ++i) store_from_f32(out, y + i, o[i] * inv);
-  lse[((size_t)b * s.NH + h) * rows + r] = m + logf(l);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c)
+    if (lane + 32 * c < s.hd) store_from_f32(out, y + lane + 32 * c, o[c] / l);
+  if (lane == 0) lse[((size_t)b * s.NH + h) * rows + r] = m + logf(l);
 }
 
-// dq_t (added into dqkv) and D_t (into d_rows, (B, NH, T)) for query row t of (b, h).
-__global__ void flash_backward_dq_kernel(TensorRef dqkv, float* d_rows, TensorView dout,
+// dq_t (added into dqkv) for query row t = blockIdx.x of (b, h), one warp.
+__global__ void flash_backward_dq_kernel(TensorRef dqkv, const float* d_rows, TensorView dout,
                                          TensorView qkv, const float* lse, AttnShape s) {
-  __shared__ float ks[kTile][kMaxHd], vs[kTile][kMaxHd];
-  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
-  const int t = blockIdx.x * kTile + threadIdx.x;
-  const int last = min(s.T - 1, (int)(blockIdx.x + 1) * kTile - 1);
-  const bool live = t < s.T;
-  float q[kMaxHd], dy[kMaxHd], dq[kMaxHd];
-  for (int i = 0; i < s.hd; ++i) {
-    q[i] = live ? load_as_f32(qkv, s.q(b, t, h) + i) : 0.f;
-    dy[i] = live ? load_as_f32(dout, s.o(b, t, h) + i) : 0.f;
-    dq[i] = 0.f;
-  }
-  const float lse_t = live ? lse[((size_t)b * s.NH + h) * s.T + t] : 0.f;
-  float D = 0.f;
-  for (int pass = 0; pass < 2; ++pass)  // 0: D_t; 1: dq_t
-    for (int j0 = 0; j0 <= last; j0 += kTile) {
-      __syncthreads();
-      stage(ks, qkv, b, j0, s.NH + kvh, s, s.row, (size_t)s.T * s.row);
-      stage(vs, qkv, b, j0, s.NH + s.KVH + kvh, s, s.row, (size_t)s.T * s.row);
-      __syncthreads();
-      const int n = live ? min(kTile, t - j0 + 1) : 0;
-      for (int c = 0; c < n; ++c) {
-        const float a = expf(dot(q, ks[c], s.hd) * s.scale - lse_t);
-        const float dp = dot(dy, vs[c], s.hd);
-        if (pass == 0) {
-          D += a * dp;
-        } else {
-          const float ds = a * (dp - D) * s.scale;
-          for (int i = 0; i < s.hd; ++i) dq[i] += ds * ks[c][i];
-        }
-      }
+  __shared__ float qs[kMaxHd], dys[kMaxHd];
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group, t = blockIdx.x;
+  const int lane = threadIdx.x;
+  stage_row(qs, qkv, s.q(b, t, h), s.hd);
+  stage_row(dys, dout, s.o(b, t, h), s.hd);
+  __syncwarp();
+  const size_t bht = ((size_t)b * s.NH + h) * s.T + t;
+  const float lse_t = lse[bht], D = d_rows[bht];
+  float dq[kCols] = {};
+  for (int j0 = 0; j0 <= t; j0 += 32) {
+    const int j = j0 + lane;
+    float ds = 0.f;
+    if (j <= t) {
+      const float a = expf(dot_row(qs, qkv, s.k(b, j, kvh), s.hd) * s.scale - lse_t);
+      ds = a * (dot_row(dys, qkv, s.v(b, j, kvh), s.hd) - D) * s.scale;
     }
-  if (!live) return;
-  for (int i = 0; i < s.hd; ++i) add_from_f32(dqkv, s.q(b, t, h) + i, dq[i]);
-  d_rows[((size_t)b * s.NH + h) * s.T + t] = D;
+    for (int jj = 0; jj < 32 && j0 + jj <= t; ++jj) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        if (lane + 32 * c < s.hd)
+          dq[c] += dsj * load_as_f32(qkv, s.k(b, j0 + jj, kvh) + lane + 32 * c);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kCols; ++c)
+    if (lane + 32 * c < s.hd) add_from_f32(dqkv, s.q(b, t, h) + lane + 32 * c, dq[c]);
 }
 
-// dk_j and dv_j (added into dqkv) for key row j of (b, kv head blockIdx.y), over the query rows
-// t >= j of every query head of its group.
+// dk_j and dv_j (added into dqkv) for key row j = blockIdx.x of (b, kv head blockIdx.y), one
+// warp, over the query rows t >= j of every query head of its group.
 __global__ void flash_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, TensorView dout,
                                           TensorView qkv, const float* lse, AttnShape s) {
-  __shared__ float qs[kTile][kMaxHd], dys[kTile][kMaxHd];
-  __shared__ float lses[kTile], ds_rows[kTile];
-  const int b = blockIdx.z, kvh = blockIdx.y;
-  const int j0 = blockIdx.x * kTile, j = j0 + threadIdx.x;
-  const bool live = j < s.T;
-  float k[kMaxHd], v[kMaxHd], dk[kMaxHd], dv[kMaxHd];
-  for (int i = 0; i < s.hd; ++i) {
-    k[i] = live ? load_as_f32(qkv, s.k(b, j, kvh) + i) : 0.f;
-    v[i] = live ? load_as_f32(qkv, s.v(b, j, kvh) + i) : 0.f;
-    dk[i] = dv[i] = 0.f;
-  }
+  __shared__ float ks[kMaxHd], vs[kMaxHd];
+  const int b = blockIdx.z, kvh = blockIdx.y, j = blockIdx.x;
+  const int lane = threadIdx.x;
+  stage_row(ks, qkv, s.k(b, j, kvh), s.hd);
+  stage_row(vs, qkv, s.v(b, j, kvh), s.hd);
+  __syncwarp();
+  float dk[kCols] = {}, dv[kCols] = {};
   for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
-    for (int t0 = j0; t0 < s.T; t0 += kTile) {
-      __syncthreads();
-      stage(qs, qkv, b, t0, h, s, s.row, (size_t)s.T * s.row);
-      stage(dys, dout, b, t0, h, s, (size_t)s.NH * s.hd, (size_t)s.T * s.NH * s.hd);
-      const size_t bh = ((size_t)b * s.NH + h) * s.T;
-      if (t0 + (int)threadIdx.x < s.T) {
-        lses[threadIdx.x] = lse[bh + t0 + threadIdx.x];
-        ds_rows[threadIdx.x] = d_rows[bh + t0 + threadIdx.x];
+    for (int t0 = j; t0 < s.T; t0 += 32) {
+      const int t = t0 + lane;
+      float a = 0.f, ds = 0.f;
+      if (t < s.T) {
+        const size_t bht = ((size_t)b * s.NH + h) * s.T + t;
+        a = expf(dot_row(ks, qkv, s.q(b, t, h), s.hd) * s.scale - lse[bht]);
+        ds = a * (dot_row(vs, dout, s.o(b, t, h), s.hd) - d_rows[bht]) * s.scale;
       }
-      __syncthreads();
-      if (!live) continue;
-      for (int r = max(0, j - t0); r < kTile && t0 + r < s.T; ++r) {
-        const float a = expf(dot(qs[r], k, s.hd) * s.scale - lses[r]);
-        const float dp = dot(dys[r], v, s.hd);
-        const float ds = a * (dp - ds_rows[r]) * s.scale;
-        for (int i = 0; i < s.hd; ++i) {
-          dv[i] += a * dys[r][i];
-          dk[i] += ds * qs[r][i];
+      for (int tt = 0; tt < 32 && t0 + tt < s.T; ++tt) {
+        const float at = __shfl_sync(0xffffffffu, a, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int i = lane + 32 * c;
+          if (i >= s.hd) continue;
+          dv[c] += at * load_as_f32(dout, s.o(b, t0 + tt, h) + i);
+          dk[c] += dst * load_as_f32(qkv, s.q(b, t0 + tt, h) + i);
         }
       }
     }
-  if (!live) return;
-  for (int i = 0; i < s.hd; ++i) {
-    add_from_f32(dqkv, s.k(b, j, kvh) + i, dk[i]);
-    add_from_f32(dqkv, s.v(b, j, kvh) + i, dv[i]);
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const int i = lane + 32 * c;
+    if (i >= s.hd) continue;
+    add_from_f32(dqkv, s.k(b, j, kvh) + i, dk[c]);
+    add_from_f32(dqkv, s.v(b, j, kvh) + i, dv[c]);
   }
+}
+
+// D_t = dout_t . out_t in fp32, one warp per (b, t, h) row: into d_rows (B, NH, T).
+__global__ void attention_d_rows_kernel(float* d_rows, TensorView dout, TensorView out,
+                                        AttnShape s) {
+  const size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b, t, h)
+  if (r >= (size_t)s.B * s.T * s.NH) return;
+  const int h = (int)(r % s.NH), t = (int)(r / s.NH % s.T), b = (int)(r / s.NH / s.T);
+  float d = 0.f;
+  for (int c = threadIdx.x % 32; c < s.hd; c += 32)
+    d += load_as_f32(dout, s.o(b, t, h) + c) * load_as_f32(out, s.o(b, t, h) + c);
+  d = warp_sum(d);
+  if (threadIdx.x % 32 == 0) d_rows[((size_t)b * s.NH + h) * s.T + t] = d;
 }
 
 AttnShape shape(int B, int T, int NH, int KVH, int hd) {
@@ -191,31 +167,31 @@ AttnShape shape(int B, int T, int NH, int KVH, int hd) {
 void CudaBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
                                     int KVH, int hd) {
   const AttnShape s = shape(B, T, NH, KVH, hd);
-  const dim3 grid((T + kTile - 1) / kTile, NH, B);
-  launch_kernel(flash_forward_kernel, grid, kTile, stream_, out, lse, qkv, s, 0);
-  ZT_CHECK_CUDA(cudaGetLastError());
+  if (mma_attention_supports(qkv.dtype, hd))
+    return mma_attention_forward(stream_, out, lse, qkv, s);
+  launch_kernel(flash_forward_kernel, dim3(T, NH, B), 32, stream_, out, lse, qkv, s, 0);
 }
 
 void CudaBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH, int hd) {
-  // Query row T - 1 of every head (B = 1): one live thread per head, over all T keys.
+  // Query row T - 1 of every head (B = 1), over all T keys.
   const AttnShape s = shape(1, T, NH, KVH, hd);
   DeviceBuffer lse(this, (size_t)NH * sizeof(float), MemCategory::kWorkspace);
-  launch_kernel(flash_forward_kernel, dim3(1, NH, 1), kTile, stream_, out, lse.f32(), qkv, s,
-                T - 1);
-  ZT_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(flash_forward_kernel, dim3(1, NH, 1), 32, stream_, out, lse.f32(), qkv, s, T - 1);
 }
 
 void CudaBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
-                                     const float* lse, int B, int T, int NH, int KVH, int hd) {
+                                     TensorView out, const float* lse, int B, int T, int NH,
+                                     int KVH, int hd) {
   const AttnShape s = shape(B, T, NH, KVH, hd);
   DeviceBuffer d_rows(this, (size_t)B * NH * T * sizeof(float), MemCategory::kWorkspace);
-  const unsigned tiles = (T + kTile - 1) / kTile;
-  launch_kernel(flash_backward_dq_kernel, dim3(tiles, NH, B), kTile, stream_, dqkv, d_rows.f32(),
-                dout, qkv, lse, s);
-  ZT_CHECK_CUDA(cudaGetLastError());
-  launch_kernel(flash_backward_dkv_kernel, dim3(tiles, KVH, B), kTile, stream_, dqkv,
-                d_rows.f32(), dout, qkv, lse, s);
-  ZT_CHECK_CUDA(cudaGetLastError());
+  launch_kernel(attention_d_rows_kernel, blocks_for((size_t)B * T * NH, 4), 128, stream_,
+                d_rows.f32(), dout, out, s);
+  if (mma_attention_supports(qkv.dtype, hd))
+    return mma_attention_backward(stream_, dqkv, d_rows.f32(), dout, qkv, lse, s);
+  launch_kernel(flash_backward_dq_kernel, dim3(T, NH, B), 32, stream_, dqkv, d_rows.f32(), dout,
+                qkv, lse, s);
+  launch_kernel(flash_backward_dkv_kernel, dim3(T, KVH, B), 32, stream_, dqkv, d_rows.f32(), dout,
+                qkv, lse, s);
 }
 
 }  // namespace zt

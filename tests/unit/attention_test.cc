@@ -73,7 +73,8 @@ TEST(Attention, MatchesTheTTReferenceOnAwkwardSizes) {
           }
       EXPECT_LE(worst, 1e-5);
       std::vector<float> dqkv(qkv.size()), ref_dqkv(qkv.size());
-      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, NH, KVH, hd);
+      be->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH,
+                             KVH, hd);
       reference_attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, NH,
                                    KVH, hd);
       // Every gradient: q, k and v parts separately.

@@ -3,6 +3,7 @@
 // saying why, when the build has no CUDA or the machine has no GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -394,8 +395,8 @@ TEST_F(CudaVsCpu, RopeAndGqaAttention) {
   gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
   expect_close(out, 1e-5, "attention forward");
   expect_close(lse, 1e-5, "attention log-sum-exp");
-  cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), lse.cp(), B, T, NH, KVH, hd);
-  gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), lse.gp(), B, T, NH, KVH, hd);
+  cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH, hd);
+  gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd);
   expect_close(dqkv, 1e-4, "attention backward");
   cpu_->rope(dqkv.cp(), B, T, NH, KVH, hd, 10000.f, true, 0);
   gpu_->rope(dqkv.gp(), B, T, NH, KVH, hd, 10000.f, true, 0);
@@ -470,8 +471,10 @@ TEST_F(CudaVsCpu, AttentionOverHeadSizesGqaRatiosAndLengths) {
         gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
         expect_close(out, 1e-5, ("attention forward, " + what).c_str());
         expect_close(lse, 1e-5, ("attention lse, " + what).c_str());
-        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), lse.cp(), B, T, NH, KVH, hd);
-        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), lse.gp(), B, T, NH, KVH, hd);
+        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH,
+                                 hd);
+        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                                 hd);
         expect_close(dqkv, 1e-4, ("attention backward, " + what).c_str());
         cpu_->attention_decode(dec.cp(), qkv.cp(), T, NH, KVH, hd);
         gpu_->attention_decode(dec.gp(), qkv.gp(), T, NH, KVH, hd);
@@ -493,10 +496,10 @@ TEST_F(CudaVsCpu, FlashAttentionTilesIsDeterministicAndKeepsNoTxT) {
   gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
   expect_close(out, 1e-5, "flash forward");
   expect_close(lse, 1e-5, "flash lse");
-  cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), lse.cp(), B, T, NH, KVH, hd);
-  gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), lse.gp(), B, T, NH, KVH, hd);
+  cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH, hd);
+  gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd);
   expect_close(dqkv, 1e-4, "flash backward");
-  gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), lse.gp(), B, T, NH, KVH, hd);
+  gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd);
   std::vector<float> a(dqkv.n), b(dqkv.n);
   gpu_->copy_to_host(a.data(), dqkv.gp(), dqkv.n * 4);
   gpu_->copy_to_host(b.data(), again.gp(), again.n * 4);
@@ -504,6 +507,64 @@ TEST_F(CudaVsCpu, FlashAttentionTilesIsDeterministicAndKeepsNoTxT) {
   EXPECT_LE(gpu_->tracker().peak(MemCategory::kWorkspace) - workspace_before,
             (size_t)B * NH * T * sizeof(float))
       << "attention allocated more than a row statistic per (b, h, t)";
+}
+
+// The tensor-core attention (bf16 / fp16 activations; model/cuda/attention_mma.cu) over the
+// sizes of the kernels issue: T = 1, 7, 37, 130 (partial tiles of 64 and 32, a block past the
+// first), head sizes 64, 80, 96, 128 (80 and 96 not powers of two; 128 the largest), GQA
+// ratios 1, 4, 8 (each (T, hd) pair with one ratio, in turn: every ratio meets every T and
+// every head size). Reference: the CPU's fp32 attention on the same exactly representable inputs;
+// the difference is P and dS rounded to 16 bits before their products (as FlashAttention-2)
+// and each output's rounding: within 2 units in the last place of the largest magnitude,
+// bf16 2^-7, fp16 2^-10 (the 16-bit test's bounds). The backward repeats bit for bit.
+TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
+#ifdef ZT_CUDA_EMU
+  // The race detector costs ~10x here (a shadow cell per byte): the random order keeps it, the
+  // other two orders run strict without it (still NaN-filled memory, checked masks and copies).
+  const bool detect = emu::thread_order() == emu::ThreadOrder::kRandom;
+  emu::set_race_detection(detect);
+  struct Restore {
+    ~Restore() { emu::set_race_detection(true); }
+  } restore;
+#endif
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const double tol = t == DType::kBF16 ? 8e-3 : 1e-3;
+    int turn = 0;
+    for (int T : {1, 7, 37, 130})
+      for (int hd : {64, 80, 96, 128}) {
+        const int group = std::array{1, 4, 8}[turn++ % 3];
+        const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
+        const std::string what = "T " + std::to_string(T) + " hd " + std::to_string(hd) +
+                                 " group " + std::to_string(group);
+        auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
+             out = zeros_typed((size_t)B * T * NH * hd, t),
+             dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
+             dqkv = zeros_typed((size_t)B * T * row, t),
+             again = zeros_typed((size_t)B * T * row, t);
+        auto lse = zeros((size_t)B * NH * T);
+        cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
+        gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
+        expect_close(out, tol, "attention forward, " + what);
+        expect_close(lse, 1e-5, (std::string(dtype_name(t)) + " attention lse, " + what).c_str());
+        // The backward reads out as each backend stored it: the CPU gets the GPU's rounding.
+        std::vector<uint16_t> h16(out.n);
+        std::vector<float> h(out.n);
+        gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
+        convert(h16.data(), t, h.data(), DType::kF32, out.n);
+        cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
+        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH,
+                                 hd);
+        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                                 hd);
+        gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                                 hd);
+        expect_close(dqkv, tol, "attention backward, " + what);
+        std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
+        gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
+        gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
+        EXPECT_EQ(a, b) << "backward not bitwise repeatable, " << what;
+      }
+  }
 }
 
 // The typed ops: conversions, gradient accumulation with its sum of squares, AdamW on bf16
@@ -639,7 +700,7 @@ TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
           auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
           float* l = c ? lse.cp() : lse.gp();
           be->attention_forward(p(out), l, p(qkv), B, T, NH, KVH, hd);
-          be->attention_backward(p(dqkv), p(dout), p(qkv), l, B, T, NH, KVH, hd);
+          be->attention_backward(p(dqkv), p(dout), p(qkv), p(out), l, B, T, NH, KVH, hd);
           be->attention_decode(p(dec), p(qkv), T, NH, KVH, hd);  // the first sequence's last row
         });
         expect_close(out, tol, "attention forward, " + what);

@@ -8,13 +8,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "common/dtype.h"
 
 namespace zt::emu {
 namespace {
@@ -106,6 +108,12 @@ struct Fiber {
   int linear = 0;  // thread number within the block (x fastest)
   State state = State::kReady;
   uint64_t posted = 0;  // warp_exchange: this lane's value
+  // mma_m16n8k16: this lane's fragments, in two slots used in turn, so a lane that has read the
+  // others' can post its next before they have read its last.
+  struct MmaFragments {
+    uint32_t a[4], b[2];
+  } mma[2];
+  unsigned mma_count = 0;
   bool fence = false;   // warp_exchange: a __syncwarp (orders memory), not a shuffle
 };
 
@@ -121,6 +129,13 @@ struct Scheduler {
   // so far of the block and of each of its warps.
   uint64_t launch = 0, block = 0, block_epoch = 0;
   std::vector<uint64_t> warp_epochs;
+  // mma_m16n8k16: each warp's last product A B (16 x 8), computed by the first of its lanes to
+  // read it; `count` is the lanes' mma_count it belongs to.
+  struct WarpMma {
+    unsigned count = 0;
+    float ab[16][8];
+  };
+  std::vector<WarpMma> warp_mma;
 };
 
 thread_local Scheduler* t_sched = nullptr;
@@ -455,6 +470,8 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
               f.index = {Dim3(tx, ty, tz), Dim3(bx, by, bz), block, grid};
               f.linear = (int)i;
               f.state = State::kReady;
+              f.mma_count = 0;
+              if (i % kWarp == 0 && s.warp_mma.size() > i / kWarp) s.warp_mma[i / kWarp].count = 0;
               prepare(f.ctx, f.stack, kStack, entry);
             }
         // Each block's dynamic shared memory starts as garbage on a GPU: NaN here.
@@ -539,6 +556,65 @@ uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask) {
                            : value;
   yield(State::kAtWarpBarrier);  // every live lane has read before anyone posts again
   return got;
+}
+
+namespace {
+float half_bits_to_f32(uint32_t bits, bool bf16) {
+  if (bf16) {
+    bits <<= 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  return f16_to_f32(static_cast<uint16_t>(bits));
+}
+// Element i (0 low, 1 high) of the 16-bit pair in r, as fp32.
+float pair_element(uint32_t r, int i, bool bf16) {
+  return half_bits_to_f32(r >> (16 * i) & 0xffffu, bf16);
+}
+}  // namespace
+
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16) {
+  Scheduler& s = *t_sched;
+  if (!s.current) die("mma.sync outside a kernel launch");
+  Fiber* me = s.current;
+  const unsigned slot = me->mma_count++ % 2;
+  std::memcpy(me->mma[slot].a, a, sizeof me->mma[slot].a);
+  std::memcpy(me->mma[slot].b, b, sizeof me->mma[slot].b);
+  me->fence = false;
+  yield(State::kAtWarpBarrier);  // every live lane has posted its fragments
+  const auto [first, end] = warp_of(s, (size_t)me->linear);
+  if (end - first != kWarp) die("mma.sync in a warp of fewer than 32 threads: undefined on a GPU");
+  const size_t warp = first / kWarp;
+  if (s.warp_mma.size() <= warp) s.warp_mma.resize(warp + 1);
+  Scheduler::WarpMma& w = s.warp_mma[warp];
+  if (w.count != me->mma_count) {  // the first lane here: A B from the fragments
+    for (size_t f = first; f < end; ++f)  // none has read yet, so none is ahead
+      if (s.fibers[f].mma_count != me->mma_count)
+        die("mma.sync reached by only some lanes of the warp: .aligned needs all 32 together");
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < kWarp; ++lane) {
+      const Fiber::MmaFragments& f = s.fibers[first + lane].mma[slot];
+      const int g = lane / 4, t = lane % 4;
+      for (int j = 0; j < 4; ++j) {  // a[j]: row g + 8 (j % 2), columns 2t + 8 (j / 2) + {0, 1}
+        const int r = g + 8 * (j % 2), c = 2 * t + 8 * (j / 2);
+        A[r][c] = pair_element(f.a[j], 0, bf16), A[r][c + 1] = pair_element(f.a[j], 1, bf16);
+      }
+      for (int j = 0; j < 2; ++j) {  // b[j]: rows 2t + 8 j + {0, 1}, column g
+        const int k = 2 * t + 8 * j;
+        B[k][g] = pair_element(f.b[j], 0, bf16), B[k + 1][g] = pair_element(f.b[j], 1, bf16);
+      }
+    }
+    for (int r = 0; r < 16; ++r) {  // each sum over k in order (n innermost: vectorised)
+      float sum[8] = {};
+      for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < 8; ++n) sum[n] += A[r][k] * B[k][n];
+      std::memcpy(w.ab[r], sum, sizeof sum);
+    }
+    w.count = me->mma_count;
+  }
+  const int lane = me->linear - (int)first, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) d[i] += w.ab[g + 8 * (i / 2)][2 * t + i % 2];
 }
 
 }  // namespace zt::emu

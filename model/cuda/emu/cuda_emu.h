@@ -121,6 +121,14 @@ void sync_block();
 // reads nothing (__syncwarp).
 uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask = 0xffffffffu);
 int lane_id();
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (PTX ISA, "Matrix Fragments
+// for mma.m16n8k16 with floating point type"): d += A (16x16) B (16x8) over the warp, each lane
+// holding its fragments in the PTX layout (g = lane / 4, t = lane % 4): a[0..3] the 16-bit pairs
+// A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..] (lower column in the low half);
+// b[0..1] the pairs B[2t..][g], B[2t+8..][g]; d[0..3] D[g][2t], D[g][2t+1], D[g+8][2t],
+// D[g+8][2t+1]. One fragment exchange among the 32 lanes, which must all be live (aborts
+// otherwise: .aligned); products exact in fp32, summed over k in order, then added to d.
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 
 template <class T>
 T shfl(T v, int src_lane, unsigned mask) {
@@ -142,6 +150,7 @@ using dim3 = zt::emu::Dim3;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static thread_local
 #define threadIdx (::zt::emu::self().thread_idx)
 #define blockIdx (::zt::emu::self().block_idx)

@@ -1,0 +1,426 @@
+// Causal attention with grouped-query K/V on tensor cores, for bf16 / fp16 activations:
+// FlashAttention-2's tiling (Dao 2023, "FlashAttention-2: Faster Attention with Better
+// Parallelism and Work Partitioning", Algorithms 1 and 2). Math as attention.cu (and
+// model/cpu/attention.cc); here every product is an mma.sync m16n8k16 (model/cuda/mma.cuh) with
+// fp32 accumulation, and the softmax runs in fp32 in the exp2 domain.
+//
+// A block is 4 warps; each warp owns 16 rows (query rows in the forward and dQ kernels, key
+// rows in the dK/dV kernel), so a block covers 64. Operands are staged in shared memory as
+// 16-bit tiles, zero past T and past hd (the head is padded up to HD, a multiple of 16, so any
+// hd <= 128 runs); a tile that is read as the "k-major" operand of a product is staged
+// transposed, so every fragment is read as 32-bit pairs.
+// - Forward: per key tile of 64, S = Q K^T, online softmax (running max m, sum l per row), then
+//   P (rounded to 16 bits, as FlashAttention) times V into the fp32 output accumulator. Saves
+//   lse = ln(sum_j exp(s_j)) per row.
+// - Backward, given D_t = dout_t . out_t (attention.cu): a dQ kernel per query block
+//   (P = exp(S - lse), dP = dO V^T, dS = P (dP - D), dQ += dS K over key tiles of 32) and a
+//   dK/dV kernel per key block (over every query tile of 32 at or after it, of every query head
+//   of its kv group: dV += P^T dO, dK += dS^T Q). Each gradient element has one writer adding
+//   in a fixed order: no atomics, and two runs give the same bits.
+#include "model/cuda/attention.cuh"
+#include "model/cuda/cuda_backend.cuh"
+#include "model/cuda/mma.cuh"
+
+namespace zt {
+namespace {
+
+constexpr int kWarps = 4, kThreadsMma = 32 * kWarps, kRows = 16 * kWarps;  // 64 rows a block
+constexpr int kKeysFwd = 64;  // key tile of the forward
+constexpr int kTileBwd = 32;  // key tile of dQ, query tile of dK/dV
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// Rows [r0, r0 + n) of one head's hd columns (row r at src + r * stride) into a 16-bit tile:
+// tile[r][c] (ld elements a row), or tile[c][r] when transposed; zeros past T and past hd.
+__device__ void stage(uint16_t* tile, int ld, bool transposed, const uint16_t* src, size_t stride,
+                      int r0, int n, int T, int hd, int HD) {
+  for (int e = threadIdx.x; e < n * HD; e += blockDim.x) {
+    const int r = e / HD, c = e % HD;
+    const uint16_t v = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
+    tile[transposed ? c * ld + r : r * ld + c] = v;
+  }
+}
+
+// Row max (or sum) of the 4 lanes that share a fragment row.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Two adjacent n-tiles of a C fragment (16 x 16) as the A fragment of the next product.
+template <class T>
+__device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+template <int HD>
+constexpr size_t forward_smem() {
+  return (2 * kRows * (HD + 8) + HD * (kKeysFwd + 8)) * sizeof(uint16_t);
+}
+template <int HD>
+constexpr size_t dq_smem() {
+  return (2 * kRows * (HD + 8) + 2 * kTileBwd * (HD + 8) + HD * (kTileBwd + 8)) * sizeof(uint16_t);
+}
+template <int HD>
+constexpr size_t dkv_smem() {
+  return (2 * kRows * (HD + 8) + 2 * kTileBwd * (HD + 8) + 2 * HD * (kTileBwd + 8)) *
+             sizeof(uint16_t) +
+         2 * kTileBwd * sizeof(float);
+}
+
+// Query rows blockIdx.x * 64.. of (b = blockIdx.z, h = blockIdx.y).
+template <class T, int HD>
+__global__ void __launch_bounds__(kThreadsMma)
+    mma_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s) {
+  constexpr int LD = HD + 8, LDV = kKeysFwd + 8;
+  uint16_t* qs = dynamic_smem<uint16_t>();  // [64][LD]
+  uint16_t* ks = qs + kRows * LD;           // [64][LD]
+  uint16_t* vt = ks + kKeysFwd * LD;        // [HD][LDV]: V transposed
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int q0 = blockIdx.x * kRows, wrow = q0 + w * 16;
+  const int rows[2] = {wrow + g, wrow + g + 8};
+  const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
+  stage(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd, HD);
+  __syncthreads();
+  uint32_t qa[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) load_a(qa[kk], qs, LD, w * 16, kk * 16);
+  float o[HD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const float sl2 = s.scale * kLog2e;  // scores in the exp2 domain
+  const int last = min(s.T - 1, q0 + kRows - 1);
+  for (int j0 = 0; j0 <= last; j0 += kKeysFwd) {
+    __syncthreads();  // the previous tile is no longer read
+    stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd, HD);
+    stage(vt, LDV, true, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd,
+          HD);
+    __syncthreads();
+    if (j0 > wrow + 15) continue;  // every key of the tile comes after the warp's rows
+    float sc[kKeysFwd / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+      for (int n = 0; n < kKeysFwd / 8; ++n) {
+        uint32_t kb[2];
+        load_b(kb, ks, LD, n * 8, kk * 16);
+        mma_m16n8k16<T>(sc[n], qa[kk], kb);
+      }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < kKeysFwd / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = j0 + n * 8 + 2 * t + i % 2;
+        sc[n][i] = key <= rows[i / 2] && key < s.T ? sc[n][i] * sl2 : -INFINITY;
+        mx[i / 2] = fmaxf(mx[i / 2], sc[n][i]);
+      }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = quad_max(mx[r]);
+      base[r] = mx[r] == -INFINITY ? 0.f : mx[r];  // a row with no key yet: nothing to rescale
+      const float corr = exp2f(m[r] - base[r]);
+      m[r] = mx[r];
+      l[r] *= corr;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) o[n][2 * r] *= corr, o[n][2 * r + 1] *= corr;
+    }
+#pragma unroll
+    for (int n = 0; n < kKeysFwd / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sc[n][i] = exp2f(sc[n][i] - base[i / 2]);
+        l[i / 2] += sc[n][i];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeysFwd / 16; ++kk) {
+      uint32_t pa[4];
+      to_a<T>(pa, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        uint32_t vb[2];
+        load_b(vb, vt, LDV, n * 8, kk * 16);
+        mma_m16n8k16<T>(o[n], pa, vb);
+      }
+    }
+  }
+  uint16_t* y = static_cast<uint16_t*>(out.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    if (rows[r] >= s.T) continue;
+    const float inv = 1.f / l[r];
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = n * 8 + 2 * t + i;
+        if (c < s.hd) y[s.o(b, rows[r], h) + c] = to_bits<T>(o[n][2 * r + i] * inv);
+      }
+    if (t == 0) lse[((size_t)b * s.NH + h) * s.T + rows[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
+}
+
+// dQ of query rows blockIdx.x * 64.. of (b = blockIdx.z, h = blockIdx.y), added into dqkv.
+template <class T, int HD>
+__global__ void __launch_bounds__(kThreadsMma)
+    mma_backward_dq_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
+                           const float* lse, AttnShape s) {
+  constexpr int LD = HD + 8, LDT = kTileBwd + 8;
+  uint16_t* qs = dynamic_smem<uint16_t>();  // [64][LD]
+  uint16_t* dos = qs + kRows * LD;          // [64][LD]
+  uint16_t* ks = dos + kRows * LD;          // [32][LD]
+  uint16_t* vs = ks + kTileBwd * LD;        // [32][LD]
+  uint16_t* kt = vs + kTileBwd * LD;        // [HD][LDT]: K transposed
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int q0 = blockIdx.x * kRows, wrow = q0 + w * 16;
+  const int rows[2] = {wrow + g, wrow + g + 8};
+  const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
+  const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
+  stage(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd, HD);
+  stage(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd, HD);
+  __syncthreads();
+  uint32_t qa[HD / 16][4], da[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    load_a(qa[kk], qs, LD, w * 16, kk * 16);
+    load_a(da[kk], dos, LD, w * 16, kk * 16);
+  }
+  float lse2[2], D[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const size_t i = ((size_t)b * s.NH + h) * s.T + rows[r];
+    lse2[r] = rows[r] < s.T ? lse[i] * kLog2e : 0.f;
+    D[r] = rows[r] < s.T ? d_rows[i] : 0.f;
+  }
+  const float sl2 = s.scale * kLog2e;
+  float dq[HD / 8][4] = {};
+  const int last = min(s.T - 1, q0 + kRows - 1);
+  for (int j0 = 0; j0 <= last; j0 += kTileBwd) {
+    __syncthreads();
+    stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd, HD);
+    stage(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd,
+          HD);
+    stage(kt, LDT, true, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd, HD);
+    __syncthreads();
+    if (j0 > wrow + 15) continue;
+    float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+      for (int n = 0; n < kTileBwd / 8; ++n) {
+        uint32_t kb[2], vb[2];
+        load_b(kb, ks, LD, n * 8, kk * 16);
+        mma_m16n8k16<T>(sc[n], qa[kk], kb);
+        load_b(vb, vs, LD, n * 8, kk * 16);
+        mma_m16n8k16<T>(dp[n], da[kk], vb);
+      }
+#pragma unroll
+    for (int n = 0; n < kTileBwd / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = j0 + n * 8 + 2 * t + i % 2, row = rows[i / 2];
+        const float p = key <= row && row < s.T ? exp2f(sc[n][i] * sl2 - lse2[i / 2]) : 0.f;
+        sc[n][i] = p * (dp[n][i] - D[i / 2]);  // dS
+      }
+#pragma unroll
+    for (int kk = 0; kk < kTileBwd / 16; ++kk) {
+      uint32_t dsa[4];
+      to_a<T>(dsa, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        uint32_t kb[2];
+        load_b(kb, kt, LDT, n * 8, kk * 16);
+        mma_m16n8k16<T>(dq[n], dsa, kb);
+      }
+    }
+  }
+  uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= s.T) continue;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = n * 8 + 2 * t + i;
+        if (c >= s.hd) continue;
+        const size_t e = s.q(b, rows[r], h) + c;
+        dx[e] = to_bits<T>(from_bits<T>(dx[e]) + dq[n][2 * r + i] * s.scale);
+      }
+  }
+}
+
+// dK and dV of key rows blockIdx.x * 64.. of (b = blockIdx.z, kv head blockIdx.y), over the
+// query rows at or after them of every query head of the group; added into dqkv.
+template <class T, int HD>
+__global__ void __launch_bounds__(kThreadsMma)
+    mma_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
+                            const float* lse, AttnShape s) {
+  constexpr int LD = HD + 8, LDT = kTileBwd + 8;
+  uint16_t* ks = dynamic_smem<uint16_t>();                  // [64][LD]
+  uint16_t* vs = ks + kRows * LD;                           // [64][LD]
+  uint16_t* qs = vs + kRows * LD;                           // [32][LD]
+  uint16_t* dos = qs + kTileBwd * LD;                       // [32][LD]
+  uint16_t* qt = dos + kTileBwd * LD;                       // [HD][LDT]: Q transposed
+  uint16_t* dot = qt + HD * LDT;                            // [HD][LDT]: dO transposed
+  float* lse2s = reinterpret_cast<float*>(dot + HD * LDT);  // [32]
+  float* ds_rows = lse2s + kTileBwd;                        // [32]
+  const int b = blockIdx.z, kvh = blockIdx.y;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int k0 = blockIdx.x * kRows, wkey = k0 + w * 16;
+  const int keys[2] = {wkey + g, wkey + g + 8};
+  const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
+  const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
+  stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd, HD);
+  stage(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd, HD);
+  const float sl2 = s.scale * kLog2e;
+  float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
+  for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
+    for (int t0 = k0; t0 < s.T; t0 += kTileBwd) {
+      __syncthreads();  // the previous tiles are no longer read (the first: K and V staged)
+      stage(qs, LD, false, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd, HD);
+      stage(qt, LDT, true, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd, HD);
+      stage(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd, s.T, s.hd,
+            HD);
+      stage(dot, LDT, true, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd, s.T, s.hd,
+            HD);
+      if (threadIdx.x < kTileBwd) {
+        const int q = t0 + threadIdx.x;
+        const size_t i = ((size_t)b * s.NH + h) * s.T + q;
+        lse2s[threadIdx.x] = q < s.T ? lse[i] * kLog2e : 0.f;
+        ds_rows[threadIdx.x] = q < s.T ? d_rows[i] : 0.f;
+      }
+      __syncthreads();
+      if (t0 + kTileBwd - 1 < wkey) continue;  // every query of the tile is before the warp's keys
+      float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};  // S^T and dP^T (keys x queries)
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        load_a(ka, ks, LD, w * 16, kk * 16);
+        load_a(va, vs, LD, w * 16, kk * 16);
+#pragma unroll
+        for (int n = 0; n < kTileBwd / 8; ++n) {
+          uint32_t qb[2], db[2];
+          load_b(qb, qs, LD, n * 8, kk * 16);
+          mma_m16n8k16<T>(sc[n], ka, qb);
+          load_b(db, dos, LD, n * 8, kk * 16);
+          mma_m16n8k16<T>(dp[n], va, db);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kTileBwd / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = n * 8 + 2 * t + i % 2, q = t0 + c, key = keys[i / 2];
+          const float p = q >= key && q < s.T && key < s.T ? exp2f(sc[n][i] * sl2 - lse2s[c]) : 0.f;
+          sc[n][i] = p;                            // P^T
+          dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
+        }
+#pragma unroll
+      for (int kk = 0; kk < kTileBwd / 16; ++kk) {
+        uint32_t pa[4], dsa[4];
+        to_a<T>(pa, sc[2 * kk], sc[2 * kk + 1]);
+        to_a<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+        for (int n = 0; n < HD / 8; ++n) {
+          uint32_t db[2], qb[2];
+          load_b(db, dot, LDT, n * 8, kk * 16);
+          mma_m16n8k16<T>(dv[n], pa, db);
+          load_b(qb, qt, LDT, n * 8, kk * 16);
+          mma_m16n8k16<T>(dk[n], dsa, qb);
+        }
+      }
+    }
+  uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= s.T) continue;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int c = n * 8 + 2 * t + i;
+        if (c >= s.hd) continue;
+        const size_t ek = s.k(b, keys[r], kvh) + c, ev = s.v(b, keys[r], kvh) + c;
+        dx[ek] = to_bits<T>(from_bits<T>(dx[ek]) + dk[n][2 * r + i] * s.scale);
+        dx[ev] = to_bits<T>(from_bits<T>(dx[ev]) + dv[n][2 * r + i]);
+      }
+  }
+}
+
+// Launches f<T, HD> for the smallest HD of {32, 64, 80, 96, 128} that holds hd.
+template <template <class, int> class F, class... A>
+void dispatch(DType t, int hd, A&&... args) {
+  auto by_hd = [&](auto tag) {
+    using T = decltype(tag);
+    if (hd <= 32) return F<T, 32>::run(args...);
+    if (hd <= 64) return F<T, 64>::run(args...);
+    if (hd <= 80) return F<T, 80>::run(args...);
+    if (hd <= 96) return F<T, 96>::run(args...);
+    return F<T, 128>::run(args...);
+  };
+  if (t == DType::kBF16)
+    by_hd(__nv_bfloat16{});
+  else
+    by_hd(__half{});
+}
+
+// A kernel's dynamic shared memory, opted in above 48 KiB once per kernel.
+template <class K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > (48u << 10))
+    ZT_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+}
+
+template <class T, int HD>
+struct Forward {
+  static void run(cudaStream_t st, TensorRef out, float* lse, TensorView qkv, const AttnShape& s) {
+    static const bool once = (allow_smem(mma_forward_kernel<T, HD>, forward_smem<HD>()), true);
+    (void)once;
+    const dim3 grid((s.T + kRows - 1) / kRows, s.NH, s.B);
+    launch_kernel_smem(mma_forward_kernel<T, HD>, grid, kThreadsMma, forward_smem<HD>(), st, out,
+                       lse, qkv, s);
+  }
+};
+template <class T, int HD>
+struct Backward {
+  static void run(cudaStream_t st, TensorRef dqkv, const float* d_rows, TensorView dout,
+                  TensorView qkv, const float* lse, const AttnShape& s) {
+    static const bool once = (allow_smem(mma_backward_dq_kernel<T, HD>, dq_smem<HD>()),
+                              allow_smem(mma_backward_dkv_kernel<T, HD>, dkv_smem<HD>()), true);
+    (void)once;
+    const unsigned blocks = (s.T + kRows - 1) / kRows;
+    launch_kernel_smem(mma_backward_dq_kernel<T, HD>, dim3(blocks, s.NH, s.B), kThreadsMma,
+                       dq_smem<HD>(), st, dqkv, d_rows, dout, qkv, lse, s);
+    launch_kernel_smem(mma_backward_dkv_kernel<T, HD>, dim3(blocks, s.KVH, s.B), kThreadsMma,
+                       dkv_smem<HD>(), st, dqkv, d_rows, dout, qkv, lse, s);
+  }
+};
+
+}  // namespace
+
+bool mma_attention_supports(DType t, int hd) {
+  return (t == DType::kBF16 || t == DType::kF16) && hd >= 1 && hd <= 128;
+}
+
+void mma_attention_forward(cudaStream_t stream, TensorRef out, float* lse, TensorView qkv,
+                           const AttnShape& s) {
+  dispatch<Forward>(qkv.dtype, s.hd, stream, out, lse, qkv, s);
+}
+
+void mma_attention_backward(cudaStream_t stream, TensorRef dqkv, const float* d_rows,
+                            TensorView dout, TensorView qkv, const float* lse, const AttnShape& s) {
+  dispatch<Backward>(qkv.dtype, s.hd, stream, dqkv, d_rows, dout, qkv, lse, s);
+}
+
+}  // namespace zt
