@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The roofline budget of one training step on an H200 (the kernels issue): every kernel the
+CUDA backend launches for one micro-batch of GPT-2 124M (B 16, T 1024) or TinyLlama-1.1B
+(B 4, T 2048), single GPU, stage 0, bf16 parameters and activations, fp32 master weights and
+AdamW, each with its FLOPs, the bytes it must move, its time at the H200's roofs (989.4 TFLOP/s
+dense bf16, 4.8 TB/s HBM3e), and the step time and MFU that follow when each kernel runs at
+a stated fraction of its roof.
+
+  benchmarks/gpu_roofline.py [--model gpt2|tinyllama|both] [--ordered-dq]
+                             [--measured PROFILE.txt]
+
+The kernel list follows model/transformer.cc's forward and backward (the ops the flops
+profiler, model/profiling_backend.cc, names: matmul_forward, attention_backward, ...), with
+the kernels issue's plan in place: the vocabulary padded to a multiple of 128 on the device,
+the head in one chunk, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and
+DGELU_BGRAD on its backward, the block's residual added by the fc projection GEMM (beta 1),
+two-pass column reductions for the other bias and norm gradients, bf16 logits. A kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction
+x bandwidth)) plus a launch gap. `--measured` reads the flops profiler's table (`zerotrain
+train --flops_profiler` on the GPU, CUDA events per op) and prints the measured time per op
+beside the budget.
+
+MFU is PaLM's (Chowdhery et al. 2022, appendix B), as scripts/gpu_check.py reports it:
+(6 Psi + 12 L C T) FLOPs per token over the dense bf16 peak.
+"""
+import argparse
+import re
+import sys
+from collections import OrderedDict
+
+PEAK = 989.4e12  # dense bf16 FLOP/s, H100/H200 SXM (NVIDIA's datasheet)
+HBM = 4.8e12     # bytes/s, H200 HBM3e (NVIDIA's datasheet)
+# The fraction of its roof each kind of kernel is planned to reach, and why that is credible.
+FRACTION = OrderedDict(
+    gemm=(0.75, "cuBLASLt bf16 GEMMs of these shapes on Hopper: 650-750 TFLOP/s (NVIDIA's "
+                "cuBLAS figures; llm.c's GPT-2 runs its GEMMs there)"),
+    attn_fwd=(0.35, "FlashAttention-2 on mma.sync reaches 335-350 TFLOP/s forward on H100 at "
+                    "head size 64-128 (Dao 2023, Fig. 5-6); wgmma (FA3) would double it"),
+    attn_bwd=(0.25, "FlashAttention-2's backward: ~250 TFLOP/s on H100 (Dao 2023)"),
+    memory=(0.80, "element-wise, norm and reduction kernels with 128-bit loads, one pass: "
+                  "80% of HBM bandwidth (STREAM-like copies reach ~90% on Hopper)"),
+)
+LAUNCH_GAP_S = 1.5e-6  # per kernel, queued asynchronously (no host sync inside the step)
+BF16, F32 = 2, 4
+
+MODELS = {
+    "gpt2": dict(name="GPT-2 124M", L=12, C=768, NH=12, KVH=12, I=3072, V=50257, T=1024, B=16,
+                 gpt2=True),
+    "tinyllama": dict(name="TinyLlama-1.1B", L=22, C=2048, NH=32, KVH=4, I=5632, V=32000, T=2048,
+                      B=4, gpt2=False),
+}
+
+
+def padded(v, multiple=128):
+    return (v + multiple - 1) // multiple * multiple
+
+
+def psi(m):
+    """Parameter count Psi (unpadded vocabulary, tied GPT-2 embeddings)."""
+    L, C, I, V, hd = m["L"], m["C"], m["I"], m["V"], m["C"] // m["NH"]
+    qkv = (m["NH"] + 2 * m["KVH"]) * hd
+    if m["gpt2"]:
+        block = C * qkv + qkv + C * C + C + C * I + I + I * C + C + 4 * C
+        return V * C + m["T"] * C + L * block + 2 * C
+    block = C * qkv + C * C + C * 2 * I + I * C + 2 * C
+    return 2 * V * C + L * block + C
+
+
+def kernels(m, ordered_dq=False):
+    """[(op, kernel, kind, flops, bytes)] for one step: forward, backward, optimizer.
+    ordered_dq: the attention backward as one kernel of 5 products (FlashAttention-2's
+    deterministic mode) instead of the two kernels built, which recompute S and dP in each."""
+    L, C, NH, KVH, I, T, B = m["L"], m["C"], m["NH"], m["KVH"], m["I"], m["T"], m["B"]
+    V, Vp, N, hd, g2 = m["V"], padded(m["V"]), m["B"] * m["T"], m["C"] // m["NH"], m["gpt2"]
+    qkv = (NH + 2 * KVH) * hd
+    fc = I if g2 else 2 * I
+    pairs = T * (T + 1) // 2  # causal (query, key) pairs per head
+    out = []
+
+    def k(op, name, kind, flops, nbytes):
+        out.append((op, name, kind, float(flops), float(nbytes)))
+
+    def gemm(op, name, M, Nn, K, extra_bytes=0):
+        k(op, name, "gemm", 2 * M * Nn * K, BF16 * (M * K + Nn * K + M * Nn) + extra_bytes)
+
+    def gemm_dw(op, name, M, Nn, K):  # dW (M x Nn, fp32, read and written) += dY^T X over K rows
+        k(op, name, "gemm", 2 * M * Nn * K, BF16 * (M * K + Nn * K) + 2 * F32 * M * Nn)
+
+    def column_sum(op, name, rows, cols, outputs=1, inputs=1):  # two passes; pass 2 is tiny
+        k(op, name + " (pass 1)", "memory", 2 * rows * cols * inputs,
+          BF16 * rows * cols * inputs + F32 * (rows // 256 + 1) * cols * outputs)
+        k(op, name + " (pass 2)", "memory", 0, F32 * ((rows // 256 + 1) + 2) * cols * outputs)
+
+    norm = "layernorm" if g2 else "rmsnorm"
+    # ---- forward ----
+    k("embedding_forward", "token + position lookup", "memory", 0,
+      BF16 * N * C * (3 if g2 else 2) + 4 * N)
+    for _ in range(L):
+        k(f"{norm}_forward", f"{norm} (fused residual add)", "memory", 8 * N * C,
+          BF16 * N * C * 3 + 2 * F32 * N)
+        gemm("matmul_forward", "qkv GEMM (+bias epilogue)", N, qkv, C)
+        if not g2:
+            k("rope", "RoPE on q and k", "memory", 6 * N * (NH + KVH) * hd,
+              2 * BF16 * N * (NH + KVH) * hd)
+        k("attention_forward", "flash forward (mma.sync)", "attn_fwd", 4 * B * NH * pairs * hd,
+          BF16 * N * (qkv + C) + F32 * B * NH * T)
+        gemm("matmul_forward", "attention projection GEMM", N, C, C)
+        k(f"{norm}_forward", f"residual + {norm}", "memory", 8 * N * C,
+          BF16 * N * C * 4 + 2 * F32 * N)
+        if g2:
+            gemm("matmul_forward", "fc GEMM, GELU epilogue (pre-GELU kept)", N, I, C,
+                 extra_bytes=BF16 * N * I)
+        else:
+            gemm("matmul_forward", "gate|up GEMM", N, fc, C)
+            k("swiglu_forward", "SwiGLU", "memory", 4 * N * I, BF16 * N * 3 * I)
+        # The block's residual added by the GEMM itself (beta = 1, C = mid, D = out).
+        gemm("matmul_forward", "fc projection GEMM (+ residual as C)", N, C, I,
+             extra_bytes=BF16 * N * C)
+    k(f"{norm}_forward", f"final {norm}", "memory", 8 * N * C, 2 * BF16 * N * C + 2 * F32 * N)
+    # ---- head: padded vocabulary, one chunk, bf16 logits ----
+    gemm("matmul_forward", "classifier GEMM", N, Vp, C)
+    k("crossentropy_forward_backward", "softmax + loss + dlogits in place", "memory", 5 * N * V,
+      2 * BF16 * N * Vp + 8 * N)
+    gemm("matmul_backward", "classifier dX GEMM", N, C, Vp)
+    gemm_dw("matmul_backward", "classifier dW GEMM", Vp, C, N)
+    k(f"{norm}_backward", f"final {norm} backward", "memory", 10 * N * C,
+      3 * BF16 * N * C + 2 * F32 * N)
+    column_sum(f"{norm}_backward", f"final {norm} weight/bias gradients", N, C,
+               outputs=2 if g2 else 1, inputs=2)
+    # ---- backward, per block ----
+    for _ in range(L):
+        if g2:  # cuBLASLt's DGELU_BGRAD epilogue: dGELU from the kept pre-GELU, fc's bias grad
+            gemm("matmul_backward", "fc projection dX GEMM, dGELU + bias-gradient epilogue",
+                 N, I, C, extra_bytes=BF16 * N * I + F32 * I)
+        else:
+            gemm("matmul_backward", "fc projection dX GEMM", N, I, C)
+        gemm_dw("matmul_backward", "fc projection dW GEMM", C, I, N)
+        if g2:
+            column_sum("matmul_backward", "fc projection bias gradient", N, C)
+        else:
+            k("swiglu_backward", "SwiGLU backward", "memory", 8 * N * I, BF16 * N * 5 * I)
+        gemm("matmul_backward", "fc dX GEMM", N, C, fc)
+        gemm_dw("matmul_backward", "fc dW GEMM", fc, C, N)
+        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
+          4 * BF16 * N * C + 2 * F32 * N)
+        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
+                   outputs=2 if g2 else 1, inputs=2)
+        gemm("matmul_backward", "attention projection dX GEMM", N, C, C)
+        gemm_dw("matmul_backward", "attention projection dW GEMM", C, C, N)
+        if g2:
+            column_sum("matmul_backward", "attention projection bias gradient", N, C)
+        k("attention_backward", "D = rowsum(dO o O)", "memory", 2 * N * C, 2 * BF16 * N * C)
+        if ordered_dq:  # one kernel, 5 products; dQ added in key-block order (a semaphore)
+            k("attention_backward", "flash backward, dQ in key-block order (mma.sync)",
+              "attn_bwd", 10 * B * NH * pairs * hd, BF16 * N * (qkv + 2 * C) + 2 * F32 * N * C)
+        else:  # as built: S and dP recomputed by both kernels, 7 products
+            k("attention_backward", "flash backward dQ (mma.sync)", "attn_bwd",
+              6 * B * NH * pairs * hd, BF16 * N * (qkv + 2 * C))
+            k("attention_backward", "flash backward dK/dV (mma.sync)", "attn_bwd",
+              8 * B * NH * pairs * hd, BF16 * N * (qkv + 2 * C))
+        if not g2:
+            k("rope", "RoPE backward", "memory", 6 * N * (NH + KVH) * hd,
+              2 * BF16 * N * (NH + KVH) * hd)
+        gemm("matmul_backward", "qkv dX GEMM", N, C, qkv)
+        gemm_dw("matmul_backward", "qkv dW GEMM", qkv, C, N)
+        if g2:
+            column_sum("matmul_backward", "qkv bias gradient", N, qkv)
+        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
+          4 * BF16 * N * C + 2 * F32 * N)
+        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
+                   outputs=2 if g2 else 1, inputs=2)
+    k("embedding_backward", "token (+ position) gradients", "memory", N * C,
+      BF16 * N * C + 2 * F32 * N * C)
+    # ---- optimizer and gradient bookkeeping over Psi ----
+    P = psi(m)
+    k("sum_squares", "gradient norm", "memory", 2 * P, F32 * P)
+    k("adamw_update", "AdamW (fp32 master, m, v; bf16 copy)", "memory", 12 * P,
+      (4 * F32 + 3 * F32 + BF16) * P)
+    k("memset", "zero the gradients", "memory", 0, F32 * P)
+    return out
+
+
+def budget(m, fractions, ordered_dq):
+    rows = []
+    for op, name, kind, flops, nbytes in kernels(m, ordered_dq):
+        frac = fractions[kind]
+        t_c = flops / (frac * PEAK) if kind != "memory" else 0.0
+        t_m = nbytes / (fractions["memory"] * HBM)
+        rows.append(dict(op=op, kernel=name, kind=kind, flops=flops, bytes=nbytes,
+                         roof_s=max(flops / PEAK, nbytes / HBM),
+                         planned_s=max(t_c, t_m) + LAUNCH_GAP_S))
+    return rows
+
+
+def model_flops_per_step(m):
+    N = m["B"] * m["T"]
+    return N * (6 * psi(m) + 12 * m["L"] * m["C"] * m["T"])
+
+
+def read_measured(path):
+    """{op: ms per step} from the flops profiler's table (op, calls, ms, ...)."""
+    got = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 3 and re.fullmatch(r"[a-z_]+", f[0]) and re.fullmatch(r"[0-9.]+", f[2]):
+            got[f[0]] = float(f[2])
+    return got
+
+
+def report(key, fractions, measured, ordered_dq):
+    m = MODELS[key]
+    rows = budget(m, fractions, ordered_dq)
+    step = sum(r["planned_s"] for r in rows)
+    roof = sum(r["roof_s"] for r in rows)
+    mf = model_flops_per_step(m)
+    p = psi(m)
+    print(f"\n### {m['name']}: B {m['B']}, T {m['T']}, vocabulary {m['V']} -> {padded(m['V'])} "
+          f"on the device; Psi = {p / 1e6:.1f} M\n")
+    # Kernels of one op and name collapse into one row: calls x per-call figures.
+    agg = OrderedDict()
+    for r in rows:
+        a = agg.setdefault((r["op"], r["kernel"]), dict(r, calls=0, flops=0, bytes=0, roof_s=0,
+                                                         planned_s=0))
+        a["calls"] += 1
+        for f in ("flops", "bytes", "roof_s", "planned_s"):
+            a[f] += r[f]
+    print("| op | kernel | calls | GFLOP | GB moved | bound | at roof (ms) | planned (ms) | share |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (op, name), a in agg.items():
+        bound = "compute" if a["kind"] != "memory" and a["flops"] / PEAK > a["bytes"] / HBM \
+            else "memory"
+        print(f"| {op} | {name} | {a['calls']} | {a['flops'] / 1e9:.1f} | {a['bytes'] / 1e9:.2f} "
+              f"| {bound} | {a['roof_s'] * 1e3:.3f} | {a['planned_s'] * 1e3:.3f} "
+              f"| {100 * a['planned_s'] / step:.1f}% |")
+    by_kind = OrderedDict()
+    for r in rows:
+        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["planned_s"]
+    print(f"\nKernels launched: {len(rows)}. Model FLOPs per step (6 Psi + 12 L C T per token): "
+          f"{mf / 1e12:.2f} TFLOP.")
+    print("Time by kind: " + ", ".join(f"{k} {v * 1e3:.2f} ms ({100 * v / step:.0f}%)"
+                                       for k, v in by_kind.items()) + ".")
+    print(f"Every kernel at its roof: {roof * 1e3:.2f} ms, MFU {100 * mf / (roof * PEAK):.1f}%. "
+          f"At the planned fractions: **{step * 1e3:.2f} ms per step, "
+          f"{m['B'] * m['T'] / step:,.0f} tokens/s, MFU {100 * mf / (step * PEAK):.1f}%**.")
+    if measured:
+        print("\n| op | planned (ms) | measured (ms) | measured / planned |\n|---|---|---|---|")
+        per_op = OrderedDict()
+        for r in rows:
+            per_op[r["op"]] = per_op.get(r["op"], 0) + r["planned_s"] * 1e3
+        for op, ms in per_op.items():
+            got = measured.get(op)
+            print(f"| {op} | {ms:.3f} | {'' if got is None else f'{got:.3f}'} | "
+                  f"{'' if got is None else f'{got / ms:.2f}x'} |")
+    return 100 * mf / (step * PEAK)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["gpt2", "tinyllama", "both"], default="both")
+    ap.add_argument("--measured", help="the flops profiler's table from a GPU run")
+    ap.add_argument("--ordered-dq", action="store_true",
+                    help="plan the attention backward as one 5-product kernel (not built)")
+    for kind, (f, _) in FRACTION.items():
+        ap.add_argument(f"--{kind}", type=float, default=f,
+                        help=f"fraction of roof for {kind} kernels (default {f})")
+    a = ap.parse_args()
+    fractions = {k: getattr(a, k) for k in FRACTION}
+    print("Roofs: %.1f TFLOP/s dense bf16, %.1f TB/s; a launch gap of %.1f us per kernel."
+          % (PEAK / 1e12, HBM / 1e12, LAUNCH_GAP_S * 1e6))
+    print("\n| kind | fraction of roof | why |\n|---|---|---|")
+    for kind, (f, why) in FRACTION.items():
+        print(f"| {kind} | {fractions[kind]:.2f} | {why} |")
+    measured = read_measured(a.measured) if a.measured else None
+    for key in (["gpt2", "tinyllama"] if a.model == "both" else [a.model]):
+        report(key, fractions, measured, a.ordered_dq)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
