@@ -44,9 +44,9 @@ class CudaBackend final : public Backend {
   void wait_copy(uint64_t ticket) override;
 
  private:
-  // The norms' weight (and bias) gradients, summed over N rows in order, one thread per column:
-  // dw (C) += sum_n dout * xhat, db (C, or null) += sum_n dout; xhat = (inp - mean) * rstd, or
-  // inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics across rows.
+  // The norms' weight (and bias) gradients, summed over N rows in two fixed-order passes
+  // (column_sum.cuh): dw (C) += sum_n dout * xhat, db (C, or null) += sum_n dout; xhat =
+  // (inp - mean) * rstd, or inp * rstd with mean null (RMSNorm). Deterministic, unlike atomics.
   void norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp, const float* mean,
                         const float* rstd, int N, int C);
   // C (rows m, cols n; row-major, fp32 or ab_t) = op(A) op(B) + beta C (+ bias (n) on every

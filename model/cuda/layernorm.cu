@@ -1,7 +1,8 @@
 // LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The weight and bias
-// gradients are sums over rows: a second kernel gives each column to one thread, which adds
-// the rows in order, so two runs give the same bits (no atomics). RMSNorm uses it too. The
+// gradients are sums over rows, in two fixed-order passes (column_sum.cuh: tiles of 256 rows,
+// then the tiles), so two runs give the same bits (no atomics). RMSNorm uses it too. The
 // forward optionally adds the residual first (x += residual, then the norm of the sum).
+#include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -57,23 +58,18 @@ __global__ void layernorm_backward_kernel(TensorRef dinp, TensorView dout, Tenso
   }
 }
 
-// dw[c] += sum_n dy[n,c] * xhat[n,c]; db[c] += sum_n dy[n,c] (db may be null), xhat =
-// (x - mean) * rstd, or x * rstd when mean is null (RMSNorm). Rows in order, one thread per
-// column: adjacent columns keep a warp's loads coalesced.
-__global__ void norm_param_grad_kernel(float* dw, float* db, TensorView dout, TensorView inp,
-                                       const float* mean, const float* rstd, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int n = 0; n < N; ++n) {
+// Row n, column c's summands of the norms' parameter gradients: dy * xhat (the weight's) and
+// dy (the bias's), xhat = (x - mean) * rstd, or x * rstd when mean is null (RMSNorm).
+struct NormGradOp {
+  TensorView dout, inp;
+  const float *mean, *rstd;
+  int C;
+  __device__ void operator()(int n, int c, float (&v)[2]) const {
     const float x = load_as_f32(inp, (size_t)n * C + c), dy = load_as_f32(dout, (size_t)n * C + c);
-    const float xhat = (mean ? x - mean[n] : x) * rstd[n];
-    sw += dy * xhat;
-    sb += dy;
+    v[0] = dy * ((mean ? x - mean[n] : x) * rstd[n]);
+    v[1] = dy;
   }
-  dw[c] += sw;
-  if (db) db[c] += sb;
-}
+};
 
 }  // namespace
 
@@ -106,9 +102,7 @@ void CudaBackend::layernorm_backward(TensorRef dinp, TensorRef dw_g, TensorRef d
 
 void CudaBackend::norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp,
                                    const float* mean, const float* rstd, int N, int C) {
-  launch_kernel(norm_param_grad_kernel, blocks_for((size_t)C), kThreads, stream_, dw, db, dout, inp,
-                mean, rstd, N, C);
-  ZT_CHECK_CUDA(cudaGetLastError());
+  column_sums<2>(this, stream_, {{dw, db}}, NormGradOp{dout, inp, mean, rstd, C}, N, C);
 }
 
 }  // namespace zt

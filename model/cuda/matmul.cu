@@ -8,6 +8,7 @@
 // cuBLASLt's bias epilogue, in fp32 before the output is rounded (no second pass over the
 // output); any other by a kernel.
 #include "common/status.h"
+#include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
 
 namespace zt {
@@ -27,14 +28,14 @@ cudaDataType cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// dbias[o] += sum_n dout[n, o]; one thread per column, coalesced across the warp.
-__global__ void bias_grad_kernel(float* dbias, TensorView dout, int N, int OC) {
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float s = 0.f;
-  for (int n = 0; n < N; ++n) s += load_as_f32(dout, (size_t)n * OC + o);
-  dbias[o] += s;
-}
+// Row n, column o of dout: the bias gradient's summand.
+struct BiasGradOp {
+  TensorView dout;
+  int OC;
+  __device__ void operator()(int n, int o, float (&v)[1]) const {
+    v[0] = load_as_f32(dout, (size_t)n * OC + o);
+  }
+};
 
 }  // namespace
 
@@ -144,10 +145,7 @@ void CudaBackend::matmul_backward(TensorRef dinp, TensorRef dweight_g, TensorRef
   if (dinp) gemm(false, false, N, C, OC, dy, OC, weight.data, C, t, dinp, C, 1.f);  // += dout W
   gemm(true, false, OC, C, N, dy, OC, rounded(inp, (size_t)N * C, t, inp16), C, t, dweight, C,
        1.f);  // += dout^T inp
-  if (dbias) {
-    launch_kernel(bias_grad_kernel, blocks_for(OC), kThreads, stream_, dbias, dout, N, OC);
-    ZT_CHECK_CUDA(cudaGetLastError());
-  }
+  if (dbias) column_sums<1>(this, stream_, {{dbias}}, BiasGradOp{dout, OC}, N, OC);
 }
 
 }  // namespace zt

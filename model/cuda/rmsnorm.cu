@@ -65,7 +65,7 @@ void CudaBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw_g, TensorView do
   launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dout,
                 inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());
-  norm_param_grads(dw, nullptr, dout, inp, nullptr, rstd, N, C);  // rows in order, no atomics
+  norm_param_grads(dw, nullptr, dout, inp, nullptr, rstd, N, C);  // fixed order, no atomics
 }
 
 }  // namespace zt

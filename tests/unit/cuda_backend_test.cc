@@ -567,6 +567,51 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
   }
 }
 
+// The weight-gradient reductions over rows (column_sum.cuh: tiles of 256 rows, then the tiles;
+// embedding.cu: token buckets, token tiles of 1024) on more rows than one tile: N = 1300
+// (six tiles, the last partial), C = 45 and OC = 71 (partial warps of columns), tokens
+// repeated across tiles and buckets. Against the CPU, and twice: the same bits each time. The
+// embedding gradients add in the CPU's order, so they equal it bit for bit.
+TEST_F(CudaVsCpu, GradientReductionsOverManyRowTilesAreDeterministic) {
+  const int N = 1300, C = 45, OC = 71, T = 100, B = N / T, V = 301;
+  auto dout = make((size_t)N * OC, 1, 3), inp = make((size_t)N * C, 1, 4),
+       dy = make((size_t)N * C, 1, 5), mean = make(N, 0.1f, 6), rstd = make(N, 1, 7);
+  std::vector<int> tok(N);
+  for (int i = 0; i < N; ++i) tok[i] = (i * 37 + i / 7) % V;  // each token about 4 times
+  DeviceBuffer tc(cpu_.get(), N * 4, MemCategory::kWorkspace),
+      tg(gpu_.get(), N * 4, MemCategory::kWorkspace);
+  cpu_->copy_to_device(tc.data(), tok.data(), N * 4);
+  gpu_->copy_to_device(tg.data(), tok.data(), N * 4);
+  std::vector<std::vector<float> > first;
+  for (int run = 0; run < 2; ++run) {
+    auto w = make((size_t)OC * C, 1, 8), din = zeros((size_t)N * C), dw = zeros((size_t)OC * C),
+         db = zeros(OC), nw = make(C, 1, 9), nb = make(C, 1, 10), dx = zeros((size_t)N * C),
+         ndw = zeros(C), ndb = zeros(C), dwte = make((size_t)V * C, 1, 11),
+         dwpe = make((size_t)T * C, 1, 12);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool c = be == cpu_.get();
+      auto p = [c](Pair& x) { return c ? x.cp() : x.gp(); };
+      be->matmul_backward(p(din), p(dw), p(db), p(dout), p(inp), p(w), N, C, OC);
+      be->layernorm_backward(p(dx), p(ndw), p(ndb), p(dy), p(inp), p(nw), p(mean), p(rstd), N, C);
+      be->embedding_backward(p(dwte), p(dwpe), p(dy), (int*)(c ? tc.data() : tg.data()), B, T, C);
+    }
+    expect_close(db, 1e-5, "bias gradient over 6 row tiles");
+    expect_close(ndw, 1e-5, "layernorm weight gradient over 6 row tiles");
+    expect_close(ndb, 1e-5, "layernorm bias gradient over 6 row tiles");
+    expect_close(dwte, 0, "token embedding gradient (the CPU's order, bit for bit)");
+    expect_close(dwpe, 0, "position embedding gradient (the CPU's order, bit for bit)");
+    std::vector<std::vector<float> > got;
+    for (Pair* x : {&db, &ndw, &ndb}) {
+      got.emplace_back(x->n);
+      gpu_->copy_to_host(got.back().data(), x->gp(), x->n * 4);
+    }
+    if (run == 0)
+      first = got;
+    else
+      EXPECT_EQ(first, got) << "a second run gave other bits";
+  }
+}
+
 // The typed ops: conversions, gradient accumulation with its sum of squares, AdamW on bf16
 // gradients writing a bf16 working copy, and an embedding lookup of bf16 tables.
 TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
