@@ -51,6 +51,7 @@ CudaBackend::~CudaBackend() {
   cache_.clear();
   cudaFree(reduce_);
   cudaFree(workspace_);
+  gemm_plans_.reset();  // its descriptors, before the handle
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);
 }

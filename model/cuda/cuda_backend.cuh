@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -52,8 +53,17 @@ class CudaBackend final : public Backend {
   // C (rows m, cols n; row-major, fp32 or ab_t) = op(A) op(B) + beta C (+ bias (n) on every
   // row, of C's dtype, when given: cuBLASLt's bias epilogue), A and B of dtype ab_t, with fp32
   // accumulation; beta 0 or 1.
+  // Each configuration's descriptors and algorithm are made once and kept (gemm_plans_). When
+  // the heuristic finds no algorithm (operands 2 bytes off a 4-byte boundary: 16-bit rows of
+  // an odd length), the operands are copied to aligned buffers with padded rows and the
+  // product runs there (gemm_padded); C comes back the same way.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
             int ldb, DType ab_t, TensorRef C, int ldc, float beta, TensorView bias = TensorView());
+  void gemm_padded(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+                   const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta,
+                   TensorView bias);
+  struct GemmPlans;                        // matmul.cu
+  std::shared_ptr<GemmPlans> gemm_plans_;  // destroyed before lt_ (its descriptors)
   // x (n elements) as dtype t: x itself when it is stored so, else converted into buf
   // (workspace).
   const void* rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf);

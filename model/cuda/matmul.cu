@@ -6,7 +6,13 @@
 // workspace first (PyTorch autocast's recipe). The output is fp32 or the weight's dtype; the
 // weight gradient is fp32. A bias of the output's dtype on a 16-byte boundary is added by
 // cuBLASLt's bias epilogue, in fp32 before the output is rounded (no second pass over the
-// output); any other by a kernel.
+// output); any other by a kernel. Descriptors and the heuristic's algorithm are made once per
+// configuration (shape, dtypes, transposes, alignments, epilogue) and reused, as llm.c and
+// PyTorch do: the heuristic costs tens of microseconds of host time per call.
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
 #include "common/status.h"
 #include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
@@ -37,6 +43,100 @@ struct BiasGradOp {
   }
 };
 
+// One GEMM configuration: everything cuBLASLt's descriptors and its heuristic depend on.
+struct GemmKey {
+  bool trans_a, trans_b, bias;
+  int m, n, k, lda, ldb, ldc;
+  DType ab, c;
+  uint32_t align[4];  // A, B, C, D as cuBLASLt sees them (our B, our A, C, C), bytes
+  bool operator==(const GemmKey& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
+};
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {  // FNV-1a over the key's bytes
+    const auto* p = reinterpret_cast<const unsigned char*>(&k);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof k; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+// The descriptors and the algorithm of one GemmKey, made once (found false: the heuristic had
+// none for it).
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  ~GemmPlan() {
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// cols columns of rows 16-bit units each (column-major, as cuBLASLt's layouts), from stride
+// ld_src to ld_dst.
+__global__ void copy_columns_kernel(uint16_t* dst, size_t ld_dst, const uint16_t* src,
+                                    size_t ld_src, size_t rows, size_t cols) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < rows * cols) dst[i / rows * ld_dst + i % rows] = src[i / rows * ld_src + i % rows];
+}
+
+}  // namespace
+
+struct CudaBackend::GemmPlans {
+  std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
+};
+
+namespace {
+GemmPlan* make_plan(cublasLtHandle_t lt, const GemmKey& key, size_t workspace_bytes) {
+  auto p = std::make_unique<GemmPlan>();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  const cublasOperation_t ta = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ZT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  ZT_CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (key.bias) {  // column j of row-major C gets bias[j] (a row of cuBLASLt's column-major D)
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &epilogue, sizeof epilogue));
+  }
+  const int m = key.m, n = key.n, k = key.k;
+  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->la, cuda_type(key.ab), key.trans_b ? k : n,
+                                             key.trans_b ? n : k, key.ldb));
+  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(key.ab), key.trans_a ? m : k,
+                                             key.trans_a ? k : m, key.lda));
+  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->lc, cuda_type(key.c), n, m, key.ldc));
+  cublasLtMatmulPreference_t pref;
+  ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes));
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    ZT_CHECK_CUBLAS(
+        cublasLtMatmulPreferenceSetAttribute(pref, which[i], &key.align[i], sizeof key.align[i]));
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  ZT_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                                 &heur, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  p->found = found > 0;
+  if (p->found) p->algo = heur.algo;
+  return p.release();
+}
+
+// The largest power of two up to 256 that p is aligned to, at least `floor`.
+uint32_t alignment(const void* p, size_t floor) {
+  uint32_t a = 256;
+  while (a > floor && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
 }  // namespace
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
@@ -44,65 +144,69 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
                        TensorView bias) {
   // cuBLASLt's COMPUTE_32F writes fp32 or, from 16-bit operands, their own dtype.
   ZT_CHECK(C.dtype == DType::kF32 || C.dtype == ab_t);
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-  const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDesc_t desc;
-  ZT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  ZT_CHECK_CUBLAS(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  ZT_CHECK_CUBLAS(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (bias) {  // column j of row-major C gets bias[j] (a row of cuBLASLt's column-major D)
-    ZT_CHECK(bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                   sizeof epilogue));
-    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+  ZT_CHECK(!bias || bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
+  // Operands are often interior pointers (a tensor inside a unit, a row chunk): the heuristic
+  // is told their real alignment, or it may pick a kernel that assumes 256 bytes.
+  const size_t ab = dtype_size(ab_t), cb = dtype_size(C.dtype);
+  GemmKey key{};  // zeroed padding: the key is hashed and compared as bytes
+  key.trans_a = trans_a, key.trans_b = trans_b, key.bias = static_cast<bool>(bias);
+  key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+  key.ab = ab_t, key.c = C.dtype;
+  key.align[0] = alignment(B, ab), key.align[1] = alignment(A, ab);
+  key.align[2] = key.align[3] = alignment(C.data, cb);
+  if (!gemm_plans_) gemm_plans_ = std::make_shared<GemmPlans>();
+  std::unique_ptr<GemmPlan>& slot = gemm_plans_->plans[key];
+  if (!slot) slot.reset(make_plan(lt_, key, workspace_bytes_));
+  const GemmPlan& p = *slot;
+  if (!p.found)
+    return gemm_padded(trans_a, trans_b, m, n, k, A, lda, B, ldb, ab_t, C, ldc, beta, bias);
+  if (bias)  // per call: the descriptor is shared by every GEMM of this configuration
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias.data, sizeof bias.data));
-  }
-  cublasLtMatrixLayout_t la, lb, lc;
-  ZT_CHECK_CUBLAS(
-      cublasLtMatrixLayoutCreate(&la, cuda_type(ab_t), trans_b ? k : n, trans_b ? n : k, ldb));
-  ZT_CHECK_CUBLAS(
-      cublasLtMatrixLayoutCreate(&lb, cuda_type(ab_t), trans_a ? m : k, trans_a ? k : m, lda));
-  ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lc, cuda_type(C.dtype), n, m, ldc));
-  cublasLtMatmulPreference_t pref;
-  ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-  ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
-  // Operands are often interior pointers (a tensor inside a unit, a row chunk): tell the
-  // heuristic their real alignment, or it may pick a kernel that assumes 256 bytes.
-  auto alignment = [](const void* p, size_t floor) {
-    uint32_t a = 256;
-    while (a > floor && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-    return a;
+  const float alpha = 1.f;
+  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, p.desc, &alpha, B, p.la, A, p.lb, &beta, C.data, p.lc, C.data,
+                                 p.lc, &p.algo, workspace_, workspace_bytes_, stream_));
+}
+
+void CudaBackend::gemm_padded(bool trans_a, bool trans_b, int m, int n, int k, const void* A,
+                              int lda, const void* B, int ldb, DType ab_t, TensorRef C, int ldc,
+                              float beta, TensorView bias) {
+  // Each operand as a column-major matrix of `rows` contiguous elements (cuBLASLt's layouts),
+  // copied to a fresh (256-byte aligned) buffer whose columns start on 16-byte boundaries.
+  auto pad = [&](const void* src, int rows, int cols, int ld, DType t, DeviceBuffer& buf) {
+    const int units = (int)dtype_size(t) / 2, ld16 = (rows * units + 7) / 8 * 8;
+    buf = DeviceBuffer(this, (size_t)ld16 * cols * 2, MemCategory::kWorkspace);
+    launch_kernel(copy_columns_kernel, blocks_for((size_t)rows * units * cols), kThreads, stream_,
+                  static_cast<uint16_t*>(buf.data()), (size_t)ld16,
+                  static_cast<const uint16_t*>(src), (size_t)ld * units, (size_t)rows * units,
+                  (size_t)cols);
+    return ld16 / units;
   };
-  const size_t ab = dtype_size(ab_t);  // a 16-bit operand may sit 2 bytes off a 4-byte boundary
-  const size_t cb = dtype_size(C.dtype);
-  const uint32_t al[4] = {alignment(B, ab), alignment(A, ab), alignment(C.data, cb),
-                          alignment(C.data, cb)};
-  const cublasLtMatmulPreferenceAttributes_t which[4] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  for (int i = 0; i < 4; ++i)
-    ZT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  ZT_CHECK_CUBLAS(
-      cublasLtMatmulAlgoGetHeuristic(lt_, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-  if (found == 0) {
-    std::fprintf(stderr, "zerotrain: cuBLASLt found no algorithm for a %dx%dx%d GEMM\n", m, n, k);
+  DeviceBuffer a, b, c;
+  const int lda2 = pad(A, trans_a ? m : k, trans_a ? k : m, lda, ab_t, a);
+  const int ldb2 = pad(B, trans_b ? k : n, trans_b ? n : k, ldb, ab_t, b);
+  const int ldc2 = pad(C.data, n, m, ldc, C.dtype, c);  // C's old values, for beta = 1
+  GemmKey key{};
+  key.m = m, key.n = n, key.k = k, key.lda = lda2, key.ldb = ldb2, key.ldc = ldc2;
+  key.ab = ab_t, key.c = C.dtype, key.bias = static_cast<bool>(bias);
+  key.trans_a = trans_a, key.trans_b = trans_b;
+  for (uint32_t& al : key.align) al = 256;
+  std::unique_ptr<GemmPlan>& slot = gemm_plans_->plans[key];
+  if (!slot) slot.reset(make_plan(lt_, key, workspace_bytes_));
+  if (!slot->found) {
+    std::fprintf(stderr,
+                 "zerotrain: cuBLASLt found no algorithm for a %dx%dx%d GEMM, even on aligned "
+                 "copies of its operands\n",
+                 m, n, k);
     std::abort();
   }
-  const float alpha = 1.f;
-  ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, desc, &alpha, B, la, A, lb, &beta, C.data, lc, C.data, lc,
-                                 &heur.algo, workspace_, workspace_bytes_, stream_));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(desc);
+  gemm(trans_a, trans_b, m, n, k, a.data(), lda2, b.data(), ldb2, ab_t, {c.data(), C.dtype}, ldc2,
+       beta, bias);
+  const int units = (int)dtype_size(C.dtype) / 2;
+  launch_kernel(copy_columns_kernel, blocks_for((size_t)n * units * m), kThreads, stream_,
+                static_cast<uint16_t*>(C.data), (size_t)ldc * units,
+                static_cast<const uint16_t*>(c.data()), (size_t)ldc2 * units, (size_t)n * units,
+                (size_t)m);
 }
 
 const void* CudaBackend::rounded(TensorView x, size_t n, DType t, DeviceBuffer& buf) {

@@ -19,6 +19,7 @@
 #include "model/cuda/cuda_backend.h"
 #endif
 #ifdef ZT_CUDA_EMU
+#include <cublasLt.h>      // the emulation's: zt::emu::cublaslt_heuristic_calls
 #include <cuda_runtime.h>  // the emulation's: zt::emu::cuda_malloc_calls
 #endif
 
@@ -316,6 +317,41 @@ TEST_F(CudaVsCpu, MatmulOnInteriorPointers) {
         out, 1e-5,
         ("matmul forward, bias " + std::to_string(off * 4) + " bytes into its buffer").c_str());
   }
+}
+
+// cuBLASLt's descriptors and algorithm are chosen once per configuration: a second run of the
+// same GEMMs asks the heuristic nothing. 16-bit operands 2 bytes off a 4-byte boundary (rows of
+// an odd length, as an unpadded vocabulary's) find no algorithm in the emulated heuristic, as
+// on a GPU they may: the product runs on aligned, padded copies, accumulating (beta 1) into C.
+TEST_F(CudaVsCpu, GemmPlansAreMadeOnceAndOddOffsetsRunOnAlignedCopies) {
+  const DType t = DType::kBF16;
+  const int N = 9, C = 17, OC = 33;
+  auto inp = make_typed((size_t)N * C + 1, t), w = make_typed((size_t)OC * C + 1, t, 1, 2),
+       out = zeros_typed((size_t)N * OC + 1, t), dout = make_typed((size_t)N * OC + 1, t, 1, 4),
+       dinp = make_typed((size_t)N * C + 1, t, 1, 5);
+  auto dw = make((size_t)OC * C, 1, 6);
+  auto run = [&] {
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool c = be == cpu_.get();
+      auto p = [c](Typed& x) { return c ? TensorRef(x.cp()) + 1 : TensorRef(x.gp()) + 1; };
+      be->matmul_forward(p(out), p(inp), p(w), nullptr, N, C, OC);
+      be->matmul_backward(p(dinp), c ? dw.cp() : dw.gp(), nullptr, p(dout), p(inp), p(w), N, C, OC);
+    }
+  };
+#ifdef ZT_CUDA_EMU
+  const long long before = emu::cublaslt_heuristic_calls();
+  run();
+  const long long first = emu::cublaslt_heuristic_calls() - before;
+  EXPECT_GT(first, 0);
+  run();
+  EXPECT_EQ(emu::cublaslt_heuristic_calls() - before, first) << "a plan was made again";
+#else
+  run();
+  run();
+#endif
+  expect_close(out, 8e-3, "forward on operands 2 bytes into their buffers");
+  expect_close(dinp, 8e-3, "dinp accumulated twice on offset operands");
+  expect_close(dw, 1e-5, "dweight accumulated twice on offset operands");
 }
 
 TEST_F(CudaVsCpu, NormsForwardBackward) {

@@ -58,6 +58,8 @@ void on_stream(cudaStream_t s, std::function<void()> work) {
 }  // namespace
 
 long long zt::emu::cuda_malloc_calls() { return g_mallocs.load(); }
+static std::atomic<long long> g_heuristic_calls{0};
+long long zt::emu::cublaslt_heuristic_calls() { return g_heuristic_calls.load(); }
 long long zt::emu::host_waits() { return g_host_waits.load(); }
 void zt::emu::defer_stream(cudaStream_t s) { s->deferred = true; }
 void zt::emu::before_work(cudaStream_t s) {
@@ -225,9 +227,14 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
   *p = new cublasLtMatmulPreferenceOpaque_t;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
-                                                    cublasLtMatmulPreferenceAttributes_t,
-                                                    const void*, size_t) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t bytes) {
+  const int i = attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+  if (i >= 0 && i < 4) {
+    if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    std::memcpy(&p->min_alignment[i], buf, bytes);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
@@ -237,10 +244,13 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t* results,
                                               int* found) {
-  *found = requested > 0 ? 1 : 0;
+  ++g_heuristic_calls;
+  bool aligned = true;
+  for (uint32_t a : p->min_alignment) aligned = aligned && a >= 4;
+  *found = requested > 0 && aligned ? 1 : 0;
   if (*found) results[0] = {};
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,8 +1,10 @@
 // cuBLASLt as the CUDA emulation provides it: the calls model/cuda/matmul.cu makes, with a
 // reference GEMM that interprets the same descriptors (column-major layouts, op(A) and op(B)
 // from TRANSA / TRANSB, D = alpha op(A) op(B) + beta C (+ a bias vector with
-// CUBLASLT_EPILOGUE_BIAS), accumulated in double). fp32, bf16 and fp16 matrices; the heuristic
-// always finds its one algorithm.
+// CUBLASLT_EPILOGUE_BIAS), accumulated in double). fp32, bf16 and fp16 matrices. The heuristic
+// finds its one algorithm unless an operand's minimum alignment (the MIN_ALIGNMENT preferences)
+// is under 4 bytes: then it finds none, as a GPU's may for 16-bit rows of an odd length, so the
+// caller's fallback runs here too. zt::emu::cublaslt_heuristic_calls() counts its calls.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +47,9 @@ struct cublasLtMatrixLayoutOpaque_t {
   cudaDataType type = CUDA_R_32F;
 };
 using cublasLtMatrixLayout_t = cublasLtMatrixLayoutOpaque_t*;
-struct cublasLtMatmulPreferenceOpaque_t {};
+struct cublasLtMatmulPreferenceOpaque_t {
+  uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D (bytes)
+};
 using cublasLtMatmulPreference_t = cublasLtMatmulPreferenceOpaque_t*;
 struct cublasLtMatmulAlgo_t {
   uint64_t data[8];
@@ -86,3 +90,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream);
+
+namespace zt::emu {
+long long cublaslt_heuristic_calls();
+}  // namespace zt::emu
