@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <memory>
 
 #include "common/status.h"
 
@@ -44,6 +47,16 @@ struct Transformer::BlockActs {
 struct Transformer::Acts {
   Offsets off;
   DeviceBuffer tokens, targets;  // (N) int32
+  // Host staging of the ids (tokens, then targets: 2 N int32), page-aligned and pinned when the
+  // OS allows, so their copies run on the copy stream ahead of the kernels that read them
+  // (no host wait inside the step); ids_ticket is the last such copy.
+  struct PageFree {
+    void operator()(int* p) const { std::free(p); }
+  };
+  std::unique_ptr<int[], PageFree> staging;
+  size_t staging_bytes = 0;
+  bool staging_pinned = false;
+  uint64_t ids_ticket = 0;
   // The residual stream (N,C) into each block and into the head: all L+1 without
   // checkpointing; with checkpoints every k blocks, x[i] for i < ceil(L/k) is the input of
   // block i k, then k - 1 buffers for the inputs inside a segment, then the head's input.
@@ -93,6 +106,10 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   auto act = [&](size_t n) { return DeviceBuffer(be, n * dtype_size(activations), A); };
   a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
   a_->targets = DeviceBuffer(be, N * sizeof(int), A);
+  a_->staging_bytes = (2 * N * sizeof(int) + 4095) / 4096 * 4096;
+  a_->staging.reset(static_cast<int*>(std::aligned_alloc(4096, a_->staging_bytes)));
+  ZT_CHECK(a_->staging != nullptr);
+  a_->staging_pinned = be->pin_host(a_->staging.get(), a_->staging_bytes);
   const size_t k = checkpoint_every_;
   const size_t checkpoints = k == 0 ? 0 : (L + k - 1) / k;
   // See Acts::x; with cpu_checkpointing two device buffers take turns holding the checkpoint
@@ -124,7 +141,10 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->dfc = act(N * fcw);
 }
 
-Transformer::~Transformer() = default;
+Transformer::~Transformer() {
+  be_->wait_copy(a_->ids_ticket);
+  if (a_->staging_pinned) be_->unpin_host(a_->staging.get(), a_->staging_bytes);
+}
 
 Transformer::BlockActs& Transformer::acts_of(int l) {
   return a_->blocks[checkpoint_every_ == 0 ? l : l % checkpoint_every_];
@@ -182,10 +202,18 @@ void Transformer::norm_backward(TensorRef dx, TensorRef dw, TensorRef db, Tensor
     be_->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
 }
 
-void Transformer::embed(UnitEngine& e, const int* tokens, int B, int T) {
+void Transformer::embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T) {
   ZT_CHECK(B <= max_B_ && T <= max_T_ && B > 0 && T > 0);
   B_ = B, T_ = T;
-  be_->copy_to_device(a_->tokens.data(), tokens, sizeof(int) * B * T);
+  const size_t n = (size_t)B * T, max_n = (size_t)max_B_ * max_T_;
+  be_->wait_copy(a_->ids_ticket);  // the staging's previous copies are done (long since)
+  int* host = a_->staging.get();
+  std::memcpy(host, tokens, n * sizeof(int));
+  a_->ids_ticket = be_->copy_to_device_async(a_->tokens.data(), host, n * sizeof(int));
+  if (targets) {
+    std::memcpy(host + max_n, targets, n * sizeof(int));
+    a_->ids_ticket = be_->copy_to_device_async(a_->targets.data(), host + max_n, n * sizeof(int));
+  }
   const int u = layout_.embedding_unit();
   DType t;  // the lookup widens only its rows, not the whole (vocabulary-sized) unit
   const void* p = e.fetch_stored(u, &t);
@@ -251,8 +279,8 @@ void Transformer::set_classifier_chunk_rows(int rows) {
   a_->chunk = std::clamp(rows, 1, largest_chunk_rows(config_.vocab_size, max_B_ * max_T_));
 }
 
-double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, int rows,
-                         bool train, float dscale, float* logits_host) {
+double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool train,
+                         float dscale, float* logits_host) {
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, V = c.vocab_size;
@@ -266,14 +294,13 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   float* gh = train ? e.grads(hu) : nullptr;
   float* gw = train ? (c.tied_embeddings ? e.grads(eu) + o.wte : gh + o.headw) : nullptr;
   if (train) zero(act(a_->dlnf), (size_t)N * C);
-  if (targets_host) be_->copy_to_device(a_->targets.data(), targets_host, sizeof(int) * N);
   for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
     float* logits = a_->logits.f32();  // (nr, V), fp32 for the loss
     be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V);
     if (logits_host)
       be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits, sizeof(float) * nr * V);
-    if (!targets_host) continue;
+    if (!loss) continue;
     be_->crossentropy_forward_backward(logits, a_->losses.f32() + r0,
                                        static_cast<const int*>(a_->targets.data()) + r0, nr, V,
                                        train ? dscale : 0.f);
@@ -291,7 +318,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
   // The losses come back once, after everything above is queued: a GPU is not left idle
   // between chunks while the host waits for each.
   double loss_sum = 0.0;
-  if (targets_host) {
+  if (loss) {
     std::vector<float> losses(rows);
     be_->copy_to_host(losses.data(), a_->losses.f32() + rows_from, sizeof(float) * rows);
     for (float l : losses) loss_sum += l;
@@ -303,7 +330,7 @@ double Transformer::head(UnitEngine& e, const int* targets_host, int rows_from, 
 
 Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
                                              int B, int T, float grad_scale) {
-  embed(e, tokens, B, T);
+  embed(e, tokens, targets, B, T);
   const bool train = grad_scale != 0.f;  // evaluation keeps no checkpoints
   if (train) save_checkpoint(0);
   for (int l = 0; l < config_.n_layer; ++l) {
@@ -316,7 +343,7 @@ Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, c
   const float dscale = r.num_valid > 0 ? grad_scale / r.num_valid : 0.f;
   // With no valid target the gradient is zero, but the head's backward still runs so every
   // rank makes the same engine calls.
-  const double sum = head(e, targets, 0, B * T, grad_scale != 0.f, dscale, nullptr);
+  const double sum = head(e, true, 0, B * T, grad_scale != 0.f, dscale, nullptr);
   r.loss = r.num_valid > 0 ? sum / r.num_valid : 0.0;
   return r;
 }
@@ -393,9 +420,9 @@ void Transformer::backward(UnitEngine& e) {
 }
 
 void Transformer::logits(UnitEngine& e, const int* tokens, int B, int T, float* out_host) {
-  embed(e, tokens, B, T);
+  embed(e, tokens, nullptr, B, T);
   for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
-  head(e, nullptr, 0, B * T, false, 0.f, out_host);
+  head(e, false, 0, B * T, false, 0.f, out_host);
 }
 
 void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) {
@@ -446,9 +473,9 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
 }
 
 void Transformer::last_logits(UnitEngine& e, const int* tokens, int T, float* out_host) {
-  embed(e, tokens, 1, T);
+  embed(e, tokens, nullptr, 1, T);
   for (int l = 0; l < config_.n_layer; ++l) block_forward(e, l);
-  head(e, nullptr, T - 1, 1, false, 0.f, out_host);
+  head(e, false, T - 1, 1, false, 0.f, out_host);
 }
 
 }  // namespace zt

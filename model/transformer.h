@@ -84,7 +84,9 @@ class Transformer {
   TensorRef block_input(int l);  // x into block l (l = n_layer: into the head)
   TensorRef act(const DeviceBuffer& b) const { return {b.data(), act_t_}; }  // an activation
   void zero(TensorRef t, size_t n) { be_->zero(t.data, t.bytes(n)); }        // t[0, n) = 0
-  void embed(UnitEngine& e, const int* tokens, int B, int T);
+  // The token embedding of tokens (B,T) (host); queues the ids, and targets (B,T) when given
+  // (for head()), to the device ahead of the kernels that read them.
+  void embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T);
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
   void norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                     TensorView b, int N);
@@ -101,10 +103,11 @@ class Transformer {
                   float* ln2_mean, float* ln2_rstd, TensorRef fc, TensorRef act, TensorRef out,
                   int N);
   void block_backward(UnitEngine& e, int l);
-  // Final norm, then classifier on rows [0, N) in chunks; optional CE loss / head backward.
-  // Returns the sum of the per-row losses when targets are given.
-  double head(UnitEngine& e, const int* targets_host, int rows_from, int rows, bool train,
-              float dscale, float* logits_host);
+  // Final norm, then classifier on rows [0, N) in chunks; with `loss`, the cross-entropy
+  // against the targets embed() queued (and the head's backward when train). Returns the sum
+  // of the per-row losses (0 without loss).
+  double head(UnitEngine& e, bool loss, int rows_from, int rows, bool train, float dscale,
+              float* logits_host);
 
   ModelConfig config_;
   ParamLayout layout_;

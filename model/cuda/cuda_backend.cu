@@ -153,8 +153,13 @@ void CudaBackend::wait_copy(uint64_t ticket) {
   }
   // Outside the lock, so other threads keep queuing. The events stay listed until they are
   // done, so a concurrent wait for an earlier ticket still finds something to wait on.
-  for (cudaEvent_t e : last)
-    if (e) ZT_CHECK_CUDA(cudaEventSynchronize(e));  // none: done and waited for already
+  for (cudaEvent_t e : last) {  // none: done and waited for already
+    if (!e) continue;
+    const cudaError_t q = cudaEventQuery(e);  // done already (a sync since): no host wait
+    if (q == cudaSuccess) continue;
+    if (q != cudaErrorNotReady) ZT_CHECK_CUDA(q);
+    ZT_CHECK_CUDA(cudaEventSynchronize(e));
+  }
   std::lock_guard<std::mutex> lock(copy_mu_);
   while (!copies_.empty() && copies_.front().ticket <= ticket) {
     spare_events_.push_back(copies_.front().done);

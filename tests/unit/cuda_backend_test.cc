@@ -872,6 +872,8 @@ TEST_F(CudaVsCpu, HostWaitsPerStepDoNotGrowWithTheUnits) {
       const long long before = emu::host_waits();
       engine.begin_pass();
       model.forward(engine, x.data(), y.data(), B, T, 1.f);
+      // The ids go ahead on the copy stream: the forward waits once, for its losses.
+      EXPECT_EQ(emu::host_waits() - before, 1) << dtype_name(t) << ": waits inside the forward";
       model.backward(engine);
       EXPECT_TRUE(engine.step(1e-3f).ok());
       per_step = emu::host_waits() - before;
