@@ -27,6 +27,11 @@
 
 namespace zt {
 
+// The CPU backend's classifier chunk: 32 MiB of logits, about its last-level cache.
+constexpr size_t kCpuClassifierChunkBytes = size_t{32} << 20;
+// A GPU's logits row stride for a vocabulary of V: the next multiple of 128 (llm.c's padding).
+constexpr int gpu_logits_row_stride(int V) { return (V + 127) / 128 * 128; }
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -103,13 +108,15 @@ class Backend {
   virtual size_t memory_limit() const { return memory_limit_; }
 
   // ---- kernels ----
-  // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null).
+  // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC) (bias may be null). ld: out's row
+  // stride in elements (0: OC), >= OC: the classifier's padded logits (logits_row_stride).
   virtual void matmul_forward(TensorRef out, TensorView inp, TensorView weight, TensorView bias,
-                              int N, int C, int OC) = 0;
+                              int N, int C, int OC, int ld = 0) = 0;
   // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
-  // dinp and dbias may be null.
+  // dinp and dbias may be null. ld: dout's row stride in elements (0: OC).
   virtual void matmul_backward(TensorRef dinp, TensorRef dweight, TensorRef dbias, TensorView dout,
-                               TensorView inp, TensorView weight, int N, int C, int OC) = 0;
+                               TensorView inp, TensorView weight, int N, int C, int OC,
+                               int ld = 0) = 0;
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
   // stored), so a lookup widens only the rows it reads.
@@ -173,8 +180,16 @@ class Backend {
   // Fused softmax cross-entropy over logits (N,V) with targets (N) (ignore_index < 0 counts no
   // loss and no gradient). losses (N) gets -log p[target] (0 for ignored). When dlogits_scale
   // != 0, logits are overwritten by their gradient: (softmax - onehot) * dlogits_scale.
-  virtual void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
-                                             int N, int V, float dlogits_scale) = 0;
+  // logits: rows of stride ld >= V, in the activation dtype (the columns past V unread).
+  virtual void crossentropy_forward_backward(TensorRef logits, int ld, float* losses,
+                                             const int* targets, int N, int V,
+                                             float dlogits_scale) = 0;
+  // The classifier's logits as this backend keeps them: the row stride for a vocabulary of V
+  // (a multiple of 128 on a GPU, 50257 -> 50304 as llm.c pads, so 16-bit rows start on 256-byte
+  // boundaries and cuBLASLt's tiles divide them; the parameters stay V rows), and the bytes of
+  // logits one chunk of rows may take (a CPU's cache; a GPU's memory budget).
+  virtual int logits_row_stride(int V) const { return V; }
+  virtual size_t classifier_chunk_bytes() const { return kCpuClassifierChunkBytes; }
   // One fused AdamW step (Loshchilov & Hutter, Alg. 2; model/adamw_math.h) on n elements:
   // reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass), updates the
   // fp32 master (n), m (n) and v (n) in place, and writes the updated master rounded to out_t

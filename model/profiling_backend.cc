@@ -85,14 +85,14 @@ void ProfilingBackend::synchronize() { inner_->synchronize(); }
 
 // ---- kernels ----
 void ProfilingBackend::matmul_forward(TensorRef out, TensorView inp, TensorView w, TensorView b,
-                                      int N, int C, int OC) {
+                                      int N, int C, int OC, int ld) {
   timed("matmul_forward", gemm_shape(N, C, OC, w.dtype), 2.0 * N * C * OC,
-        [&] { inner_->matmul_forward(out, inp, w, b, N, C, OC); });
+        [&] { inner_->matmul_forward(out, inp, w, b, N, C, OC, ld); });
 }
 void ProfilingBackend::matmul_backward(TensorRef dinp, TensorRef dw, TensorRef db, TensorView dout,
-                                       TensorView inp, TensorView w, int N, int C, int OC) {
+                                       TensorView inp, TensorView w, int N, int C, int OC, int ld) {
   timed("matmul_backward", gemm_shape(N, C, OC, w.dtype), (dinp ? 4.0 : 2.0) * N * C * OC,
-        [&] { inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC); });
+        [&] { inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, ld); });
 }
 void ProfilingBackend::embedding_forward(TensorRef out, const int* tokens, const void* wte,
                                          const void* wpe, DType t, int B, int T, int C) {
@@ -178,11 +178,11 @@ void ProfilingBackend::swiglu_backward(TensorRef dinp, TensorView dout, TensorVi
 void ProfilingBackend::add_inplace(TensorRef y, TensorView x, size_t n) {
   timed("add_inplace", absl::StrCat("n ", n), 0, [&] { inner_->add_inplace(y, x, n); });
 }
-void ProfilingBackend::crossentropy_forward_backward(float* logits, float* losses,
+void ProfilingBackend::crossentropy_forward_backward(TensorRef logits, int ld, float* losses,
                                                      const int* targets, int N, int V,
                                                      float dlogits_scale) {
   timed("crossentropy", rows_by_cols(N, V), 0, [&] {
-    inner_->crossentropy_forward_backward(logits, losses, targets, N, V, dlogits_scale);
+    inner_->crossentropy_forward_backward(logits, ld, losses, targets, N, V, dlogits_scale);
   });
 }
 void ProfilingBackend::adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,

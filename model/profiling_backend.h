@@ -39,6 +39,8 @@ class ProfilingBackend final : public Backend {
   DType weight_dtype(DType working) const override { return inner_->weight_dtype(working); }
   DType activation_dtype(DType working) const override { return inner_->activation_dtype(working); }
   DType grad_dtype(DType stored) const override { return inner_->grad_dtype(stored); }
+  int logits_row_stride(int V) const override { return inner_->logits_row_stride(V); }
+  size_t classifier_chunk_bytes() const override { return inner_->classifier_chunk_bytes(); }
   bool pin_host(void* p, size_t bytes) override { return inner_->pin_host(p, bytes); }
   void unpin_host(void* p, size_t bytes) override { inner_->unpin_host(p, bytes); }
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override {

@@ -15,10 +15,9 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
-// Classifier chunk rows: about 32 MiB of fp32 logits at a time, so a 32k vocabulary never
-// needs (N,V); at least one row, at most the N rows of a micro-batch.
-int largest_chunk_rows(int vocab_size, int N) {
-  return (int)std::clamp<size_t>((size_t{8} << 20) / vocab_size, 1, N);
+// The backend's chunk budget over this model's rows of logits.
+int largest_chunk_rows(const Backend& be, int ld, DType t, int N) {
+  return logits_chunk_rows(ld, be.classifier_chunk_bytes(), t, N);
 }
 
 size_t offset_of(const Unit& u, const char* name) {
@@ -27,6 +26,12 @@ size_t offset_of(const Unit& u, const char* name) {
 }
 
 }  // namespace
+
+// A CPU's cache (32 MiB) or a GPU's memory budget: all N rows of a micro-batch, or a few
+// chunks, so (N,V) never has to fit.
+int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int N) {
+  return (int)std::clamp<size_t>(chunk_bytes / ((size_t)ld * dtype_size(t)), 1, N);
+}
 
 // Offsets (elements) of each tensor within its unit; kNone where the architecture has none.
 struct Offsets {
@@ -63,7 +68,8 @@ struct Transformer::Acts {
   std::vector<DeviceBuffer> x;
   std::vector<BlockActs> blocks;         // L sets, or k with checkpointing
   DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (N,C), (N), (N)
-  DeviceBuffer logits, losses;           // (chunk,V), (N)
+  DeviceBuffer logits, losses;           // (chunk, ld) in the activation dtype, (N)
+  int ld = 0;                            // the logits' row stride (Backend::logits_row_stride)
   DeviceBuffer dlnf;                     // (N,C) gradient into the final norm's output
   DeviceBuffer dx, dresid, dln, datty, dqkv, dact, dfc;  // backward scratch
   int chunk = 0;
@@ -128,8 +134,9 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->lnf = act(N * C);
   a_->lnf_mean = f32(N);
   a_->lnf_rstd = f32(N);
-  a_->chunk = largest_chunk_rows(c.vocab_size, N);
-  a_->logits = f32((size_t)a_->chunk * c.vocab_size);
+  a_->ld = be->logits_row_stride(c.vocab_size);
+  a_->chunk = largest_chunk_rows(*be, a_->ld, activations, N);
+  a_->logits = act((size_t)a_->chunk * a_->ld);
   a_->losses = f32(N);
   a_->dlnf = act(N * C);
   a_->dx = act(N * C);
@@ -275,8 +282,23 @@ void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, Tensor
 
 int Transformer::classifier_chunk_rows() const { return a_->chunk; }
 
+void Transformer::copy_logits_to_host(float* out, int rows) {
+  const int V = config_.vocab_size, ld = a_->ld;
+  const size_t n = (size_t)rows * ld;
+  DeviceBuffer wide;
+  const float* src = a_->logits.f32();  // fp32 activations: as they are
+  if (act_t_ != DType::kF32) {
+    wide = DeviceBuffer(be_, n * sizeof(float), MemCategory::kWorkspace);
+    be_->convert(a_->logits.data(), act_t_, wide.data(), DType::kF32, n);
+    src = wide.f32();
+  }
+  if (ld == V) return be_->copy_to_host(out, src, n * sizeof(float));
+  for (int r = 0; r < rows; ++r)  // without the padding (a decoding step: one row)
+    be_->copy_to_host(out + (size_t)r * V, src + (size_t)r * ld, V * sizeof(float));
+}
+
 void Transformer::set_classifier_chunk_rows(int rows) {
-  a_->chunk = std::clamp(rows, 1, largest_chunk_rows(config_.vocab_size, max_B_ * max_T_));
+  a_->chunk = std::clamp(rows, 1, largest_chunk_rows(*be_, a_->ld, act_t_, max_B_ * max_T_));
 }
 
 double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool train,
@@ -296,17 +318,16 @@ double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool
   if (train) zero(act(a_->dlnf), (size_t)N * C);
   for (int r0 = rows_from; r0 < rows_from + rows; r0 += a_->chunk) {
     const int nr = std::min(a_->chunk, rows_from + rows - r0);
-    float* logits = a_->logits.f32();  // (nr, V), fp32 for the loss
-    be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V);
-    if (logits_host)
-      be_->copy_to_host(logits_host + (size_t)(r0 - rows_from) * V, logits, sizeof(float) * nr * V);
+    const TensorRef logits = act(a_->logits);  // (nr, ld): V columns, then padding
+    be_->matmul_forward(logits, lnf + (size_t)r0 * C, pw, nullptr, nr, C, V, a_->ld);
+    if (logits_host) copy_logits_to_host(logits_host + (size_t)(r0 - rows_from) * V, nr);
     if (!loss) continue;
-    be_->crossentropy_forward_backward(logits, a_->losses.f32() + r0,
+    be_->crossentropy_forward_backward(logits, a_->ld, a_->losses.f32() + r0,
                                        static_cast<const int*>(a_->targets.data()) + r0, nr, V,
                                        train ? dscale : 0.f);
     if (train && dscale != 0.f)
       be_->matmul_backward(act(a_->dlnf) + (size_t)r0 * C, gw, nullptr, logits,
-                           lnf + (size_t)r0 * C, pw, nr, C, V);
+                           lnf + (size_t)r0 * C, pw, nr, C, V, a_->ld);
   }
   if (train) {  // final norm backward: dx (N,C) = d(norm_f)/dx . dlnf
     const TensorRef dx = act(a_->dx);

@@ -16,6 +16,11 @@
 
 namespace zt {
 
+// Rows of classifier logits one chunk holds: chunk_bytes (Backend::classifier_chunk_bytes) over
+// rows of ld elements (Backend::logits_row_stride) of dtype t; at least 1, at most N. The rule
+// Transformer allocates by and zero/estimator.cc counts by.
+int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int N);
+
 class Transformer {
  public:
   // Allocates activations for micro-batches up to (max_B, max_T) on the backend.
@@ -108,6 +113,8 @@ class Transformer {
   // of the per-row losses (0 without loss).
   double head(UnitEngine& e, bool loss, int rows_from, int rows, bool train, float dscale,
               float* logits_host);
+  // The first `rows` rows of the classifier's logits buffer, as fp32 rows of V, into out.
+  void copy_logits_to_host(float* out, int rows);
 
   ModelConfig config_;
   ParamLayout layout_;

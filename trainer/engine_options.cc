@@ -145,6 +145,8 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.cpu_checkpointing = ds.activation_checkpointing.cpu_checkpointing;
   if (be) {
     in.activation_dtype = be->activation_dtype(in.param_dtype);
+    in.logits_ld = be->logits_row_stride(model.vocab_size);
+    in.classifier_chunk_bytes = (int64_t)be->classifier_chunk_bytes();
     in.weight_dtype = be->weight_dtype(in.param_dtype);
   }
   return in;

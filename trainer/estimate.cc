@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "common/status.h"
+#include "model/backend.h"
 #include "model/config.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
@@ -110,7 +112,13 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     return absl::InvalidArgumentError("--device '" + o.device +
                                       "' is not one of auto, cpu, cuda (estimate: cuda counts "
                                       "activations in the working dtype, as a GPU keeps them)");
-  if (o.device == "cuda") in.activation_dtype = in.weight_dtype = in.param_dtype;
+  if (o.device == "cuda") {
+    in.activation_dtype = in.weight_dtype = in.param_dtype;
+    // The CUDA backend's logits: rows padded to 128, and (an upper bound: its chunk is a
+    // sixteenth of the device's memory) the whole micro-batch's rows at once.
+    if (in.model) in.logits_ld = gpu_logits_row_stride(in.model->vocab_size);
+    in.classifier_chunk_bytes = std::numeric_limits<int64_t>::max();
+  }
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +

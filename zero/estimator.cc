@@ -6,7 +6,9 @@
 #include <string>
 
 #include "common/status.h"
+#include "model/backend.h"
 #include "model/layout.h"
+#include "model/transformer.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
 
@@ -169,9 +171,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {
-    e.dev(M::kActivations) =
-        transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len, in.checkpoint_every,
-                                     in.cpu_checkpointing, in.activation_dtype);
+    e.dev(M::kActivations) = transformer_activation_bytes(
+        *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing,
+        in.activation_dtype, in.logits_ld, in.classifier_chunk_bytes);
     e.hst(M::kActivations) = transformer_host_activation_bytes(
         *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing,
         in.activation_dtype);
@@ -187,8 +189,10 @@ int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, in
 }
 
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
-                                     bool cpu_checkpointing, DType activations) {
-  const int64_t N = int64_t{B} * T, C = c.hidden, V = c.vocab_size;
+                                     bool cpu_checkpointing, DType activations, int logits_ld,
+                                     int64_t classifier_chunk_bytes) {
+  const int64_t N = int64_t{B} * T, C = c.hidden;
+  const int64_t ld = logits_ld > 0 ? logits_ld : c.vocab_size;
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
   const int64_t checkpoints = k == 0 ? 0 : (c.n_layer + k - 1) / k;
@@ -196,14 +200,18 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
                             : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.is_gpt2() ? I : 2 * I;
-  const int64_t chunk = std::clamp<int64_t>((int64_t{8} << 20) / V, 1, N);
+  const int64_t chunk = logits_chunk_rows(
+      (int)ld,
+      classifier_chunk_bytes > 0 ? (size_t)classifier_chunk_bytes : kCpuClassifierChunkBytes,
+      activations, (int)N);
   int64_t acts = 0, floats = 0;  // elements in the activation dtype, and in fp32
   acts += xs * N * C;            // x[]
   acts += L * (N * C + N * QKV + 3 * N * C + N * fcw + N * I);  // ln1, qkv, atty, resid_mid,
                                                                 // ln2, fc, act
   floats += L * (2 * N + B * NH * T + 2 * N);                   // ln1 stats, lse, ln2 stats
   acts += N * C;                                                // lnf
-  floats += 2 * N + chunk * V + N;                              // lnf stats, logits chunk, losses
+  acts += chunk * ld;                                           // logits chunk
+  floats += 2 * N + N;                                          // lnf stats, losses
   acts += N * C;                                                // dlnf
   acts += 4 * N * C + N * QKV + N * I + N * fcw;                // backward scratch
   return acts * (int64_t)dtype_size(activations) + floats * 4 +

@@ -72,6 +72,10 @@ struct EstimateInput {
   // The dtype the activations are kept in (Backend::activation_dtype): fp32 on the CPU
   // backend, the working dtype on a GPU.
   DType activation_dtype = DType::kF32;
+  // How the backend keeps the classifier's logits (Backend::logits_row_stride,
+  // classifier_chunk_bytes); 0: the CPU's (V, 32 MiB).
+  int logits_ld = 0;
+  int64_t classifier_chunk_bytes = 0;
   // The dtype fetch() gives weights in (Backend::weight_dtype): fp32 on the CPU backend, which
   // then reads the decoding step's head (and the tied embedding) through an fp32 copy made at
   // fetch (workspace; training widens a block of rows per thread, less); the working dtype on
@@ -146,8 +150,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 //   per layer: ln1 (N,C), ln1 mean/rstd (N) x2, qkv (N,qkv_dim), lse (B,NH,T), atty (N,C),
 //              resid_mid (N,C), ln2 (N,C), ln2 mean/rstd (N) x2, fc (N, I or 2I for SwiGLU),
 //              act (N,I)
-//   lnf (N,C), lnf mean/rstd (N) x2, logits chunk (chunk,V) with chunk = clamp(2^23/V, 1, N),
-//   losses (N), dlnf (N,C)
+//   lnf (N,C), lnf mean/rstd (N) x2, logits chunk (chunk, ld) in the activation dtype with
+//   ld = logits_ld (0: V) and chunk = logits_chunk_rows(ld, classifier_chunk_bytes (0: the
+//   CPU's 32 MiB), activations, N), losses (N), dlnf (N,C)
 //   backward scratch: dx, dresid, dln, datty (N,C) x4, dqkv (N,qkv_dim), dact (N,I), dfc (N,fcw)
 // With activation checkpointing every k blocks (k >= 1): the per-layer set exists k times,
 // not L, and x[] holds ceil(L/k) + k buffers instead of L + 1 (the checkpointed block inputs,
@@ -156,7 +161,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 // holding the one in use: min(2, ceil(L/k)) + k.
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every = 0,
                                      bool cpu_checkpointing = false,
-                                     DType activations = DType::kF32);
+                                     DType activations = DType::kF32, int logits_ld = 0,
+                                     int64_t classifier_chunk_bytes = 0);
 // Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) in the activation dtype
 // (0 without).
 int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,

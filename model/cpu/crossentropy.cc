@@ -10,12 +10,14 @@
 
 namespace zt {
 
-void CpuBackend::crossentropy_forward_backward(float* logits, float* losses, const int* targets,
-                                               int N, int V, float dlogits_scale) {
+void CpuBackend::crossentropy_forward_backward(TensorRef logits_a, int ld, float* losses,
+                                               const int* targets, int N, int V,
+                                               float dlogits_scale) {
+  float* logits = f32(logits_a);
   const bool grad = dlogits_scale != 0.f;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    float* z = logits + (size_t)n * V;
+    float* z = logits + (size_t)n * ld;
     const int y = targets[n];
     if (y < 0) {
       losses[n] = 0.f;

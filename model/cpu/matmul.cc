@@ -40,8 +40,9 @@ void widen_rows(TensorView weight, int o0, int r, int C, float* w) {
 }  // namespace
 
 void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView weight_v,
-                                TensorView bias_v, int N, int C, int OC) {
+                                TensorView bias_v, int N, int C, int OC, int ld) {
   float* out = f32(out_a);
+  if (ld == 0) ld = OC;
   const float* inp = f32(inp_a);
   DeviceBuffer wt, bt;
   const float* bias = widen(bias_v, OC, bt);
@@ -61,7 +62,7 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
       float* w = wt.f32() + omp_get_thread_num() * per_thread;
       widen_rows(weight_v, o0, r, C, w);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, r, C, 1.f, inp, C, w, C, 0.f,
-                  out + o0, OC);
+                  out + o0, ld);
     }
   } else {
     const float* weight = widen(weight_v, (size_t)OC * C, wt);
@@ -71,12 +72,12 @@ void CpuBackend::matmul_forward(TensorRef out_a, TensorView inp_a, TensorView we
       cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.f, weight, C, inp, 1, 0.f, out, 1);
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.f, inp, C, weight, C, 0.f,
-                  out, OC);
+                  out, ld);
   }
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n)
-      for (int o = 0; o < OC; ++o) out[(size_t)n * OC + o] += bias[o];
+      for (int o = 0; o < OC; ++o) out[(size_t)n * ld + o] += bias[o];
   }
 }
 
@@ -87,8 +88,9 @@ constexpr size_t kPartFloats = size_t{1} << 21;
 
 void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef dbias_g,
                                  TensorView dout_a, TensorView inp_a, TensorView weight_v, int N,
-                                 int C, int OC) {
+                                 int C, int OC, int ld) {
   float* dinp = f32(dinp_a);
+  if (ld == 0) ld = OC;  // dout's row stride
   const float *dout = f32(dout_a), *inp = f32(inp_a);
   DeviceBuffer wt, bt;
   // dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T (OC,N) @ inp (N,C).
@@ -99,10 +101,10 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
   // by a 16-bit step (tests/unit/cpu_sixteen_bit_test.cc).
   const bool w16 = weight_v.dtype != DType::kF32, g16 = dweight.dtype != DType::kF32;
   if (dinp && !w16)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, OC,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.f, dout, ld,
                 static_cast<const float*>(weight_v.data), C, 1.f, dinp, C);
   if (!w16 && !g16) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, OC, inp, C, 1.f,
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.f, dout, ld, inp, C, 1.f,
                 static_cast<float*>(dweight.data), C);
   } else {
     // Blocks of the weight's rows in one parallel region per slab of rows of dinp. Per block:
@@ -134,16 +136,16 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
           if (parts) {
             widen_rows(weight_v, o0, r, C, w);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ns, C, r, 1.f,
-                        dout + (size_t)n0 * OC + o0, OC, w, C, 1.f, p, C);
+                        dout + (size_t)n0 * ld + o0, ld, w, C, 1.f, p, C);
           }
           if (n0 > 0) continue;  // the weight gradient takes every row at once
           if (g16) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, OC, inp,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, ld, inp,
                         C, 0.f, g, C);
             const TensorRef gw = dweight + (size_t)o0 * C;  // rounded once, on this thread
             scale_add_serial(gw.data, gw.dtype, g, 1.f, true, (size_t)r * C);
           } else {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, OC, inp,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, N, 1.f, dout + o0, ld, inp,
                         C, 1.f, static_cast<float*>(dweight.data) + (size_t)o0 * C, C);
           }
         }
@@ -167,7 +169,7 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; ++o) {
       float s = 0.f;
-      for (int n = 0; n < N; ++n) s += dout[(size_t)n * OC + o];
+      for (int n = 0; n < N; ++n) s += dout[(size_t)n * ld + o];
       dbias[o] += s;
     }
     finish_grad(dbias_g, dbias, OC);

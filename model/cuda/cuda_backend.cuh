@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   // write them without conversions.
   DType activation_dtype(DType working) const override { return working; }
   // Weight gradients are added into fp32 only (grad_dtype's default): the engine's accumulator.
+  int logits_row_stride(int V) const override;
+  size_t classifier_chunk_bytes() const override;
   bool pin_host(void* p, size_t bytes) override;
   void unpin_host(void* p, size_t bytes) override;
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;

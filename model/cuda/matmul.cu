@@ -20,9 +20,10 @@
 namespace zt {
 namespace {
 
-__global__ void add_bias_kernel(TensorRef out, TensorView bias, int N, int OC) {
+// out[n, o] (rows of stride ld) += bias[o].
+__global__ void add_bias_kernel(TensorRef out, TensorView bias, int N, int OC, int ld) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < (size_t)N * OC) add_from_f32(out, i, load_as_f32(bias, i % OC));
+  if (i < (size_t)N * OC) add_from_f32(out, i / OC * ld + i % OC, load_as_f32(bias, i % OC));
 }
 
 cudaDataType cuda_type(DType t) {
@@ -37,9 +38,9 @@ cudaDataType cuda_type(DType t) {
 // Row n, column o of dout: the bias gradient's summand.
 struct BiasGradOp {
   TensorView dout;
-  int OC;
+  int ld;  // dout's row stride
   __device__ void operator()(int n, int o, float (&v)[1]) const {
-    v[0] = load_as_f32(dout, (size_t)n * OC + o);
+    v[0] = load_as_f32(dout, (size_t)n * ld + o);
   }
 };
 
@@ -217,7 +218,8 @@ const void* CudaBackend::rounded(TensorView x, size_t n, DType t, DeviceBuffer& 
 }
 
 void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weight, TensorView bias,
-                                 int N, int C, int OC) {
+                                 int N, int C, int OC, int ld) {
+  if (ld == 0) ld = OC;
   DeviceBuffer inp16;
   const void* a = rounded(inp, (size_t)N * C, weight.dtype, inp16);
   // (N,C)(OC,C)^T, with the bias in the epilogue when it has the output's dtype.
@@ -225,12 +227,11 @@ void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weigh
   // a kernel that assumes 16 bytes, which a bias inside a unit need not have.
   const bool fused =
       bias && bias.dtype == out.dtype && reinterpret_cast<uintptr_t>(bias.data) % 16 == 0;
-  gemm(false, true, N, OC, C, a, C, weight.data, C, weight.dtype, out, OC, 0.f,
+  gemm(false, true, N, OC, C, a, C, weight.data, C, weight.dtype, out, ld, 0.f,
        fused ? bias : TensorView());
-  if (bias && !fused) {
-    launch_kernel(add_bias_kernel, blocks_for((size_t)N * OC), kThreads, stream_, out, bias, N, OC);
-    ZT_CHECK_CUDA(cudaGetLastError());
-  }
+  if (bias && !fused)
+    launch_kernel(add_bias_kernel, blocks_for((size_t)N * OC), kThreads, stream_, out, bias, N, OC,
+                  ld);
 }
 
 float* CudaBackend::grad_f32(TensorRef g) {
@@ -240,16 +241,17 @@ float* CudaBackend::grad_f32(TensorRef g) {
 
 void CudaBackend::matmul_backward(TensorRef dinp, TensorRef dweight_g, TensorRef dbias_g,
                                   TensorView dout, TensorView inp, TensorView weight, int N, int C,
-                                  int OC) {
+                                  int OC, int ld) {
+  if (ld == 0) ld = OC;  // dout's row stride
   float* dweight = grad_f32(dweight_g);
   float* dbias = grad_f32(dbias_g);
   DeviceBuffer dout16, inp16;
   const DType t = weight.dtype;
-  const void* dy = rounded(dout, (size_t)N * OC, t, dout16);
-  if (dinp) gemm(false, false, N, C, OC, dy, OC, weight.data, C, t, dinp, C, 1.f);  // += dout W
-  gemm(true, false, OC, C, N, dy, OC, rounded(inp, (size_t)N * C, t, inp16), C, t, dweight, C,
+  const void* dy = rounded(dout, N == 0 ? 0 : (size_t)(N - 1) * ld + OC, t, dout16);
+  if (dinp) gemm(false, false, N, C, OC, dy, ld, weight.data, C, t, dinp, C, 1.f);  // += dout W
+  gemm(true, false, OC, C, N, dy, ld, rounded(inp, (size_t)N * C, t, inp16), C, t, dweight, C,
        1.f);  // += dout^T inp
-  if (dbias) column_sums<1>(this, stream_, {{dbias}}, BiasGradOp{dout, OC}, N, OC);
+  if (dbias) column_sums<1>(this, stream_, {{dbias}}, BiasGradOp{dout, ld}, N, OC);
 }
 
 }  // namespace zt

@@ -475,8 +475,8 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   gpu_->gelu_backward(dh.gp(), h.gp(), da.gp(), da.n);
   expect_close(dh, 1e-5, "gelu backward");
   auto logits = make((size_t)N * V, 3.f), losses = zeros(N);
-  cpu_->crossentropy_forward_backward(logits.cp(), losses.cp(), (int*)yc.data(), N, V, 0.1f);
-  gpu_->crossentropy_forward_backward(logits.gp(), losses.gp(), (int*)yg.data(), N, V, 0.1f);
+  cpu_->crossentropy_forward_backward(logits.cp(), V, losses.cp(), (int*)yc.data(), N, V, 0.1f);
+  gpu_->crossentropy_forward_backward(logits.gp(), V, losses.gp(), (int*)yg.data(), N, V, 0.1f);
   expect_close(losses, 1e-5, "cross-entropy loss");
   expect_close(logits, 1e-6, "cross-entropy dlogits");
   auto p = make(1001), g = make(1001, 1, 2), m = zeros(1001), v = zeros(1001);
@@ -489,6 +489,68 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   expect_close(v, 1e-6, "adamw v");
   EXPECT_NEAR(cpu_->sum_squares(g.cp(), DType::kF32, g.n),
               gpu_->sum_squares(g.gp(), DType::kF32, g.n), 1e-6 * g.n);
+}
+
+// The classifier's logits as the CUDA backend keeps them: bf16, rows padded to a multiple of
+// 128 (V = 1003 -> 1024). The padding holds values that would win any softmax (1e4): the loss,
+// the gradient and the classifier's GEMMs read only the V real columns. Reference: the CPU in
+// fp32 on the same bf16-exact logits, rows of V.
+TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
+  const DType t = DType::kBF16;
+  const int N = 7, V = 1003, C = 24, ld = gpu_->logits_row_stride(V);
+  EXPECT_EQ(ld, 1024);
+  EXPECT_EQ(cpu_->logits_row_stride(V), V);
+  std::vector<int> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = i == 3 ? -100 : (i * 131) % V;
+  DeviceBuffer yc(cpu_.get(), N * 4, MemCategory::kWorkspace),
+      yg(gpu_.get(), N * 4, MemCategory::kWorkspace);
+  cpu_->copy_to_device(yc.data(), tgt.data(), N * 4);
+  gpu_->copy_to_device(yg.data(), tgt.data(), N * 4);
+  // The GPU's (N, ld) logits: the CPU's (N, V) values, then 1e4 in every padding column.
+  auto z = make_typed((size_t)N * V, t, 3.f, 7);
+  std::vector<float> h((size_t)N * V);
+  cpu_->copy_to_host(h.data(), z.c.data(), h.size() * 4);
+  std::vector<float> padded((size_t)N * ld, 1e4f);
+  for (int n = 0; n < N; ++n) std::copy_n(&h[(size_t)n * V], V, &padded[(size_t)n * ld]);
+  std::vector<uint16_t> p16(padded.size());
+  convert(padded.data(), DType::kF32, p16.data(), t, padded.size());
+  DeviceBuffer zg(gpu_.get(), p16.size() * 2, MemCategory::kWorkspace);
+  gpu_->copy_to_device(zg.data(), p16.data(), p16.size() * 2);
+  auto losses = zeros(N);
+  cpu_->crossentropy_forward_backward(z.cp(), V, losses.cp(), (int*)yc.data(), N, V, 0.5f);
+  gpu_->crossentropy_forward_backward({zg.data(), t}, ld, losses.gp(), (int*)yg.data(), N, V, 0.5f);
+  expect_close(losses, 1e-5, "loss over padded bf16 rows");
+  // The classifier's backward reads the padded dlogits with row stride ld.
+  auto x = make_typed((size_t)N * C, t, 1, 8), w = make_typed((size_t)V * C, t, 1, 9),
+       dx = zeros_typed((size_t)N * C, t);
+  auto dw = zeros((size_t)V * C);
+  cpu_->matmul_backward(dx.cp(), dw.cp(), nullptr, z.cp(), x.cp(), w.cp(), N, C, V, V);
+  gpu_->matmul_backward(dx.gp(), dw.gp(), nullptr, TensorView(zg.data(), t), x.gp(), w.gp(), N, C,
+                        V, ld);
+  expect_close(dx, 8e-3, "classifier dX from padded dlogits");
+  expect_close(dw, 4e-3, "classifier dW from padded dlogits (bf16-rounded dlogits)");
+  // And its forward writes rows of stride ld, leaving the padding alone.
+  DeviceBuffer out(gpu_.get(), (size_t)N * ld * 2, MemCategory::kWorkspace);
+  gpu_->copy_to_device(out.data(), p16.data(), p16.size() * 2);
+  auto out_c = zeros((size_t)N * V);
+  cpu_->matmul_forward(out_c.cp(), x.cp(), w.cp(), nullptr, N, C, V);
+  gpu_->matmul_forward({out.data(), t}, x.gp(), w.gp(), nullptr, N, C, V, ld);
+  std::vector<uint16_t> got((size_t)N * ld);
+  gpu_->copy_to_host(got.data(), out.data(), got.size() * 2);
+  std::vector<float> gotf(got.size()), want((size_t)N * V);
+  convert(got.data(), t, gotf.data(), DType::kF32, got.size());
+  cpu_->copy_to_host(want.data(), out_c.cp(), want.size() * 4);
+  double worst = 0, maxref = 1;
+  for (int n = 0; n < N; ++n) {
+    for (int v = 0; v < V; ++v) {
+      const float r = want[(size_t)n * V + v];
+      worst = std::max(worst, (double)std::fabs(gotf[(size_t)n * ld + v] - r));
+      maxref = std::max(maxref, (double)std::fabs(r));
+    }
+    for (int v = V; v < ld; ++v)  // 1e4 as bf16 holds it: 9984
+      ASSERT_EQ(gotf[(size_t)n * ld + v], 9984.f) << "padding written";
+  }
+  EXPECT_LE(worst, 8e-3 * maxref) << "classifier forward into padded rows (2 bf16 units)";
 }
 
 // The attention kernels over the shapes the issue names: T = 1, 7, 37; head sizes 32, 64, 80;

@@ -1,18 +1,19 @@
 // The CUDA runtime and cuBLASLt calls of the emulation (include/cuda_runtime.h, cublasLt.h).
-#include <cstdlib>
-#include <cstring>
-
-#include "cublasLt.h"
-#include "cuda_runtime.h"
-#include "common/dtype.h"
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "common/dtype.h"
+#include "cublasLt.h"
+#include "cuda_runtime.h"
 
 // A stream: immediate (each call runs at once, after what it was told to wait for), or deferred
 // (calls queue, numbered, and run in order when waited for).
@@ -88,6 +89,12 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   ++g_mallocs;
   *p = zt::emu::device_alloc(bytes);  // cudaMalloc aligns to 256
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  *total_bytes = (size_t)sysconf(_SC_PHYS_PAGES) * page;
+  *free_bytes = (size_t)sysconf(_SC_AVPHYS_PAGES) * page;
+  return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   zt::emu::device_free(p);

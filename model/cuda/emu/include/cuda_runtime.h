@@ -38,6 +38,8 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 cudaError_t cudaFree(void* p);
+// The host's physical memory as the device's total, and its available memory as free.
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream = nullptr);
