@@ -553,6 +553,67 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
   EXPECT_LE(worst, 8e-3 * maxref) << "classifier forward into padded rows (2 bf16 units)";
 }
 
+// The element-wise kernels' two paths: 16-byte packs (elementwise.cuh: operands of one dtype
+// on 16-byte boundaries) and one element at a time (otherwise). On the same values, at an
+// aligned offset and at one element off it (n = 301: whole packs and a tail), in each dtype,
+// they give the same bits; and they match the CPU.
+TEST_F(CudaVsCpu, PackedAndPerElementKernelsGiveTheSameBits) {
+  const size_t n = 301;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const size_t es = dtype_size(t);
+    std::vector<float> h(n + 1), g(n + 1);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.f, 2.f);
+    for (size_t i = 0; i <= n; ++i) h[i] = d(rng), g[i] = d(rng);
+    std::vector<char> h_t((n + 1) * es), g_t((n + 1) * es);
+    convert(h.data(), DType::kF32, h_t.data(), t, n + 1);
+    convert(g.data(), DType::kF32, g_t.data(), t, n + 1);
+    auto upload = [&](const std::vector<char>& v) {
+      DeviceBuffer b(gpu_.get(), v.size() + 64, MemCategory::kWorkspace);
+      gpu_->copy_to_device(b.data(), v.data(), v.size());
+      return b;
+    };
+    // outs[path][op]: path 0 packed (offset 0), 1 per element (offset 1)
+    std::vector<std::vector<char> > outs[2];
+    for (int path = 0; path < 2; ++path) {
+      const size_t off = path;  // elements: 1 puts every operand off its 16-byte boundary
+      // The first n values, after `off` elements of zeros.
+      std::vector<char> hs(off * es, 0), gs(off * es, 0);
+      hs.insert(hs.end(), h_t.begin(), h_t.begin() + n * es);
+      gs.insert(gs.end(), g_t.begin(), g_t.begin() + n * es);
+      DeviceBuffer x = upload(hs), dy = upload(gs), y = upload(gs), out = upload(hs);
+      auto at = [&](DeviceBuffer& b) { return TensorRef(b.data(), t) + off; };
+      std::vector<char> r(n * es);
+      gpu_->gelu_forward(at(out), at(x), n);
+      gpu_->copy_to_host(r.data(), at(out).data, n * es);
+      outs[path].push_back(r);
+      gpu_->gelu_backward(at(out), at(x), at(dy), n);
+      gpu_->copy_to_host(r.data(), at(out).data, n * es);
+      outs[path].push_back(r);
+      gpu_->add_inplace(at(y), at(x), n);
+      gpu_->copy_to_host(r.data(), at(y).data, n * es);
+      outs[path].push_back(r);
+    }
+    const char* ops[] = {"gelu forward", "gelu backward", "add"};
+    for (int op = 0; op < 3; ++op)
+      EXPECT_EQ(outs[0][op], outs[1][op]) << ops[op] << " (" << dtype_name(t) << ")";
+    // The packed path against the CPU's fp32 on the same values.
+    std::vector<float> hx(h.begin(), h.begin() + n), gx(g.begin(), g.begin() + n);
+    convert(h_t.data(), t, hx.data(), DType::kF32, n);
+    convert(g_t.data(), t, gx.data(), DType::kF32, n);
+    DeviceBuffer cx(cpu_.get(), n * 4, MemCategory::kWorkspace),
+        co(cpu_.get(), n * 4, MemCategory::kWorkspace);
+    cpu_->copy_to_device(cx.data(), hx.data(), n * 4);
+    cpu_->gelu_forward(co.f32(), cx.f32(), n);
+    std::vector<float> want(n), got(n);
+    cpu_->copy_to_host(want.data(), co.data(), n * 4);
+    convert(outs[0][0].data(), t, got.data(), DType::kF32, n);
+    const double tol = t == DType::kF32 ? 1e-6 : t == DType::kBF16 ? 8e-3 : 1e-3;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got[i], want[i], tol * std::max(1.f, std::fabs(want[i]))) << dtype_name(t) << i;
+  }
+}
+
 // The attention kernels over the shapes the issue names: T = 1, 7, 37; head sizes 32, 64, 80;
 // GQA ratios 1, 4, 8; and one decoded row against the CPU's.
 TEST_F(CudaVsCpu, AttentionOverHeadSizesGqaRatiosAndLengths) {
