@@ -6,8 +6,8 @@ AdamW, each with its FLOPs, the bytes it must move, its time at the H200's roofs
 dense bf16, 4.8 TB/s HBM3e), and the step time and MFU that follow when each kernel runs at
 a stated fraction of its roof.
 
-  benchmarks/gpu_roofline.py [--model gpt2|tinyllama|both] [--ordered-dq]
-                             [--measured PROFILE.txt]
+  benchmarks/gpu_roofline.py [--model gpt2|tinyllama|both] [--batch B] [--ordered-dq]
+                             [--beta0] [--measured PROFILE.txt]
 
 The kernel list follows model/transformer.cc's forward and backward (the ops the flops
 profiler, model/profiling_backend.cc, names: matmul_forward, attention_backward, ...), with
@@ -65,10 +65,12 @@ def psi(m):
     return 2 * V * C + L * block + C
 
 
-def kernels(m, ordered_dq=False):
+def kernels(m, ordered_dq=False, beta0=False):
     """[(op, kernel, kind, flops, bytes)] for one step: forward, backward, optimizer.
     ordered_dq: the attention backward as one kernel of 5 products (FlashAttention-2's
-    deterministic mode) instead of the two kernels built, which recompute S and dP in each."""
+    deterministic mode) instead of the two kernels built, which recompute S and dP in each.
+    beta0: the backward's dX GEMMs write their output (beta 0) instead of adding into scratch
+    zeroed first (as built: cudaMemsetAsync, then beta 1)."""
     L, C, NH, KVH, I, T, B = m["L"], m["C"], m["NH"], m["KVH"], m["I"], m["T"], m["B"]
     V, Vp, N, hd, g2 = m["V"], padded(m["V"]), m["B"] * m["T"], m["C"] // m["NH"], m["gpt2"]
     qkv = (NH + 2 * KVH) * hd
@@ -95,8 +97,8 @@ def kernels(m, ordered_dq=False):
     k("embedding_forward", "token + position lookup", "memory", 0,
       BF16 * N * C * (3 if g2 else 2) + 4 * N)
     for _ in range(L):
-        k(f"{norm}_forward", f"{norm} (fused residual add)", "memory", 8 * N * C,
-          BF16 * N * C * 3 + 2 * F32 * N)
+        k(f"{norm}_forward", f"{norm} of the block's input", "memory", 8 * N * C,
+          2 * BF16 * N * C + 2 * F32 * N)
         gemm("matmul_forward", "qkv GEMM (+bias epilogue)", N, qkv, C)
         if not g2:
             k("rope", "RoPE on q and k", "memory", 6 * N * (NH + KVH) * hd,
@@ -104,7 +106,7 @@ def kernels(m, ordered_dq=False):
         k("attention_forward", "flash forward (mma.sync)", "attn_fwd", 4 * B * NH * pairs * hd,
           BF16 * N * (qkv + C) + F32 * B * NH * T)
         gemm("matmul_forward", "attention projection GEMM", N, C, C)
-        k(f"{norm}_forward", f"residual + {norm}", "memory", 8 * N * C,
+        k(f"residual_{norm}_forward", f"residual add + {norm}", "memory", 8 * N * C,
           BF16 * N * C * 4 + 2 * F32 * N)
         if g2:
             gemm("matmul_forward", "fc GEMM, GELU epilogue (pre-GELU kept)", N, I, C,
@@ -118,8 +120,10 @@ def kernels(m, ordered_dq=False):
     k(f"{norm}_forward", f"final {norm}", "memory", 8 * N * C, 2 * BF16 * N * C + 2 * F32 * N)
     # ---- head: padded vocabulary, one chunk, bf16 logits ----
     gemm("matmul_forward", "classifier GEMM", N, Vp, C)
-    k("crossentropy_forward_backward", "softmax + loss + dlogits in place", "memory", 5 * N * V,
+    k("crossentropy", "softmax + loss + dlogits in place", "memory", 5 * N * V,
       2 * BF16 * N * Vp + 8 * N)
+    if not beta0:
+        k("zero", "zero dlnf and dx (scratch the GEMMs add into)", "memory", 0, 2 * BF16 * N * C)
     gemm("matmul_backward", "classifier dX GEMM", N, C, Vp)
     gemm_dw("matmul_backward", "classifier dW GEMM", Vp, C, N)
     k(f"{norm}_backward", f"final {norm} backward", "memory", 10 * N * C,
@@ -128,6 +132,9 @@ def kernels(m, ordered_dq=False):
                outputs=2 if g2 else 1, inputs=2)
     # ---- backward, per block ----
     for _ in range(L):
+        if not beta0:
+            k("zero", "zero dact, dln x2, datty, dqkv (scratch the GEMMs add into)", "memory", 0,
+              BF16 * N * (I + 3 * C + qkv))
         if g2:  # cuBLASLt's DGELU_BGRAD epilogue: dGELU from the kept pre-GELU, fc's bias grad
             gemm("matmul_backward", "fc projection dX GEMM, dGELU + bias-gradient epilogue",
                  N, I, C, extra_bytes=BF16 * N * I + F32 * I)
@@ -175,13 +182,13 @@ def kernels(m, ordered_dq=False):
     k("sum_squares", "gradient norm", "memory", 2 * P, F32 * P)
     k("adamw_update", "AdamW (fp32 master, m, v; bf16 copy)", "memory", 12 * P,
       (4 * F32 + 3 * F32 + BF16) * P)
-    k("memset", "zero the gradients", "memory", 0, F32 * P)
+    k("zero", "zero the gradients", "memory", 0, F32 * P)
     return out
 
 
-def budget(m, fractions, ordered_dq):
+def budget(m, fractions, ordered_dq, beta0):
     rows = []
-    for op, name, kind, flops, nbytes in kernels(m, ordered_dq):
+    for op, name, kind, flops, nbytes in kernels(m, ordered_dq, beta0):
         frac = fractions[kind]
         t_c = flops / (frac * PEAK) if kind != "memory" else 0.0
         t_m = nbytes / (fractions["memory"] * HBM)
@@ -197,18 +204,20 @@ def model_flops_per_step(m):
 
 
 def read_measured(path):
-    """{op: ms per step} from the flops profiler's table (op, calls, ms, ...)."""
+    """{op: ms in the profiled step} from the flops profiler's table (model/profiling_backend.cc:
+    op, shape, calls, ms, share, ...; an op's rows of several shapes added)."""
     got = {}
+    row = re.compile(r"^([a-z_0-9]+)\s+(.*?)\s+(\d+)\s+([0-9.]+)\s+[0-9.]+%")
     for line in open(path):
-        f = line.split()
-        if len(f) >= 3 and re.fullmatch(r"[a-z_]+", f[0]) and re.fullmatch(r"[0-9.]+", f[2]):
-            got[f[0]] = float(f[2])
+        m = row.match(line)
+        if m:
+            got[m[1]] = got.get(m[1], 0.0) + float(m[4])
     return got
 
 
-def report(key, fractions, measured, ordered_dq):
+def report(key, fractions, measured, ordered_dq, beta0):
     m = MODELS[key]
-    rows = budget(m, fractions, ordered_dq)
+    rows = budget(m, fractions, ordered_dq, beta0)
     step = sum(r["planned_s"] for r in rows)
     roof = sum(r["roof_s"] for r in rows)
     mf = model_flops_per_step(m)
@@ -242,7 +251,8 @@ def report(key, fractions, measured, ordered_dq):
           f"At the planned fractions: **{step * 1e3:.2f} ms per step, "
           f"{m['B'] * m['T'] / step:,.0f} tokens/s, MFU {100 * mf / (step * PEAK):.1f}%**.")
     if measured:
-        print("\n| op | planned (ms) | measured (ms) | measured / planned |\n|---|---|---|---|")
+        print("\nMeasured (the flops profiler: each op synchronised, so launch gaps count):\n\n"
+              "| op | planned (ms) | measured (ms) | measured / planned |\n|---|---|---|---|")
         per_op = OrderedDict()
         for r in rows:
             per_op[r["op"]] = per_op.get(r["op"], 0) + r["planned_s"] * 1e3
@@ -250,6 +260,10 @@ def report(key, fractions, measured, ordered_dq):
             got = measured.get(op)
             print(f"| {op} | {ms:.3f} | {'' if got is None else f'{got:.3f}'} | "
                   f"{'' if got is None else f'{got / ms:.2f}x'} |")
+        for op, got in measured.items():  # launched, but fused away or not modelled
+            if op not in per_op:
+                print(f"| {op} | (not in the plan) | {got:.3f} | |")
+        print(f"\nMeasured in all: {sum(measured.values()):.3f} ms; planned {step * 1e3:.3f} ms.")
     return 100 * mf / (step * PEAK)
 
 
@@ -257,8 +271,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=["gpt2", "tinyllama", "both"], default="both")
     ap.add_argument("--measured", help="the flops profiler's table from a GPU run")
+    ap.add_argument("--batch", type=int, help="micro-batch B (default: 16 GPT-2, 4 TinyLlama)")
     ap.add_argument("--ordered-dq", action="store_true",
                     help="plan the attention backward as one 5-product kernel (not built)")
+    ap.add_argument("--beta0", action="store_true",
+                    help="plan the backward's dX GEMMs with beta 0, no zeroed scratch (not built)")
     for kind, (f, _) in FRACTION.items():
         ap.add_argument(f"--{kind}", type=float, default=f,
                         help=f"fraction of roof for {kind} kernels (default {f})")
@@ -271,7 +288,9 @@ def main():
         print(f"| {kind} | {fractions[kind]:.2f} | {why} |")
     measured = read_measured(a.measured) if a.measured else None
     for key in (["gpt2", "tinyllama"] if a.model == "both" else [a.model]):
-        report(key, fractions, measured, a.ordered_dq)
+        if a.batch:
+            MODELS[key]["B"] = a.batch
+        report(key, fractions, measured, a.ordered_dq, a.beta0)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ Stages (limits in seconds):
   kernels    90   tests/unit/cuda_backend_test.cc on the GPU; a skipped test is a failure
   reference  60   the PyTorch fixtures on the CUDA backend (ZT_TEST_DEVICE=cuda)
   training   60   20 steps of shakespeare-llama against the CPU's losses (relative 1e-4)
-  gpt2       75   GPT-2 124M, T 1024, micro-batch 8, bf16, stage 0: tokens/s, MFU, memory
+  gpt2       75   GPT-2 124M, T 1024, micro-batch 8, bf16, stage 0: tokens/s, MFU, memory; the
+                  last step profiled per op beside the roofline budget (logs/roofline_gpt2.md)
   tinyllama  150  TinyLlama-1.1B, T 2048: stage 0; stage 2 with the optimizer on the CPU, with
                   and without the delayed parameter update: step time, peak memory (tracker,
                   driver, estimator)
@@ -69,7 +70,7 @@ SHAPES = {
             "gpt2": ("gpt2-124m", 12, 768, 1024, 8, 8, "data"),
             "tinyllama": ("tinyllama-1.1b", 22, 2048, 2048, 1, 8, "data")},
     "rehearse": {"training": ("tiny-llama", 2, 64, 32, 4, 3, "bytes"),
-                 "gpt2": ("tiny-gpt2", 2, 64, 64, 2, 4, "bytes"),
+                 "gpt2": ("tiny-gpt2", 2, 64, 64, 2, 5, "bytes"),
                  "tinyllama": ("tiny-llama", 2, 64, 64, 2, 4, "bytes")},
 }
 TRAIN_CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -411,11 +412,19 @@ def bench_config(stage, micro_batch, offload, dpu):
 
 
 def bench(plan, name, shape, stage, offload, dpu, limit):
-    """One timed run of ours on the GPU, the driver's memory sampled: its figures."""
-    _, L, C, T, B, _, _ = shape
+    """One timed run of ours on the GPU, the driver's memory sampled: its figures. GPT-2's last
+    step runs under the flops profiler (every op timed alone, left out of the averages), and
+    benchmarks/gpu_roofline.py puts its per-op times beside the roofline budget
+    (logs/roofline_gpt2.md)."""
+    _, L, C, T, B, steps_run, _ = shape
     run_dir = os.path.join(plan.work, name)
-    argv = train_args(zerotrain(plan), "cuda", shape, run_dir,
-                      bench_config(stage, B, offload, dpu)) + ["--memory_report"]
+    config = bench_config(stage, B, offload, dpu)
+    profiled = name == "gpt2"
+    profile = os.path.join(run_dir, "flops_profile.txt")
+    if profiled:
+        config["flops_profiler"] = {"enabled": True, "profile_step": steps_run,
+                                    "output_file": profile}
+    argv = train_args(zerotrain(plan), "cuda", shape, run_dir, config) + ["--memory_report"]
     smi_log = open(os.path.join(run_dir, "driver_mib.txt"), "w")
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
                             "nounits", "-lms", "200"], stdout=smi_log, stderr=subprocess.DEVNULL,
@@ -429,8 +438,14 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
         return {"status": "timeout"}
     if rc != 0:
         return {"status": f"exit {rc}"}
-    steps = metrics(run_dir)[3:]
+    steps = metrics(run_dir)[3:-1] if profiled else metrics(run_dir)[3:]
     rep = json.load(open(os.path.join(run_dir, "memory_report_rank0.json")))
+    roofline = None
+    if profiled and os.path.exists(profile):
+        rc = plan.sh("roofline_gpt2.md", ["python3", os.path.join(ROOT, "benchmarks",
+                     "gpu_roofline.py"), "--model", "gpt2", "--batch", str(B), "--measured",
+                     profile], 30)
+        roofline = "logs/roofline_gpt2.md" if rc == 0 else f"gpu_roofline.py: exit {rc}"
     if not steps:
         return {"status": "no steps past the warm-up"}
     tps = sum(s["tokens_per_s"] for s in steps) / len(steps)
@@ -441,7 +456,8 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
             "mfu": mfu(tps, rep["psi"], L, C, T),
             "peak_gib_tracked": rep["device_peak_bytes"] / gib,
             "peak_gib_driver": max(drv, default=0) / 1024,
-            "peak_gib_estimated": rep["device_predicted_bytes"] / gib}
+            "peak_gib_estimated": rep["device_predicted_bytes"] / gib,
+            **({"roofline": roofline} if profiled else {})}
 
 
 def bench_stage(runs):
