@@ -7,17 +7,18 @@ dense bf16, 4.8 TB/s HBM3e), and the step time and MFU that follow when each ker
 a stated fraction of its roof.
 
   benchmarks/gpu_roofline.py [--model gpt2|tinyllama|both] [--batch B] [--ordered-dq]
-                             [--beta0] [--measured PROFILE.txt]
+                             [--beta0] [--residual-in-gemm] [--measured PROFILE.txt]
 
-The kernel list follows model/transformer.cc's forward and backward (the ops the flops
-profiler, model/profiling_backend.cc, names: matmul_forward, attention_backward, ...), with
-the kernels issue's plan in place: the vocabulary padded to a multiple of 128 on the device,
-the head in one chunk, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and
-DGELU_BGRAD on its backward, the block's residual added by the fc projection GEMM (beta 1),
-two-pass column reductions for the other bias and norm gradients, bf16 logits. A kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction
-x bandwidth)) plus a launch gap. `--measured` reads the flops profiler's table (`zerotrain
-train --flops_profiler` on the GPU, CUDA events per op) and prints the measured time per op
-beside the budget.
+The kernel list is the CUDA backend's as built (model/transformer.cc's forward and backward,
+under the op names the flops profiler, model/profiling_backend.cc, uses): the vocabulary
+padded to a multiple of 128 on the device, bf16 logits in one chunk, the tensor-core
+attention, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and DGELU on its
+backward, two-pass column reductions for the bias and norm gradients, 16-byte element-wise
+kernels. --ordered-dq, --beta0 and --residual-in-gemm add items of the plan not built yet. A
+kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction x bandwidth)) plus a
+launch gap. `--measured` reads the flops profiler's table (the ds_config's flops_profiler on
+the GPU: each op synchronised and timed alone) and prints the measured time per op beside the
+budget.
 
 MFU is PaLM's (Chowdhery et al. 2022, appendix B), as scripts/gpu_check.py reports it:
 (6 Psi + 12 L C T) FLOPs per token over the dense bf16 peak.
@@ -65,12 +66,13 @@ def psi(m):
     return 2 * V * C + L * block + C
 
 
-def kernels(m, ordered_dq=False, beta0=False):
+def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
     """[(op, kernel, kind, flops, bytes)] for one step: forward, backward, optimizer.
     ordered_dq: the attention backward as one kernel of 5 products (FlashAttention-2's
     deterministic mode) instead of the two kernels built, which recompute S and dP in each.
     beta0: the backward's dX GEMMs write their output (beta 0) instead of adding into scratch
-    zeroed first (as built: cudaMemsetAsync, then beta 1)."""
+    zeroed first (as built: cudaMemsetAsync, then beta 1). residual_in_gemm: the block's residual
+    added by the fc projection GEMM (beta 1) instead of a separate add (as built)."""
     L, C, NH, KVH, I, T, B = m["L"], m["C"], m["NH"], m["KVH"], m["I"], m["T"], m["B"]
     V, Vp, N, hd, g2 = m["V"], padded(m["V"]), m["B"] * m["T"], m["C"] // m["NH"], m["gpt2"]
     qkv = (NH + 2 * KVH) * hd
@@ -114,9 +116,12 @@ def kernels(m, ordered_dq=False, beta0=False):
         else:
             gemm("matmul_forward", "gate|up GEMM", N, fc, C)
             k("swiglu_forward", "SwiGLU", "memory", 4 * N * I, BF16 * N * 3 * I)
-        # The block's residual added by the GEMM itself (beta = 1, C = mid, D = out).
-        gemm("matmul_forward", "fc projection GEMM (+ residual as C)", N, C, I,
-             extra_bytes=BF16 * N * C)
+        if residual_in_gemm:  # the block's residual added by the GEMM (beta 1, C = mid)
+            gemm("matmul_forward", "fc projection GEMM (+ residual as C)", N, C, I,
+                 extra_bytes=BF16 * N * C)
+        else:
+            gemm("matmul_forward", "fc projection GEMM", N, C, I)
+            k("add_inplace", "residual add", "memory", N * C, 3 * BF16 * N * C)
     k(f"{norm}_forward", f"final {norm}", "memory", 8 * N * C, 2 * BF16 * N * C + 2 * F32 * N)
     # ---- head: padded vocabulary, one chunk, bf16 logits ----
     gemm("matmul_forward", "classifier GEMM", N, Vp, C)
@@ -135,9 +140,9 @@ def kernels(m, ordered_dq=False, beta0=False):
         if not beta0:
             k("zero", "zero dact, dln x2, datty, dqkv (scratch the GEMMs add into)", "memory", 0,
               BF16 * N * (I + 3 * C + qkv))
-        if g2:  # cuBLASLt's DGELU_BGRAD epilogue: dGELU from the kept pre-GELU, fc's bias grad
-            gemm("matmul_backward", "fc projection dX GEMM, dGELU + bias-gradient epilogue",
-                 N, I, C, extra_bytes=BF16 * N * I + F32 * I)
+        if g2:  # cuBLASLt's DGELU epilogue: dGELU from the kept pre-GELU
+            gemm("matmul_backward", "fc projection dX GEMM, dGELU epilogue", N, I, C,
+                 extra_bytes=BF16 * N * I)
         else:
             gemm("matmul_backward", "fc projection dX GEMM", N, I, C)
         gemm_dw("matmul_backward", "fc projection dW GEMM", C, I, N)
@@ -147,6 +152,8 @@ def kernels(m, ordered_dq=False, beta0=False):
             k("swiglu_backward", "SwiGLU backward", "memory", 8 * N * I, BF16 * N * 5 * I)
         gemm("matmul_backward", "fc dX GEMM", N, C, fc)
         gemm_dw("matmul_backward", "fc dW GEMM", fc, C, N)
+        if g2:
+            column_sum("matmul_backward", "fc bias gradient", N, I)
         k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
           4 * BF16 * N * C + 2 * F32 * N)
         column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
@@ -186,9 +193,9 @@ def kernels(m, ordered_dq=False, beta0=False):
     return out
 
 
-def budget(m, fractions, ordered_dq, beta0):
+def budget(m, fractions, options):
     rows = []
-    for op, name, kind, flops, nbytes in kernels(m, ordered_dq, beta0):
+    for op, name, kind, flops, nbytes in kernels(m, **options):
         frac = fractions[kind]
         t_c = flops / (frac * PEAK) if kind != "memory" else 0.0
         t_m = nbytes / (fractions["memory"] * HBM)
@@ -215,9 +222,9 @@ def read_measured(path):
     return got
 
 
-def report(key, fractions, measured, ordered_dq, beta0):
+def report(key, fractions, measured, options):
     m = MODELS[key]
-    rows = budget(m, fractions, ordered_dq, beta0)
+    rows = budget(m, fractions, options)
     step = sum(r["planned_s"] for r in rows)
     roof = sum(r["roof_s"] for r in rows)
     mf = model_flops_per_step(m)
@@ -276,6 +283,8 @@ def main():
                     help="plan the attention backward as one 5-product kernel (not built)")
     ap.add_argument("--beta0", action="store_true",
                     help="plan the backward's dX GEMMs with beta 0, no zeroed scratch (not built)")
+    ap.add_argument("--residual-in-gemm", action="store_true",
+                    help="plan the block's residual added by the fc projection GEMM (not built)")
     for kind, (f, _) in FRACTION.items():
         ap.add_argument(f"--{kind}", type=float, default=f,
                         help=f"fraction of roof for {kind} kernels (default {f})")
@@ -290,7 +299,8 @@ def main():
     for key in (["gpt2", "tinyllama"] if a.model == "both" else [a.model]):
         if a.batch:
             MODELS[key]["B"] = a.batch
-        report(key, fractions, measured, a.ordered_dq, a.beta0)
+        report(key, fractions, measured, dict(ordered_dq=a.ordered_dq, beta0=a.beta0,
+                                              residual_in_gemm=a.residual_in_gemm))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 // Backend's defaults: host memory pinned by mlock (the CPU backend; a GPU backend registers it
-// with its driver instead).
+// with its driver instead), and the fused GEMM + GELU ops as their two passes.
 #include "model/backend.h"
 
 #include <sys/mman.h>
@@ -7,6 +7,20 @@
 namespace zt {
 
 bool Backend::pin_host(void* p, size_t bytes) { return mlock(p, bytes) == 0; }
+
+void Backend::matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp, TensorView weight,
+                                  TensorView bias, int N, int C, int OC) {
+  matmul_forward(pre, inp, weight, bias, N, C, OC);
+  gelu_forward(out, pre, (size_t)N * OC);
+}
+
+void Backend::matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dweight,
+                                    TensorRef dbias, TensorView dout, TensorView act,
+                                    TensorView weight, TensorView pre, int N, int C, int OC) {
+  zero(scratch.data, scratch.bytes((size_t)N * C));
+  matmul_backward(scratch, dweight, dbias, dout, act, weight, N, C, OC);
+  gelu_backward(dpre, pre, scratch, (size_t)N * C);
+}
 void Backend::unpin_host(void* p, size_t bytes) { munlock(p, bytes); }
 
 double Backend::sum_squares(const void* x, DType t, size_t n) {

@@ -169,6 +169,20 @@ class Backend {
   virtual void attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH, int hd) = 0;
   // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
   virtual void gelu_forward(TensorRef out, TensorView inp, size_t n) = 0;
+  // GPT-2's MLP up-projection and its GELU: pre (N,OC) = inp @ weight^T + bias, out (N,OC) =
+  // gelu(pre). By default matmul_forward then gelu_forward; the CUDA backend makes them one
+  // GEMM (cuBLASLt's GELU_AUX_BIAS epilogue: out, and pre as its auxiliary output; the GELU of
+  // the fp32 sum, so out may differ from the two passes' by a 16-bit rounding of pre).
+  virtual void matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp, TensorView weight,
+                                   TensorView bias, int N, int C, int OC);
+  // The down-projection's backward with the GELU's: dpre (N,C) = (dout @ weight) * gelu'(pre)
+  // (overwritten), dweight (OC,C) += dout^T @ act, dbias (OC, or null) += sum_n dout. scratch
+  // (N,C, dpre's dtype): by default dout @ weight goes there (matmul_backward, then
+  // gelu_backward); the CUDA backend applies the GELU's gradient in the GEMM (cuBLASLt's DGELU
+  // epilogue, pre its auxiliary input) and leaves scratch alone.
+  virtual void matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dweight,
+                                     TensorRef dbias, TensorView dout, TensorView act,
+                                     TensorView weight, TensorView pre, int N, int C, int OC);
   // dinp (n) = (overwrites) dout * gelu'(inp).
   virtual void gelu_backward(TensorRef dinp, TensorView inp, TensorView dout, size_t n) = 0;
   // SwiGLU: out (N,I) = silu(inp[:, :I]) * inp[:, I:], inp (N,2I) = [gate | up].

@@ -94,6 +94,18 @@ void ProfilingBackend::matmul_backward(TensorRef dinp, TensorRef dw, TensorRef d
   timed("matmul_backward", gemm_shape(N, C, OC, w.dtype), (dinp ? 4.0 : 2.0) * N * C * OC,
         [&] { inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, ld); });
 }
+// The fused ops under the plain ops' names (their FLOPs: the GEMMs'), so the table compares.
+void ProfilingBackend::matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp,
+                                           TensorView w, TensorView b, int N, int C, int OC) {
+  timed("matmul_forward", gemm_shape(N, C, OC, w.dtype) + ", +gelu", 2.0 * N * C * OC,
+        [&] { inner_->matmul_gelu_forward(out, pre, inp, w, b, N, C, OC); });
+}
+void ProfilingBackend::matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dw,
+                                             TensorRef db, TensorView dout, TensorView act,
+                                             TensorView w, TensorView pre, int N, int C, int OC) {
+  timed("matmul_backward", gemm_shape(N, C, OC, w.dtype) + ", +dgelu", 4.0 * N * C * OC,
+        [&] { inner_->matmul_dgelu_backward(dpre, scratch, dw, db, dout, act, w, pre, N, C, OC); });
+}
 void ProfilingBackend::embedding_forward(TensorRef out, const int* tokens, const void* wte,
                                          const void* wpe, DType t, int B, int T, int C) {
   timed("embedding_forward", rows_by_cols((int64_t)B * T, C), 0,

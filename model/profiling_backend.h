@@ -40,6 +40,11 @@ class ProfilingBackend final : public Backend {
   DType activation_dtype(DType working) const override { return inner_->activation_dtype(working); }
   DType grad_dtype(DType stored) const override { return inner_->grad_dtype(stored); }
   int logits_row_stride(int V) const override { return inner_->logits_row_stride(V); }
+  void matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp, TensorView weight,
+                           TensorView bias, int N, int C, int OC) override;
+  void matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dweight, TensorRef dbias,
+                             TensorView dout, TensorView act, TensorView weight, TensorView pre,
+                             int N, int C, int OC) override;
   size_t classifier_chunk_bytes() const override { return inner_->classifier_chunk_bytes(); }
   bool pin_host(void* p, size_t bytes) override { return inner_->pin_host(p, bytes); }
   void unpin_host(void* p, size_t bytes) override { inner_->unpin_host(p, bytes); }

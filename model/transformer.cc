@@ -270,8 +270,7 @@ void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, Tensor
   be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
   residual_norm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N);
   if (c.is_gpt2()) {  // fc (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA; act (N, I)
-    be_->matmul_forward(fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
-    be_->gelu_forward(act, fc, (size_t)N * I);
+    be_->matmul_gelu_forward(act, fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
   } else {
     be_->matmul_forward(fc, ln2, p + o.fcw, nullptr, N, C, 2 * I);
     be_->swiglu_forward(act, fc, N, I);
@@ -293,8 +292,10 @@ void Transformer::copy_logits_to_host(float* out, int rows) {
     src = wide.f32();
   }
   if (ld == V) return be_->copy_to_host(out, src, n * sizeof(float));
-  for (int r = 0; r < rows; ++r)  // without the padding (a decoding step: one row)
-    be_->copy_to_host(out + (size_t)r * V, src + (size_t)r * ld, V * sizeof(float));
+  std::vector<float> padded(n);  // one copy, then the padding dropped here
+  be_->copy_to_host(padded.data(), src, n * sizeof(float));
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(padded.data() + (size_t)r * ld, V, out + (size_t)r * V);
 }
 
 void Transformer::set_classifier_chunk_rows(int rows) {
@@ -382,13 +383,15 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const TensorRef dresid = act(a_->dresid);
   // MLP: out = mid + act @ Wfco^T
   const TensorRef dact = act(a_->dact);
-  zero(dact, (size_t)N * I);
-  be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow, N, I, C);
   const TensorRef dfc = act(a_->dfc);
-  if (c.is_gpt2())
-    be_->gelu_backward(dfc, act(b.fc), dact, (size_t)N * I);
-  else
+  if (c.is_gpt2()) {  // dfc = (dx Wfco) gelu'(fc), dact the scratch of backends that do not fuse
+    be_->matmul_dgelu_backward(dfc, dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow,
+                               act(b.fc), N, I, C);
+  } else {
+    zero(dact, (size_t)N * I);
+    be_->matmul_backward(dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow, N, I, C);
     be_->swiglu_backward(dfc, dact, act(b.fc), N, I);
+  }
   const TensorRef dln = act(a_->dln);
   zero(dln, NC);
   be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, act(b.ln2), p + o.fcw, N, C,

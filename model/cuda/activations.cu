@@ -3,23 +3,16 @@
 // element-wise map (elementwise.cuh) when its operands share a dtype and are 16-byte aligned.
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/elementwise.cuh"
+#include "model/cuda/gelu.cuh"
 
 namespace zt {
 namespace {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-
 struct Gelu {  // gelu(x); the second operand unused
-  __device__ float operator()(float x, float) const {
-    return 0.5f * x * (1.f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
-  }
+  __device__ float operator()(float x, float) const { return gelu_tanh(x); }
 };
 struct GeluGrad {  // dy * gelu'(x)
-  __device__ float operator()(float x, float dy) const {
-    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-    const float du = kGeluScale * (1.f + 3.f * 0.044715f * x * x);
-    return dy * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du);
-  }
+  __device__ float operator()(float x, float dy) const { return dy * gelu_tanh_grad(x); }
 };
 
 __global__ void gelu_forward_kernel(TensorRef out, TensorView inp, size_t n) {

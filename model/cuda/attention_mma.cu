@@ -74,7 +74,7 @@ constexpr size_t dkv_smem() {
          2 * kTileBwd * sizeof(float);
 }
 
-// Query rows blockIdx.x * 64.. of (b = blockIdx.z, h = blockIdx.y).
+// Query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y).
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreadsMma)
     mma_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s) {
@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(kThreadsMma)
   uint16_t* vt = ks + kKeysFwd * LD;        // [HD][LDV]: V transposed
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int q0 = blockIdx.x * kRows, wrow = q0 + w * 16;
+  // The last query blocks, which have the most keys, first (FlashAttention-2's order).
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, wrow = q0 + w * 16;
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   stage(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd, HD);
@@ -168,7 +169,8 @@ __global__ void __launch_bounds__(kThreadsMma)
   }
 }
 
-// dQ of query rows blockIdx.x * 64.. of (b = blockIdx.z, h = blockIdx.y), added into dqkv.
+// dQ of query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y),
+// added into dqkv.
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreadsMma)
     mma_backward_dq_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
@@ -181,7 +183,8 @@ __global__ void __launch_bounds__(kThreadsMma)
   uint16_t* kt = vs + kTileBwd * LD;        // [HD][LDT]: K transposed
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int q0 = blockIdx.x * kRows, wrow = q0 + w * 16;
+  // The last query blocks, which have the most keys, first (FlashAttention-2's order).
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, wrow = q0 + w * 16;
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
@@ -374,7 +377,8 @@ void dispatch(DType t, int hd, A&&... args) {
     by_hd(__half{});
 }
 
-// A kernel's dynamic shared memory, opted in above 48 KiB once per kernel.
+// A kernel's dynamic shared memory, opted in above 48 KiB. The attribute is the current
+// device's, so it is set at every launch (a host call of a microsecond or so).
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
   if (bytes > (48u << 10))
@@ -385,8 +389,7 @@ void allow_smem(K kernel, size_t bytes) {
 template <class T, int HD>
 struct Forward {
   static void run(cudaStream_t st, TensorRef out, float* lse, TensorView qkv, const AttnShape& s) {
-    static const bool once = (allow_smem(mma_forward_kernel<T, HD>, forward_smem<HD>()), true);
-    (void)once;
+    allow_smem(mma_forward_kernel<T, HD>, forward_smem<HD>());
     const dim3 grid((s.T + kRows - 1) / kRows, s.NH, s.B);
     launch_kernel_smem(mma_forward_kernel<T, HD>, grid, kThreadsMma, forward_smem<HD>(), st, out,
                        lse, qkv, s);
@@ -396,9 +399,8 @@ template <class T, int HD>
 struct Backward {
   static void run(cudaStream_t st, TensorRef dqkv, const float* d_rows, TensorView dout,
                   TensorView qkv, const float* lse, const AttnShape& s) {
-    static const bool once = (allow_smem(mma_backward_dq_kernel<T, HD>, dq_smem<HD>()),
-                              allow_smem(mma_backward_dkv_kernel<T, HD>, dkv_smem<HD>()), true);
-    (void)once;
+    allow_smem(mma_backward_dq_kernel<T, HD>, dq_smem<HD>());
+    allow_smem(mma_backward_dkv_kernel<T, HD>, dkv_smem<HD>());
     const unsigned blocks = (s.T + kRows - 1) / kRows;
     launch_kernel_smem(mma_backward_dq_kernel<T, HD>, dim3(blocks, s.NH, s.B), kThreadsMma,
                        dq_smem<HD>(), st, dqkv, d_rows, dout, qkv, lse, s);

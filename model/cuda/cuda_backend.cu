@@ -159,6 +159,7 @@ void CudaBackend::wait_copy(uint64_t ticket) {
     const cudaError_t q = cudaEventQuery(e);  // done already (a sync since): no host wait
     if (q == cudaSuccess) continue;
     if (q != cudaErrorNotReady) ZT_CHECK_CUDA(q);
+    cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
     ZT_CHECK_CUDA(cudaEventSynchronize(e));
   }
   std::lock_guard<std::mutex> lock(copy_mu_);

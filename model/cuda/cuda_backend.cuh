@@ -16,6 +16,15 @@
 
 namespace zt {
 
+// cuBLASLt's GELU epilogues: kForward, D = gelu(x) and aux = x (GELU_AUX, or GELU_AUX_BIAS with
+// a bias); kBackward, D = x gelu'(aux) (DGELU). aux has D's dtype and shape, rows of aux_ld
+// elements (a multiple of 8), and starts on a 16-byte boundary.
+struct GeluEpilogue {
+  enum Kind : int32_t { kNone, kForward, kBackward } kind = kNone;
+  void* aux = nullptr;
+  int aux_ld = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -39,6 +48,11 @@ class CudaBackend final : public Backend {
   DType activation_dtype(DType working) const override { return working; }
   // Weight gradients are added into fp32 only (grad_dtype's default): the engine's accumulator.
   int logits_row_stride(int V) const override;
+  void matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp, TensorView weight,
+                           TensorView bias, int N, int C, int OC) override;
+  void matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dweight, TensorRef dbias,
+                             TensorView dout, TensorView act, TensorView weight, TensorView pre,
+                             int N, int C, int OC) override;
   size_t classifier_chunk_bytes() const override;
   bool pin_host(void* p, size_t bytes) override;
   void unpin_host(void* p, size_t bytes) override;
@@ -59,8 +73,11 @@ class CudaBackend final : public Backend {
   // the heuristic finds no algorithm (operands 2 bytes off a 4-byte boundary: 16-bit rows of
   // an odd length), the operands are copied to aligned buffers with padded rows and the
   // product runs there (gemm_padded); C comes back the same way.
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
-            int ldb, DType ab_t, TensorRef C, int ldc, float beta, TensorView bias = TensorView());
+  // With a GELU epilogue (GPT-2's MLP: matmul_gelu_forward, matmul_dgelu_backward) it returns
+  // false, having done nothing, when cuBLASLt has no algorithm for it; true otherwise.
+  bool gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,
+            int ldb, DType ab_t, TensorRef C, int ldc, float beta, TensorView bias = TensorView(),
+            const GeluEpilogue& gelu = {});
   void gemm_padded(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
                    const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta,
                    TensorView bias);

@@ -7,8 +7,8 @@
 // weight gradient is fp32. A bias of the output's dtype on a 16-byte boundary is added by
 // cuBLASLt's bias epilogue, in fp32 before the output is rounded (no second pass over the
 // output); any other by a kernel. Descriptors and the heuristic's algorithm are made once per
-// configuration (shape, dtypes, transposes, alignments, epilogue) and reused, as llm.c and
-// PyTorch do: the heuristic costs tens of microseconds of host time per call.
+// configuration (shape, dtypes, transposes, alignments, epilogue) and reused (llm.c remakes them
+// on every call): the heuristic costs tens of microseconds of host time per call.
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
+#include "model/cuda/elementwise.cuh"
 
 namespace zt {
 namespace {
@@ -45,13 +46,17 @@ struct BiasGradOp {
 };
 
 // One GEMM configuration: everything cuBLASLt's descriptors and its heuristic depend on.
+// Every field 4 bytes wide, so the struct has no padding and is hashed and compared as bytes.
 struct GemmKey {
-  bool trans_a, trans_b, bias;
-  int m, n, k, lda, ldb, ldc;
+  int32_t trans_a, trans_b, bias;
+  GeluEpilogue::Kind gelu;
+  int32_t aux_ld;
+  int32_t m, n, k, lda, ldb, ldc;
   DType ab, c;
   uint32_t align[4];  // A, B, C, D as cuBLASLt sees them (our B, our A, C, C), bytes
   bool operator==(const GemmKey& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
 };
+static_assert(sizeof(GemmKey) == 17 * 4 && sizeof(DType) == 4, "GemmKey must have no padding");
 struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {  // FNV-1a over the key's bytes
     const auto* p = reinterpret_cast<const unsigned char*>(&k);
@@ -91,7 +96,8 @@ struct CudaBackend::GemmPlans {
 };
 
 namespace {
-GemmPlan* make_plan(cublasLtHandle_t lt, const GemmKey& key, size_t workspace_bytes) {
+GemmPlan* make_plan(cublasLtHandle_t lt, const GemmKey& key, size_t workspace_bytes,
+                    void* aux = nullptr) {
   auto p = std::make_unique<GemmPlan>();
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t ta = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -101,10 +107,20 @@ GemmPlan* make_plan(cublasLtHandle_t lt, const GemmKey& key, size_t workspace_by
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   ZT_CHECK_CUBLAS(
       cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (key.bias) {  // column j of row-major C gets bias[j] (a row of cuBLASLt's column-major D)
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  // A bias: column j of row-major C gets bias[j] (a row of cuBLASLt's column-major D).
+  cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (key.gelu == GeluEpilogue::kForward)
+    epilogue = key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (key.gelu == GeluEpilogue::kBackward) epilogue = CUBLASLT_EPILOGUE_DGELU;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                    &epilogue, sizeof epilogue));
+  if (key.gelu != GeluEpilogue::kNone) {  // the heuristic reads the aux pointer's alignment
+    const int64_t aux_ld = key.aux_ld;
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof aux_ld));
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   }
   const int m = key.m, n = key.n, k = key.k;
   ZT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->la, cuda_type(key.ab), key.trans_b ? k : n,
@@ -122,12 +138,14 @@ GemmPlan* make_plan(cublasLtHandle_t lt, const GemmKey& key, size_t workspace_by
   for (int i = 0; i < 4; ++i)
     ZT_CHECK_CUBLAS(
         cublasLtMatmulPreferenceSetAttribute(pref, which[i], &key.align[i], sizeof key.align[i]));
-  cublasLtMatmulHeuristicResult_t heur;
+  cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  ZT_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                                 &heur, &found));
+  // No algorithm is an answer, not an error: cuBLASLt may say it with NOT_SUPPORTED.
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                           pref, 1, &heur, &found);
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CHECK_CUBLAS(st);
   cublasLtMatmulPreferenceDestroy(pref);
-  p->found = found > 0;
+  p->found = st == CUBLAS_STATUS_SUCCESS && found > 0 && heur.state == CUBLAS_STATUS_SUCCESS;
   if (p->found) p->algo = heur.algo;
   return p.release();
 }
@@ -140,9 +158,9 @@ uint32_t alignment(const void* p, size_t floor) {
 }
 }  // namespace
 
-void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+bool CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
                        const void* B, int ldb, DType ab_t, TensorRef C, int ldc, float beta,
-                       TensorView bias) {
+                       TensorView bias, const GeluEpilogue& gelu) {
   // cuBLASLt's COMPUTE_32F writes fp32 or, from 16-bit operands, their own dtype.
   ZT_CHECK(C.dtype == DType::kF32 || C.dtype == ab_t);
   ZT_CHECK(!bias || bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
@@ -151,22 +169,31 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
   const size_t ab = dtype_size(ab_t), cb = dtype_size(C.dtype);
   GemmKey key{};  // zeroed padding: the key is hashed and compared as bytes
   key.trans_a = trans_a, key.trans_b = trans_b, key.bias = static_cast<bool>(bias);
+  key.gelu = gelu.kind, key.aux_ld = gelu.aux_ld;
   key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
   key.ab = ab_t, key.c = C.dtype;
   key.align[0] = alignment(B, ab), key.align[1] = alignment(A, ab);
   key.align[2] = key.align[3] = alignment(C.data, cb);
   if (!gemm_plans_) gemm_plans_ = std::make_shared<GemmPlans>();
   std::unique_ptr<GemmPlan>& slot = gemm_plans_->plans[key];
-  if (!slot) slot.reset(make_plan(lt_, key, workspace_bytes_));
+  if (!slot) slot.reset(make_plan(lt_, key, workspace_bytes_, gelu.aux));
   const GemmPlan& p = *slot;
-  if (!p.found)
-    return gemm_padded(trans_a, trans_b, m, n, k, A, lda, B, ldb, ab_t, C, ldc, beta, bias);
-  if (bias)  // per call: the descriptor is shared by every GEMM of this configuration
+  if (!p.found && gelu.kind != GeluEpilogue::kNone) return false;  // the caller's two passes
+  if (!p.found) {
+    gemm_padded(trans_a, trans_b, m, n, k, A, lda, B, ldb, ab_t, C, ldc, beta, bias);
+    return true;
+  }
+  // Per call: the descriptor is shared by every GEMM of this configuration.
+  if (bias)
     ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias.data, sizeof bias.data));
+  if (gelu.kind != GeluEpilogue::kNone)
+    ZT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu.aux, sizeof gelu.aux));
   const float alpha = 1.f;
   ZT_CHECK_CUBLAS(cublasLtMatmul(lt_, p.desc, &alpha, B, p.la, A, p.lb, &beta, C.data, p.lc, C.data,
                                  p.lc, &p.algo, workspace_, workspace_bytes_, stream_));
+  return true;
 }
 
 void CudaBackend::gemm_padded(bool trans_a, bool trans_b, int m, int n, int k, const void* A,
@@ -174,19 +201,21 @@ void CudaBackend::gemm_padded(bool trans_a, bool trans_b, int m, int n, int k, c
                               float beta, TensorView bias) {
   // Each operand as a column-major matrix of `rows` contiguous elements (cuBLASLt's layouts),
   // copied to a fresh (256-byte aligned) buffer whose columns start on 16-byte boundaries.
-  auto pad = [&](const void* src, int rows, int cols, int ld, DType t, DeviceBuffer& buf) {
+  auto pad = [&](const void* src, int rows, int cols, int ld, DType t, DeviceBuffer& buf,
+                 bool copy = true) {
     const int units = (int)dtype_size(t) / 2, ld16 = (rows * units + 7) / 8 * 8;
     buf = DeviceBuffer(this, (size_t)ld16 * cols * 2, MemCategory::kWorkspace);
-    launch_kernel(copy_columns_kernel, blocks_for((size_t)rows * units * cols), kThreads, stream_,
-                  static_cast<uint16_t*>(buf.data()), (size_t)ld16,
-                  static_cast<const uint16_t*>(src), (size_t)ld * units, (size_t)rows * units,
-                  (size_t)cols);
+    if (copy)
+      launch_kernel(copy_columns_kernel, blocks_for((size_t)rows * units * cols), kThreads, stream_,
+                    static_cast<uint16_t*>(buf.data()), (size_t)ld16,
+                    static_cast<const uint16_t*>(src), (size_t)ld * units, (size_t)rows * units,
+                    (size_t)cols);
     return ld16 / units;
   };
   DeviceBuffer a, b, c;
   const int lda2 = pad(A, trans_a ? m : k, trans_a ? k : m, lda, ab_t, a);
   const int ldb2 = pad(B, trans_b ? k : n, trans_b ? n : k, ldb, ab_t, b);
-  const int ldc2 = pad(C.data, n, m, ldc, C.dtype, c);  // C's old values, for beta = 1
+  const int ldc2 = pad(C.data, n, m, ldc, C.dtype, c, beta != 0.f);  // C's values, for beta 1
   GemmKey key{};
   key.m = m, key.n = n, key.k = k, key.lda = lda2, key.ldb = ldb2, key.ldc = ldc2;
   key.ab = ab_t, key.c = C.dtype, key.bias = static_cast<bool>(bias);
@@ -252,6 +281,36 @@ void CudaBackend::matmul_backward(TensorRef dinp, TensorRef dweight_g, TensorRef
   gemm(true, false, OC, C, N, dy, ld, rounded(inp, (size_t)N * C, t, inp16), C, t, dweight, C,
        1.f);  // += dout^T inp
   if (dbias) column_sums<1>(this, stream_, {{dbias}}, BiasGradOp{dout, ld}, N, OC);
+}
+
+// One GEMM when the operands are as cuBLASLt's GELU epilogue wants them: 16-bit, of the weight's
+// dtype (the mixed-precision run; fp32 keeps the two exact passes), 16-byte aligned, rows of a
+// multiple of 8; else, or when cuBLASLt has no algorithm for it, the two passes.
+void CudaBackend::matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp,
+                                      TensorView weight, TensorView bias, int N, int C, int OC) {
+  const DType t = weight.dtype;
+  const bool fusable = t != DType::kF32 && out.dtype == t && pre.dtype == t && inp.dtype == t &&
+                       (!bias || bias.dtype == t) && OC % 8 == 0 &&
+                       aligned16({out.data, pre.data, inp.data, weight.data, bias.data});
+  if (fusable && gemm(false, true, N, OC, C, inp.data, C, weight.data, C, t, out, OC, 0.f, bias,
+                      {GeluEpilogue::kForward, pre.data, OC}))
+    return;
+  Backend::matmul_gelu_forward(out, pre, inp, weight, bias, N, C, OC);
+}
+
+void CudaBackend::matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef dweight,
+                                        TensorRef dbias, TensorView dout, TensorView act,
+                                        TensorView weight, TensorView pre, int N, int C, int OC) {
+  const DType t = weight.dtype;
+  const bool fusable = t != DType::kF32 && dpre.dtype == t && pre.dtype == t && dout.dtype == t &&
+                       C % 8 == 0 && aligned16({dpre.data, pre.data, dout.data, weight.data});
+  // dpre = (dout W) gelu'(pre), written (beta 0); then dweight and dbias as matmul_backward's.
+  if (fusable && gemm(false, false, N, C, OC, dout.data, OC, weight.data, C, t, dpre, C, 0.f, {},
+                      {GeluEpilogue::kBackward, const_cast<void*>(pre.data), C})) {
+    matmul_backward(TensorRef(), dweight, dbias, dout, act, weight, N, C, OC);
+    return;
+  }
+  Backend::matmul_dgelu_backward(dpre, scratch, dweight, dbias, dout, act, weight, pre, N, C, OC);
 }
 
 }  // namespace zt

@@ -614,6 +614,46 @@ TEST_F(CudaVsCpu, PackedAndPerElementKernelsGiveTheSameBits) {
   }
 }
 
+// GPT-2's MLP with its GELU fused into the GEMMs (cuBLASLt's GELU_AUX_BIAS forward, DGELU
+// backward) on bf16 operands whose rows (I) are a multiple of 8, and the two passes otherwise
+// (I = 36); C = 45 an odd width on the other side. Reference: the CPU's two passes in fp32 on
+// the same bf16 values; the fused forward applies GELU to the fp32 sum, not to its 16-bit
+// rounding, and the GPU keeps act in bf16 (the CPU in fp32), so within 2 bf16 units of the
+// largest magnitude.
+TEST_F(CudaVsCpu, MlpGeluFusedIntoTheGemmsMatchesTheCpu) {
+  const DType t = DType::kBF16;
+  const int N = 19;
+  for (auto [C, I] : {std::pair{48, 64}, std::pair{40, 36}, std::pair{45, 64}}) {
+    const std::string what = "C " + std::to_string(C) + " I " + std::to_string(I);
+    auto x = make_typed((size_t)N * C, t, 1, 1), w1 = make_typed((size_t)I * C, t, 0.3f, 2),
+         b1 = make_typed(I, t, 1, 3), w2 = make_typed((size_t)C * I, t, 0.3f, 4),
+         dout = make_typed((size_t)N * C, t, 1, 5), pre = zeros_typed((size_t)N * I, t),
+         act = zeros_typed((size_t)N * I, t), dpre = zeros_typed((size_t)N * I, t),
+         scratch = make_typed((size_t)N * I, t, 1, 6);
+    auto dw2 = zeros((size_t)C * I), db2 = zeros(C);
+#ifdef ZT_CUDA_EMU
+    const long long fused_before = emu::cublaslt_gelu_epilogues();
+#endif
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const bool c = be == cpu_.get();
+      auto p = [c](Typed& v) { return c ? v.cp() : v.gp(); };
+      auto q = [c](Pair& v) { return c ? v.cp() : v.gp(); };
+      be->matmul_gelu_forward(p(act), p(pre), p(x), p(w1), p(b1), N, C, I);
+      be->matmul_dgelu_backward(p(dpre), p(scratch), q(dw2), q(db2), p(dout), p(act), p(w2), p(pre),
+                                N, I, C);
+    }
+    expect_close(pre, 8e-3, "pre-GELU, " + what);
+    expect_close(act, 8e-3, "GELU, " + what);
+    expect_close(dpre, 8e-3, "dGELU, " + what);
+    expect_close(dw2, 8e-3, ("down-projection dW, " + what).c_str());
+    expect_close(db2, 1e-5, ("down-projection db, " + what).c_str());
+#ifdef ZT_CUDA_EMU
+    const long long fused = emu::cublaslt_gelu_epilogues() - fused_before;
+    EXPECT_EQ(fused, I % 8 == 0 ? 2 : 0) << "GEMMs with a GELU, " << what;
+#endif
+  }
+}
+
 // The attention kernels over the shapes the issue names: T = 1, 7, 37; head sizes 32, 64, 80;
 // GQA ratios 1, 4, 8; and one decoded row against the CPU's.
 TEST_F(CudaVsCpu, AttentionOverHeadSizesGqaRatiosAndLengths) {

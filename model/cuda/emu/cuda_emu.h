@@ -127,7 +127,8 @@ int lane_id();
 // A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..] (lower column in the low half);
 // b[0..1] the pairs B[2t..][g], B[2t+8..][g]; d[0..3] D[g][2t], D[g][2t+1], D[g+8][2t],
 // D[g+8][2t+1]. One fragment exchange among the 32 lanes, which must all be live (aborts
-// otherwise: .aligned); products exact in fp32, summed over k in order, then added to d.
+// otherwise: .aligned); products exact in fp32, summed over k in order, then added to d (a
+// GPU's tensor cores sum in their own order and precision: agreement within tolerances).
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 
 template <class T>

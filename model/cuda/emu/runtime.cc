@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "cublasLt.h"
 #include "cuda_runtime.h"
+#include "model/cuda/gelu.cuh"
 
 // A stream: immediate (each call runs at once, after what it was told to wait for), or deferred
 // (calls queue, numbered, and run in order when waited for).
@@ -61,6 +62,8 @@ void on_stream(cudaStream_t s, std::function<void()> work) {
 long long zt::emu::cuda_malloc_calls() { return g_mallocs.load(); }
 static std::atomic<long long> g_heuristic_calls{0};
 long long zt::emu::cublaslt_heuristic_calls() { return g_heuristic_calls.load(); }
+static std::atomic<long long> g_gelu_epilogues{0};
+long long zt::emu::cublaslt_gelu_epilogues() { return g_gelu_epilogues.load(); }
 long long zt::emu::host_waits() { return g_host_waits.load(); }
 void zt::emu::defer_stream(cudaStream_t s) { s->deferred = true; }
 void zt::emu::before_work(cudaStream_t s) {
@@ -212,6 +215,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_TRANSB: return set(d->transb);
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(d->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(d->aux_ld);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type);
   }
   return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -258,6 +263,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   bool aligned = true;
   for (uint32_t a : p->min_alignment) aligned = aligned && a >= 4;
   *found = requested > 0 && aligned ? 1 : 0;
+  if (!aligned) return CUBLAS_STATUS_NOT_SUPPORTED;  // as cuBLASLt may answer none
   if (*found) results[0] = {};
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -288,12 +294,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
       c->cols != n || a->type != b->type || c->type != dl->type ||
       (dl->type != CUDA_R_32F && dl->type != a->type))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if ((d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias) || (bias && !d->bias) ||
+  const cublasLtEpilogue_t ep = d->epilogue;
+  const bool bias = ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = ep == CUBLASLT_EPILOGUE_GELU_AUX || ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = ep == CUBLASLT_EPILOGUE_DGELU;
+  if ((ep != CUBLASLT_EPILOGUE_DEFAULT && !bias && !gelu && !dgelu) || (bias && !d->bias) ||
       (d->bias_type != -1 && d->bias_type != dl->type) ||
-      (bias && reinterpret_cast<uintptr_t>(d->bias) % 16 != 0))  // as a GPU kernel may need
+      (bias && reinterpret_cast<uintptr_t>(d->bias) % 16 != 0) ||  // as a GPU kernel may need
+      ((gelu || dgelu) && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m)))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   zt::emu::DeviceAccess access;
+  if (gelu || dgelu) ++g_gelu_epilogues;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
@@ -306,6 +317,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
       const float r = al * (float)acc;
       float out = be == 0.f ? r : r + be * element(C, c->type, j * c->ld + i);
       if (bias) out += element(d->bias, dl->type, i);  // broadcast over the columns
+      if (gelu) {
+        zt::store_f32(d->aux, dtype_of(dl->type), j * d->aux_ld + i, out);
+        out = zt::gelu_tanh(out);
+      } else if (dgelu) {
+        out *= zt::gelu_tanh_grad(element(d->aux, dl->type, j * d->aux_ld + i));
+      }
       zt::store_f32(D, dtype_of(dl->type), j * dl->ld + i, out);
     }
   return CUBLAS_STATUS_SUCCESS;

@@ -1,10 +1,13 @@
 // cuBLASLt as the CUDA emulation provides it: the calls model/cuda/matmul.cu makes, with a
 // reference GEMM that interprets the same descriptors (column-major layouts, op(A) and op(B)
 // from TRANSA / TRANSB, D = alpha op(A) op(B) + beta C (+ a bias vector with
-// CUBLASLT_EPILOGUE_BIAS), accumulated in double). fp32, bf16 and fp16 matrices. The heuristic
-// finds its one algorithm unless an operand's minimum alignment (the MIN_ALIGNMENT preferences)
-// is under 4 bytes: then it finds none, as a GPU's may for 16-bit rows of an odd length, so the
-// caller's fallback runs here too. zt::emu::cublaslt_heuristic_calls() counts its calls.
+// CUBLASLT_EPILOGUE_BIAS), accumulated in double; the GELU epilogues apply the tanh form to that
+// fp32 value, as model/cpu/activations.cc: GELU_AUX(_BIAS) writes it to aux and its GELU to D,
+// DGELU multiplies it by gelu'(aux) read as stored; aux_ld a multiple of 8, as cuBLASLt asks).
+// fp32, bf16 and fp16 matrices. The heuristic finds its one algorithm unless an operand's minimum
+// alignment (the MIN_ALIGNMENT preferences) is under 4 bytes: then it finds none, as a GPU's may
+// for 16-bit rows of an odd length, so the caller's fallback runs here too.
+// zt::emu::cublaslt_heuristic_calls() counts its calls.
 #pragma once
 
 #include <cstddef>
@@ -21,9 +24,17 @@ enum cublasLtMatmulDescAttributes_t {                                    // cuBL
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+enum cublasLtEpilogue_t {  // cuBLASLt's values
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX = 160,       // D = gelu(x), aux = x
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,  // x + bias first
+  CUBLASLT_EPILOGUE_DGELU = 192,          // D = x gelu'(aux)
+};
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
@@ -39,6 +50,8 @@ struct cublasLtMatmulDescOpaque_t {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // D-rows elements of D's type (the only bias type we use)
   int32_t bias_type = -1;      // -1: D's type
+  void* aux = nullptr;         // the GELU's input (D's type, D's shape), leading dimension aux_ld
+  int64_t aux_ld = 0;
 };
 using cublasLtMatmulDesc_t = cublasLtMatmulDescOpaque_t*;
 struct cublasLtMatrixLayoutOpaque_t {
@@ -93,4 +106,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 
 namespace zt::emu {
 long long cublaslt_heuristic_calls();
+// Products run with a GELU epilogue (GELU_AUX, GELU_AUX_BIAS or DGELU), so far.
+long long cublaslt_gelu_epilogues();
 }  // namespace zt::emu
