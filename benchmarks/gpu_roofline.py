@@ -95,6 +95,12 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
         k(op, name + " (pass 2)", "memory", 0, F32 * ((rows // 256 + 1) + 2) * cols * outputs)
 
     norm = "layernorm" if g2 else "rmsnorm"
+
+    def norm_backward():  # a block's norm: dx, then its weight (and bias) gradients
+        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
+          4 * BF16 * N * C + 2 * F32 * N)
+        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
+                   outputs=2 if g2 else 1, inputs=2)
     # ---- forward ----
     k("embedding_forward", "token + position lookup", "memory", 0,
       BF16 * N * C * (3 if g2 else 2) + 4 * N)
@@ -154,10 +160,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
         gemm_dw("matmul_backward", "fc dW GEMM", fc, C, N)
         if g2:
             column_sum("matmul_backward", "fc bias gradient", N, I)
-        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
-          4 * BF16 * N * C + 2 * F32 * N)
-        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
-                   outputs=2 if g2 else 1, inputs=2)
+        norm_backward()
         gemm("matmul_backward", "attention projection dX GEMM", N, C, C)
         gemm_dw("matmul_backward", "attention projection dW GEMM", C, C, N)
         if g2:
@@ -178,10 +181,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
         gemm_dw("matmul_backward", "qkv dW GEMM", qkv, C, N)
         if g2:
             column_sum("matmul_backward", "qkv bias gradient", N, qkv)
-        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
-          4 * BF16 * N * C + 2 * F32 * N)
-        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
-                   outputs=2 if g2 else 1, inputs=2)
+        norm_backward()
     k("embedding_backward", "token (+ position) gradients", "memory", N * C,
       BF16 * N * C + 2 * F32 * N * C)
     # ---- optimizer and gradient bookkeeping over Psi ----

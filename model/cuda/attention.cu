@@ -37,6 +37,20 @@ __device__ inline void stage_row(float* sm, TensorView src, size_t row, int hd) 
   for (int i = threadIdx.x; i < hd; i += 32) sm[i] = load_as_f32(src, row + i);
 }
 
+// acc[c] += sum_{jj < n} (lane jj's p) src[row(jj) + lane + 32 c], jj in order: the n rows of a
+// tile weighted by the lanes' values (probabilities or score gradients), each lane its columns.
+template <class Row>
+__device__ inline void add_weighted_rows(float (&acc)[kCols], float p, int n, TensorView src,
+                                         Row row, int hd) {
+  const int lane = threadIdx.x;
+  for (int jj = 0; jj < n; ++jj) {
+    const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (lane + 32 * c < hd) acc[c] += pj * load_as_f32(src, row(jj) + lane + 32 * c);
+  }
+}
+
 // Query row q_first + blockIdx.x of (b = blockIdx.z, h = blockIdx.y), one warp: out and lse hold
 // rows q_first..T-1 of each (b, h) (all of them in training; the last for decoding).
 __global__ void flash_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s,
@@ -56,13 +70,8 @@ __global__ void flash_forward_kernel(TensorRef out, float* lse, TensorView qkv, 
     m = mt;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) o[c] *= corr;
-    for (int jj = 0; jj < 32 && j0 + jj <= t; ++jj) {
-      const float pj = __shfl_sync(0xffffffffu, p, jj);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        if (lane + 32 * c < s.hd)
-          o[c] += pj * load_as_f32(qkv, s.v(b, j0 + jj, kvh) + lane + 32 * c);
-    }
+    add_weighted_rows(
+        o, p, min(32, t - j0 + 1), qkv, [&](int jj) { return s.v(b, j0 + jj, kvh); }, s.hd);
   }
   const int rows = s.T - q_first, r = t - q_first;
   const size_t y = ((size_t)b * rows + r) * s.NH * s.hd + (size_t)h * s.hd;
@@ -91,13 +100,8 @@ __global__ void flash_backward_dq_kernel(TensorRef dqkv, const float* d_rows, Te
       const float a = expf(dot_row(qs, qkv, s.k(b, j, kvh), s.hd) * s.scale - lse_t);
       ds = a * (dot_row(dys, qkv, s.v(b, j, kvh), s.hd) - D) * s.scale;
     }
-    for (int jj = 0; jj < 32 && j0 + jj <= t; ++jj) {
-      const float dsj = __shfl_sync(0xffffffffu, ds, jj);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c)
-        if (lane + 32 * c < s.hd)
-          dq[c] += dsj * load_as_f32(qkv, s.k(b, j0 + jj, kvh) + lane + 32 * c);
-    }
+    add_weighted_rows(
+        dq, ds, min(32, t - j0 + 1), qkv, [&](int jj) { return s.k(b, j0 + jj, kvh); }, s.hd);
   }
 #pragma unroll
   for (int c = 0; c < kCols; ++c)
@@ -124,16 +128,11 @@ __global__ void flash_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, T
         a = expf(dot_row(ks, qkv, s.q(b, t, h), s.hd) * s.scale - lse[bht]);
         ds = a * (dot_row(vs, dout, s.o(b, t, h), s.hd) - d_rows[bht]) * s.scale;
       }
-      for (int tt = 0; tt < 32 && t0 + tt < s.T; ++tt) {
-        const float at = __shfl_sync(0xffffffffu, a, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int i = lane + 32 * c;
-          if (i >= s.hd) continue;
-          dv[c] += at * load_as_f32(dout, s.o(b, t0 + tt, h) + i);
-          dk[c] += dst * load_as_f32(qkv, s.q(b, t0 + tt, h) + i);
-        }
-      }
+      const int n = min(32, s.T - t0);
+      add_weighted_rows(
+          dv, a, n, dout, [&](int tt) { return s.o(b, t0 + tt, h); }, s.hd);
+      add_weighted_rows(
+          dk, ds, n, qkv, [&](int tt) { return s.q(b, t0 + tt, h); }, s.hd);
     }
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {

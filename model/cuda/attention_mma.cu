@@ -59,6 +59,38 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c0)[4], con
   a[3] = pack2<T>(c1[2], c1[3]);
 }
 
+// acc[n] += A_kk B_kk,n over k-steps kk < KT, for the NT n-tiles of 8: B's column n * 8 + g is
+// the 16-bit tile's row n * 8 + g (ld elements a row), its k the tile's columns kk * 16 ...
+// A from registers (a[kk]: Q or dO fragments) ...
+template <class T, int KT, int NT>
+__device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const uint32_t (&a)[KT][4],
+                                            const uint16_t* tile, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      uint32_t b[2];
+      load_b(b, tile, ld, n * 8, kk * 16);
+      mma_m16n8k16<T>(acc[n], a[kk], b);
+    }
+}
+// ... or from an fp32 C-fragment tile (16 x 16 KT: P or dS), rounded to T.
+template <class T, int N8, int NT>  // N8 = 2 KT n-tiles of c
+__device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const float (&c)[N8][4],
+                                            const uint16_t* tile, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < N8 / 2; ++kk) {
+    uint32_t a[4];
+    to_a<T>(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      uint32_t b[2];
+      load_b(b, tile, ld, n * 8, kk * 16);
+      mma_m16n8k16<T>(acc[n], a, b);
+    }
+  }
+}
+
 template <int HD>
 constexpr size_t forward_smem() {
   return (2 * kRows * (HD + 8) + HD * (kKeysFwd + 8)) * sizeof(uint16_t);
@@ -105,14 +137,7 @@ __global__ void __launch_bounds__(kThreadsMma)
     __syncthreads();
     if (j0 > wrow + 15) continue;  // every key of the tile comes after the warp's rows
     float sc[kKeysFwd / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-#pragma unroll
-      for (int n = 0; n < kKeysFwd / 8; ++n) {
-        uint32_t kb[2];
-        load_b(kb, ks, LD, n * 8, kk * 16);
-        mma_m16n8k16<T>(sc[n], qa[kk], kb);
-      }
+    mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int n = 0; n < kKeysFwd / 8; ++n)
@@ -140,17 +165,7 @@ __global__ void __launch_bounds__(kThreadsMma)
         sc[n][i] = exp2f(sc[n][i] - base[i / 2]);
         l[i / 2] += sc[n][i];
       }
-#pragma unroll
-    for (int kk = 0; kk < kKeysFwd / 16; ++kk) {
-      uint32_t pa[4];
-      to_a<T>(pa, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        uint32_t vb[2];
-        load_b(vb, vt, LDV, n * 8, kk * 16);
-        mma_m16n8k16<T>(o[n], pa, vb);
-      }
-    }
+    mma_by_tile<T>(o, sc, vt, LDV);  // O += P V
   }
   uint16_t* y = static_cast<uint16_t*>(out.data);
 #pragma unroll
@@ -216,16 +231,8 @@ __global__ void __launch_bounds__(kThreadsMma)
     __syncthreads();
     if (j0 > wrow + 15) continue;
     float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-#pragma unroll
-      for (int n = 0; n < kTileBwd / 8; ++n) {
-        uint32_t kb[2], vb[2];
-        load_b(kb, ks, LD, n * 8, kk * 16);
-        mma_m16n8k16<T>(sc[n], qa[kk], kb);
-        load_b(vb, vs, LD, n * 8, kk * 16);
-        mma_m16n8k16<T>(dp[n], da[kk], vb);
-      }
+    mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
+    mma_by_tile<T>(dp, da, vs, LD);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < kTileBwd / 8; ++n)
 #pragma unroll
@@ -234,17 +241,7 @@ __global__ void __launch_bounds__(kThreadsMma)
         const float p = key <= row && row < s.T ? exp2f(sc[n][i] * sl2 - lse2[i / 2]) : 0.f;
         sc[n][i] = p * (dp[n][i] - D[i / 2]);  // dS
       }
-#pragma unroll
-    for (int kk = 0; kk < kTileBwd / 16; ++kk) {
-      uint32_t dsa[4];
-      to_a<T>(dsa, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        uint32_t kb[2];
-        load_b(kb, kt, LDT, n * 8, kk * 16);
-        mma_m16n8k16<T>(dq[n], dsa, kb);
-      }
-    }
+    mma_by_tile<T>(dq, sc, kt, LDT);  // dQ += dS K
   }
   uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
 #pragma unroll
@@ -328,20 +325,8 @@ __global__ void __launch_bounds__(kThreadsMma)
           sc[n][i] = p;                            // P^T
           dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
         }
-#pragma unroll
-      for (int kk = 0; kk < kTileBwd / 16; ++kk) {
-        uint32_t pa[4], dsa[4];
-        to_a<T>(pa, sc[2 * kk], sc[2 * kk + 1]);
-        to_a<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-        for (int n = 0; n < HD / 8; ++n) {
-          uint32_t db[2], qb[2];
-          load_b(db, dot, LDT, n * 8, kk * 16);
-          mma_m16n8k16<T>(dv[n], pa, db);
-          load_b(qb, qt, LDT, n * 8, kk * 16);
-          mma_m16n8k16<T>(dk[n], dsa, qb);
-        }
-      }
+      mma_by_tile<T>(dv, sc, dot, LDT);  // dV += P^T dO
+      mma_by_tile<T>(dk, dp, qt, LDT);   // dK += dS^T Q
     }
   uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
 #pragma unroll
