@@ -25,12 +25,20 @@ __global__ void gelu_backward_kernel(TensorRef dinp, TensorView inp, TensorView 
   if (i < n) store_from_f32(dinp, i, GeluGrad{}(load_as_f32(inp, i), load_as_f32(dout, i)));
 }
 
+// SwiGLU of gate g and up u, and its gradient (dg, du) from dy.
+__device__ inline float swiglu(float g, float u) { return g / (1.f + expf(-g)) * u; }
+__device__ inline void swiglu_grad(float g, float u, float dy, float& dg, float& du) {
+  const float sig = 1.f / (1.f + expf(-g));
+  dg = dy * u * sig * (1.f + g * (1.f - sig));
+  du = dy * g * sig;
+}
+
 __global__ void swiglu_forward_kernel(TensorRef out, TensorView inp, int N, int I) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)N * I) return;
   const size_t n = i / I, j = i % I;
-  const float g = load_as_f32(inp, n * 2 * I + j), u = load_as_f32(inp, n * 2 * I + I + j);
-  store_from_f32(out, i, g / (1.f + expf(-g)) * u);
+  store_from_f32(out, i,
+                 swiglu(load_as_f32(inp, n * 2 * I + j), load_as_f32(inp, n * 2 * I + I + j)));
 }
 
 __global__ void swiglu_backward_kernel(TensorRef dinp, TensorView dout, TensorView inp, int N,
@@ -38,10 +46,52 @@ __global__ void swiglu_backward_kernel(TensorRef dinp, TensorView dout, TensorVi
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)N * I) return;
   const size_t n = i / I, j = i % I;
-  const float g = load_as_f32(inp, n * 2 * I + j), u = load_as_f32(inp, n * 2 * I + I + j);
-  const float sig = 1.f / (1.f + expf(-g)), dy = load_as_f32(dout, i);
-  store_from_f32(dinp, n * 2 * I + j, dy * u * sig * (1.f + g * (1.f - sig)));
-  store_from_f32(dinp, n * 2 * I + I + j, dy * g * sig);
+  float dg, du;
+  swiglu_grad(load_as_f32(inp, n * 2 * I + j), load_as_f32(inp, n * 2 * I + I + j),
+              load_as_f32(dout, i), dg, du);
+  store_from_f32(dinp, n * 2 * I + j, dg);
+  store_from_f32(dinp, n * 2 * I + I + j, du);
+}
+
+// The same on 16-byte packs of T (elementwise.cuh), when I is a multiple of a pack and every
+// operand 16-byte aligned: thread k takes columns [k kN, (k + 1) kN) of row k / (I / kN).
+template <class T>
+__global__ void swiglu_forward_packed(T* out, const T* inp, int N, int I) {
+  constexpr int kN = Pack16<T>::kN;
+  const size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x, per_row = I / kN;
+  if (k >= (size_t)N * per_row) return;
+  const size_t n = k / per_row, j = k % per_row * kN;
+  const Pack16<T> g = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + j);
+  const Pack16<T> u = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + I + j);
+  Pack16<T> o;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) o.v[e] = from_f32<T>(swiglu(to_f32(g.v[e]), to_f32(u.v[e])));
+  *reinterpret_cast<Pack16<T>*>(out + n * I + j) = o;
+}
+
+template <class T>
+__global__ void swiglu_backward_packed(T* dinp, const T* dout, const T* inp, int N, int I) {
+  constexpr int kN = Pack16<T>::kN;
+  const size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x, per_row = I / kN;
+  if (k >= (size_t)N * per_row) return;
+  const size_t n = k / per_row, j = k % per_row * kN;
+  const Pack16<T> g = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + j);
+  const Pack16<T> u = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + I + j);
+  const Pack16<T> dy = *reinterpret_cast<const Pack16<T>*>(dout + n * I + j);
+  Pack16<T> dg, du;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) {
+    float a, b;
+    swiglu_grad(to_f32(g.v[e]), to_f32(u.v[e]), to_f32(dy.v[e]), a, b);
+    dg.v[e] = from_f32<T>(a), du.v[e] = from_f32<T>(b);
+  }
+  *reinterpret_cast<Pack16<T>*>(dinp + n * 2 * I + j) = dg;
+  *reinterpret_cast<Pack16<T>*>(dinp + n * 2 * I + I + j) = du;
+}
+
+// Whether SwiGLU's rows of I split into whole 16-byte packs of dtype t at these pointers.
+bool swiglu_packs(DType t, int I, std::initializer_list<const void*> ps) {
+  return I % (16 / (int)dtype_size(t)) == 0 && aligned16(ps);
 }
 
 }  // namespace
@@ -58,14 +108,28 @@ void CudaBackend::gelu_backward(TensorRef dinp, TensorView inp, TensorView dout,
   launch_kernel(gelu_backward_kernel, blocks_for(n), kThreads, stream_, dinp, inp, dout, n);
 }
 void CudaBackend::swiglu_forward(TensorRef out, TensorView inp, int N, int I) {
+  if (out.dtype == inp.dtype && swiglu_packs(out.dtype, I, {out.data, inp.data})) {
+    return with_dtype(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      launch_kernel(swiglu_forward_packed<T>, blocks_for((size_t)N * I / Pack16<T>::kN), kThreads,
+                    stream_, static_cast<T*>(out.data), static_cast<const T*>(inp.data), N, I);
+    });
+  }
   launch_kernel(swiglu_forward_kernel, blocks_for((size_t)N * I), kThreads, stream_, out, inp, N,
                 I);
-  ZT_CHECK_CUDA(cudaGetLastError());
 }
 void CudaBackend::swiglu_backward(TensorRef dinp, TensorView dout, TensorView inp, int N, int I) {
+  if (dinp.dtype == dout.dtype && dout.dtype == inp.dtype &&
+      swiglu_packs(dinp.dtype, I, {dinp.data, dout.data, inp.data})) {
+    return with_dtype(dinp.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      launch_kernel(swiglu_backward_packed<T>, blocks_for((size_t)N * I / Pack16<T>::kN), kThreads,
+                    stream_, static_cast<T*>(dinp.data), static_cast<const T*>(dout.data),
+                    static_cast<const T*>(inp.data), N, I);
+    });
+  }
   launch_kernel(swiglu_backward_kernel, blocks_for((size_t)N * I), kThreads, stream_, dinp, dout,
                 inp, N, I);
-  ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace zt

@@ -555,8 +555,8 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
 
 // The element-wise kernels' two paths: 16-byte packs (elementwise.cuh: operands of one dtype
 // on 16-byte boundaries) and one element at a time (otherwise). On the same values, at an
-// aligned offset and at one element off it (n = 301: whole packs and a tail), in each dtype,
-// they give the same bits; and they match the CPU.
+// aligned offset and at one element off it (n = 301: whole packs and a tail; SwiGLU on rows
+// of 24), in each dtype, they give the same bits; and GELU matches the CPU.
 TEST_F(CudaVsCpu, PackedAndPerElementKernelsGiveTheSameBits) {
   const size_t n = 301;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -594,8 +594,27 @@ TEST_F(CudaVsCpu, PackedAndPerElementKernelsGiveTheSameBits) {
       gpu_->copy_to_host(r.data(), at(y).data, n * es);
       outs[path].push_back(r);
     }
-    const char* ops[] = {"gelu forward", "gelu backward", "add"};
-    for (int op = 0; op < 3; ++op)
+    // SwiGLU on N = 4 rows of I = 24 (whole packs in every dtype): out (N, I) and dinp (N, 2I),
+    // from the first 2 N I values (inp) and the next N I (dout).
+    const int N = 4, I = 24;
+    ASSERT_LE((size_t)3 * N * I, n);
+    for (int path = 0; path < 2; ++path) {
+      const size_t off = path;
+      std::vector<char> hs(off * es, 0);
+      hs.insert(hs.end(), h_t.begin(), h_t.begin() + 3 * N * I * es);
+      DeviceBuffer all = upload(hs), out = upload(hs), din = upload(hs);
+      const TensorRef inp = TensorRef(all.data(), t) + off, dout = inp + (size_t)2 * N * I;
+      std::vector<char> r((size_t)2 * N * I * es);
+      gpu_->swiglu_forward(TensorRef(out.data(), t) + off, inp, N, I);
+      gpu_->copy_to_host(r.data(), (TensorRef(out.data(), t) + off).data, (size_t)N * I * es);
+      outs[path].push_back(std::vector<char>(r.begin(), r.begin() + (size_t)N * I * es));
+      gpu_->swiglu_backward(TensorRef(din.data(), t) + off, dout, inp, N, I);
+      gpu_->copy_to_host(r.data(), (TensorRef(din.data(), t) + off).data, r.size());
+      outs[path].push_back(r);
+    }
+    const char* ops[] = {"gelu forward", "gelu backward", "add", "swiglu forward",
+                         "swiglu backward"};
+    for (int op = 0; op < 5; ++op)
       EXPECT_EQ(outs[0][op], outs[1][op]) << ops[op] << " (" << dtype_name(t) << ")";
     // The packed path against the CPU's fp32 on the same values.
     std::vector<float> hx(h.begin(), h.begin() + n), gx(g.begin(), g.begin() + n);
