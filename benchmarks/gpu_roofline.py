@@ -14,7 +14,7 @@ under the op names the flops profiler, model/profiling_backend.cc, uses): the vo
 padded to a multiple of 128 on the device, bf16 logits in one chunk, the tensor-core
 attention, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and DGELU on its
 backward, two-pass column reductions for the bias and norm gradients, 16-byte element-wise
-kernels. --ordered-dq, --beta0 and --residual-in-gemm add items of the plan not built yet. A
+kernels (GELU, SwiGLU, the residual add). --ordered-dq, --beta0 and --residual-in-gemm add items of the plan not built yet. A
 kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction x bandwidth)) plus a
 launch gap. `--measured` reads the flops profiler's table (the ds_config's flops_profiler on
 the GPU: each op synchronised and timed alone) and prints the measured time per op beside the
