@@ -55,14 +55,29 @@ __global__ void swiglu_backward_kernel(TensorRef dinp, TensorView dout, TensorVi
 
 // The same on 16-byte packs of T (elementwise.cuh), when I is a multiple of a pack and every
 // operand 16-byte aligned: thread k takes columns [k kN, (k + 1) kN) of row k / (I / kN).
+// SwiGLUPack is that thread's place (row n, first column j) and its packs of gate and up.
+template <class T>
+struct SwiGLUPack {
+  size_t n, j;
+  Pack16<T> g, u;
+  // False for a thread past the last pack.
+  __device__ bool load(const T* inp, int N, int I) {
+    const size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x, per_row = I / Pack16<T>::kN;
+    if (k >= (size_t)N * per_row) return false;
+    n = k / per_row, j = k % per_row * Pack16<T>::kN;
+    g = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + j);
+    u = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + I + j);
+    return true;
+  }
+};
+
 template <class T>
 __global__ void swiglu_forward_packed(T* out, const T* inp, int N, int I) {
   constexpr int kN = Pack16<T>::kN;
-  const size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x, per_row = I / kN;
-  if (k >= (size_t)N * per_row) return;
-  const size_t n = k / per_row, j = k % per_row * kN;
-  const Pack16<T> g = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + j);
-  const Pack16<T> u = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + I + j);
+  SwiGLUPack<T> p;
+  if (!p.load(inp, N, I)) return;
+  const size_t n = p.n, j = p.j;
+  const Pack16<T>&g = p.g, &u = p.u;
   Pack16<T> o;
 #pragma unroll
   for (int e = 0; e < kN; ++e) o.v[e] = from_f32<T>(swiglu(to_f32(g.v[e]), to_f32(u.v[e])));
@@ -72,11 +87,10 @@ __global__ void swiglu_forward_packed(T* out, const T* inp, int N, int I) {
 template <class T>
 __global__ void swiglu_backward_packed(T* dinp, const T* dout, const T* inp, int N, int I) {
   constexpr int kN = Pack16<T>::kN;
-  const size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x, per_row = I / kN;
-  if (k >= (size_t)N * per_row) return;
-  const size_t n = k / per_row, j = k % per_row * kN;
-  const Pack16<T> g = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + j);
-  const Pack16<T> u = *reinterpret_cast<const Pack16<T>*>(inp + n * 2 * I + I + j);
+  SwiGLUPack<T> p;
+  if (!p.load(inp, N, I)) return;
+  const size_t n = p.n, j = p.j;
+  const Pack16<T>&g = p.g, &u = p.u;
   const Pack16<T> dy = *reinterpret_cast<const Pack16<T>*>(dout + n * I + j);
   Pack16<T> dg, du;
 #pragma unroll
