@@ -7,6 +7,7 @@
 namespace zt {
 
 bool Backend::pin_host(void* p, size_t bytes) { return mlock(p, bytes) == 0; }
+void Backend::unpin_host(void* p, size_t bytes) { munlock(p, bytes); }
 
 void Backend::matmul_gelu_forward(TensorRef out, TensorRef pre, TensorView inp, TensorView weight,
                                   TensorView bias, int N, int C, int OC) {
@@ -21,7 +22,6 @@ void Backend::matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, TensorRef
   matmul_backward(scratch, dweight, dbias, dout, act, weight, N, C, OC);
   gelu_backward(dpre, pre, scratch, (size_t)N * C);
 }
-void Backend::unpin_host(void* p, size_t bytes) { munlock(p, bytes); }
 
 double Backend::sum_squares(const void* x, DType t, size_t n) {
   DeviceBuffer d(this, sizeof(double), MemCategory::kWorkspace);

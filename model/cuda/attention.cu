@@ -32,7 +32,7 @@ __device__ inline float dot_row(const float* x, TensorView src, size_t row, int 
   return d;
 }
 
-// Row `i` of src into sm[0..hd) by the warp's lanes.
+// The row at `row` of src into sm[0..hd), by the warp's lanes.
 __device__ inline void stage_row(float* sm, TensorView src, size_t row, int hd) {
   for (int i = threadIdx.x; i < hd; i += 32) sm[i] = load_as_f32(src, row + i);
 }
