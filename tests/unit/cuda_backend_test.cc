@@ -523,12 +523,13 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
   // The classifier's backward reads the padded dlogits with row stride ld.
   auto x = make_typed((size_t)N * C, t, 1, 8), w = make_typed((size_t)V * C, t, 1, 9),
        dx = zeros_typed((size_t)N * C, t);
-  auto dw = zeros((size_t)V * C);
-  cpu_->matmul_backward(dx.cp(), dw.cp(), nullptr, z.cp(), x.cp(), w.cp(), N, C, V, V);
-  gpu_->matmul_backward(dx.gp(), dw.gp(), nullptr, TensorView(zg.data(), t), x.gp(), w.gp(), N, C,
-                        V, ld);
+  auto dw = zeros((size_t)V * C), db = zeros(V);  // (a bias too: the stride reaches its sum)
+  cpu_->matmul_backward(dx.cp(), dw.cp(), db.cp(), z.cp(), x.cp(), w.cp(), N, C, V, V);
+  gpu_->matmul_backward(dx.gp(), dw.gp(), db.gp(), TensorView(zg.data(), t), x.gp(), w.gp(), N,
+                        C, V, ld);
   expect_close(dx, 8e-3, "classifier dX from padded dlogits");
   expect_close(dw, 4e-3, "classifier dW from padded dlogits (bf16-rounded dlogits)");
+  expect_close(db, 4e-3, "bias gradient from padded dlogits (bf16-rounded dlogits)");
   // And its forward writes rows of stride ld, leaving the padding alone.
   DeviceBuffer out(gpu_.get(), (size_t)N * ld * 2, MemCategory::kWorkspace);
   gpu_->copy_to_device(out.data(), p16.data(), p16.size() * 2);
