@@ -1,10 +1,23 @@
 // Backend's defaults: host memory pinned by mlock (the CPU backend; a GPU backend registers it
-// with its driver instead), and the fused GEMM + GELU ops as their two passes.
+// with its driver instead), the fused GEMM + GELU ops as their two passes, and --attention's
+// names.
 #include "model/backend.h"
 
 #include <sys/mman.h>
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace zt {
+
+absl::StatusOr<AttentionImpl> parse_attention(std::string_view name) {
+  if (name == "auto") return AttentionImpl::kAuto;
+  if (name == "flash") return AttentionImpl::kFlash;
+  if (name == "cudnn") return AttentionImpl::kCudnn;
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention '", std::string(name), "' is not one of auto, flash, cudnn"));
+}
 
 bool Backend::pin_host(void* p, size_t bytes) { return mlock(p, bytes) == 0; }
 void Backend::unpin_host(void* p, size_t bytes) { munlock(p, bytes); }

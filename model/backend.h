@@ -19,8 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "model/adamw_math.h"
@@ -31,6 +33,13 @@ namespace zt {
 constexpr size_t kCpuClassifierChunkBytes = size_t{32} << 20;
 // A GPU's logits row stride for a vocabulary of V: the next multiple of 128 (llm.c's padding).
 constexpr int gpu_logits_row_stride(int V) { return (V + 127) / 128 * 128; }
+
+// Which attention a GPU backend runs (--attention, zerotrain.attention): kFlash, its own kernels
+// (model/cuda/attention*.cu); kCudnn, cuDNN's fused SDPA (an error where cuDNN cannot load);
+// kAuto, cuDNN where it loads and supports the shape, else flash. The CPU has one attention.
+enum class AttentionImpl { kAuto, kFlash, kCudnn };
+// "auto", "flash" or "cudnn"; else InvalidArgument naming the three.
+absl::StatusOr<AttentionImpl> parse_attention(std::string_view name);
 
 class Backend {
  public:
@@ -167,6 +176,15 @@ class Backend {
   // over rows 0..T-1 of qkv (T,(NH+2*KVH)*hd), one sequence: row T-1 of attention_forward,
   // in O(T) instead of O(T^2).
   virtual void attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH, int hd) = 0;
+  // Readies attention_forward / attention_backward for activations of dtype act at these
+  // shapes before the first step (cuDNN's graphs are built here, not inside a step) and names
+  // what will run them: "cpu", "flash (tensor cores)", "flash (fp32)", "cuDNN 9.x.y". Error
+  // (FailedPrecondition) when the attention asked for cannot run them (kCudnn on fp32
+  // activations, or a shape cuDNN has no engine for).
+  virtual absl::StatusOr<std::string> prepare_attention(DType /*act*/, int /*B*/, int /*T*/,
+                                                        int /*NH*/, int /*KVH*/, int /*hd*/) {
+    return std::string(name());
+  }
   // GELU, tanh approximation (GPT-2's gelu_new). out/inp (n).
   virtual void gelu_forward(TensorRef out, TensorView inp, size_t n) = 0;
   // GPT-2's MLP up-projection and its GELU: pre (N,OC) = inp @ weight^T + bias, out (N,OC) =

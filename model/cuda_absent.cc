@@ -6,7 +6,8 @@ namespace zt {
 
 int cuda_device_count() { return 0; }
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/,
+                                                           AttentionImpl /*attention*/) {
   return absl::FailedPreconditionError(
       "this zerotrain was built without CUDA (nvcc was not found by scripts/setup.sh); install "
       "the CUDA toolkit and rebuild, or use --device cpu");

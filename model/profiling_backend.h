@@ -46,6 +46,10 @@ class ProfilingBackend final : public Backend {
                              TensorView dout, TensorView act, TensorView weight, TensorView pre,
                              int N, int C, int OC) override;
   size_t classifier_chunk_bytes() const override { return inner_->classifier_chunk_bytes(); }
+  absl::StatusOr<std::string> prepare_attention(DType act, int B, int T, int NH, int KVH,
+                                                int hd) override {
+    return inner_->prepare_attention(act, B, T, NH, KVH, hd);
+  }
   bool pin_host(void* p, size_t bytes) override { return inner_->pin_host(p, bytes); }
   void unpin_host(void* p, size_t bytes) override { inner_->unpin_host(p, bytes); }
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override {

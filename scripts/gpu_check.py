@@ -32,8 +32,12 @@ Stages (limits in seconds):
   kernels    90   tests/unit/cuda_backend_test.cc on the GPU; a skipped test is a failure
   reference  60   the PyTorch fixtures on the CUDA backend (ZT_TEST_DEVICE=cuda)
   training   60   20 steps of shakespeare-llama against the CPU's losses (relative 1e-4)
-  gpt2       75   GPT-2 124M, T 1024, micro-batch 8, bf16, stage 0: tokens/s, MFU, memory; the
-                  last step profiled per op beside the roofline budget (logs/roofline_gpt2.md)
+  gpt2       75   GPT-2 124M, T 1024, micro-batch 8, bf16, stage 0, our flash attention:
+                  tokens/s, MFU, memory; the last step profiled per op beside the roofline budget
+                  (logs/roofline_gpt2.md)
+  attention  45   the same run with cuDNN's attention (--attention cudnn): tokens/s, each
+                  attention op's profiled time beside the flash kernels', the losses beside
+                  theirs (bf16 tolerance)
   tinyllama  150  TinyLlama-1.1B, T 2048: stage 0; stage 2 with the optimizer on the CPU, with
                   and without the delayed parameter update: step time, peak memory (tracker,
                   driver, estimator)
@@ -259,6 +263,15 @@ def preflight(plan, res, limit):
                 found[lib] = d
                 break
     plan.lib_path = os.pathsep.join([plan.lib_path] + sorted(set(found.values())))
+    # cuDNN is opened at run time (--attention cudnn or auto), and opens NVRTC for the kernels it
+    # compiles, so ldd names neither: their folders go last on the path, so that they change no
+    # library ldd resolved.
+    for lib in ("libcudnn.so.9", "libnvrtc.so.13"):
+        d = next((d for d in lib_dirs() if os.path.exists(os.path.join(d, lib))), None)
+        res["figures"][lib] = (os.path.realpath(os.path.join(d, lib)) if d
+                               else "not found: --attention cudnn may fail")
+        if d and d not in plan.lib_path.split(os.pathsep):
+            plan.lib_path = os.pathsep.join([plan.lib_path, d])
     still = missing_libs(plan, bins, plan.lib_path)
     # The CUDA libraries our trainer will load, by their real file names (their full versions).
     env = dict(os.environ, LD_LIBRARY_PATH=with_system_path(plan.lib_path))
@@ -411,20 +424,22 @@ def bench_config(stage, micro_batch, offload, dpu):
     return c
 
 
-def bench(plan, name, shape, stage, offload, dpu, limit):
-    """One timed run of ours on the GPU, the driver's memory sampled: its figures. GPT-2's last
-    step runs under the flops profiler (every op timed alone, left out of the averages), and
-    benchmarks/gpu_roofline.py puts its per-op times beside the roofline budget
+def bench(plan, name, shape, stage, offload, dpu, attention, limit):
+    """One timed run of ours on the GPU with `attention` (--attention), the driver's memory
+    sampled: its figures. GPT-2's last step runs under the flops profiler (every op timed alone,
+    left out of the averages): the attention ops' times are among the figures, and for the flash
+    run benchmarks/gpu_roofline.py puts every op's beside the roofline budget
     (logs/roofline_gpt2.md)."""
     _, L, C, T, B, steps_run, _ = shape
     run_dir = os.path.join(plan.work, name)
     config = bench_config(stage, B, offload, dpu)
-    profiled = name == "gpt2"
+    profiled = name.startswith("gpt2")
     profile = os.path.join(run_dir, "flops_profile.txt")
     if profiled:
         config["flops_profiler"] = {"enabled": True, "profile_step": steps_run,
                                     "output_file": profile}
-    argv = train_args(zerotrain(plan), "cuda", shape, run_dir, config) + ["--memory_report"]
+    argv = train_args(zerotrain(plan), "cuda", shape, run_dir, config) + [
+        "--memory_report", "--attention", attention]
     smi_log = open(os.path.join(run_dir, "driver_mib.txt"), "w")
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,"
                             "nounits", "-lms", "200"], stdout=smi_log, stderr=subprocess.DEVNULL,
@@ -440,8 +455,13 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
         return {"status": f"exit {rc}"}
     steps = metrics(run_dir)[3:-1] if profiled else metrics(run_dir)[3:]
     rep = json.load(open(os.path.join(run_dir, "memory_report_rank0.json")))
-    roofline = None
+    roofline, attention_ms = None, {}
     if profiled and os.path.exists(profile):
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+        from gpu_roofline import read_measured
+        attention_ms = {op: ms for op, ms in read_measured(profile).items()
+                        if op.startswith("attention")}
+    if profiled and os.path.exists(profile) and name == "gpt2":
         rc = plan.sh("roofline_gpt2.md", ["python3", os.path.join(ROOT, "benchmarks",
                      "gpu_roofline.py"), "--model", "gpt2", "--batch", str(B), "--measured",
                      profile], 30)
@@ -457,12 +477,13 @@ def bench(plan, name, shape, stage, offload, dpu, limit):
             "peak_gib_tracked": rep["device_peak_bytes"] / gib,
             "peak_gib_driver": max(drv, default=0) / 1024,
             "peak_gib_estimated": rep["device_predicted_bytes"] / gib,
-            **({"roofline": roofline} if profiled else {})}
+            "losses": [r["loss"] for r in metrics(run_dir)],
+            **({"roofline": roofline, "attention_ms": attention_ms} if profiled else {})}
 
 
-def bench_stage(runs):
+def bench_stage(runs, shape_key=None, attention="flash"):
     def stage(plan, res, limit):
-        shape = SHAPES[plan.mode][res["name"]]
+        shape = SHAPES[plan.mode][shape_key or res["name"]]
         t_end = time.monotonic() + limit
         bad = []
         for i, (name, zstage, offload, dpu) in enumerate(runs):
@@ -470,13 +491,38 @@ def bench_stage(runs):
             if left < 5:
                 bad.append(f"{name}: no time left")
                 continue
-            fig = bench(plan, name, shape, zstage, offload, dpu, left / (len(runs) - i))
+            fig = bench(plan, name, shape, zstage, offload, dpu, attention,
+                        left / (len(runs) - i))
             res["figures"][name] = fig
             plan.write()
             if fig["status"] != "ok":
                 bad.append(f"{name}: {fig['status']}")
         return verdict(bad)
     return stage
+
+
+# Losses of two bf16 runs whose attention differs by rounding (P and dS rounded to 16 bits in
+# each, in different orders): 8 steps of GPT-2 from one initialisation stay within 1e-2.
+ATTENTION_RTOL = 1e-2
+
+
+def attention(plan, res, limit):
+    """GPT-2's gpt2 run again with cuDNN's attention, beside the flash run's figures."""
+    if plan.mode == "rehearse":
+        return "skipped", "cuDNN attention needs a GPU (the emulation cannot run it)"
+    status, reason = bench_stage([("gpt2_cudnn", 0, False, False)], "gpt2", "cudnn")(
+        plan, res, limit)
+    flash = next((s["figures"].get("gpt2", {}) for s in plan.stages if s["name"] == "gpt2"), {})
+    cudnn = res["figures"].get("gpt2_cudnn", {})
+    if status != "pass" or flash.get("status") != "ok":
+        return status if status != "pass" else "fail", reason or "no flash run to compare with"
+    res["figures"]["cudnn_vs_flash_tokens_per_s"] = cudnn["tokens_per_s"] / flash["tokens_per_s"]
+    pairs = list(zip(flash["losses"], cudnn["losses"]))
+    worst = max((abs(a - b) / abs(a) for a, b in pairs), default=float("inf"))
+    res["figures"]["worst_loss_rel"] = worst
+    if worst > ATTENTION_RTOL:
+        return "fail", f"losses differ by {worst:.1e} > {ATTENTION_RTOL}"
+    return "pass", ""
 
 
 def pytorch(plan, res, limit):
@@ -574,6 +620,7 @@ STAGES = [
                                         "Reference.Tiny*")),
     ("training", 60, True, training),
     ("gpt2", 75, True, bench_stage([("gpt2", 0, False, False)])),
+    ("attention", 45, True, attention),
     ("tinyllama", 150, True, bench_stage([("tinyllama", 0, False, False),
                                           ("tinyllama_offload", 2, True, False),
                                           ("tinyllama_offload_dpu", 2, True, True)])),

@@ -19,14 +19,20 @@ absl::StatusOr<Device> parse_device(std::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_backend(Device d, int local_rank, int local_size,
-                                                      int threads) {
+                                                      int threads, AttentionImpl attention) {
   const int gpus = d == Device::kCpu ? 0 : cuda_device_count();
-  if (d == Device::kCpu || (d == Device::kAuto && gpus == 0)) return make_cpu_backend(threads);
+  if (d == Device::kCpu || (d == Device::kAuto && gpus == 0)) {
+    if (attention == AttentionImpl::kCudnn)
+      return absl::FailedPreconditionError(
+          "attention cudnn (--attention, zerotrain.attention) runs on the CUDA backend, and this "
+          "run has the CPU's (no GPU visible, or --device cpu); use --attention auto or flash");
+    return make_cpu_backend(threads);
+  }
   if (gpus == 0)
     return absl::FailedPreconditionError(
         "--device cuda: no CUDA device is visible (check nvidia-smi, CUDA_VISIBLE_DEVICES and "
         "that this zerotrain was built with the CUDA toolkit); use --device cpu or auto");
-  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(local_rank % gpus));
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(local_rank % gpus, attention));
   // The emulation's one device serves any number of ranks; a real GPU serves one rank (NCCL
   // refuses two ranks on one device).
   if (!be->host_addressable() && local_size > gpus)

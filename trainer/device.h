@@ -22,9 +22,10 @@ absl::StatusOr<Device> parse_device(std::string_view name);
 // with `threads` OpenMP threads (<= 0: OpenMP's default), or CUDA device local_rank (each rank
 // binds its node-local GPU, as torchrun and DeepSpeed do). kAuto is CUDA when a GPU is visible.
 // Errors (FailedPrecondition): cuda without a visible GPU or in a build without CUDA, or more
-// ranks on the node than GPUs.
-absl::StatusOr<std::unique_ptr<Backend>> make_backend(Device d, int local_rank, int local_size,
-                                                      int threads);
+// ranks on the node than GPUs; kCudnn on the CPU backend, or where cuDNN cannot load.
+absl::StatusOr<std::unique_ptr<Backend>> make_backend(
+    Device d, int local_rank, int local_size, int threads,
+    AttentionImpl attention = AttentionImpl::kAuto);
 
 // The communicator for collectives on `be`'s memory, given this process's host communicator
 // (MPI, or single-process): single-process copying through `be` for one rank; null when the

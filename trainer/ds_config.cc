@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "common/memory.h"
 #include "common/status.h"
+#include "model/backend.h"
 #include "nlohmann/json.hpp"
 
 namespace zt {
@@ -742,6 +743,10 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
     ZT_RETURN_IF_ERROR(d.get_int({"warmup_steps"}, &z->delayed_param_update_warmup, 0));
     ZT_RETURN_IF_ERROR(d.finish());
   }
+  ZT_RETURN_IF_ERROR(r.get_string({"attention"}, &z->attention));
+  if (!z->attention.empty())
+    if (const auto a = parse_attention(z->attention); !a.ok())
+      return r.error("attention", std::string(a.status().message()));
   ZT_RETURN_IF_ERROR(r.get_bool({"gradient_checkpointing"}, &z->gradient_checkpointing));
   ZT_RETURN_IF_ERROR(r.get_bool({"node_shared_params"}, &z->node_shared_params));
   ZT_RETURN_IF_ERROR(r.get_string({"save_dir"}, &z->save_dir));

@@ -160,6 +160,9 @@ struct ZerotrainConfig {
   // parameters per node, in shared memory, and a barrier instead of the all-gather after each
   // step (zero/engine.h EngineOptions::node_shared_params; elsewhere a warning, no effect).
   bool node_shared_params = false;
+  // The GPU's attention (also --attention): "auto", "flash" or "cudnn" (trainer/device.h
+  // parse_attention); empty when not given (auto).
+  std::string attention;
   // Activation checkpointing (also --gradient_checkpointing), as activation_checkpointing says.
   bool gradient_checkpointing = false;
   // Checkpoints (trainer/checkpoint.h; also --save_dir, --save_interval, --keep_last): where,

@@ -116,6 +116,9 @@ ABSL_FLAG(std::string, resume_from, "",
 ABSL_FLAG(std::string, device, "auto",
           "train, sample: auto, cpu or cuda (auto: the node-local GPU when one is visible); "
           "estimate: cuda counts activations in the working dtype, as a GPU keeps them");
+ABSL_FLAG(std::string, attention, "",
+          "train: the GPU's attention: auto (cuDNN's where it loads, else flash), flash (our "
+          "tensor-core kernels) or cudnn (as the ds_config key zerotrain.attention; default auto)");
 ABSL_FLAG(bool, gradient_checkpointing, false,
           "train, estimate: activation checkpointing, configured by the ds_config's "
           "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
@@ -257,6 +260,7 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.device = absl::GetFlag(FLAGS_device);
+  o.attention = absl::GetFlag(FLAGS_attention);
   o.save_dir = absl::GetFlag(FLAGS_save_dir);
   o.save_interval = absl::GetFlag(FLAGS_save_interval);
   o.keep_last = absl::GetFlag(FLAGS_keep_last);
@@ -474,11 +478,11 @@ int main(int argc, char** argv) {
   if (cmd == "export") return export_checkpoint();
   if (cmd == "sample") {
     // Flags only train reads would be ignored without a word: refuse them instead.
-    for (const char* flag : {"--deepspeed", "--train_data", "--val_data", "--run_dir", "--steps",
-                             "--val_every", "--val_batches", "--shuffle", "--memory_report",
-                             "--comm_report", "--gradient_checkpointing", "--device_memory_limit",
-                             "--save_dir", "--save_interval", "--keep_last", "--resume",
-                             "--resume_from"})
+    for (const char* flag :
+         {"--deepspeed", "--train_data", "--val_data", "--run_dir", "--steps", "--val_every",
+          "--val_batches", "--shuffle", "--memory_report", "--comm_report",
+          "--gradient_checkpointing", "--device_memory_limit", "--attention", "--save_dir",
+          "--save_interval", "--keep_last", "--resume", "--resume_from"})
       if (given(flag))
         return fail(absl::InvalidArgumentError(
             absl::StrCat(flag, " is a train flag; sample does not read it")));

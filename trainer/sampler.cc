@@ -150,7 +150,8 @@ absl::Status run_sample(const SampleCommand& cmd) {
                             "] for this model (its max_seq_len; RoPE models take a longer "
                             "--max_seq_len)"));
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(tokenizer, c));
-  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_backend(device, 0, 1, cmd.threads));
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
+                      make_backend(device, 0, 1, cmd.threads, AttentionImpl::kFlash));
   auto comm = make_single_process_communicator(be.get());
   Transformer model(c, be.get(), 1, s.window);
   Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});

@@ -63,6 +63,7 @@ struct Run {
   std::optional<MetricsWriter> metrics;  // rank 0 only
   DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
   int B = 0, T = 0, gas = 1;
+  std::string attention;  // what runs it (Backend::prepare_attention)
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
   int64_t save_interval = 0, keep_last = 0;
   int64_t start_step = 0;  // steps already done (a resumed run)
@@ -332,6 +333,7 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
   const nlohmann::json j = {
       {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
       {"device", r.backend ? r.backend->name() : ""},
+      {"attention", opt.attention},
       {"model", model_identity(r.model)},
       {"recipe",
        {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
@@ -366,6 +368,7 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
 absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // A flag's value first, before files are read: a typo is reported as itself.
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
+  if (!opt.attention.empty()) ZT_RETURN_IF_ERROR(parse_attention(opt.attention).status());
   if (opt.deepspeed.empty())
     return absl::InvalidArgumentError(
         "--deepspeed is required: pass a ds_config.json "
@@ -421,8 +424,16 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
-  ZT_ASSIGN_OR_RETURN(r.backend,
-                      make_backend(device, r.comm->local_rank(), r.comm->local_size(), threads));
+  // The attention: the flag, the ds_config key, or both when they agree; else auto.
+  const std::string& key_attention = r.ds.zerotrain.attention;
+  if (!opt.attention.empty() && !key_attention.empty() && opt.attention != key_attention)
+    return clash(opt, "attention", opt.attention, key_attention);
+  ZT_ASSIGN_OR_RETURN(const AttentionImpl attention,
+                      parse_attention(!opt.attention.empty()   ? opt.attention
+                                      : !key_attention.empty() ? key_attention
+                                                               : "auto"));
+  ZT_ASSIGN_OR_RETURN(r.backend, make_backend(device, r.comm->local_rank(), r.comm->local_size(),
+                                              threads, attention));
   if (r.ds.flops_profiler.enabled) {  // times every op of profile_step
     const std::string& file = r.ds.flops_profiler.output_file;
     const std::filesystem::path dir = std::filesystem::path(file).parent_path();
@@ -459,6 +470,10 @@ absl::Status setup_model(Run& r) {
   r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
                                                 r.ds.activation_checkpointing.cpu_checkpointing,
                                                 activation_dtype(r));
+  const ModelConfig& m = r.model;
+  ZT_ASSIGN_OR_RETURN(r.attention,
+                      r.backend->prepare_attention(activation_dtype(r), r.B, r.T, m.n_head,
+                                                   m.n_kv_head, m.head_dim()));
   ZT_ASSIGN_OR_RETURN(r.optimizer, optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
   return absl::OkStatus();
@@ -591,6 +606,8 @@ absl::Status run_train(const TrainOptions& opt) {
     r.comm = std::move(device_comm);
   }
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(r); })));
+  // auto may resolve differently where a node lacks cuDNN: one attention for every rank.
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "attention", r.attention));
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_engine(opt, r); })));
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_resume(opt, r); })));
   // Every rank resumed the same save (a save_dir that is not shared would differ by node).
@@ -617,7 +634,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     std::printf(
         "model %s: %s parameters, %d units | micro-batch %d x %d tokens, "
         "gradient accumulation %d, %d rank(s), ZeRO stage %d, %lld tokens/step | %s on %s, %d "
-        "thread%s | %s\n",
+        "thread%s, attention %s | %s\n",
         opt.init_from.empty() ? opt.model.c_str() : opt.init_from.c_str(),
         absl::StrFormat("%.2fM", layout.total_numel() / 1e6).c_str(), layout.num_units(), r.B, r.T,
         r.gas, r.comm->world_size(), r.ds.zero.stage, (long long)tokens_per_step,
@@ -625,7 +642,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         : r.ds.fp16.enabled ? "fp16"
                             : "fp32",
         std::string(r.backend->name()).c_str(), omp_get_max_threads(),
-        omp_get_max_threads() == 1 ? "" : "s",
+        omp_get_max_threads() == 1 ? "" : "s", r.attention.c_str(),
         absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
   if (nothing_to_train(opt, r)) return absl::OkStatus();
   auto validate_now = [&](int64_t step) {

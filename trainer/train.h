@@ -29,6 +29,7 @@ struct TrainOptions {
   uint64_t seed = 1337;                 // initialisation, data order and sampling
   bool shuffle = true;                  // shuffle training data each epoch
   std::string device = "auto";          // auto, cpu or cuda (trainer/device.h)
+  std::string attention;  // auto, flash, cudnn (empty: zerotrain.attention, else auto)
   int threads = 0;                      // OpenMP threads (0: cores / ranks on this node)
   bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir

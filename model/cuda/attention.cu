@@ -163,8 +163,36 @@ AttnShape shape(int B, int T, int NH, int KVH, int hd) {
 
 }  // namespace
 
+bool CudaBackend::cudnn_runs(const AttentionShape& s) {
+  if (!cudnn_) return false;
+  auto it = cudnn_shapes_.find(s);
+  if (it == cudnn_shapes_.end()) {
+    const absl::Status st = cudnn_->prepare(s, cudnn_workspace_limit());
+    if (!st.ok() && attention_ == AttentionImpl::kCudnn) {
+      std::fprintf(stderr, "zerotrain: --attention cudnn: %s\n", std::string(st.message()).c_str());
+      std::abort();
+    }
+    it = cudnn_shapes_.emplace(s, st.ok()).first;
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::string> CudaBackend::prepare_attention(DType act, int B, int T, int NH, int KVH,
+                                                           int hd) {
+  if (cudnn_) {
+    const AttentionShape s{act, B, T, NH, KVH, hd};
+    const absl::Status st = cudnn_->prepare(s, cudnn_workspace_limit());
+    if (!st.ok() && attention_ == AttentionImpl::kCudnn) return st;
+    cudnn_shapes_[s] = st.ok();
+    if (st.ok()) return cudnn_->version();
+  }
+  return std::string(mma_attention_supports(act, hd) ? "flash (tensor cores)" : "flash (fp32)");
+}
+
 void CudaBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
                                     int KVH, int hd) {
+  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; cudnn_runs(c))
+    return cudnn_->forward(out.data, lse, qkv.data, c);
   const AttnShape s = shape(B, T, NH, KVH, hd);
   if (mma_attention_supports(qkv.dtype, hd))
     return mma_attention_forward(stream_, out, lse, qkv, s);
@@ -181,6 +209,13 @@ void CudaBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH,
 void CudaBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
                                      TensorView out, const float* lse, int B, int T, int NH,
                                      int KVH, int hd) {
+  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; cudnn_runs(c)) {
+    // cuDNN writes the gradient; the interface adds it.
+    const size_t n = (size_t)B * T * (NH + 2 * KVH) * hd;
+    DeviceBuffer grad(this, n * dtype_size(qkv.dtype), MemCategory::kWorkspace);
+    cudnn_->backward(grad.data(), dout.data, qkv.data, out.data, lse, c);
+    return add_inplace(dqkv, TensorView(grad.data(), qkv.dtype), n);
+  }
   const AttnShape s = shape(B, T, NH, KVH, hd);
   DeviceBuffer d_rows(this, (size_t)B * NH * T * sizeof(float), MemCategory::kWorkspace);
   launch_kernel(attention_d_rows_kernel, blocks_for((size_t)B * T * NH, 4), 128, stream_,

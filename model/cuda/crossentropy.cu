@@ -65,14 +65,9 @@ void CudaBackend::crossentropy_forward_backward(TensorRef logits, int ld, float*
 int CudaBackend::logits_row_stride(int V) const { return gpu_logits_row_stride(V); }
 
 size_t CudaBackend::classifier_chunk_bytes() const {
-  // A sixteenth of the device's memory (or of its limit): one chunk for GPT-2's 16 x 1024 rows
-  // of 50304 bf16 logits (1.6 GB) on an H200, a few on an 8 GB GPU.
-  size_t total = memory_limit();
-  if (total == 0) {
-    size_t free_bytes = 0;
-    ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  }
-  return std::max<size_t>(total / 16, size_t{32} << 20);
+  // One chunk for GPT-2's 16 x 1024 rows of 50304 bf16 logits (1.6 GB) on an H200, a few on an
+  // 8 GB GPU.
+  return scratch_budget();
 }
 
 }  // namespace zt

@@ -15,14 +15,33 @@ int cuda_device_count() {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, AttentionImpl attention) {
   const int n = cuda_device_count();
   if (device < 0 || device >= n)
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", device, " requested but ", n,
                      " device(s) are visible; check "
                      "CUDA_VISIBLE_DEVICES and the driver, or use the CPU backend"));
-  return std::unique_ptr<Backend>(new CudaBackend(device));
+  auto be = std::make_unique<CudaBackend>(device);
+  if (attention != AttentionImpl::kFlash) {
+    absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
+        CudnnAttention::open(be.get(), be->stream());
+    if (cudnn.ok())
+      be->use_cudnn(std::move(*cudnn), attention);
+    else if (attention == AttentionImpl::kCudnn)
+      return absl::FailedPreconditionError(
+          absl::StrCat("--attention cudnn: ", cudnn.status().message()));
+  }
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+size_t CudaBackend::scratch_budget() const {
+  size_t total = memory_limit();
+  if (total == 0) {
+    size_t free_bytes = 0;
+    ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  }
+  return std::max<size_t>(total / 16, size_t{32} << 20);
 }
 
 // cudaFree synchronises the device, so a block leaving the cache is no longer in use.
@@ -45,6 +64,7 @@ CudaBackend::CudaBackend(int device)
 CudaBackend::~CudaBackend() {
   for (cudaStream_t s : copy_streams_) cudaStreamSynchronize(s);
   cudaStreamSynchronize(stream_);
+  cudnn_.reset();  // its workspace goes back through free(), into cache_
   for (const QueuedCopy& c : copies_) cudaEventDestroy(c.done);
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   cudaEventDestroy(compute_mark_);

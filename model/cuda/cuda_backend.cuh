@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "common/block_cache.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_common.cuh"
+#include "model/cuda/cudnn_attention.h"
 
 namespace zt {
 
@@ -34,6 +36,11 @@ class CudaBackend final : public Backend {
 #include "model/backend_kernels.inc"  // NOLINT: memory and kernel overrides
 
   cudaStream_t stream() const { return stream_; }
+  // cuDNN runs attention from now on (kCudnn), or where it supports the shape (kAuto).
+  void use_cudnn(std::unique_ptr<CudnnAttention> cudnn, AttentionImpl how) {
+    cudnn_ = std::move(cudnn);
+    attention_ = how;
+  }
 #ifdef ZT_CUDA_EMU
   // Emulated device memory is host memory, unless the emulation guards it (emu/cuda_emu.h).
   bool host_addressable() const override { return !emu::guard_enabled(); }
@@ -54,6 +61,8 @@ class CudaBackend final : public Backend {
                              TensorView dout, TensorView act, TensorView weight, TensorView pre,
                              int N, int C, int OC) override;
   size_t classifier_chunk_bytes() const override;
+  absl::StatusOr<std::string> prepare_attention(DType act, int B, int T, int NH, int KVH,
+                                                int hd) override;
   bool pin_host(void* p, size_t bytes) override;
   void unpin_host(void* p, size_t bytes) override;
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
@@ -89,7 +98,21 @@ class CudaBackend final : public Backend {
   // The fp32 pointer of a weight gradient (null stays null); grad_dtype() is fp32 here, so a
   // 16-bit one is a caller's bug and aborts.
   static float* grad_f32(TensorRef g);
+  // Whether cuDNN runs attention of shape s: it is loaded and its graphs for s are built (under
+  // kAuto a shape it refuses runs on the flash kernels; under kCudnn that aborts, which
+  // prepare_attention reports as an error before the first step).
+  bool cudnn_runs(const AttentionShape& s);
+  // The bytes one piece of scratch may take: a sixteenth of the device's memory (or of its
+  // limit), at least 32 MiB. The classifier's logits chunk and, under kAuto, cuDNN's workspace
+  // (past it, the flash kernels run instead); kCudnn, asked for by name, has no cap.
+  size_t scratch_budget() const;
+  size_t cudnn_workspace_limit() const {
+    return attention_ == AttentionImpl::kCudnn ? SIZE_MAX : scratch_budget();
+  }
   int device_;
+  AttentionImpl attention_ = AttentionImpl::kFlash;
+  std::unique_ptr<CudnnAttention> cudnn_;        // reset first in the destructor (it frees memory)
+  std::map<AttentionShape, bool> cudnn_shapes_;  // prepared: supported or not
   // The copy streams' side of copy_to_*_async: the copy on its direction's stream after the
   // kernels queued so far, an event after it (the H2D's also joins stream_), and its ticket.
   // Copies may be queued from several host threads (the delayed update's and the trainer's),

@@ -12,7 +12,10 @@ namespace zt {
 
 // Number of CUDA devices visible to this process (0 when there is no GPU or no driver).
 int cuda_device_count();
-// A backend on CUDA device `device`. Error when the device does not exist or cannot be used.
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device);
+// A backend on CUDA device `device` whose attention is `attention` (model/backend.h; kFlash,
+// the default, needs nothing beyond the CUDA runtime). Errors (FailedPrecondition): the device
+// does not exist or cannot be used; kCudnn where cuDNN cannot load (cudnn_attention.h).
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
+    int device, AttentionImpl attention = AttentionImpl::kFlash);
 
 }  // namespace zt

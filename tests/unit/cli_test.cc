@@ -95,6 +95,30 @@ TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
                     {"zerotrain.device_memory_limt", "device_memory_limit"});
 }
 
+// --attention / zerotrain.attention: flash and auto run anywhere (the CPU backend names its one
+// attention); cudnn needs the CUDA backend and says so; a typo and a disagreement are refused.
+TEST_F(Cli, AttentionChoiceIsCheckedAndNamed) {
+  const Result ok =
+      run(train("--deepspeed " + path("ds.json") + " --device cpu --attention flash"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("attention cpu"), std::string::npos) << ok.out;
+  expect_user_error(
+      run(train("--deepspeed " + path("ds.json") + " --device cpu --attention cudnn")),
+      {"attention cudnn", "runs on the CUDA backend", "--attention auto or flash"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --attention fast")),
+                    {"attention 'fast' is not one of auto, flash, cudnn"});
+  write(path("cudnn.json"), R"({"train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 2,
+                               "zerotrain": {"attention": "cudnn"}})");
+  expect_user_error(run(train("--deepspeed " + path("cudnn.json") + " --attention flash")),
+                    {"--attention flash", "zerotrain.attention cudnn", "disagree"});
+  expect_user_error(run(train("--deepspeed " + path("cudnn.json") + " --device cpu")),
+                    {"runs on the CUDA backend"});
+  write(path("typo.json"), R"({"train_batch_size": 4, "zerotrain": {"attention": "xformers"}})");
+  expect_user_error(run(train("--deepspeed " + path("typo.json"))),
+                    {"zerotrain.attention", "'xformers' is not one of auto, flash, cudnn"});
+}
+
 // Optimizer offload with pin_memory where the OS refuses to lock memory (ulimit -l 0; as root
 // also without CAP_IPC_LOCK, which would bypass the limit): training goes on in pageable
 // memory after exactly one warning saying what to change.

@@ -786,6 +786,87 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
   }
 }
 
+// cuDNN's SDPA (--attention cudnn) on problems like the tensor-core kernels' above (fewer:
+// each shape builds two graphs, which cuDNN may compile at run time), against the same CPU
+// reference and bounds (cuDNN also rounds P and dS to 16 bits before their products), and its
+// deterministic backward twice: the same bits. Skipped, saying why, where cuDNN cannot run:
+// the emulation, no GPU, no libcudnn.so.9 on the library path.
+TEST_F(CudaVsCpu, CudnnAttentionMatchesTheCpuLikeTheFlashKernels) {
+  auto cudnn = make_cuda_backend(0, AttentionImpl::kCudnn);
+  if (!cudnn.ok()) GTEST_SKIP() << cudnn.status().message();
+  gpu_ = std::move(*cudnn);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const double tol = t == DType::kBF16 ? 8e-3 : 1e-3;
+    int turn = 0;
+    for (int T : {7, 130})
+      for (int hd : {64, 80, 128}) {
+        const int group = std::array{1, 4, 8}[turn++ % 3];
+        const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
+        const std::string what = std::string(dtype_name(t)) + " T " + std::to_string(T) + " hd " +
+                                 std::to_string(hd) + " group " + std::to_string(group);
+        auto name = gpu_->prepare_attention(t, B, T, NH, KVH, hd);
+        ASSERT_TRUE(name.ok()) << name.status() << ", " << what;
+        EXPECT_EQ(name->rfind("cuDNN 9.", 0), 0u) << *name;
+        auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
+             out = zeros_typed((size_t)B * T * NH * hd, t),
+             dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
+             dqkv = zeros_typed((size_t)B * T * row, t),
+             again = zeros_typed((size_t)B * T * row, t);
+        auto lse = zeros((size_t)B * NH * T);
+        cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
+        gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
+        expect_close(out, tol, "cuDNN attention forward, " + what);
+        expect_close(lse, 1e-4, ("cuDNN attention lse, " + what).c_str());
+        std::vector<uint16_t> h16(out.n);
+        std::vector<float> h(out.n);
+        gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
+        convert(h16.data(), t, h.data(), DType::kF32, out.n);
+        cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
+        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH,
+                                 hd);
+        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                                 hd);
+        gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                                 hd);
+        expect_close(dqkv, tol, "cuDNN attention backward, " + what);
+        std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
+        gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
+        gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
+        EXPECT_EQ(a, b) << "cuDNN backward not bitwise repeatable, " << what;
+      }
+  }
+}
+
+// auto picks cuDNN where it loads, for the 16-bit activations it runs, and the flash kernels
+// otherwise. Where cuDNN cannot load (the emulation; a GPU machine without it), asking for it
+// is an error that says why and what to use instead.
+TEST_F(CudaVsCpu, AttentionChoiceFallsBackOrSaysWhy) {
+  auto cudnn = make_cuda_backend(0, AttentionImpl::kCudnn);
+  if (!cudnn.ok()) {
+    EXPECT_EQ(cudnn.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cudnn.status().message().find("--attention cudnn: "), std::string::npos);
+    EXPECT_NE(cudnn.status().message().find("--attention flash"), std::string::npos);
+  }
+#ifdef ZT_CUDA_EMU
+  EXPECT_NE(cudnn.status().message().find("emulation"), std::string::npos) << cudnn.status();
+#endif
+  auto automatic = make_cuda_backend(0, AttentionImpl::kAuto);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  auto name = (*automatic)->prepare_attention(DType::kBF16, 2, 64, 12, 12, 64);
+  ASSERT_TRUE(name.ok()) << name.status();
+  if (cudnn.ok())
+    EXPECT_EQ(name->rfind("cuDNN 9.", 0), 0u) << *name;
+  else
+    EXPECT_EQ(*name, "flash (tensor cores)");
+  name = (*automatic)->prepare_attention(DType::kF32, 2, 64, 12, 12, 64);
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_EQ(*name, "flash (fp32)");
+  if (cudnn.ok()) {  // fp32 is refused when cuDNN is asked for by name
+    auto refused = (*cudnn)->prepare_attention(DType::kF32, 2, 64, 12, 12, 64);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
 // The weight-gradient reductions over rows (column_sum.cuh: tiles of 256 rows, then the tiles;
 // embedding.cu: token buckets, token tiles of 1024) on more rows than one tile: N = 1300
 // (six tiles, the last partial), C = 45 and OC = 71 (partial warps of columns), tokens
