@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,17 +23,15 @@ namespace {
 // host buffers (written through: a buffer always equals its file).
 class OffloadedParamStore final : public ParamStore {
  public:
-  OffloadedParamStore(Backend* be, const ParamOffloadOptions& o, size_t elem_bytes,
-                      std::unique_ptr<NvmeSwapper> nvme)
-      : be_(be), opt_(o), elem_bytes_(elem_bytes), nvme_(std::move(nvme)) {}
+  OffloadedParamStore(Backend* be, const ParamOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
+      : be_(be), opt_(o), nvme_(std::move(nvme)) {}
   ~OffloadedParamStore() override { be_->wait_copy(last_ticket_); }  // none reads freed memory
 
-  int add(size_t bytes) override {
+  int add(size_t bytes, bool on_drive) override {
+    ZT_CHECK(!on_drive || nvme_);
     Shard s;
     s.bytes = bytes;
-    const int64_t elems = (int64_t)(bytes / (elem_bytes_ ? elem_bytes_ : 1));
-    if (!nvme_ || in_cpu_ + elems <= opt_.max_in_cpu) {
-      in_cpu_ += elems;
+    if (!on_drive) {
       s.host = HostBuffer(bytes, MemCategory::kParams, &host_, pin_with());
     } else {
       s.rounded = (bytes + NvmeSwapper::kAlign - 1) / NvmeSwapper::kAlign * NvmeSwapper::kAlign;
@@ -44,6 +43,10 @@ class OffloadedParamStore final : public ParamStore {
     }
     shards_.push_back(std::move(s));
     return (int)shards_.size() - 1;
+  }
+
+  int64_t host_elems() const override {
+    return nvme_ ? opt_.max_in_cpu : std::numeric_limits<int64_t>::max();
   }
 
   uint64_t load(int h, void* device_dst) override {
@@ -218,13 +221,12 @@ class OffloadedParamStore final : public ParamStore {
   Backend* pin_with() const { return opt_.pin_memory ? be_ : nullptr; }
   Backend* be_;
   ParamOffloadOptions opt_;
-  size_t elem_bytes_;
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Shard> shards_;
   std::vector<Slot> pool_;
   Slot* writing_ = nullptr;
   size_t buffer_bytes_ = 0;
-  int64_t in_cpu_ = 0, to_device_ = 0;
+  int64_t to_device_ = 0;
   uint64_t lru_clock_ = 0;
   uint64_t last_ticket_ = 0;  // the last copy to the device
   OffloadClock clock_;
@@ -237,14 +239,13 @@ class OffloadedParamStore final : public ParamStore {
 std::unique_ptr<ParamStore> make_host_param_store(Backend* be, bool pin_memory) {
   ParamOffloadOptions o;
   o.pin_memory = pin_memory;
-  return std::make_unique<OffloadedParamStore>(be, o, 1, nullptr);
+  return std::make_unique<OffloadedParamStore>(be, o, nullptr);
 }
 
 std::unique_ptr<ParamStore> make_nvme_param_store(Backend* be, const ParamOffloadOptions& o,
-                                                  size_t elem_bytes,
                                                   std::unique_ptr<NvmeSwapper> swapper) {
-  ZT_CHECK(swapper != nullptr && elem_bytes > 0);
-  return std::make_unique<OffloadedParamStore>(be, o, elem_bytes, std::move(swapper));
+  ZT_CHECK(swapper != nullptr);
+  return std::make_unique<OffloadedParamStore>(be, o, std::move(swapper));
 }
 
 absl::Status check_param_buffers(const ParamOffloadOptions& o, int64_t largest_shard,

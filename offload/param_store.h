@@ -31,12 +31,11 @@ struct ParamOffloadOptions {
 // offload_param.device "cpu": every shard in (pinned) host memory, category kParams.
 std::unique_ptr<ParamStore> make_host_param_store(Backend* be, bool pin_memory);
 
-// offload_param.device "nvme": shards past max_in_cpu elements in one file each on `swapper`'s
-// drive (rounded to 4 KiB, kNvme), read through buffer_count host buffers (kPinnedHost) of the
-// largest such shard, which also keep the most recently used shards (a shard still in one is
-// not read again). elem_bytes: bytes per working-dtype element.
+// offload_param.device "nvme": the shards the partition plan puts on the drive (past
+// max_in_cpu elements: host_elems()) in one file each on `swapper`'s drive (rounded to 4 KiB,
+// kNvme), read through buffer_count host buffers (kPinnedHost) of the largest such shard, which
+// also keep the most recently used shards (a shard still in one is not read again).
 std::unique_ptr<ParamStore> make_nvme_param_store(Backend* be, const ParamOffloadOptions& o,
-                                                  size_t elem_bytes,
                                                   std::unique_ptr<NvmeSwapper> swapper);
 
 // The start-up checks of an NVMe parameter store, before anything is allocated: every shard

@@ -88,23 +88,18 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   const char* ahead = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
   const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu,
                                !(ahead && std::string(ahead) == "0")};
-  // The largest shard that goes to the drive: sharded units, in order, past the first
-  // max_in_cpu elements (the store's rule); the buffers are only needed when there is one.
-  int64_t largest = 0, in_cpu = 0;
-  for (int64_t n : unit_numels(model)) {
-    if (stage3_keeps_whole(n, ds.zero.stage3_param_persistence_threshold)) continue;
-    const int64_t shard = shard_numel(n, world);
-    if (in_cpu + shard <= o.max_in_cpu)
-      in_cpu += shard;
-    else
-      largest = std::max(largest, shard);
-  }
+  // The largest shard the partition plan puts on the drive: the buffers are only needed when
+  // there is one.
+  const EstimateInput in = estimate_input(ds, model, world, 0, 0, nullptr);
+  int64_t largest = 0;
+  for (const UnitPartition& u : plan_partition(in.unit_numel, partition_options(in)))
+    if (u.params == ParamHome::kDrive) largest = std::max(largest, u.shard);
   const size_t elem = dtype_size(engine_options(ds).param_dtype);
   if (largest > 0)
     ZT_RETURN_IF_ERROR(check_param_buffers(po, largest, elem, physical_memory_bytes()));
   ZT_ASSIGN_OR_RETURN(auto swapper,
                       open_swapper(ds, o.nvme_path, "zero_optimization.offload_param.nvme_path"));
-  return make_nvme_param_store(be, po, elem, std::move(swapper));
+  return make_nvme_param_store(be, po, std::move(swapper));
 }
 
 absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model) {

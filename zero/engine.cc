@@ -98,35 +98,42 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
-  const bool offloaded = host_grads_ || params_;
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
+  std::vector<int64_t> numels;
+  for (const auto& unit : layout.units()) numels.push_back((int64_t)unit.numel);
+  partition_ =
+      plan_partition(numels, {.stage = stage,
+                              .world = world_,
+                              .persistence_threshold = opt.zero.stage3_param_persistence_threshold,
+                              .host_grads = host_grads_,
+                              .offload_param = params_ != nullptr,
+                              .param_host_elems = params_ ? params_->host_elems() : 0});
   for (int u = 0; u < layout.num_units(); ++u) {
+    const UnitPartition& p = partition_[u];
     UnitState& s = units_[u];
-    s.numel = layout.units()[u].numel;
-    s.replicated = stage == 0 || (world_ == 1 && !offloaded) ||
-                   (stage == 3 &&
-                    stage3_keeps_whole((int64_t)s.numel, opt.zero.stage3_param_persistence_threshold));
-    s.sharded_params = stage == 3 && !s.replicated;
-    s.shard = s.replicated ? s.numel : (size_t)zt::shard_numel((int64_t)s.numel, world_);
-    s.padded = s.replicated ? s.numel : s.shard * world_;
+    s.numel = (size_t)p.numel;
+    s.replicated = p.replicated;
+    s.sharded_params = p.sharded_params;
+    s.shard = (size_t)p.shard;
+    s.padded = (size_t)p.padded;
+    s.host_grads = p.host_grads;
   }
   // First, before any allocation that could fail on one rank alone: it is collective.
   if (opt.node_shared_params) map_shared_params();
   norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
-    if (s.sharded_params && params_) {
-      s.store = params_->add(s.shard * pbytes);
+    const UnitPartition& p = partition_[u];
+    if (p.params != ParamHome::kDevice) {
+      s.store = params_->add(s.shard * pbytes, p.params == ParamHome::kDrive);
     } else if (!s.shared) {
       const size_t param_elems = s.sharded_params ? s.shard : s.padded;
       s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
       be->zero(s.params.data(), s.params.bytes());
     }
-    const bool whole_grads = s.replicated || stage <= 1;
-    s.host_grads = host_grads_ && !whole_grads;
     if (!s.host_grads) {
-      s.grads = DeviceBuffer(be, (whole_grads ? s.padded : s.shard) * gbytes, MemCategory::kGrads);
+      s.grads = DeviceBuffer(be, (size_t)p.grad_numel() * gbytes, MemCategory::kGrads);
       be->zero(s.grads.data(), s.grads.bytes());
     }
     const bool alias = fp32_params && s.store < 0;  // an fp32 device working copy is the master

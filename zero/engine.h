@@ -37,6 +37,7 @@
 #include "zero/loss_scaler.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_store.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -182,6 +183,8 @@ class Engine final : public UnitEngine {
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
   size_t padded_numel(int u) const;
+  // The partition plan this engine allocated by (zero/partition.h), a row per unit.
+  const std::vector<UnitPartition>& partition() const { return partition_; }
   // Where the master weights and moments live (device or offloaded), for reports: host bytes
   // and device<->host traffic.
   const OptimizerState& optimizer() const { return *optimizer_; }
@@ -243,6 +246,7 @@ class Engine final : public UnitEngine {
   Communicator* comm_;
   EngineOptions opt_;
   int rank_ = 0, world_ = 1;
+  std::vector<UnitPartition> partition_;  // the plan units_ were allocated by
   std::vector<UnitState> units_;
   // One double per unit on the device: Σ g² of its owned gradient, written by the pass that
   // wrote the gradient (UnitState::owned_ss), so step() waits for the device once, not per unit.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "common/status.h"
@@ -53,6 +54,19 @@ std::vector<int64_t> unit_numels(const ModelConfig& c) {
   return v;
 }
 
+PartitionOptions partition_options(const EstimateInput& in) {
+  const bool param_offload = in.offload_param != OffloadDevice::kNone;
+  return {.stage = in.stage,
+          .world = (int)in.dp,
+          .persistence_threshold = in.stage3_param_persistence_threshold,
+          // The engine's offloaded optimizer states hold the sharded units' gradients.
+          .host_grads = in.offload_optimizer != OffloadDevice::kNone && in.stage >= 2,
+          .offload_param = param_offload,
+          .param_host_elems = in.offload_param == OffloadDevice::kNvme
+                                  ? in.param_max_in_cpu
+                                  : std::numeric_limits<int64_t>::max()};
+}
+
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.stage < 0 || in.stage > 3)
     return absl::InvalidArgumentError("stage " + std::to_string(in.stage) +
@@ -75,41 +89,36 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
   const bool param_offload = in.offload_param != OffloadDevice::kNone;
   const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded || param_offload);
-  // The engine's offloaded states hold the sharded units' gradients (stages 2-3).
-  const bool host_grads = offloaded && in.stage >= 2;
+  const PartitionOptions po = partition_options(in);
+  const bool host_grads = po.host_grads;
   // Offload shards even at N_d = 1; a sharded unit reduces into an fp32 shard buffer.
   const bool shards = N > 1 || host_grads || param_offload;
   const int64_t K = master ? 12 : 8;
   e.optimizer_k = static_cast<int>(K);
   int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
   int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
-  int64_t host_grad_bytes = 0, host_params = 0, nvme_params = 0, in_cpu = 0, largest_nvme = 0;
+  int64_t host_grad_bytes = 0, host_params = 0, nvme_params = 0, largest_nvme = 0;
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
-  for (int64_t n : units) {
-    // Stage-3 units under the persistence threshold stay whole on every rank (as stage 0).
-    const int st =
-        in.stage == 3 && stage3_keeps_whole(n, in.stage3_param_persistence_threshold) ? 0 : in.stage;
-    const int64_t shard = st == 0 ? n : shard_numel(n, N);
-    const int64_t padded = st == 0 ? n : shard * N;
+  for (const UnitPartition& u : plan_partition(units, po)) {
+    const int64_t n = u.numel, shard = u.shard, padded = u.padded;
     e.psi += n;
     e.padded_psi += padded;
     largest_padded = std::max(largest_padded, padded);
-    if (st == 3 && param_offload) {
-      const int64_t file = (shard * P + 4095) / 4096 * 4096;
-      if (in.offload_param == OffloadDevice::kCpu || in_cpu + shard <= in.param_max_in_cpu) {
-        in_cpu += shard;
-        host_params += shard * P;
-      } else {
+    switch (u.params) {
+      case ParamHome::kDevice: params += (u.sharded_params ? shard : padded) * P; break;
+      case ParamHome::kHost: host_params += shard * P; break;
+      case ParamHome::kDrive: {
+        const int64_t file = (shard * P + 4095) / 4096 * 4096;
         nvme_params += file;
         largest_nvme = std::max(largest_nvme, file);
+        break;
       }
-    } else {
-      params += (st == 3 ? shard : padded) * P;
     }
-    (st >= 2 && host_grads ? host_grad_bytes : grads) += (st >= 2 ? shard : padded) * G;
-    optim += (st >= 1 ? shard : padded) * K;
-    if (st >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
-    const size_t owned = (size_t)(st >= 1 ? shard : padded);
+    (u.host_grads ? host_grad_bytes : grads) += u.grad_numel() * G;
+    optim += u.owned() * K;
+    if (u.stage >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
+    const size_t owned = (size_t)u.owned();
+    const int st = u.stage;
     granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
     nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size);

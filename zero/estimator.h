@@ -21,6 +21,7 @@
 #include "common/memory.h"
 #include "model/config.h"
 #include "zero/offload_device.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -140,6 +141,10 @@ struct MemoryEstimate {
 // Activations: transformer_activation_bytes(*model, micro_batch, seq_len).
 // Errors: stage not in 0-3, dp < 1, psi <= 0, offload_param without stage 3.
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
+
+// The partition plan's options for `in` (zero/partition.h): what the estimator counts by and the
+// trainer sizes the parameter store by, the same plan the engine allocates by.
+PartitionOptions partition_options(const EstimateInput& in);
 
 // Bytes the Transformer (model/transformer.cc) allocates as MemCategory::kActivations for
 // micro-batches up to (B, T), N = B T, C hidden, L layers. Tensors are in the activation dtype

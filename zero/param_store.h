@@ -19,8 +19,13 @@ class ParamStore {
  public:
   virtual ~ParamStore() = default;
 
-  // Registers the next offloaded shard (handles 0, 1, ... in order) of `bytes` bytes.
-  virtual int add(size_t bytes) = 0;
+  // Registers the next offloaded shard (handles 0, 1, ... in order) of `bytes` bytes, in host
+  // memory or (on_drive) in a file on the drive, as the partition plan placed it
+  // (zero/partition.h ParamHome; a store without a drive takes on_drive false only).
+  virtual int add(size_t bytes, bool on_drive) = 0;
+  // Elements of shards this store keeps in host memory before the rest go to the drive, the
+  // plan's PartitionOptions::param_host_elems: all (INT64_MAX) without a drive.
+  virtual int64_t host_elems() const = 0;
   // Queues shard h's copy into device memory at device_dst (its bytes) on the backend's copy
   // stream and returns its ticket (Backend::copy_to_device_async): kernels queued after the
   // call see the shard; a host reader of device_dst waits for the ticket first. Throws

@@ -101,6 +101,7 @@ struct RunResult {
   int64_t params_to_device_one_step = 0;
   size_t owned = 0;  // elements this rank owns (sum of its shards)
   size_t device_peak = 0;  // device bytes, all categories
+  std::vector<UnitPartition> partition;  // Engine::partition()
 };
 
 // Where the optimizer state lives in a run: on the device, or in host memory (CPU Adam) with
@@ -141,8 +142,7 @@ std::unique_ptr<ParamStore> params_for(Params where, Backend* be, DType t) {
           NvmeSwapper::open(::testing::TempDir(), {.block_size = 8192, .queue_depth = 4});
       EXPECT_TRUE(swapper.ok()) << swapper.status();
       const ParamOffloadOptions o{.pin_memory = true, .buffer_count = 2, .max_in_cpu = 0};
-      return swapper.ok() ? make_nvme_param_store(be, o, dtype_size(t), std::move(*swapper))
-                          : nullptr;
+      return swapper.ok() ? make_nvme_param_store(be, o, std::move(*swapper)) : nullptr;
     }
   }
   return nullptr;
@@ -177,6 +177,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     engine.set_unit_params((int)u, p);
   }
   RunResult res;
+  res.partition = engine.partition();
   for (MemCategory cat : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
     res.model_state_bytes.push_back(be->tracker().current(cat));
   const auto params_to_device = [&] {
@@ -822,7 +823,8 @@ TEST_F(ZeroStages, ParamOffloadChangesNoResult) {
 // docs/offload.md's memory formulas (the estimator, zero/estimator.h) against the bytes the
 // engine allocates, by category, on the device and the host (and NVMe), for every stage x
 // offload combination in bf16. With both offloads at stage 3 the device keeps no model state
-// at all: only the units being used, gathered, and buffers.
+// at all: only the units being used, gathered, and buffers. Both come from one partition plan
+// (zero/partition.h): the engine's rows equal the plan of the estimator's options, row by row.
 TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
   struct Case {
     int stage;
@@ -869,6 +871,16 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
       const std::string what =
           absl::StrCat("N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ",
                        (int)k.optimizer, ", params ", (int)k.params, ", delayed ", k.delayed);
+      const std::vector<UnitPartition> plan = plan_partition(in.unit_numel, partition_options(in));
+      ASSERT_EQ(got.partition.size(), plan.size()) << what;
+      for (size_t u = 0; u < plan.size(); ++u) {
+        const UnitPartition &a = got.partition[u], &b = plan[u];
+        EXPECT_TRUE(a.numel == b.numel && a.stage == b.stage && a.replicated == b.replicated &&
+                    a.shard == b.shard && a.padded == b.padded &&
+                    a.sharded_params == b.sharded_params && a.whole_grads == b.whole_grads &&
+                    a.host_grads == b.host_grads && a.params == b.params)
+            << what << ": unit " << u << " partitioned otherwise by the engine";
+      }
       using M = MemCategory;
       const M states[] = {M::kParams, M::kGrads, M::kOptimizer};
       for (size_t i = 0; i < 3; ++i)

@@ -31,9 +31,9 @@ class ParamStoreTest : public ::testing::Test {
     ParamOffloadOptions o;
     o.buffer_count = 3;
     o.max_in_cpu = 0;  // every shard on the drive
-    store_ = make_nvme_param_store(be_.get(), o, 1, std::move(*swapper));
+    store_ = make_nvme_param_store(be_.get(), o, std::move(*swapper));
     for (int h = 0; h < kShards; ++h) {
-      ASSERT_EQ(store_->add(kBytes), h);
+      ASSERT_EQ(store_->add(kBytes, /*on_drive=*/true), h);
       write(h, uint8_t(10 * h + 1));
     }
   }
@@ -101,8 +101,8 @@ TEST_F(ParamStoreTest, NoReadAheadWhenOffOrTooFewBuffers) {
     o.buffer_count = count;
     o.max_in_cpu = 0;
     o.read_ahead = on;
-    auto store = make_nvme_param_store(be_.get(), o, 1, std::move(*swapper));
-    ASSERT_EQ(store->add(kBytes), 0);
+    auto store = make_nvme_param_store(be_.get(), o, std::move(*swapper));
+    ASSERT_EQ(store->add(kBytes, /*on_drive=*/true), 0);
     EXPECT_FALSE(store->reads_ahead());
     EXPECT_FALSE(store->prefetch(0));
     EXPECT_EQ(store->place(0), ParamStore::Place::kDrive);
