@@ -117,6 +117,37 @@ class CudaVsCpu : public ::testing::Test {
     EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what << " (" << dtype_name(p.t) << ")";
     EXPECT_GT(maxref, 0.0) << what << ": nothing was written";
   }
+  // Causal GQA attention of dtype t on gpu_ against the CPU's fp32 on the same exactly
+  // representable inputs: forward (out within tol, lse within lse_tol), backward from the GPU's
+  // rounded out (within tol), and the backward twice: the same bits.
+  void expect_attention_matches_cpu(DType t, int T, int hd, int group, double tol,
+                                    double lse_tol, const std::string& what) {
+    const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
+    auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
+         out = zeros_typed((size_t)B * T * NH * hd, t),
+         dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
+         dqkv = zeros_typed((size_t)B * T * row, t), again = zeros_typed((size_t)B * T * row, t);
+    auto lse = zeros((size_t)B * NH * T);
+    cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
+    gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
+    expect_close(out, tol, "attention forward, " + what);
+    expect_close(lse, lse_tol, ("attention lse, " + what).c_str());
+    // The backward reads out as each backend stored it: the CPU gets the GPU's rounding.
+    std::vector<uint16_t> h16(out.n);
+    std::vector<float> h(out.n);
+    gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
+    convert(h16.data(), t, h.data(), DType::kF32, out.n);
+    cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
+    cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH, hd);
+    gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd);
+    gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
+                             hd);
+    expect_close(dqkv, tol, "attention backward, " + what);
+    std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
+    gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
+    gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
+    EXPECT_EQ(a, b) << "backward not bitwise repeatable, " << what;
+  }
   std::unique_ptr<Backend> cpu_, gpu_;
 };
 
@@ -752,36 +783,10 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
     for (int T : {1, 7, 37, 130})
       for (int hd : {64, 80, 96, 128}) {
         const int group = std::array{1, 4, 8}[turn++ % 3];
-        const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
-        const std::string what = "T " + std::to_string(T) + " hd " + std::to_string(hd) +
-                                 " group " + std::to_string(group);
-        auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
-             out = zeros_typed((size_t)B * T * NH * hd, t),
-             dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
-             dqkv = zeros_typed((size_t)B * T * row, t),
-             again = zeros_typed((size_t)B * T * row, t);
-        auto lse = zeros((size_t)B * NH * T);
-        cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
-        gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
-        expect_close(out, tol, "attention forward, " + what);
-        expect_close(lse, 1e-5, (std::string(dtype_name(t)) + " attention lse, " + what).c_str());
-        // The backward reads out as each backend stored it: the CPU gets the GPU's rounding.
-        std::vector<uint16_t> h16(out.n);
-        std::vector<float> h(out.n);
-        gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
-        convert(h16.data(), t, h.data(), DType::kF32, out.n);
-        cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
-        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH,
-                                 hd);
-        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
-                                 hd);
-        gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
-                                 hd);
-        expect_close(dqkv, tol, "attention backward, " + what);
-        std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
-        gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
-        gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
-        EXPECT_EQ(a, b) << "backward not bitwise repeatable, " << what;
+        expect_attention_matches_cpu(t, T, hd, group, tol, 1e-5,
+                                     std::string(dtype_name(t)) + " T " + std::to_string(T) +
+                                         " hd " + std::to_string(hd) + " group " +
+                                         std::to_string(group));
       }
   }
 }
@@ -801,38 +806,13 @@ TEST_F(CudaVsCpu, CudnnAttentionMatchesTheCpuLikeTheFlashKernels) {
     for (int T : {7, 130})
       for (int hd : {64, 80, 128}) {
         const int group = std::array{1, 4, 8}[turn++ % 3];
-        const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
-        const std::string what = std::string(dtype_name(t)) + " T " + std::to_string(T) + " hd " +
-                                 std::to_string(hd) + " group " + std::to_string(group);
-        auto name = gpu_->prepare_attention(t, B, T, NH, KVH, hd);
+        const std::string what = "cuDNN " + std::string(dtype_name(t)) + " T " +
+                                 std::to_string(T) + " hd " + std::to_string(hd) + " group " +
+                                 std::to_string(group);
+        auto name = gpu_->prepare_attention(t, T > 100 ? 1 : 2, T, 8, 8 / group, hd);
         ASSERT_TRUE(name.ok()) << name.status() << ", " << what;
         EXPECT_EQ(name->rfind("cuDNN 9.", 0), 0u) << *name;
-        auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
-             out = zeros_typed((size_t)B * T * NH * hd, t),
-             dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
-             dqkv = zeros_typed((size_t)B * T * row, t),
-             again = zeros_typed((size_t)B * T * row, t);
-        auto lse = zeros((size_t)B * NH * T);
-        cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
-        gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
-        expect_close(out, tol, "cuDNN attention forward, " + what);
-        expect_close(lse, 1e-4, ("cuDNN attention lse, " + what).c_str());
-        std::vector<uint16_t> h16(out.n);
-        std::vector<float> h(out.n);
-        gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
-        convert(h16.data(), t, h.data(), DType::kF32, out.n);
-        cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
-        cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH,
-                                 hd);
-        gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
-                                 hd);
-        gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
-                                 hd);
-        expect_close(dqkv, tol, "cuDNN attention backward, " + what);
-        std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
-        gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
-        gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
-        EXPECT_EQ(a, b) << "cuDNN backward not bitwise repeatable, " << what;
+        expect_attention_matches_cpu(t, T, hd, group, tol, 1e-4, what);
       }
   }
 }
