@@ -1,4 +1,4 @@
-// CPU Adam at memory speed: parameters/s of offload/cpu_adam.h against the machine's bandwidth
+// CPU Adam at memory speed: parameters/s of model/cpu/cpu_adam.h against the machine's bandwidth
 // bound, measured in the same run on the same threads.
 //
 //   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R] [--pages huge|4k]
@@ -25,7 +25,7 @@
 #include "common/memory.h"
 #include "common/simd.h"
 #include "common/timer.h"
-#include "offload/cpu_adam.h"
+#include "model/cpu/cpu_adam.h"
 
 namespace zt {
 namespace {

@@ -1,5 +1,5 @@
 // Vector loads and stores of fp32 / bf16 / fp16 data for the CPU kernels that stream every
-// parameter (common/dtype.cc conversions, offload/cpu_adam.cc). Each function is compiled for
+// parameter (common/dtype.cc conversions, model/cpu/cpu_adam.cc). Each function is compiled for
 // one instruction set (a GCC target attribute) and may only be called from code compiled for
 // that set or a wider one, after cpu_supports() said yes (common/simd.h).
 //

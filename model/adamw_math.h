@@ -1,4 +1,4 @@
-// The AdamW update of one fp32 element, shared by the CPU kernels (offload/cpu_adam.cc, whose
+// The AdamW update of one fp32 element, shared by the CPU kernels (model/cpu/cpu_adam.cc, whose
 // SIMD paths repeat these operations in this order) and the CUDA kernel, so every backend
 // computes the same thing (Loshchilov & Hutter 2019, Algorithm 2; torch.optim.AdamW and
 // DeepSpeed's FusedAdam / CPUAdam with adam_w_mode):
@@ -73,7 +73,7 @@ ZT_HOST_DEVICE inline float add_rn(float a, float b) {
 }
 
 // Returns the updated parameter; m and v are updated in place. Each operation rounds once, in
-// this order (offload/cpu_adam.cc's vector paths repeat it).
+// this order (model/cpu/cpu_adam.cc's vector paths repeat it).
 ZT_HOST_DEVICE inline float adamw_element(float p, float grad, float& m, float& v,
                                           const AdamCoefs& c) {
   float g = mul_rn(grad, c.grad_scale);

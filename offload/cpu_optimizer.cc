@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 #include "common/timer.h"
-#include "offload/cpu_adam.h"
+#include "model/cpu/cpu_adam.h"
 #include "offload/host_buffer.h"
 
 namespace zt {

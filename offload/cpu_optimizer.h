@@ -1,6 +1,6 @@
 // Optimizer offload to CPU memory (Ren et al., "ZeRO-Offload", USENIX ATC 2021; DeepSpeed's
 // zero_optimization.offload_optimizer.device "cpu"): the fp32 master weights and Adam moments
-// of the owned elements live in host memory and CPU Adam (offload/cpu_adam.h) updates them.
+// of the owned elements live in host memory and CPU Adam (model/cpu/cpu_adam.h) updates them.
 // Per unit and per sub-group (zero_optimization.sub_group_size elements): the 16-bit (or
 // fp32) gradient moves device -> host, CPU Adam runs, the updated working copy moves host ->
 // device. The device keeps no fp32 state: K = 12 bytes per owned parameter move to the host,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference for CPU Adam (offload/cpu_adam.cc): torch.optim.AdamW and torch.optim.Adam (L2).
+"""Reference for CPU Adam (model/cpu/cpu_adam.cc): torch.optim.AdamW and torch.optim.Adam (L2).
 
 10 steps on 1M fp32 parameters, with gradients stored in fp32, bf16 or fp16 (rounded by
 torch's own .to(dtype)), each multiplied by 0.7 before the step (the factor that unscales and

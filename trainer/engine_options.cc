@@ -1,14 +1,13 @@
 #include "trainer/engine_options.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/memory.h"
 #include "common/status.h"
 #include "offload/cpu_optimizer.h"
-#include "offload/param_store.h"
+#include "offload/param_offload.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -79,15 +78,12 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& 
 
 absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
                                                         const ModelConfig& model, int world,
-                                                        Backend* be) {
+                                                        Backend* be, bool read_ahead) {
   const OffloadParamConfig& o = ds.zero.offload_param;
   if (o.device == OffloadDevice::kNone) return nullptr;
   const bool pin = o.pin_memory;
   if (o.device == OffloadDevice::kCpu) return make_host_param_store(be, pin);
-  // Reading ahead is on unless ZEROTRAIN_PARAM_READ_AHEAD=0 (a benchmark's comparison).
-  const char* ahead = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
-  const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu,
-                               !(ahead && std::string(ahead) == "0")};
+  const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu, read_ahead};
   // The largest shard the partition plan puts on the drive: the buffers are only needed when
   // there is one.
   const EstimateInput in = estimate_input(ds, model, world, 0, 0, nullptr);

@@ -24,13 +24,14 @@ EngineOptions engine_options(const DsConfig& ds);
 // Errors: nvme_path missing or not writable, io_uring unavailable.
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be);
 // zero_optimization.offload_param.device "cpu" / "nvme" (stage 3): where the parameter shards
-// of `world` ranks of `model` live (offload/param_store.h); null for "none". Errors, before
+// of `world` ranks of `model` live (offload/param_offload.h); null for "none". Errors, before
 // anything is allocated: an nvme buffer_size below the largest shard that goes to the drive,
 // buffer_count x buffer_size past this machine's memory (both only when some shard goes to
-// the drive), nvme_path missing or not writable.
+// the drive), nvme_path missing or not writable. read_ahead: the NVMe store reads the next
+// shards ahead (TrainOptions::param_read_ahead).
 absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
                                                         const ModelConfig& model, int world,
-                                                        Backend* be);
+                                                        Backend* be, bool read_ahead = true);
 // Activation checkpointing: every how many blocks model/transformer.h keeps an input (0: off,
 // when zerotrain.gradient_checkpointing is false): 1, or ceil(L / number_checkpoints).
 // Errors: number_checkpoints above the model's layer count.

@@ -1,9 +1,10 @@
-// zerotrain: subcommands `info`, `prepare`, `train`, `estimate`. Flags live here (absl);
-// library code takes option structs. Every error a user can cause prints "error: ..." and
-// exits with code 2.
+// zerotrain: subcommands `info`, `prepare`, `train`, `sample`, `estimate`, `export`. Flags and
+// the environment are read here only (absl); library code takes option structs. Every error a
+// user can cause prints "error: ..." and exits with code 2.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -17,15 +18,15 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/memory.h"
 #include "common/status.h"
+#include "data/alpaca.h"
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/layout.h"
-#include "data/alpaca.h"
 #include "trainer/ds_config.h"
 #include "trainer/estimate.h"
 #include "trainer/export.h"
@@ -284,6 +285,8 @@ int train(const std::function<bool(const std::string&)>& given) {
                          "--device_memory_limit: ", bytes.status().message())));
     o.device_memory_limit = *bytes;
   }
+  const char* ahead = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
+  o.param_read_ahead = !(ahead && std::string(ahead) == "0");
   const absl::Status s = zt::run_train(o);
   return s.ok() ? 0 : fail(s);
 }

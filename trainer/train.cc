@@ -64,6 +64,7 @@ struct Run {
   DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
   int B = 0, T = 0, gas = 1;
   std::string attention;  // what runs it (Backend::prepare_attention)
+  bool param_read_ahead = true;  // TrainOptions::param_read_ahead
   std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
   int64_t save_interval = 0, keep_last = 0;
   int64_t start_step = 0;  // steps already done (a resumed run)
@@ -369,6 +370,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // A flag's value first, before files are read: a typo is reported as itself.
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
   if (!opt.attention.empty()) ZT_RETURN_IF_ERROR(parse_attention(opt.attention).status());
+  r.param_read_ahead = opt.param_read_ahead;
   if (opt.deepspeed.empty())
     return absl::InvalidArgumentError(
         "--deepspeed is required: pass a ds_config.json "
@@ -475,7 +477,8 @@ absl::Status setup_model(Run& r) {
                       r.backend->prepare_attention(activation_dtype(r), r.B, r.T, m.n_head,
                                                    m.n_kv_head, m.head_dim()));
   ZT_ASSIGN_OR_RETURN(r.optimizer, optimizer_state(r.ds, r.backend.get()));
-  ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get()));
+  ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get(),
+                                            r.param_read_ahead));
   return absl::OkStatus();
 }
 

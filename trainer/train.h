@@ -35,6 +35,9 @@ struct TrainOptions {
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
   bool gradient_checkpointing = false;  // also zerotrain.gradient_checkpointing
+  // The NVMe parameter store reads shards ahead; main turns it off when the environment has
+  // ZEROTRAIN_PARAM_READ_AHEAD=0 (benchmarks/param_read_ahead.py's comparison).
+  bool param_read_ahead = true;
   // Checkpoints (trainer/checkpoint.h), also the zerotrain block's keys of the same names:
   std::string save_dir;       // where saves go (empty: no saves)
   int64_t save_interval = -1;  // steps between saves (0: at the end only; -1: not given)

@@ -2,19 +2,22 @@
 // gradients and optimizer state per unit and implements the transformer's calls (fetch /
 // release / grads / reduce_gradients) plus step(). The stage decides what each call does:
 //
-// | stage | kept per rank                    | reduce_gradients            | step |
-// |-------|----------------------------------|-----------------------------|---------------------------|
-// | 0     | params, grads, optimizer         | all-reduce at the boundary  | update all | | 1     |
-// params, grads, optimizer shard   | reduce-scatter at boundary  | update shard, all-gather  | | 2
-// | params, grad shard, opt. shard   | reduce-scatter every micro  | update shard, all-gather  | |
-// 3     | param shard, grad shard, shard   | reduce-scatter every micro  | update shard |
+// clang-format off
+// | stage | kept per rank                  | reduce_gradients           | step
+// |-------|--------------------------------|----------------------------|-------------------------
+// | 0     | params, grads, optimizer       | all-reduce at the boundary | update all
+// | 1     | params, grads, optimizer shard | reduce-scatter at boundary | update shard, all-gather
+// | 2     | params, grad shard, opt. shard | reduce-scatter every micro | update shard, all-gather
+// | 3     | param shard, grad shard, shard | reduce-scatter every micro | update shard
+// clang-format on
 //
 // Each unit's flat buffer is padded to a multiple of N_d and split into equal contiguous shards;
-// rank r owns elements [r*s, (r+1)*s). Stage 3 gathers a unit at fetch() and frees it at
-// release(), except units of at most stage3_param_persistence_threshold elements (replicated:
-// kept whole on every rank, gradients all-reduced, updated in full, so they cost no all-gather
-// after the first step; zero/partition.h) and units fetched again within
-// stage3_max_reuse_distance parameters. With overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
+// rank r owns elements [r*s, (r+1)*s): the partition plan (zero/partition.h, partition())
+// says, unit by unit. Stage 3 gathers a unit at fetch() and frees it at release(), except
+// units of at most stage3_param_persistence_threshold elements (replicated: kept whole on every
+// rank, gradients all-reduced, updated in full, so they cost no all-gather after the first
+// step) and units fetched again within stage3_max_reuse_distance parameters. With
+// overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
 // stage 3 prefetches upcoming units (from the unit sequence recorded in the first step) up to
 // stage3_prefetch_bucket_size, within stage3_max_live_parameters.
 //

@@ -129,7 +129,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   }
 
   using M = MemCategory;
-  // Parameters: stage-3 shards may live on the host or NVMe (offload/param_store.h).
+  // Parameters: stage-3 shards may live on the host or NVMe (offload/param_offload.h).
   e.dev(M::kParams) = params;
   e.hst(M::kParams) += host_params;
   e.hst(M::kNvme) += nvme_params;

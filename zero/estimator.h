@@ -44,7 +44,7 @@ struct EstimateInput {
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
   // offload_param nvme: shards kept in host memory (elements, in unit order), and the host
-  // buffers the others are read through (offload/param_store.h).
+  // buffers the others are read through (offload/param_offload.h).
   int64_t param_max_in_cpu = 1'000'000'000;
   int64_t param_buffer_count = 5;
   // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).

@@ -1,8 +1,8 @@
 // Where a rank's optimizer state lives (DESIGN.md "Offload"): the fp32 master weights and Adam
 // moments of the elements it owns, and the AdamW update on them. The engine keeps the stage
 // logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
-// (offload/: host memory, later NVMe) changes no stage code. The device implementation below
-// is the engine's behaviour without offload.
+// (offload/: host memory or NVMe) changes no stage code. The device implementation below is the
+// engine's behaviour without offload.
 #pragma once
 
 #include <cstddef>

@@ -4,7 +4,7 @@
 // holds a sharded unit only while it is gathered: gather() loads this rank's shard from the
 // store into its slice of the gathered buffer and all-gathers in place, and step() writes the
 // updated shard (working dtype) back through begin_write / end_write. The stores themselves
-// (host memory, NVMe) are in offload/param_store.h.
+// (host memory, NVMe) are in offload/param_offload.h.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
-// AdamW on the CPU backend: the fused, vectorised CPU Adam of offload/cpu_adam.h (the same
+// AdamW on the CPU backend: the fused, vectorised CPU Adam of model/cpu/cpu_adam.h (the same
 // kernel optimizer offload runs), so the step streams each parameter once.
+#include "model/cpu/cpu_adam.h"
 #include "model/cpu/cpu_backend.h"
-#include "offload/cpu_adam.h"
 
 namespace zt {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <new>
 
-#include "offload/cpu_adam.h"
+#include "model/cpu/cpu_adam.h"
 
 namespace zt {
 
@@ -81,7 +81,7 @@ void CpuBackend::add_inplace(TensorRef y_a, TensorView x_a, size_t n) {
 }
 
 void CpuBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
-  *out = cpu_sum_squares(x, t, n);  // offload/cpu_adam.h: vectorised, thread-count independent
+  *out = cpu_sum_squares(x, t, n);  // model/cpu/cpu_adam.h: vectorised, thread-count independent
 }
 
 void CpuBackend::scale_add(void* y, DType yt, const float* x, float alpha, bool accumulate,

@@ -28,7 +28,7 @@
 #include "model/cuda/cuda_backend.h"
 #endif
 #include "offload/cpu_optimizer.h"
-#include "offload/param_store.h"
+#include "offload/param_offload.h"
 #include "zero/engine.h"
 #include "zero/estimator.h"
 #include "zero/mpi_comm.h"

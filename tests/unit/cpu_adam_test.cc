@@ -1,8 +1,8 @@
-// CPU Adam (offload/cpu_adam.h): matches torch.optim.AdamW / torch.optim.Adam (L2) after 10
+// CPU Adam (model/cpu/cpu_adam.h): matches torch.optim.AdamW / torch.optim.Adam (L2) after 10
 // steps on 1M parameters with fp32, bf16 and fp16 gradients (fixture by scripts/
 // make_cpu_adam_reference.py), to 1e-6 relative; every SIMD level gives the scalar path's bits;
 // the fused 16-bit working copy is the master rounded to nearest even.
-#include "offload/cpu_adam.h"
+#include "model/cpu/cpu_adam.h"
 
 #include <algorithm>
 #include <cmath>

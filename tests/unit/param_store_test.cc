@@ -2,8 +2,6 @@
 // device with the bytes last written to it, is read from the drive once, a write that lands
 // while the read ahead is in flight is what the next load sees, one buffer always stays free
 // for loads on demand, and no read ahead happens when it is off or there are under 3 buffers.
-#include "offload/param_store.h"
-
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "offload/param_offload.h"
 
 namespace zt {
 namespace {

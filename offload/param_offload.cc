@@ -1,4 +1,4 @@
-#include "offload/param_store.h"
+#include "offload/param_offload.h"
 
 #include <chrono>
 #include <future>
@@ -68,7 +68,7 @@ class OffloadedParamStore final : public ParamStore {
       if (b.holder != h) {
         (void)settle(b);           // another shard's read ahead, no longer wanted here
         be_->wait_copy(b.ticket);  // its last copy to the device has read it
-        b.holder = -1;  // holds nothing valid until the read succeeds
+        b.holder = -1;             // holds nothing valid until the read succeeds
         Timer wait;
         const absl::Status st = nvme_->read(s.file, b.buf.data(), s.rounded, 0);
         clock_.add(OffloadClock::kNvmeRead, wait.ms());
@@ -164,16 +164,16 @@ class OffloadedParamStore final : public ParamStore {
  private:
   struct Shard {
     size_t bytes = 0;
-    HostBuffer host;    // resident in host memory
+    HostBuffer host;      // resident in host memory
     uint64_t ticket = 0;  // its last copy to the device
-    int file = -1;      // or on the drive
-    size_t rounded = 0;  // file bytes (whole 4 KiB blocks)
+    int file = -1;        // or on the drive
+    size_t rounded = 0;   // file bytes (whole 4 KiB blocks)
   };
   struct Slot {
     HostBuffer buf;
     int holder = -1;  // the shard whose current value the buffer holds
     uint64_t used = 0;
-    uint64_t ticket = 0;  // its last copy to the device
+    uint64_t ticket = 0;                // its last copy to the device
     std::future<absl::Status> reading;  // a read ahead into it, while valid
     bool ahead = false;                 // read ahead, not loaded yet
   };
@@ -256,18 +256,18 @@ absl::Status check_param_buffers(const ParamOffloadOptions& o, int64_t largest_s
         ": NVMe parameter offload needs at least one buffer to read shards through; set it to "
         "1 or more (DeepSpeed's default: 5)"));
   if (o.buffer_size < largest_shard)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "zero_optimization.offload_param.buffer_size ", o.buffer_size,
-        " elements is smaller than this rank's largest parameter shard, ", largest_shard,
-        " elements; set buffer_size to at least ", largest_shard));
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_optimization.offload_param.buffer_size ", o.buffer_size,
+                     " elements is smaller than this rank's largest parameter shard, ",
+                     largest_shard, " elements; set buffer_size to at least ", largest_shard));
   const double need = (double)o.buffer_count * (double)o.buffer_size * (double)elem_bytes;
   if (host_bytes > 0 && need > (double)host_bytes)
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.offload_param: buffer_count ", o.buffer_count, " x buffer_size ",
         o.buffer_size, " elements x ", elem_bytes, " bytes = ",
         format_bytes((int64_t)std::min(need, 9.0e18)), " of buffers is more than this machine's ",
-        format_bytes(host_bytes), " of memory; lower buffer_count or buffer_size (",
-        largest_shard, " elements is the least buffer_size that holds every shard)"));
+        format_bytes(host_bytes), " of memory; lower buffer_count or buffer_size (", largest_shard,
+        " elements is the least buffer_size that holds every shard)"));
   return absl::OkStatus();
 }
 

@@ -2,7 +2,7 @@
 // repeat its operations in the same order without fused multiply-adds, and this file is
 // compiled with -ffp-contract=off, so all paths round identically. (The sums of squares use
 // explicit fused multiply-adds: their order is per SIMD level anyway.)
-#include "offload/cpu_adam.h"
+#include "model/cpu/cpu_adam.h"
 
 #include <algorithm>
 #include <cstdint>
