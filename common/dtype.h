@@ -1,5 +1,5 @@
 // Storage dtypes and conversions. Compute is always fp32; bf16/fp16 are storage formats
-// for working parameters and gradients (mixed precision, DESIGN.md).
+// for working parameters and gradients (mixed precision; docs/architecture.md "Offload").
 #pragma once
 
 #include <cstddef>

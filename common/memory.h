@@ -1,5 +1,5 @@
 // Memory accounting: every allocation names a category, so a run can report measured bytes
-// per category (current and peak) per rank. DESIGN.md "Backend".
+// per category (current and peak) per rank. docs/architecture.md "Backend".
 #pragma once
 
 #include <array>

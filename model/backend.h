@@ -1,7 +1,7 @@
 // The backend interface: memory on one device (host or a CUDA GPU) and the kernels the
 // transformer needs. Model, ZeRO and offload code never dereference a device pointer on the
-// host; they call these operations (DESIGN.md "Backend"). Every kernel accumulates in fp32.
-// Tensor arguments are device pointers to row-major arrays, shapes in the comments:
+// host; they call these operations (docs/architecture.md "Backend"). Every kernel accumulates in
+// fp32. Tensor arguments are device pointers to row-major arrays, shapes in the comments:
 // - parameters (TensorView) in fp32, or bf16 / fp16 as stored (weight_dtype(), and
 //   UnitEngine::fetch_stored): a GPU's GEMM on a 16-bit weight takes its other operand in that
 //   dtype (its activations are 16-bit), as PyTorch's autocast does; the CPU widens the weight

@@ -1,5 +1,5 @@
-// Transformer configuration: one struct covers GPT-2 and LLaMA (DESIGN.md "Transformer").
-// Presets from REFERENCES.md "Models"; Hugging Face config.json in.
+// Transformer configuration: one struct covers GPT-2 and LLaMA (docs/architecture.md
+// "Transformer"). Presets from REFERENCES.md "Models"; Hugging Face config.json in.
 #pragma once
 
 #include <string>

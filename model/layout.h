@@ -1,7 +1,7 @@
 // Parameter layout: tensors grouped into units in execution order (embeddings, each block,
 // the final norm and head). A unit's tensors are contiguous in one flat buffer; a unit is what
-// ZeRO gathers, reduces and frees (DESIGN.md "Transformer"). Matrices are stored (out, in), as
-// nn.Linear.
+// ZeRO gathers, reduces and frees (docs/architecture.md "Transformer"). Matrices are stored (out,
+// in), as nn.Linear.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 // safetensors reader and writer, and Hugging Face model directories (single file or
-// sharded with model.safetensors.index.json). DESIGN.md "Files and formats": weights in/out.
+// sharded with model.safetensors.index.json). docs/architecture.md "Files and formats": weights
+// in/out.
 //
 // File layout (https://github.com/huggingface/safetensors):
 //   u64 little-endian N | N bytes of JSON header | data

@@ -1,5 +1,5 @@
 // One transformer, GPT-2 and LLaMA variants by config switches, written once over the Backend
-// interface (DESIGN.md "Transformer"). Pre-norm blocks:
+// interface (docs/architecture.md "Transformer"). Pre-norm blocks:
 //   x = x + attn(norm1(x));  x = x + mlp(norm2(x));  logits = norm_f(x) @ W_head^T
 // GPT-2: LayerNorm, learned positions, GELU MLP, biases, head tied to wte.
 // LLaMA: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention, untied head, no biases.

@@ -1,5 +1,5 @@
-// The four calls the transformer makes at unit boundaries (DESIGN.md "ZeRO engine"). The ZeRO
-// engine (zero/engine.h) implements them per stage; the model never knows where parameters
+// The four calls the transformer makes at unit boundaries (docs/architecture.md "ZeRO engine"). The
+// ZeRO engine (zero/engine.h) implements them per stage; the model never knows where parameters
 // live or how gradients are reduced.
 #pragma once
 

@@ -1,6 +1,6 @@
 // `--device auto|cpu|cuda`: which backend runs the model, and the communicator for collectives
-// on its memory (issue 8; DESIGN.md "Backend", "Communicator"). One binary serves both: the
-// CUDA backend and NCCL are linked in when the build found them, and asking for them otherwise
+// on its memory (issue 8; docs/architecture.md "Backend", "Communicator"). One binary serves both:
+// the CUDA backend and NCCL are linked in when the build found them, and asking for them otherwise
 // is a clear error.
 #pragma once
 

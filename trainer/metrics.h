@@ -1,4 +1,4 @@
-// Metrics: one JSON object per line in <run dir>/metrics.jsonl (DESIGN.md "Files and
+// Metrics: one JSON object per line in <run dir>/metrics.jsonl (docs/architecture.md "Files and
 // formats"), flushed per line so a crashed run keeps what it measured.
 #pragma once
 

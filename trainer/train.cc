@@ -423,7 +423,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
     r.val = std::make_unique<DataLoader>(std::move(val));
   }
-  // Ranks on one node share its cores (DESIGN.md "Rules of thumb").
+  // Ranks on one node share its cores (docs/architecture.md "Rules of thumb").
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
   // The attention: the flag, the ds_config key, or both when they agree; else auto.

@@ -1,4 +1,4 @@
-// Communicators (DESIGN.md "Communicator"): the collectives ZeRO needs, blocking and
+// Communicators (docs/architecture.md "Communicator"): the collectives ZeRO needs, blocking and
 // non-blocking, on device buffers. Implementations: single-process (world size 1), MPI (host
 // buffers: the CPU backend's device memory is host memory), NCCL (CUDA device buffers, unique id
 // broadcast over MPI). Every communicator counts what each rank moves per collective kind, in

@@ -1,4 +1,4 @@
-// The ZeRO engine (DESIGN.md "ZeRO engine"; Rajbhandari et al., SC20): owns parameters,
+// The ZeRO engine (docs/architecture.md "ZeRO engine"; Rajbhandari et al., SC20): owns parameters,
 // gradients and optimizer state per unit and implements the transformer's calls (fetch /
 // release / grads / reduce_gradients) plus step(). The stage decides what each call does:
 //

@@ -1,4 +1,4 @@
-// Memory estimator (DESIGN.md "Layout": zero/ holds the memory/communication estimator).
+// Memory estimator (docs/architecture.md "Floors": zero/ holds the memory/communication estimator).
 // Three things, all analytic:
 //  1. estimate_memory(): per-rank bytes by memory category (common/memory.h), with the same
 //     accounting the ZeRO engine uses when it allocates (per-unit flat buffers padded to a

@@ -1,5 +1,5 @@
-// The MPI communicator (DESIGN.md "Communicator", "Rules of thumb") and the process-wide MPI
-// runtime. Buffers are host memory (the CPU backend's device memory is host memory).
+// The MPI communicator (docs/architecture.md "Communicator", "Rules of thumb") and the process-wide
+// MPI runtime. Buffers are host memory (the CPU backend's device memory is host memory).
 //
 // Threading: non-blocking MPI collectives only progress when polled, so this communicator owns
 // ONE communication thread that runs every MPI call (collectives, broadcast, barrier, scalars)

@@ -1,5 +1,5 @@
-// The NCCL communicator (DESIGN.md "Communicator"): collectives on CUDA device buffers, built
-// only when CUDA and NCCL are found (target zt_zero_nccl, which defines ZT_HAVE_NCCL).
+// The NCCL communicator (docs/architecture.md "Communicator"): collectives on CUDA device buffers,
+// built only when CUDA and NCCL are found (target zt_zero_nccl, which defines ZT_HAVE_NCCL).
 // Bootstrap: rank 0 creates the NCCL unique id and broadcasts it over `bootstrap` (the MPI
 // communicator); host-side operations (barrier, scalar reductions) also go to `bootstrap`.
 // Collectives run on a dedicated CUDA stream that first waits for `compute_stream` (the

@@ -1,6 +1,6 @@
-// Where a rank's optimizer state lives (DESIGN.md "Offload"): the fp32 master weights and Adam
-// moments of the elements it owns, and the AdamW update on them. The engine keeps the stage
-// logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
+// Where a rank's optimizer state lives (docs/architecture.md "Offload"): the fp32 master weights
+// and Adam moments of the elements it owns, and the AdamW update on them. The engine keeps the
+// stage logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
 // (offload/: host memory or NVMe) changes no stage code. The device implementation below is the
 // engine's behaviour without offload.
 #pragma once

@@ -1,8 +1,8 @@
 // Fused AdamW on fp32 master weights: typed gradient in, typed working copy out, in one pass;
 // the element update is model/adamw_math.h (as model/cpu/cpu_adam.cc on the CPU). It is
 // multi-tensor by layout: the engine calls it once per unit, and a unit is one flat buffer
-// holding every tensor of a block (DESIGN.md), so a step launches L + 2 kernels however many
-// tensors the model has, which is what PyTorch's multi_tensor_apply gets by batching lists.
+// holding every tensor of a block (docs/architecture.md), so a step launches L + 2 kernels however
+// many tensors the model has, which is what PyTorch's multi_tensor_apply gets by batching lists.
 #include "model/adamw_math.h"
 #include "model/cuda/cuda_backend.cuh"
 

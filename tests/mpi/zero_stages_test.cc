@@ -1,6 +1,6 @@
 // ZeRO stages across MPI ranks (run by ctest under mpirun -np 2 and -np 4).
 // References: (1) a single-rank stage-0 run of the same model on the same global batches,
-// computed in this process with the single-process communicator (equivalence, DESIGN.md);
+// computed in this process with the single-process communicator (equivalence);
 // (2) the ZeRO paper's formulas (Rajbhandari et al. 2020): model states per device
 // (2+2+K)Ψ, 4Ψ + KΨ/N, 2Ψ + (2+K)Ψ/N, (2+2+K)Ψ/N with K = 12, and communication per step of
 // 2Ψ for stages 0-2 and 3Ψ for stage 3 (section 7).

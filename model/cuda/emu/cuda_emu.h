@@ -16,9 +16,9 @@
 //
 // Device memory is host memory, so host code that reads a device pointer would go unnoticed.
 // With ZT_CUDA_EMU_GUARD=1 it is caught (unless another thread holds an emulated call open at
-// that moment: the opening is process-wide): device allocations are mapped PROT_NONE and opened only
-// while an emulated call (a launch, a copy, a memset, a GEMM) runs, so a host access outside
-// one is a segmentation fault at the faulting line (DESIGN.md "Backend": host code never
+// that moment: the opening is process-wide): device allocations are mapped PROT_NONE and opened
+// only while an emulated call (a launch, a copy, a memset, a GEMM) runs, so a host access outside
+// one is a segmentation fault at the faulting line (docs/architecture.md "Backend": host code never
 // dereferences a device pointer). Each call then costs two mprotect per allocation.
 //
 // With ZT_CUDA_EMU_STRICT=1 it also stops (aborts, saying what) at what a GPU does not promise:
@@ -26,11 +26,11 @@
 // memory nothing wrote shows as NaN and a write past the end faults; a copy or memset whose
 // range leaves its allocation, or whose direction is not the pointers'; a warp shuffle or
 // __syncwarp whose mask leaves out the caller or the source lane, or a shuffle reading a lane
-// that does not exist or has exited; dynamic shared memory over 48 KiB without the opt-in attribute;
-// and, in code compiled with -fsanitize=thread (the kernels), a data race within a block or
-// between blocks on device memory (races.cc), threads also giving way at memory operations.
-// The launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024
-// threads, 227 KiB of dynamic shared memory) are checked always.
+// that does not exist or has exited; dynamic shared memory over 48 KiB without the opt-in
+// attribute; and, in code compiled with -fsanitize=thread (the kernels), a data race within a block
+// or between blocks on device memory (races.cc), threads also giving way at memory operations. The
+// launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024 threads, 227
+// KiB of dynamic shared memory) are checked always.
 //
 // Limits: no timing, no memory model beyond program order, no streams or events (calls run at
 // once), no NCCL or cuDNN; fibers have 256 KiB stacks; each switch costs a few hundred
