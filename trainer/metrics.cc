@@ -72,6 +72,73 @@ absl::Status MetricsWriter::write(const nlohmann::json& line) {
                                           " (it keeps every complete line up to here)"));
 }
 
+nlohmann::json StepRecord::json() const {
+  return {{"step", step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", grad_norm},
+          {"step_ms", step_ms},
+          {"tokens_per_s", tokens_per_s},
+          {"forward_ms", forward_ms},
+          {"backward_ms", backward_ms},
+          {"optimizer_ms", optimizer_ms},
+          {"comm_wait_ms", comm_wait_ms},
+          {"loss_scale", loss_scale},
+          {"skipped", skipped}};
+}
+
+namespace {
+
+class ConsoleSink final : public MetricsSink {
+ public:
+  ConsoleSink(int64_t breakdown_every, bool show_recompute)
+      : every_(breakdown_every), recompute_(show_recompute) {}
+
+  absl::Status step(const StepRecord& s) override {
+    std::printf(
+        "step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
+        "ETA %s%s\n",
+        (long long)s.step, (long long)s.steps, s.loss, s.lr, s.grad_norm, s.step_ms, s.tokens_per_s,
+        format_duration(s.eta_s).c_str(),
+        s.skipped
+            ? absl::StrFormat(" | fp16 overflow: step skipped, loss scale %g", s.next_loss_scale)
+                  .c_str()
+            : "");
+    if (every_ > 0 && s.step % every_ == 0) {
+      std::printf(
+          "  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
+          "optimizer %.1f",
+          s.forward_ms, s.backward_ms, s.comm_wait_ms, s.optimizer_ms);
+      if (recompute_) std::printf(" | recompute (in backward) %.1f", s.recompute_ms);
+      std::printf("\n");
+      if (s.offload) {  // within the phases above (gradients move out during the backward)
+        const OffloadTimes& o = *s.offload;
+        std::printf(
+            "  offload (ms) | gradients out %.1f | CPU Adam %.1f | parameters in %.1f | NVMe "
+            "read wait %.1f | NVMe write wait %.1f\n",
+            o.grad_out_ms, o.adam_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
+      }
+    }
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+
+  absl::Status validation(int64_t step, double loss) override {
+    std::printf("step %lld | val loss %.4f\n", (long long)step, loss);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t every_;
+  bool recompute_;
+};
+
+}  // namespace
+
+std::unique_ptr<MetricsSink> make_console_sink(int64_t breakdown_every, bool show_recompute) {
+  return std::make_unique<ConsoleSink>(breakdown_every, show_recompute);
+}
+
 std::string format_duration(double seconds) {
   const long s = seconds < 0 ? 0 : static_cast<long>(seconds + 0.5);
   if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);

@@ -1,17 +1,58 @@
-// Metrics: one JSON object per line in <run dir>/metrics.jsonl (docs/architecture.md "Files and
-// formats"), flushed per line so a crashed run keeps what it measured.
+// Metrics: what each optimizer step measured (StepRecord) and the sinks that take it: the
+// console's progress lines and metrics.jsonl, one JSON object per line in the run directory
+// (docs/architecture.md "Files and formats"), flushed per line so a crashed run keeps what it
+// measured. A new monitor (TensorBoard, CSV, ...) is another MetricsSink.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "zero/offload_device.h"
 
 namespace zt {
 
-class MetricsWriter {
+// What one optimizer step measured (trainer/train.cc train_step), times in milliseconds.
+struct StepRecord {
+  int64_t step = 0;            // 1-based optimizer step
+  int64_t steps = 0;           // the run's last step (--steps)
+  double loss = 0;             // mean over micro-batches and ranks
+  double lr = 0;               // the learning rate the step used
+  double grad_norm = 0;        // global L2 norm before clipping
+  double loss_scale = 1;       // the scale this step's gradients carried (fp16)
+  double next_loss_scale = 1;  // the scaler's after the step (changed by an overflow)
+  bool skipped = false;        // fp16 overflow: no update
+  double step_ms = 0, tokens_per_s = 0;
+  double eta_s = 0;  // the run's remaining time at its mean step time so far, seconds
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  double comm_wait_ms = 0;  // waiting for gathers and reductions
+  double recompute_ms = 0;  // activation checkpointing: the backward's recompute (in backward_ms)
+  std::optional<OffloadTimes> offload;  // the step's offload phases, when anything is offloaded
+  // The metrics.jsonl line: step, loss, lr, grad_norm, step_ms, tokens_per_s, forward_ms,
+  // backward_ms, optimizer_ms, comm_wait_ms, loss_scale, skipped (the README's fields).
+  nlohmann::json json() const;
+};
+
+// Takes each step's record and each validation loss, in order, on rank 0. Errors stop the run
+// (a full disk under metrics.jsonl, say).
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual absl::Status step(const StepRecord& s) = 0;
+  virtual absl::Status validation(int64_t step, double loss) = 0;
+};
+
+// The console: "step k/n | loss | lr | grad norm | ms | tok/s | ETA" per step (and the fp16
+// skip), "step k | val loss"; every breakdown_every steps (DeepSpeed's wall_clock_breakdown at
+// steps_per_print; 0: never) the phase times, the recompute with show_recompute
+// (activation_checkpointing.profile), and the offload phases when anything is offloaded.
+std::unique_ptr<MetricsSink> make_console_sink(int64_t breakdown_every, bool show_recompute);
+
+class MetricsWriter final : public MetricsSink {
  public:
   // Opens dir/metrics.jsonl for appending, creating dir if needed, and leaves what is there
   // until begin(). Error names the path.
@@ -21,7 +62,7 @@ class MetricsWriter {
   // keeping the lines of steps <= k and dropping later ones (written by the run that was
   // stopped after the save), so one log covers the whole job however often it resumes.
   absl::Status begin(int64_t resumed_step);
-  MetricsWriter(MetricsWriter&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) {
+  MetricsWriter(MetricsWriter&& o) noexcept : MetricsSink(), f_(o.f_), path_(std::move(o.path_)) {
     o.f_ = nullptr;
   }
   MetricsWriter& operator=(MetricsWriter&&) = delete;
@@ -29,6 +70,11 @@ class MetricsWriter {
   // Appends `line` and flushes it. A failed write (ENOSPC, EFBIG, EIO) is an error naming the
   // file and the reason (Internal), and the file is cut back to its last complete line.
   absl::Status write(const nlohmann::json& line);
+  // MetricsSink: the step's json() line; {"step", "val_loss"}.
+  absl::Status step(const StepRecord& s) override { return write(s.json()); }
+  absl::Status validation(int64_t step, double loss) override {
+    return write({{"step", step}, {"val_loss", loss}});
+  }
 
  private:
   MetricsWriter(std::FILE* f, std::string path) : f_(f), path_(std::move(path)) {}

@@ -626,11 +626,64 @@ absl::Status run_train(const TrainOptions& opt) {
 
 namespace {
 
+// One optimizer step: the micro-batches' forward and backward, the loss averaged over them and
+// the ranks, the engine's step at the scheduled learning rate. What it measured comes back
+// (step_ms covers the micro-batches and the step; the caller adds the rest of its record).
+absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
+                                      std::vector<int>& y) {
+  StepRecord s;
+  s.step = step;
+  Timer t;
+  const OffloadTimes offload_t0 = r.engine->offload_times();
+  r.engine->reset_comm_wait();
+  for (int micro = 0; micro < r.gas; ++micro) {
+    r.train->next_batch(x.data(), y.data());
+    r.engine->begin_pass();
+    r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
+    Timer tf;
+    // The seed gradient carries the fp16 loss scale and the accumulation average.
+    const float seed = static_cast<float>(r.engine->loss_scale() / r.gas);
+    s.loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed).loss;
+    s.forward_ms += tf.ms();
+    Timer tb;
+    r.transformer->backward(*r.engine);
+    s.backward_ms += tb.ms();
+  }
+  s.loss /= r.gas;
+  if (r.comm->world_size() > 1) {  // the global mean over ranks
+    r.comm->all_reduce_scalars(&s.loss, 1, ScalarOp::kSum);
+    s.loss /= r.comm->world_size();
+  }
+  // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
+  s.lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, r.engine->steps_taken());
+  Timer to;
+  ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(s.lr)));
+  s.optimizer_ms = to.ms();
+  s.grad_norm = st.grad_norm;
+  s.loss_scale = st.loss_scale;
+  s.skipped = st.skipped;
+  s.next_loss_scale = r.engine->loss_scale();
+  s.comm_wait_ms = r.engine->comm_wait_ms();
+  s.recompute_ms = r.transformer->recompute_ms();
+  r.transformer->reset_recompute_ms();
+  if (r.engine->offloaded()) s.offload = r.engine->offload_times() - offload_t0;
+  s.step_ms = t.ms();
+  return s;
+}
+
 absl::Status train_loop(const TrainOptions& opt, Run& r) {
   const bool root = r.comm->rank() == 0;
-  auto log = [&](const nlohmann::json& j) {
-    return r.metrics ? r.metrics->write(j) : absl::OkStatus();
-  };
+  // Rank 0's sinks: the console, metrics.jsonl.
+  std::vector<std::unique_ptr<MetricsSink>> own;
+  std::vector<MetricsSink*> sinks;
+  if (root) {
+    const DsConfig& ds = r.ds;
+    own.push_back(make_console_sink(
+        ds.wall_clock_breakdown ? ds.steps_per_print : 0,
+        ds.activation_checkpointing.profile && ds.zerotrain.gradient_checkpointing));
+    sinks.push_back(own.back().get());
+  }
+  if (r.metrics) sinks.push_back(&*r.metrics);
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
   if (root)
@@ -651,8 +704,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
     const double vl = evaluate(r, opt.val_batches);
-    if (root) std::printf("step %lld | val loss %.4f\n", (long long)step, vl);
-    return log({{"step", step}, {"val_loss", vl}});
+    for (MetricsSink* s : sinks) ZT_RETURN_IF_ERROR(s->validation(step, vl));
+    return absl::OkStatus();
   };
   if (r.start_step == 0) ZT_RETURN_IF_ERROR(validate_now(0));
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
@@ -673,32 +726,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     Timer t;
     const CommStats comm_before = r.comm->stats();
     const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
-    const OffloadTimes offload_t0 = r.engine->offload_times();
-    r.engine->reset_comm_wait();
-    double fwd_ms = 0, bwd_ms = 0, loss = 0;
-    for (int micro = 0; micro < r.gas; ++micro) {
-      r.train->next_batch(x.data(), y.data());
-      r.engine->begin_pass();
-      r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
-      Timer tf;
-      // The seed gradient carries the fp16 loss scale and the accumulation average.
-      const float seed = static_cast<float>(r.engine->loss_scale() / r.gas);
-      loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed).loss;
-      fwd_ms += tf.ms();
-      Timer tb;
-      r.transformer->backward(*r.engine);
-      bwd_ms += tb.ms();
-    }
-    loss /= r.gas;
-    if (r.comm->world_size() > 1) {  // the global mean over ranks
-      r.comm->all_reduce_scalars(&loss, 1, ScalarOp::kSum);
-      loss /= r.comm->world_size();
-    }
-    // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
-    const double lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, r.engine->steps_taken());
-    Timer to;
-    ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(lr)));
-    const double opt_ms = to.ms();
+    ZT_ASSIGN_OR_RETURN(StepRecord rec, train_step(r, step, x, y));
     comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
     offload_steps.push_back({r.engine->bytes_to_host() - offload_before.to_host,
                              r.engine->bytes_to_device() - offload_before.to_device});
@@ -714,52 +742,12 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     const double ms = t.ms();
     loop_ms += ms;
     if (profiling) ZT_RETURN_IF_ERROR(report_profile(r, step, ms));
-    const double tok_s = tokens_per_step / (ms / 1e3);
-    const double eta = loop_ms / (step - r.start_step) * (opt.steps - step) / 1e3;
-    if (root)
-      std::printf(
-          "step %4lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f ms | %.0f tok/s | "
-          "ETA %s%s\n",
-          (long long)step, (long long)opt.steps, loss, lr, st.grad_norm, ms, tok_s,
-          format_duration(eta).c_str(),
-          st.skipped ? absl::StrFormat(" | fp16 overflow: step skipped, loss scale %g",
-                                       r.engine->loss_scale())
-                           .c_str()
-                     : "");
-    if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
-        step % r.ds.steps_per_print == 0) {
-      std::printf(
-          "  time (ms) | forward %.1f | backward %.1f | communication wait %.1f | "
-          "optimizer %.1f",
-          fwd_ms, bwd_ms, r.engine->comm_wait_ms(), opt_ms);
-      // activation_checkpointing.profile: the backward's recompute, part of its time.
-      if (r.ds.activation_checkpointing.profile && r.ds.zerotrain.gradient_checkpointing)
-        std::printf(" | recompute (in backward) %.1f", r.transformer->recompute_ms());
-      std::printf("\n");
-    }
-    r.transformer->reset_recompute_ms();
-    if (root && r.ds.wall_clock_breakdown && r.ds.steps_per_print > 0 &&
-        step % r.ds.steps_per_print == 0 && r.engine->offloaded()) {
-      // Within the phases above (the gradients move out during the backward at stages 2-3).
-      const OffloadTimes o = r.engine->offload_times() - offload_t0;
-      std::printf(
-          "  offload (ms) | gradients out %.1f | CPU Adam %.1f | parameters in %.1f | NVMe read "
-          "wait %.1f | NVMe write wait %.1f\n",
-          o.grad_out_ms, o.adam_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
-    }
-    std::fflush(stdout);
-    ZT_RETURN_IF_ERROR(log({{"step", step},
-                            {"loss", loss},
-                            {"lr", lr},
-                            {"grad_norm", st.grad_norm},
-                            {"step_ms", ms},
-                            {"tokens_per_s", tok_s},
-                            {"forward_ms", fwd_ms},
-                            {"backward_ms", bwd_ms},
-                            {"optimizer_ms", opt_ms},
-                            {"comm_wait_ms", r.engine->comm_wait_ms()},
-                            {"loss_scale", st.loss_scale},
-                            {"skipped", st.skipped}}));
+    rec.steps = opt.steps;
+    rec.step_ms = ms;
+    rec.tokens_per_s = tokens_per_step / (ms / 1e3);
+    rec.eta_s = loop_ms / (step - r.start_step) * (opt.steps - step) / 1e3;
+    for (MetricsSink* s : sinks) ZT_RETURN_IF_ERROR(s->step(rec));
+    const double loss = rec.loss;
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,
                                               "; lower the learning rate, enable "
