@@ -163,28 +163,28 @@ AttnShape shape(int B, int T, int NH, int KVH, int hd) {
 
 }  // namespace
 
+absl::Status CudaBackend::prepare_cudnn(const AttentionShape& s) {
+  const absl::Status st = cudnn_->prepare(s, cudnn_workspace_limit());
+  cudnn_shapes_[s] = st.ok();
+  return attention_ == AttentionImpl::kCudnn ? st : absl::OkStatus();
+}
+
 bool CudaBackend::cudnn_runs(const AttentionShape& s) {
   if (!cudnn_) return false;
-  auto it = cudnn_shapes_.find(s);
-  if (it == cudnn_shapes_.end()) {
-    const absl::Status st = cudnn_->prepare(s, cudnn_workspace_limit());
-    if (!st.ok() && attention_ == AttentionImpl::kCudnn) {
+  if (!cudnn_shapes_.count(s))
+    if (const absl::Status st = prepare_cudnn(s); !st.ok()) {
       std::fprintf(stderr, "zerotrain: --attention cudnn: %s\n", std::string(st.message()).c_str());
       std::abort();
     }
-    it = cudnn_shapes_.emplace(s, st.ok()).first;
-  }
-  return it->second;
+  return cudnn_shapes_.at(s);
 }
 
 absl::StatusOr<std::string> CudaBackend::prepare_attention(DType act, int B, int T, int NH, int KVH,
                                                            int hd) {
   if (cudnn_) {
     const AttentionShape s{act, B, T, NH, KVH, hd};
-    const absl::Status st = cudnn_->prepare(s, cudnn_workspace_limit());
-    if (!st.ok() && attention_ == AttentionImpl::kCudnn) return st;
-    cudnn_shapes_[s] = st.ok();
-    if (st.ok()) return cudnn_->version();
+    ZT_RETURN_IF_ERROR(prepare_cudnn(s));
+    if (cudnn_shapes_.at(s)) return cudnn_->version();
   }
   return std::string(mma_attention_supports(act, hd) ? "flash (tensor cores)" : "flash (fp32)");
 }

@@ -102,6 +102,8 @@ class CudaBackend final : public Backend {
   // kAuto a shape it refuses runs on the flash kernels; under kCudnn that aborts, which
   // prepare_attention reports as an error before the first step).
   bool cudnn_runs(const AttentionShape& s);
+  // Builds cuDNN's graphs for s and records whether it runs s; the error only under kCudnn.
+  absl::Status prepare_cudnn(const AttentionShape& s);
   // The bytes one piece of scratch may take: a sixteenth of the device's memory (or of its
   // limit), at least 32 MiB. The classifier's logits chunk and, under kAuto, cuDNN's workspace
   // (past it, the flash kernels run instead); kCudnn, asked for by name, has no cap.

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,13 @@ absl::Status check(const fe::error_object& e, const char* step, const AttentionS
 std::vector<int64_t> qkv_strides(const AttentionShape& s) {
   const int64_t W = (int64_t)(s.NH + 2 * s.KVH) * s.hd;
   return {s.T * W, s.hd, W, 1};
+}
+// The q, k and v heads' starts in a (B,T,(NH+2*KVH)*hd) tensor laid out as qkv: its own, or
+// its gradient dqkv.
+std::array<void*, 3> qkv_heads(const void* qkv, const AttentionShape& s) {
+  char* q = static_cast<char*>(const_cast<void*>(qkv));
+  const size_t head = (size_t)s.hd * dtype_size(s.dtype);
+  return {q, q + s.NH * head, q + (s.NH + s.KVH) * head};
 }
 std::vector<int64_t> out_strides(const AttentionShape& s) {
   const int64_t W = (int64_t)s.NH * s.hd;
@@ -98,30 +106,24 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   void forward(void* out, float* lse, const void* qkv, const AttentionShape& s) override {
-    const char* q = static_cast<const char*>(qkv);
-    const size_t head = (size_t)s.hd * dtype_size(s.dtype);
-    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<char*>(q)},
-                                               {kK, const_cast<char*>(q + s.NH * head)},
-                                               {kV, const_cast<char*>(q + (s.NH + s.KVH) * head)},
-                                               {kO, out},
-                                               {kStats, lse}};
+    const auto [q, k, v] = qkv_heads(qkv, s);
+    std::unordered_map<int64_t, void*> pack = {{kQ, q}, {kK, k}, {kV, v}, {kO, out}, {kStats, lse}};
     execute(*graphs(s).fwd, pack, "forward", s);
   }
 
   void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 const AttentionShape& s) override {
-    const char* q = static_cast<const char*>(qkv);
-    char* dq = static_cast<char*>(dqkv);
-    const size_t head = (size_t)s.hd * dtype_size(s.dtype);
-    std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<char*>(q)},
-                                               {kK, const_cast<char*>(q + s.NH * head)},
-                                               {kV, const_cast<char*>(q + (s.NH + s.KVH) * head)},
+    const auto [q, k, v] = qkv_heads(qkv, s);
+    const auto [dq, dk, dv] = qkv_heads(dqkv, s);
+    std::unordered_map<int64_t, void*> pack = {{kQ, q},
+                                               {kK, k},
+                                               {kV, v},
                                                {kO, const_cast<void*>(out)},
                                                {kDO, const_cast<void*>(dout)},
                                                {kStats, const_cast<float*>(lse)},
                                                {kDQ, dq},
-                                               {kDK, dq + s.NH * head},
-                                               {kDV, dq + (s.NH + s.KVH) * head}};
+                                               {kDK, dk},
+                                               {kDV, dv}};
     execute(*graphs(s).bwd, pack, "backward", s);
   }
 
