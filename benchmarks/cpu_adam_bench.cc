@@ -56,7 +56,9 @@ bool aligned = false;
 
 // The AdamW step every measurement takes (cpu_adam_compare.py gives the other sides the same
 // hyper-parameters): step number t, fp32 arithmetic, bias correction on.
-AdamStep bench_step(int t) { return AdamStep{1e-3, 0.9, 0.999, 1e-8, 0.1, t, 1.0, true, true}; }
+OptimizerStep bench_step(int t) {
+  return OptimizerStep{1e-3, 0.9, 0.999, 1e-8, 0.1, t, 1.0, true, true};
+}
 
 // n elements of T, in whole cache lines.
 template <class T>
@@ -127,7 +129,7 @@ int run(size_t n, int threads, int reps) {
     for (bool bf16 : {false, true}) {
       kernels.push_back({l, bf16});
       jobs.push_back([&, l, bf16] {
-        const AdamStep a = bench_step(++t);
+        const OptimizerStep a = bench_step(++t);
         if (bf16)
           cpu_adam_step(p, g16, DType::kBF16, m, v, out16, DType::kBF16, n, a, l);
         else

@@ -187,7 +187,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
     # ---- optimizer and gradient bookkeeping over Psi ----
     P = psi(m)
     k("sum_squares", "gradient norm", "memory", 2 * P, F32 * P)
-    k("adamw_update", "AdamW (fp32 master, m, v; bf16 copy)", "memory", 12 * P,
+    k("optimizer_update", "AdamW (fp32 master, m, v; bf16 copy)", "memory", 12 * P,
       (4 * F32 + 3 * F32 + BF16) * P)
     k("zero", "zero the gradients", "memory", 0, F32 * P)
     return out

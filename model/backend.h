@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/memory.h"
-#include "model/adamw_math.h"
+#include "model/optimizer_math.h"
 
 namespace zt {
 
@@ -222,13 +222,14 @@ class Backend {
   // logits one chunk of rows may take (a CPU's cache; a GPU's memory budget).
   virtual int logits_row_stride(int V) const { return V; }
   virtual size_t classifier_chunk_bytes() const { return kCpuClassifierChunkBytes; }
-  // One fused AdamW step (Loshchilov & Hutter, Alg. 2; model/adamw_math.h) on n elements:
-  // reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass), updates the
-  // fp32 master (n), m (n) and v (n) in place, and writes the updated master rounded to out_t
-  // into out (n), unless out is null. adam_w_mode false is L2 (DeepSpeed's "Adam"). With
-  // s.zero_grad the gradient is left all zeros.
-  virtual void adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
-                            void* out, DType out_t, size_t n, const AdamStep& s) = 0;
+  // One fused optimizer step (model/optimizer_math.h: AdamW, Lion or Adagrad, by s.kind) on
+  // n elements: reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass),
+  // updates the fp32 master (n) and the optimizer's states in place (states[i], n fp32 each,
+  // optimizer_info(s.kind).num_states of them: AdamW m and v), and writes the updated master
+  // rounded to out_t into out (n), unless out is null. With s.zero_grad the gradient is left
+  // all zeros.
+  virtual void optimizer_update(float* master, void* grad, DType grad_t, float* const* states,
+                                void* out, DType out_t, size_t n, const OptimizerStep& s) = 0;
   // Sum of squares of n elements of dtype t, accumulated in double, written to *out: one double
   // in device memory, after the kernels queued so far and without waiting for them (the global
   // gradient norm reads every unit's with one copy per step, not one wait per unit).

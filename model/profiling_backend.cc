@@ -197,10 +197,13 @@ void ProfilingBackend::crossentropy_forward_backward(TensorRef logits, int ld, f
     inner_->crossentropy_forward_backward(logits, ld, losses, targets, N, V, dlogits_scale);
   });
 }
-void ProfilingBackend::adamw_update(float* master, void* grad, DType grad_t, float* m, float* v,
-                                    void* out, DType out_t, size_t n, const AdamStep& s) {
-  timed("adamw_update", absl::StrCat(std::string(dtype_name(grad_t)), " gradients"), 0,
-        [&] { inner_->adamw_update(master, grad, grad_t, m, v, out, out_t, n, s); });
+void ProfilingBackend::optimizer_update(float* master, void* grad, DType grad_t,
+                                        float* const* states, void* out, DType out_t, size_t n,
+                                        const OptimizerStep& s) {
+  timed("optimizer_update",
+        absl::StrCat(optimizer_info(s.kind).name, ", ", std::string(dtype_name(grad_t)),
+                     " gradients"),
+        0, [&] { inner_->optimizer_update(master, grad, grad_t, states, out, out_t, n, s); });
 }
 void ProfilingBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
   timed("sum_squares", "", 0, [&] { inner_->sum_squares(x, t, n, out); });

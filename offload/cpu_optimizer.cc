@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/timer.h"
 #include "model/cpu/cpu_adam.h"
+#include "model/cpu/optimizer_step.h"
 #include "offload/host_buffer.h"
 
 namespace zt {
@@ -20,14 +21,14 @@ namespace {
 
 constexpr size_t kAlign = NvmeSwapper::kAlign;
 
-// Master weights and moments in host memory, or (with a swapper) in one file per unit that CPU
-// Adam reads and writes one sub-group at a time through a host window. A file holds, per
-// sub-group of g elements (offload_granule: a multiple of 1024), [master | m | v], each region
-// g * 4 bytes, whole 4 KiB blocks.
+// Master weights and optimizer states in host memory, or (with a swapper) in one file per unit
+// that the CPU step reads and writes one sub-group at a time through a host window. A file
+// holds, per sub-group of g elements (offload_granule: a multiple of 1024), [master | state 0
+// | state 1 ...] (AdamW: master, m, v), each region g * 4 bytes, whole 4 KiB blocks.
 class CpuOptimizerState final : public OptimizerState {
  public:
   CpuOptimizerState(Backend* be, const CpuOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
-      : be_(be), opt_(o), nvme_(std::move(nvme)) {}
+      : be_(be), opt_(o), arrays_(1 + optimizer_info(o.kind).num_states), nvme_(std::move(nvme)) {}
   ~CpuOptimizerState() override {  // no copy may still read or write freed memory
     settle_gradients();
     be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));
@@ -39,14 +40,14 @@ class CpuOptimizerState final : public OptimizerState {
     u.granule = offload_granule(owned, opt_.sub_group_size, nvme_ ? 1024 : 1);
     if (nvme_) {
       u.region = u.granule * 4;  // whole 4 KiB blocks: the granule is a multiple of 1024
-      const size_t bytes = nvme_state_bytes(owned, opt_.sub_group_size);
+      const size_t bytes = nvme_state_bytes(owned, opt_.sub_group_size, opt_.kind);
       auto h = nvme_->create(bytes);
       if (!h.ok()) throw_status(h.status());
       u.file = *h;
       host_.on_alloc(MemCategory::kNvme, bytes);
     } else {
-      for (HostBuffer* b : {&u.master, &u.m, &u.v})
-        *b = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, pin_with());
+      for (int i = 0; i < arrays_; ++i)
+        u.arrays[i] = HostBuffer(owned * 4, MemCategory::kOptimizer, &host_, pin_with());
     }
     granule_ = std::max(granule_, u.granule);
     units_.push_back(std::move(u));
@@ -59,8 +60,7 @@ class CpuOptimizerState final : public OptimizerState {
       State st = acquire(u, begin, /*read=*/false);
       std::copy(host + begin, host + begin + n, st.master);
       if (nvme_) {
-        std::fill(st.m, st.m + n, 0.f);
-        std::fill(st.v, st.v + n, 0.f);
+        for (int i = 0; i + 1 < arrays_; ++i) std::fill(st.state[i], st.state[i] + n, 0.f);
         release(st, u, begin);
       }
     }
@@ -74,38 +74,40 @@ class CpuOptimizerState final : public OptimizerState {
       std::copy(st.master, st.master + n, host + begin);
     }
   }
-  void set_moments(int u, const float* m, const float* v) override {
+  void set_states(int u, const float* const* host) override {
     Unit& x = units_[u];
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
       State st = acquire(u, begin, /*read=*/true);  // NVMe: the master is read, kept
-      std::copy(m + begin, m + begin + n, st.m);
-      std::copy(v + begin, v + begin + n, st.v);
+      for (int i = 0; i + 1 < arrays_; ++i)
+        std::copy(host[i] + begin, host[i] + begin + n, st.state[i]);
       if (nvme_) release(st, u, begin);
     }
     flush();
   }
-  void get_moments(int u, float* m, float* v) override {
+  void get_states(int u, float* const* host) override {
     Unit& x = units_[u];
     for (size_t begin = 0; begin < x.owned; begin += x.granule) {
       const size_t n = std::min(x.granule, x.owned - begin);
       const State st = acquire(u, begin, /*read=*/true);
-      std::copy(st.m, st.m + n, m + begin);
-      std::copy(st.v, st.v + n, v + begin);
+      for (int i = 0; i + 1 < arrays_; ++i)
+        std::copy(st.state[i], st.state[i] + n, host[i] + begin);
     }
   }
+  OptimizerKind kind() const override { return opt_.kind; }
   bool master_is_working_copy(int) const override { return false; }
 
   // The pipeline of ZeRO-Offload (Ren et al. 2021, Section 4.2) inside one unit: its elements
-  // go in tiles of half a staging buffer, so while CPU Adam works on tile k, tile k + 1's
+  // go in tiles of half a staging buffer, so while the CPU step works on tile k, tile k + 1's
   // gradient moves device -> host and tile k - 1's updated weights host -> device, both on the
   // backend's copy stream. The last tiles' copies stay in flight into the next call (flush()
   // waits for them).
-  void update(int u, const Io& io, const AdamStep& s) override {
+  void update(int u, const Io& io, const OptimizerStep& s) override {
     Unit& x = units_[u];
+    ZT_CHECK(s.kind == opt_.kind);
     const size_t gb = dtype_size(io.grad_t), ob = dtype_size(io.out_t);
     ensure_staging();
-    AdamStep host_step = s;
+    OptimizerStep host_step = s;
     // A device gradient is copied into staging and zeroed on the device below; the state's own
     // host gradient is read in place and zeroed by CPU Adam in the same pass; a host snapshot
     // is read in place and kept.
@@ -156,8 +158,9 @@ class CpuOptimizerState final : public OptimizerState {
       }
       Timer adam;
       const size_t off = pos - sg;
-      cpu_adam_step(st.master + off, g, io.grad_t, st.m + off, st.v + off, o, io.out_t, n,
-                    host_step);
+      float* states[kMaxOptimizerStates] = {};
+      for (int i = 0; i + 1 < arrays_; ++i) states[i] = st.state[i] + off;
+      cpu_optimizer_step(st.master + off, g, io.grad_t, states, o, io.out_t, n, host_step);
       clock_.add(OffloadClock::kAdam, adam.ms());
       if (out_on_device) {
         out_ticket_[h] = be_->copy_to_device_async(out + pos * ob, o, n * ob);
@@ -247,19 +250,20 @@ class CpuOptimizerState final : public OptimizerState {
  private:
   struct Unit {
     size_t owned = 0, granule = 0;
-    HostBuffer master, m, v;  // host memory
+    HostBuffer arrays[1 + kMaxOptimizerStates];  // host memory: master, then the states
     HostBuffer grad;          // the stored gradient (sharded units, stages 2-3)
     DType grad_t = DType::kF32;
     std::optional<double> grad_ss;  // Σ g² of grad, summed as it was written, or none
     int file = -1;            // NVMe
-    size_t region = 0;        // NVMe: bytes of one of master / m / v per sub-group
+    size_t region = 0;        // NVMe: bytes of one array (master or a state) per sub-group
   };
   struct State {
-    float *master, *m, *v;
+    float* master;
+    float* state[kMaxOptimizerStates];
     int window;  // NVMe: the window holding them
   };
-  // NVMe: a host buffer of master, m and v for one sub-group, its transfers in flight, and the
-  // sub-group it was read ahead for (unit -1: none).
+  // NVMe: a host buffer of the master and states for one sub-group, its transfers in flight, and
+  // the sub-group it was read ahead for (unit -1: none).
   struct Window {
     HostBuffer buf;
     std::vector<std::future<absl::Status>> io;
@@ -298,7 +302,11 @@ class CpuOptimizerState final : public OptimizerState {
   // I/O thread runs transfers in order, so neither waits here while CPU Adam works.
   State acquire(int u, size_t begin, bool read) {
     Unit& x = units_[u];
-    if (!nvme_) return {x.master.f32() + begin, x.m.f32() + begin, x.v.f32() + begin, -1};
+    if (!nvme_) {
+      State st{x.arrays[0].f32() + begin, {}, -1};
+      for (int i = 0; i + 1 < arrays_; ++i) st.state[i] = x.arrays[1 + i].f32() + begin;
+      return st;
+    }
     Timer wait;
     ensure_windows();
     int w = -1;
@@ -310,26 +318,29 @@ class CpuOptimizerState final : public OptimizerState {
     win_[w].unit = -1;  // in use: its contents change now
     if (!ahead && read) {
       const absl::Status st =
-          nvme_->read(x.file, win_[w].buf.data(), 3 * x.region, offset(x, begin));
+          nvme_->read(x.file, win_[w].buf.data(), arrays_ * x.region, offset(x, begin));
       if (!st.ok()) throw_status(st);
     }
     next_win_ = (w + 1) % (int)win_.size();
     if (read && opt_.pipeline_read) read_ahead(u, begin, next_win_);
     clock_.add(OffloadClock::kNvmeRead, wait.ms());
     char* p = static_cast<char*>(win_[w].buf.data());
-    return {reinterpret_cast<float*>(p), reinterpret_cast<float*>(p + x.region),
-            reinterpret_cast<float*>(p + 2 * x.region), w};
+    State st{reinterpret_cast<float*>(p), {}, w};
+    for (int i = 0; i + 1 < arrays_; ++i)
+      st.state[i] = reinterpret_cast<float*>(p + (1 + i) * x.region);
+    return st;
   }
   // Writes the window back (behind, with pipeline_write).
   void release(const State& st, int u, size_t begin) {
     Unit& x = units_[u];
     Window& w = win_[st.window];
     if (opt_.pipeline_write) {
-      w.io.push_back(nvme_->write_async(x.file, w.buf.data(), 3 * x.region, offset(x, begin)));
+      w.io.push_back(
+          nvme_->write_async(x.file, w.buf.data(), arrays_ * x.region, offset(x, begin)));
       return;
     }
     Timer wait;
-    const absl::Status s = nvme_->write(x.file, w.buf.data(), 3 * x.region, offset(x, begin));
+    const absl::Status s = nvme_->write(x.file, w.buf.data(), arrays_ * x.region, offset(x, begin));
     clock_.add(OffloadClock::kNvmeWrite, wait.ms());
     if (!s.ok()) throw_status(s);
   }
@@ -341,8 +352,8 @@ class CpuOptimizerState final : public OptimizerState {
       begin += units_[u].granule;
     }
     Unit& x = units_[u];
-    win_[w].io.push_back(nvme_->read_async(x.file, win_[w].buf.data(), 3 * x.region,
-                                           offset(x, begin)));
+    win_[w].io.push_back(
+        nvme_->read_async(x.file, win_[w].buf.data(), arrays_ * x.region, offset(x, begin)));
     win_[w].unit = u;
     win_[w].begin = begin;
   }
@@ -365,14 +376,17 @@ class CpuOptimizerState final : public OptimizerState {
     win_.resize(opt_.pipeline_read || opt_.pipeline_write ? 2 : 1);
     for (Window& w : win_) {
       w.buf =
-          HostBuffer(3 * granule_ * 4, MemCategory::kPinnedHost, &host_, pin_with(), kAlign);
+          HostBuffer(arrays_ * granule_ * 4, MemCategory::kPinnedHost, &host_, pin_with(), kAlign);
       nvme_->register_buffer(w.buf.data(), w.buf.bytes());
     }
   }
-  static size_t offset(const Unit& x, size_t begin) { return begin / x.granule * 3 * x.region; }
+  size_t offset(const Unit& x, size_t begin) const {
+    return begin / x.granule * arrays_ * x.region;
+  }
 
   Backend* be_;
   CpuOffloadOptions opt_;
+  int arrays_;          // fp32 arrays per element: the master and the optimizer's states
   MemoryTracker host_;  // declared before the buffers it accounts
   std::vector<Unit> units_;
   size_t granule_ = 0;  // the largest sub-group of any unit (staging: staging_elems of it)

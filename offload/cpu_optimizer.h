@@ -23,16 +23,18 @@ struct CpuOffloadOptions {
   // nvme (offload_optimizer.pipeline_read / pipeline_write): read the next sub-group ahead /
   // write the updated one behind while CPU Adam works; either adds a second host window.
   bool pipeline_read = false, pipeline_write = false;
+  OptimizerKind kind = OptimizerKind::kAdamW;  // whose states it keeps (optimizer.type)
 };
 
-// The state for `be`'s device: host buffers are allocated as the engine registers units (12
-// bytes per owned element, category kOptimizer of host_tracker()), the two staging buffers of
+// The state for `be`'s device: host buffers are allocated as the engine registers units (K =
+// optimizer_bytes_per_param(o.kind, false) bytes per owned element: AdamW 12, Lion and
+// Adagrad 8; category kOptimizer of host_tracker()), the two staging buffers of
 // min(sub_group_size, largest owned unit) fp32 elements at the first update (kPinnedHost, also
 // when the OS refused to pin them). Throws std::bad_alloc when host memory runs out.
 std::unique_ptr<OptimizerState> make_cpu_optimizer_state(Backend* be, const CpuOffloadOptions& o);
 
 // offload_optimizer.device "nvme" (ZeRO-Infinity): the same update, with master weights and
-// moments in one file per unit on `swapper`'s drive (12 bytes per owned element, rounded to
+// states in one file per unit on `swapper`'s drive (K bytes per owned element, rounded to
 // 4 KiB per sub-group region, counted as kNvme in host_tracker()). Each sub-group is read into
 // a host window, updated, and written back; host memory holds only the window and staging.
 // A failed read or write (e.g. the drive is full) throws std::runtime_error with the OS error.

@@ -22,24 +22,35 @@ namespace fs = std::filesystem;
 
 std::string rank_file(int r) { return absl::StrFormat("rank_%05d.bin", r); }
 
-// This rank's file: for each unit with a non-empty saved range, master | m | v. Returns its
-// size and CRC-32 (zlib's).
+// The names of the engine's optimizer states, as meta.json records them.
+nlohmann::json state_names(const Engine& engine) {
+  const OptimizerInfo& info = optimizer_info(engine.optimizer().kind());
+  nlohmann::json names = nlohmann::json::array();
+  for (int i = 0; i < info.num_states; ++i) names.push_back(info.state_names[i]);
+  return names;
+}
+
+// This rank's file: for each unit with a non-empty saved range, master | state 0 | state 1 ...
+// (AdamW: master | m | v). Returns its size and CRC-32 (zlib's).
 absl::StatusOr<std::pair<uint64_t, uint32_t>> write_rank_file(const std::string& path,
                                                               Engine& engine,
                                                               const ParamLayout& layout) {
   ZT_ASSIGN_OR_RETURN(FileWriter f, FileWriter::create(path));
   uint64_t bytes = 0;
   uLong crc = crc32(0L, Z_NULL, 0);
-  std::vector<float> master, m, v;
+  const int k = optimizer_info(engine.optimizer().kind()).num_states;
+  std::vector<std::vector<float>> arrays(1 + k);
   for (int u = 0; u < layout.num_units(); ++u) {
     const auto [begin, end] = engine.saved_range(u);
     const size_t n = end - begin;
     if (n == 0) continue;
-    master.resize(n), m.resize(n), v.resize(n);
-    engine.get_saved_state(u, master.data(), m.data(), v.data());
-    for (const std::vector<float>* a : {&master, &m, &v}) {
-      ZT_RETURN_IF_ERROR(f.write(a->data(), n * 4));
-      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(a->data()), n * 4);
+    float* states[kMaxOptimizerStates] = {};
+    for (int i = 0; i <= k; ++i) arrays[i].resize(n);
+    for (int i = 0; i < k; ++i) states[i] = arrays[1 + i].data();
+    engine.get_saved_state(u, arrays[0].data(), states);
+    for (const std::vector<float>& a : arrays) {
+      ZT_RETURN_IF_ERROR(f.write(a.data(), n * 4));
+      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(a.data()), n * 4);
       bytes += n * 4;
     }
   }
@@ -159,6 +170,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
                            {"version", kCheckpointFormatVersion},
                            {"step", st.step},
                            {"adam_steps", st.adam_steps},
+                           {"optimizer_states", state_names(engine)},
                            {"data", {{"epoch", st.data.epoch}, {"position", st.data.position}}},
                            {"identity", identity},
                            {"info", info},
@@ -244,12 +256,19 @@ absl::StatusOr<TrainingState> load_checkpoint(
                                                    "': a field is missing or has the wrong type (",
                                                    e.what(), ")"));
   }
-  ZT_RETURN_IF_ERROR(read_checkpoint(dir, meta, layout,
-                                     [&](int u, std::span<const float> master,
-                                         std::span<const float> m, std::span<const float> v) {
-                                       engine.set_unit_state(u, master, m, v);
-                                       return absl::OkStatus();
-                                     }));
+  // The identity matched, so the save is of this optimizer; its states must be this one's.
+  ZT_ASSIGN_OR_RETURN(const std::vector<std::string> names, checkpoint_state_names(meta));
+  if (nlohmann::json(names) != state_names(engine))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", dir, "' holds the optimizer states ", nlohmann::json(names).dump(),
+        ", this run's optimizer (", optimizer_info(engine.optimizer().kind()).name, ") keeps ",
+        state_names(engine).dump(), "; resume with the optimizer it was saved with"));
+  ZT_RETURN_IF_ERROR(read_checkpoint(
+      dir, meta, layout,
+      [&](int u, std::span<const float> master, std::span<const std::span<const float>> states) {
+        engine.set_unit_state(u, master, states);
+        return absl::OkStatus();
+      }));
   engine.set_steps_taken((int)st.adam_steps);
   if (st.loss_scaler) engine.restore_loss_scaler(*st.loss_scaler);
   return st;

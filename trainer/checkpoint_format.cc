@@ -179,12 +179,31 @@ std::string unchecked_meta_notice(const std::string& dir) {
                       "metadata is read unchecked (the rank files' CRC-32s are still checked)");
 }
 
+absl::StatusOr<std::vector<std::string>> checkpoint_state_names(const nlohmann::json& meta) {
+  if (!meta.contains("optimizer_states")) return std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+  const nlohmann::json& names = meta["optimizer_states"];
+  bool ok = names.is_array() && names.size() <= (size_t)kMaxOptimizerStates;
+  std::vector<std::string> out;
+  for (size_t i = 0; ok && i < names.size(); ++i) {
+    ok = names[i].is_string();
+    if (ok) out.push_back(names[i].get<std::string>());
+  }
+  if (!ok)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata: optimizer_states ",
+                                                   names.dump(), " is not a list of at most ",
+                                                   kMaxOptimizerStates, " state names"));
+  return out;
+}
+
 absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
                              const ParamLayout& layout, const UnitStateFn& fn) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path, "': ", why));
   };
+  absl::StatusOr<std::vector<std::string>> names = checkpoint_state_names(meta);
+  if (!names.ok()) return bad(std::string(names.status().message()));
+  const size_t arrays = 1 + names->size();  // the master, then the states
   try {
     const nlohmann::json& units = meta.at("units");
     const int U = layout.num_units();
@@ -213,7 +232,7 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
       if ((int)f.ranges.size() != U)
         return bad(absl::StrCat("rank file ", r, " lists ", f.ranges.size(), " units"));
       uint64_t expect = 0;
-      for (const auto& [b, e2] : f.ranges) expect += 12 * (e2 - b);
+      for (const auto& [b, e2] : f.ranges) expect += arrays * 4 * (e2 - b);
       if (expect != f.bytes)
         return bad(absl::StrCat("rank file ", r, " records ", f.bytes, " bytes for ", expect,
                                 " bytes of slices"));
@@ -245,17 +264,19 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
         return bad(absl::StrCat("the saved slices of unit ", u, " (", layout.units()[u].name,
                                 ") do not cover it exactly once"));
     }
-    // Unit by unit: the whole master and moments assembled from every file's slice, then
+    // Unit by unit: the whole master and states assembled from every file's slice, then
     // handed on; each file is read front to back.
-    std::vector<float> master, m, v;
+    std::vector<std::vector<float>> whole(arrays);
+    std::vector<std::span<const float>> states(arrays - 1);
     for (int u = 0; u < U; ++u) {
       const size_t numel = layout.units()[u].numel;
-      master.assign(numel, 0.f), m.assign(numel, 0.f), v.assign(numel, 0.f);
+      for (std::vector<float>& a : whole) a.assign(numel, 0.f);
       for (RankFile& f : files) {
         const auto [b, e] = f.ranges[u];
         const size_t n = e - b;
         if (n == 0) continue;
-        for (std::vector<float>* a : {&master, &m, &v}) {
+        for (std::vector<float>& w : whole) {
+          std::vector<float>* a = &w;
           if (std::fread(a->data() + b, 4, n, f.f) != n)
             return absl::DataLossError(
                 absl::StrCat("checkpoint file '", f.path, "' ends early: truncated"));
@@ -263,7 +284,8 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
           f.read += n * 4;
         }
       }
-      ZT_RETURN_IF_ERROR(fn(u, master, m, v));
+      for (size_t i = 1; i < arrays; ++i) states[i - 1] = whole[i];
+      ZT_RETURN_IF_ERROR(fn(u, whole[0], states));
     }
     for (const RankFile& f : files)
       if (f.read != f.bytes || (uint32_t)f.running != f.crc)

@@ -9,10 +9,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/optimizer_math.h"
 
 namespace zt {
 
@@ -55,12 +57,19 @@ absl::StatusOr<nlohmann::json> read_checkpoint_meta(const std::string& dir);
 bool checkpoint_meta_checked(const nlohmann::json& meta);
 std::string unchecked_meta_notice(const std::string& dir);
 
+// The optimizer states a save holds beside each master weight, by name (meta.json's
+// "optimizer_states", e.g. ["exp_avg", "exp_avg_sq"] for AdamW, ["exp_avg"] for Lion, ["sum"]
+// for Adagrad; a save without the field holds AdamW's two). Errors: not a list of at most
+// kMaxOptimizerStates names.
+absl::StatusOr<std::vector<std::string>> checkpoint_state_names(const nlohmann::json& meta);
+
 // Reads the saved state of every unit of `layout`, whole (assembled from every rank's slice),
-// and calls fn(u, master, m, v) in unit order. Checks the metadata against the layout, each
-// file's size before and CRC-32 after reading, and that each unit's slices tile it exactly once:
-// errors name the file. fn's error stops the reading.
+// and calls fn(u, master, states) in unit order, states in checkpoint_state_names' order.
+// Checks the metadata against the layout, each file's size before and CRC-32 after reading,
+// and that each unit's slices tile it exactly once: errors name the file. fn's error stops the
+// reading.
 using UnitStateFn = std::function<absl::Status(int u, std::span<const float> master,
-                                               std::span<const float> m, std::span<const float> v)>;
+                                               std::span<const std::span<const float>> states)>;
 absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
                              const ParamLayout& layout, const UnitStateFn& fn);
 

@@ -377,69 +377,107 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
 
 // ----- optimizer ------------------------------------------------------------------------
 
+// params.betas: two numbers, each in [0, 1).
+absl::Status read_betas(ObjectReader& p, OptimizerConfig* o) {
+  ZT_ASSIGN_OR_RETURN(const json* betas, p.raw({"betas"}));
+  if (!betas) return absl::OkStatus();
+  const bool ok =
+      betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number();
+  if (!ok)
+    return p.error("betas",
+                   absl::StrCat("expected two numbers [beta1, beta2], got ", show(*betas)));
+  o->beta1 = (*betas)[0].get<double>();
+  o->beta2 = (*betas)[1].get<double>();
+  for (double b : {o->beta1, o->beta2})
+    if (!(b >= 0.0 && b < 1.0))
+      return p.error("betas", absl::StrCat("value ", show(*betas),
+                                           " is out of range; allowed: each beta in [0, 1)"));
+  return absl::OkStatus();
+}
+
+absl::Status read_eps(const std::string& src, ObjectReader& p, OptimizerConfig* o,
+                      const char* fallback) {
+  ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
+  if (o->eps <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        src,
+        ": optimizer.params.eps must be > 0 (with 0 the update divides 0 by 0 wherever a "
+        "gradient is 0); DeepSpeed's default is ",
+        fallback));
+  return absl::OkStatus();
+}
+
+absl::Status refuse_amsgrad(const std::string& src, ObjectReader& p) {
+  bool amsgrad = false;
+  ZT_RETURN_IF_ERROR(p.get_bool({"amsgrad"}, &amsgrad));
+  if (amsgrad)
+    return absl::UnimplementedError(
+        absl::StrCat(src,
+                     ": optimizer.params.amsgrad: AMSGrad is not implemented in this build; "
+                     "set it to false or remove it"));
+  return absl::OkStatus();
+}
+
+// One type's params, DeepSpeed's names and defaults.
+absl::Status read_optimizer_params(const std::string& src, ObjectReader& p, OptimizerConfig* o) {
+  ZT_RETURN_IF_ERROR(p.get_double({"lr"}, &o->lr, 0.0));
+  ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
+  switch (o->type) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+      ZT_RETURN_IF_ERROR(read_betas(p, o));
+      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-8"));
+      ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
+      ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
+      ZT_RETURN_IF_ERROR(p.get_bool({"torch_adam"}, &o->torch_adam));
+      ZT_RETURN_IF_ERROR(refuse_amsgrad(src, p));
+      break;
+    case OptimizerType::kLion: ZT_RETURN_IF_ERROR(read_betas(p, o)); break;
+    case OptimizerType::kAdagrad: {
+      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-10"));
+      ZT_RETURN_IF_ERROR(p.get_double({"lr_decay"}, &o->lr_decay, 0.0));
+      ZT_RETURN_IF_ERROR(refuse_amsgrad(src, p));
+      p.unsupported("initial_accumulator_value", 0.0);
+      break;
+    }
+  }
+  p.unsupported("fp32_optimizer_states", true);
+  return p.finish();
+}
+
 absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerConfig* o) {
+  constexpr const char* kTypes = "\"Adam\", \"AdamW\", \"Lion\" or \"Adagrad\"";
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "optimizer"));
   o->specified = true;
   ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
-  if (!type) return r.error("type", "missing; give \"Adam\" or \"AdamW\"");
+  if (!type) return r.error("type", absl::StrCat("missing; give ", kTypes));
   if (!type->is_string()) {
-    return r.error("type", absl::StrCat("expected a string (\"Adam\" or \"AdamW\"), got ",
-                                        type_name(*type), " ", show(*type)));
+    return r.error("type", absl::StrCat("expected a string (", kTypes, "), got ", type_name(*type),
+                                        " ", show(*type)));
   }
-  std::string name = lower(type->get<std::string>());
+  const std::string name = lower(type->get<std::string>());
   if (name == "adam") {
     o->type = OptimizerType::kAdam;
   } else if (name == "adamw") {
     o->type = OptimizerType::kAdamW;
+  } else if (name == "lion") {
+    o->type = OptimizerType::kLion;
+  } else if (name == "adagrad") {
+    o->type = OptimizerType::kAdagrad;
+    o->lr = 1e-2;  // torch.optim.Adagrad's and DeepSpeedCPUAdagrad's defaults
+    o->eps = 1e-10;
   } else {
     return absl::UnimplementedError(absl::StrCat(src, ": optimizer.type: ", show(*type),
                                                  " is not implemented in this build; supported "
-                                                 "types: \"Adam\", \"AdamW\" (case-insensitive)"));
+                                                 "types: ",
+                                                 kTypes, " (case-insensitive)"));
   }
   ZT_ASSIGN_OR_RETURN(const json* params, section(r, {"params"}));
   r.unsupported("legacy_fusion", false);
   ZT_RETURN_IF_ERROR(r.finish());
   if (params) {
     ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
-    ZT_RETURN_IF_ERROR(p.get_double({"lr"}, &o->lr, 0.0));
-    ZT_ASSIGN_OR_RETURN(const json* betas, p.raw({"betas"}));
-    if (betas) {
-      bool ok = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() &&
-                (*betas)[1].is_number();
-      if (!ok) {
-        return p.error("betas",
-                       absl::StrCat("expected two numbers [beta1, beta2], got ", show(*betas)));
-      }
-      o->beta1 = (*betas)[0].get<double>();
-      o->beta2 = (*betas)[1].get<double>();
-      for (double b : {o->beta1, o->beta2}) {
-        if (!(b >= 0.0 && b < 1.0)) {
-          return p.error("betas", absl::StrCat("value ", show(*betas),
-                                               " is out of range; "
-                                               "allowed: each beta in [0, 1)"));
-        }
-      }
-    }
-    ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
-    if (o->eps <= 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat(src,
-                       ": optimizer.params.eps must be > 0 (with 0, Adam divides 0 by 0 wherever a "
-                       "gradient is 0); DeepSpeed's default is 1e-8"));
-    ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
-    ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
-    ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
-    ZT_RETURN_IF_ERROR(p.get_bool({"torch_adam"}, &o->torch_adam));
-    bool amsgrad = false;
-    ZT_RETURN_IF_ERROR(p.get_bool({"amsgrad"}, &amsgrad));
-    if (amsgrad) {
-      return absl::UnimplementedError(absl::StrCat(
-          src,
-          ": optimizer.params.amsgrad: AMSGrad is not implemented in this build; set it "
-          "to false or remove it"));
-    }
-    p.unsupported("fp32_optimizer_states", true);
-    ZT_RETURN_IF_ERROR(p.finish());
+    ZT_RETURN_IF_ERROR(read_optimizer_params(src, p, o));
   }
   // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
   o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;
@@ -853,6 +891,16 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
 }
 
 }  // namespace
+
+OptimizerKind optimizer_kind(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW: return OptimizerKind::kAdamW;
+    case OptimizerType::kLion: return OptimizerKind::kLion;
+    case OptimizerType::kAdagrad: return OptimizerKind::kAdagrad;
+  }
+  return OptimizerKind::kAdamW;
+}
 
 int edit_distance(std::string_view a, std::string_view b) {
   std::vector<int> prev(b.size() + 1), cur(b.size() + 1);

@@ -10,10 +10,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/optimizer_math.h"
 #include "zero/offload_device.h"
 
 namespace zt {
@@ -27,28 +28,33 @@ struct BatchConfig {
   int64_t gradient_accumulation_steps = 0;     // micro-batches per optimizer step
 };
 
-// Optimizer kinds this build implements.
-enum class OptimizerType { kAdam, kAdamW };
+// Optimizer kinds this build implements (optimizer.type, case-insensitive as in DeepSpeed).
+enum class OptimizerType { kAdam, kAdamW, kLion, kAdagrad };
 
-// "optimizer": {"type": ..., "params": {...}}. DeepSpeed lower-cases the type name; only
-// Adam and AdamW are implemented here. Absent section -> specified = false and these defaults
-// (AdamW), which the trainer may override from its flags.
+// "optimizer": {"type": ..., "params": {...}}. DeepSpeed lower-cases the type name. Absent
+// section -> specified = false and these defaults (AdamW), which the trainer may override
+// from its flags. Each type reads its own params with DeepSpeed's defaults (the optimizer
+// class DeepSpeed builds for it: FusedAdam / DeepSpeedCPUAdam, FusedLion / DeepSpeedCPULion,
+// torch.optim.Adagrad / DeepSpeedCPUAdagrad); a key another type takes is an error.
 struct OptimizerConfig {
   bool specified = false;                      // the file had an "optimizer" section
-  OptimizerType type = OptimizerType::kAdamW;  // "Adam" or "AdamW", case-insensitive
-  double lr = 1e-3;                            // params.lr: learning rate (before any scheduler)
-  double beta1 = 0.9;                          // params.betas[0]: first-moment decay, in [0, 1)
-  double beta2 = 0.999;                        // params.betas[1]: second-moment decay, in [0, 1)
-  double eps = 1e-8;                           // params.eps: denominator epsilon, >= 0
-  double weight_decay = 0.0;                   // params.weight_decay: >= 0
-  bool bias_correction = true;                 // params.bias_correction: Adam bias correction
-  bool adam_w_mode = true;                     // params.adam_w_mode as written (default true)
-  bool torch_adam = false;                     // params.torch_adam: accepted, no effect here
+  OptimizerType type = OptimizerType::kAdamW;  // "Adam", "AdamW", "Lion" or "Adagrad"
+  double lr = 1e-3;             // params.lr: learning rate (before any scheduler); Adagrad 1e-2
+  double beta1 = 0.9;           // params.betas[0] (Adam, Lion), in [0, 1)
+  double beta2 = 0.999;         // params.betas[1] (Adam, Lion), in [0, 1)
+  double eps = 1e-8;            // params.eps (Adam; Adagrad 1e-10), > 0
+  double weight_decay = 0.0;    // params.weight_decay: >= 0
+  bool bias_correction = true;  // params.bias_correction: Adam bias correction
+  bool adam_w_mode = true;      // params.adam_w_mode as written (default true)
+  bool torch_adam = false;      // params.torch_adam: accepted, no effect here
+  double lr_decay = 0.0;        // params.lr_decay (Adagrad, torch.optim.Adagrad's): >= 0
   // Resolved as DeepSpeed's engine does: type AdamW, or Adam with adam_w_mode true (the
   // default), decouples weight decay (AdamW); Adam with adam_w_mode false adds the L2 term
   // weight_decay·θ to the gradient instead.
   bool decoupled_weight_decay = true;
 };
+// The element update a type runs (Adam and AdamW are both AdamW's, L2 or decoupled).
+OptimizerKind optimizer_kind(OptimizerType t);
 
 // LR schedules this build implements (deepspeed/runtime/lr_schedules.py).
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };

@@ -22,12 +22,14 @@ EngineOptions engine_options(const DsConfig& ds) {
     eo.loss_scaler = {f.loss_scale,      (int)f.initial_scale_power, (int)f.loss_scale_window,
                       (int)f.hysteresis, f.consecutive_hysteresis,   (double)f.min_loss_scale};
   }
-  eo.adam.beta1 = ds.optimizer.beta1;
-  eo.adam.beta2 = ds.optimizer.beta2;
-  eo.adam.eps = ds.optimizer.eps;
-  eo.adam.weight_decay = ds.optimizer.weight_decay;
-  eo.adam.adam_w_mode = ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
-  eo.adam.bias_correction = ds.optimizer.bias_correction;
+  eo.optimizer.beta1 = ds.optimizer.beta1;
+  eo.optimizer.beta2 = ds.optimizer.beta2;
+  eo.optimizer.eps = ds.optimizer.eps;
+  eo.optimizer.weight_decay = ds.optimizer.weight_decay;
+  eo.optimizer.adam_w_mode = ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
+  eo.optimizer.bias_correction = ds.optimizer.bias_correction;
+  eo.optimizer.kind = optimizer_kind(ds.optimizer.type);
+  eo.optimizer.lr_decay = ds.optimizer.lr_decay;
   eo.gradient_clipping = static_cast<float>(ds.gradient_clipping);
   const ZeroConfig& z = ds.zero;
   eo.zero.stage = z.stage;
@@ -61,10 +63,11 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> open_swapper(const DsConfig& ds,
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be) {
   const OffloadOptimizerConfig& o = ds.zero.offload_optimizer;
+  const OptimizerKind kind = optimizer_kind(ds.optimizer.type);
   const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size, o.pipeline_read,
-                               o.pipeline_write};
+                               o.pipeline_write, kind};
   switch (o.device) {
-    case OffloadDevice::kNone: return make_device_optimizer_state(be);
+    case OffloadDevice::kNone: return make_device_optimizer_state(be, kind);
     case OffloadDevice::kCpu: return make_cpu_optimizer_state(be, host);
     case OffloadDevice::kNvme: {
       ZT_ASSIGN_OR_RETURN(
@@ -73,7 +76,7 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& 
       return make_nvme_optimizer_state(be, host, std::move(swapper));
     }
   }
-  return make_device_optimizer_state(be);
+  return make_device_optimizer_state(be, kind);
 }
 
 absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
@@ -117,6 +120,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;
+  in.optimizer = eo.optimizer.kind;
   in.stage3_param_persistence_threshold = ds.zero.stage3_param_persistence_threshold;
   in.offload_optimizer = ds.zero.offload_optimizer.device;
   in.offload_param = ds.zero.offload_param.device;

@@ -130,7 +130,7 @@ absl::Status run_export(const ExportOptions& o) {
   ShardWriter w{o.out, dtype, o.max_shard_bytes};
   ZT_RETURN_IF_ERROR(read_checkpoint(
       dir, meta, layout,
-      [&](int u, std::span<const float> master, std::span<const float>, std::span<const float>) {
+      [&](int u, std::span<const float> master, std::span<const std::span<const float>>) {
         for (const HfTensor& t : hf_unit_tensors(c, layout, u, master))
           ZT_RETURN_IF_ERROR(w.add(t));
         return absl::OkStatus();

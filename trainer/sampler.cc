@@ -158,7 +158,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
   if (ckpt) {
     ZT_RETURN_IF_ERROR(read_checkpoint(
         *ckpt, meta, model.layout(),
-        [&](int u, std::span<const float> master, std::span<const float>, std::span<const float>) {
+        [&](int u, std::span<const float> master, std::span<const std::span<const float>>) {
           engine.set_unit_params(u, master);
           return absl::OkStatus();
         }));

@@ -94,13 +94,31 @@ nlohmann::json numeric_ds_config(const DsConfig& ds) {
   const OptimizerConfig& o = ds.optimizer;
   const SchedulerConfig& s = ds.scheduler;
   nlohmann::json j;
-  j["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam with L2 weight decay"},
-                    {"params",
-                     {{"lr", o.lr},
-                      {"betas", {o.beta1, o.beta2}},
-                      {"eps", o.eps},
-                      {"weight_decay", o.weight_decay},
-                      {"bias_correction", o.bias_correction}}}};
+  switch (optimizer_kind(o.type)) {
+    case OptimizerKind::kAdamW:
+      j["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam with L2 weight decay"},
+                        {"params",
+                         {{"lr", o.lr},
+                          {"betas", {o.beta1, o.beta2}},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"bias_correction", o.bias_correction}}}};
+      break;
+    case OptimizerKind::kLion:
+      j["optimizer"] = {
+          {"type", "Lion"},
+          {"params",
+           {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"weight_decay", o.weight_decay}}}};
+      break;
+    case OptimizerKind::kAdagrad:
+      j["optimizer"] = {{"type", "Adagrad"},
+                        {"params",
+                         {{"lr", o.lr},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"lr_decay", o.lr_decay}}}};
+      break;
+  }
   const char* type = s.type == SchedulerType::kWarmupLR         ? "WarmupLR"
                      : s.type == SchedulerType::kWarmupDecayLR  ? "WarmupDecayLR"
                      : s.type == SchedulerType::kWarmupCosineLR ? "WarmupCosineLR"

@@ -87,7 +87,8 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       comm_(comm),
       opt_(opt),
       units_(layout.num_units()),
-      optimizer_(optimizer ? std::move(optimizer) : make_device_optimizer_state(be)),
+      optimizer_(optimizer ? std::move(optimizer)
+                           : make_device_optimizer_state(be, opt.optimizer.kind)),
       params_(std::move(params)) {
   rank_ = comm->rank();
   world_ = comm->world_size();
@@ -284,32 +285,39 @@ std::pair<size_t, size_t> Engine::saved_range(int u) const {
   return {begin, std::min(s.numel, begin + s.shard)};
 }
 
-void Engine::get_saved_state(int u, float* master, float* m, float* v) {
+void Engine::get_saved_state(int u, float* master, float* const* states) {
   finish_delayed_update();
   const auto [begin, end] = saved_range(u);
   if (begin == end) return;
   UnitState& s = unit(u);
-  std::vector<float> a(s.owned()), b(s.owned()), c(s.owned());
+  const int k = optimizer_info(opt_.optimizer.kind).num_states;
+  std::vector<float> a(s.owned());
+  std::vector<std::vector<float>> st(k, std::vector<float>(s.owned()));
+  float* ptr[kMaxOptimizerStates] = {};
+  for (int i = 0; i < k; ++i) ptr[i] = st[i].data();
   optimizer_->get_master(u, a.data());
-  optimizer_->get_moments(u, b.data(), c.data());
+  optimizer_->get_states(u, ptr);
   const size_t n = end - begin;  // the owned slice starts at `begin`: drop its padding
   std::copy_n(a.begin(), n, master);
-  std::copy_n(b.begin(), n, m);
-  std::copy_n(c.begin(), n, v);
+  for (int i = 0; i < k; ++i) std::copy_n(st[i].begin(), n, states[i]);
 }
 
-void Engine::set_unit_state(int u, std::span<const float> master, std::span<const float> m,
-                            std::span<const float> v) {
+void Engine::set_unit_state(int u, std::span<const float> master,
+                            std::span<const std::span<const float>> states) {
   set_unit_params(u, master);
   UnitState& s = unit(u);
-  ZT_CHECK(m.size() == s.numel && v.size() == s.numel);
-  std::vector<float> om(s.owned(), 0.f), ov(s.owned(), 0.f);
+  const int k = optimizer_info(opt_.optimizer.kind).num_states;
+  ZT_CHECK((int)states.size() == k);
+  std::vector<std::vector<float>> owned(k, std::vector<float>(s.owned(), 0.f));
+  const float* ptr[kMaxOptimizerStates] = {};
   const size_t begin = s.replicated ? 0 : (size_t)rank_ * s.shard;
-  for (size_t i = 0; i < om.size() && begin + i < s.numel; ++i) {
-    om[i] = m[begin + i];
-    ov[i] = v[begin + i];
+  for (int j = 0; j < k; ++j) {
+    ZT_CHECK(states[j].size() == s.numel);
+    for (size_t i = 0; i < s.owned() && begin + i < s.numel; ++i)
+      owned[j][i] = states[j][begin + i];
+    ptr[j] = owned[j].data();
   }
-  optimizer_->set_moments(u, om.data(), ov.data());
+  optimizer_->set_states(u, ptr);
 }
 
 void Engine::get_unit_params(int u, std::span<float> host) {
@@ -726,16 +734,18 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   if (opt_.gradient_clipping > 0 && st.grad_norm > opt_.gradient_clipping)
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
-  const AdamParams& a = opt_.adam;
-  AdamStep as{lr,
-              a.beta1,
-              a.beta2,
-              a.eps,
-              a.weight_decay,
-              t_,
-              st.clip_coef / st.loss_scale,
-              a.adam_w_mode,
-              a.bias_correction};
+  const OptimizerParams& a = opt_.optimizer;
+  OptimizerStep as{.lr = lr,
+                   .beta1 = a.beta1,
+                   .beta2 = a.beta2,
+                   .eps = a.eps,
+                   .weight_decay = a.weight_decay,
+                   .t = t_,
+                   .grad_scale = st.clip_coef / st.loss_scale,
+                   .adam_w_mode = a.adam_w_mode,
+                   .bias_correction = a.bias_correction,
+                   .kind = a.kind,
+                   .lr_decay = a.lr_decay};
   if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
     start_delayed_update(as);
     finish_step();
@@ -801,7 +811,7 @@ void Engine::shared_barrier() {
 
 // Snapshots every owned gradient into host memory (the stored ones are zeroed by finish_step)
 // and starts AdamW on them in a background thread, writing the new weights to host staging.
-void Engine::start_delayed_update(const AdamStep& as) {
+void Engine::start_delayed_update(const OptimizerStep& as) {
   if (!delayed_) {  // the snapshots: the owned gradient as stored, the owned working copy
     delayed_ = std::make_unique<Delayed>();
     delayed_->units.resize(units_.size());

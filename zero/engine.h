@@ -22,7 +22,8 @@
 // stage3_prefetch_bucket_size, within stage3_max_live_parameters.
 //
 // Bytes per parameter: working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
-// optimizer K = 12 (fp32 master, m, v) or 8 when params are fp32 (they are the master).
+// optimizer K = optimizer_bytes_per_param (AdamW: 12, fp32 master, m, v; 8 when params are fp32,
+// they are the master; Lion and Adagrad 4 less).
 #pragma once
 
 #include <cstdint>
@@ -44,11 +45,14 @@
 
 namespace zt {
 
-// Adam hyper-parameters (DeepSpeed "optimizer.params"; lr comes per step from the schedule).
-struct AdamParams {
+// The optimizer and its hyper-parameters (DeepSpeed "optimizer"; lr comes per step from the
+// schedule). Each optimizer reads the fields model/optimizer_math.h names for it.
+struct OptimizerParams {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  bool adam_w_mode = true;  // decoupled weight decay (AdamW); false: L2 (classic Adam)
+  bool adam_w_mode = true;  // AdamW: decoupled weight decay; false: L2 (classic Adam)
   bool bias_correction = true;
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr_decay = 0;  // Adagrad
 };
 
 // The zero_optimization keys the engine uses (DeepSpeed names and defaults).
@@ -65,7 +69,7 @@ struct ZeroOptions {
 struct EngineOptions {
   DType param_dtype = DType::kF32;  // working parameters
   DType grad_dtype = DType::kF32;   // stored (accumulated) gradients
-  AdamParams adam;
+  OptimizerParams optimizer;
   float gradient_clipping = 0.f;  // max global L2 norm; 0 disables
   ZeroOptions zero;
   // fp16: the loss is scaled by loss_scale() (the caller multiplies its seed gradient), and an
@@ -129,15 +133,16 @@ class Engine final : public UnitEngine {
   // The elements [first, second) of unit u that this rank saves: its owned slice without the
   // padding; a replicated unit (stage 0, small stage-3 units) on rank 0 only, empty elsewhere.
   std::pair<size_t, size_t> saved_range(int u) const;
-  // The fp32 master weights and Adam moments of those elements (second - first each), after
-  // finishing a delayed update.
-  void get_saved_state(int u, float* master, float* m, float* v);
+  // The fp32 master weights and optimizer states of those elements (second - first each;
+  // states: optimizer_info(kind).num_states arrays), after finishing a delayed update.
+  void get_saved_state(int u, float* master, float* const* states);
   // Restores unit u from its whole state (numel each, the same on every rank): each rank keeps
-  // its owned slice of master and moments, the working copy is the master rounded to the
+  // its owned slice of master and states, the working copy is the master rounded to the
   // working dtype (as after a step). Any stage and world size: the shards re-slice here.
-  void set_unit_state(int u, std::span<const float> master, std::span<const float> m,
-                      std::span<const float> v);
-  // Optimizer steps taken (AdamW's bias correction) and the fp16 loss scaler, as saved.
+  void set_unit_state(int u, std::span<const float> master,
+                      std::span<const std::span<const float>> states);
+  // Optimizer steps taken (bias correction, Adagrad's lr decay) and the fp16 loss scaler, as
+  // saved.
   void set_steps_taken(int t) { t_ = t; }
   std::optional<LossScaler::State> loss_scaler_state() const {
     return scaler_ ? std::optional(scaler_->state()) : std::nullopt;
@@ -163,9 +168,9 @@ class Engine final : public UnitEngine {
   void set_gradient_accumulation_boundary(bool last) { boundary_ = last; }
   // One optimizer step at learning rate lr: finish gradient communication, global grad norm
   // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip /
-  // (norm + 1e-6) when norm > clip), AdamW on the owned fp32 master weights, refresh of the working
-  // parameters, zeroed gradients. Errors: an fp16 overflow at min_loss_scale (DeepSpeed stops the
-  // run there too).
+  // (norm + 1e-6) when norm > clip), the optimizer on the owned fp32 master weights, refresh of the
+  // working parameters, zeroed gradients. Errors: an fp16 overflow at min_loss_scale (DeepSpeed
+  // stops the run there too).
   absl::StatusOr<StepStats> step(float lr);
   int steps_taken() const { return t_; }
   // Delayed parameter update: waits for the update still running and publishes its weights, so
@@ -222,7 +227,7 @@ class Engine final : public UnitEngine {
   // dtype (grads_stored: a whole unit, the backend adding into its dtype).
   bool kernels_add_to_stored(const UnitState& s) const;
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
-  void start_delayed_update(const AdamStep& as);
+  void start_delayed_update(const OptimizerStep& as);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   void map_shared_params();  // EngineOptions::node_shared_params, at construction
   void shared_barrier();     // node-shared parameters: every rank's writes before any next read

@@ -93,7 +93,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const bool host_grads = po.host_grads;
   // Offload shards even at N_d = 1; a sharded unit reduces into an fp32 shard buffer.
   const bool shards = N > 1 || host_grads || param_offload;
-  const int64_t K = master ? 12 : 8;
+  const int64_t K = optimizer_bytes_per_param(in.optimizer, !master);
+  const int64_t arrays = 1 + optimizer_info(in.optimizer).num_states;  // offloaded: master too
   e.optimizer_k = static_cast<int>(K);
   int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
   int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
@@ -121,7 +122,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     const int st = u.stage;
     granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
-    nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size);
+    nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size, in.optimizer);
     if (in.delayed_update) {
       host_grad_bytes += (int64_t)owned * (st == 1 && N > 1 ? 4 : G);
       host_params += (int64_t)owned * P;
@@ -146,9 +147,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       e.hst(M::kOptimizer) += optim;
       e.hst(M::kPinnedHost) += staging;
       break;
-    case OffloadDevice::kNvme:        // plus the window of master, m, v one sub-group is updated in
-      e.hst(M::kNvme) += nvme_state;  // K = 12: offloaded state keeps its own master
-      e.hst(M::kPinnedHost) += nvme_staging + (in.nvme_pipeline ? 2 : 1) * 3 * 4 * nvme_granule;
+    case OffloadDevice::kNvme:  // plus the window of master and states a sub-group is updated in
+      e.hst(M::kNvme) += nvme_state;  // an offloaded state keeps its own master
+      e.hst(M::kPinnedHost) +=
+          nvme_staging + (in.nvme_pipeline ? 2 : 1) * arrays * 4 * nvme_granule;
       break;
   }
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.

@@ -20,6 +20,7 @@
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "model/config.h"
+#include "model/optimizer_math.h"
 #include "zero/offload_device.h"
 #include "zero/partition.h"
 
@@ -41,6 +42,8 @@ struct EstimateInput {
   // The optimizer holds an fp32 master copy when params are not fp32 (K = 12: master, m, v).
   // With fp32 params the params are the master (K = 8: m, v). false: K = 8 always.
   bool fp32_master = true;
+  // The optimizer: K = optimizer_bytes_per_param (AdamW 12 / 8, Lion and Adagrad 8 / 4).
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
   // offload_param nvme: shards kept in host memory (elements, in unit order), and the host
@@ -110,16 +113,17 @@ struct MemoryEstimate {
 //   1     | p_u * P         | p_u * G         | s_u * K
 //   2     | p_u * P         | s_u * G         | s_u * K
 //   3     | s_u * P         | s_u * G         | s_u * K
-// P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = 12 (fp32 master + m + v) or 8.
+// P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = optimizer_bytes_per_param: AdamW
+// 12 (fp32 master + m + v) or 8, Lion and Adagrad 8 (master + one state) or 4.
 // With bf16 P, G and K = 12 this is the paper's (2+2+K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2+K)Ψ/N_d,
 // (2+2+K)Ψ/N_d (up to padding).
-// Offload (offload/cpu_optimizer.h): offload_optimizer cpu moves the optimizer state (K = 12:
-// the host keeps its own fp32 master even when params are fp32) to host memory (kOptimizer on
-// the host) plus two staging buffers of min(sub_group_size, largest owned unit) fp32 elements
+// Offload (offload/cpu_optimizer.h): offload_optimizer cpu moves the optimizer state (K with a
+// master: the host keeps its own fp32 master even when params are fp32) to host memory (kOptimizer
+// on the host) plus two staging buffers of min(sub_group_size, largest owned unit) fp32 elements
 // (kPinnedHost); at stages 2-3 the sharded units' gradients move to the host as well (kGrads,
-// s_u * G, ZeRO-Offload's 2Ψ/N_d partition). nvme puts the optimizer state on NVMe (12 bytes
+// s_u * G, ZeRO-Offload's 2Ψ/N_d partition). nvme puts the optimizer state on NVMe (K bytes
 // per element, in whole sub-groups of a multiple of 1024 elements: nvme_state_bytes in
-// zero/optimizer_state.h) and adds a host window of master, m and v for one sub-group (two
+// zero/optimizer_state.h) and adds a host window of master and states for one sub-group (two
 // with nvme_pipeline).
 // offload_param (stage 3) moves the sharded units' parameter shards (s_u * P) to host memory
 // (cpu: kParams on the host) or NVMe (each shard rounded up to 4 KiB, kNvme), except the first

@@ -1,5 +1,6 @@
 // Where a rank's optimizer state lives (docs/architecture.md "Offload"): the fp32 master weights
-// and Adam moments of the elements it owns, and the AdamW update on them. The engine keeps the
+// and the optimizer's state tensors (model/optimizer_math.h: AdamW's m and v, Lion's m,
+// Adagrad's sum) of the elements it owns, and the update on them. The engine keeps the
 // stage logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
 // (offload/: host memory or NVMe) changes no stage code. The device implementation below is the
 // engine's behaviour without offload.
@@ -11,8 +12,8 @@
 
 #include "common/dtype.h"
 #include "common/memory.h"
-#include "model/adamw_math.h"
 #include "model/backend.h"
+#include "model/optimizer_math.h"
 #include "zero/offload_device.h"
 
 namespace zt {
@@ -28,17 +29,20 @@ class OptimizerState {
   // The fp32 master weights of unit u's owned elements, from or to host memory (owned floats).
   virtual void set_master(int u, const float* host) = 0;
   virtual void get_master(int u, float* host) = 0;
-  // The Adam moments m and v of unit u's owned elements, from or to host memory (owned floats
-  // each): checkpoints save and restore them.
-  virtual void set_moments(int u, const float* m, const float* v) = 0;
-  virtual void get_moments(int u, float* m, float* v) = 0;
+  // The optimizer's states of unit u's owned elements (optimizer_info(kind()).num_states
+  // arrays of owned floats, in its order), from or to host memory: checkpoints save and
+  // restore them.
+  virtual void set_states(int u, const float* const* host) = 0;
+  virtual void get_states(int u, float* const* host) = 0;
+  // The optimizer whose states this holds; update() takes steps of this kind only.
+  virtual OptimizerKind kind() const = 0;
   // True when unit u's master is its device working copy, so update() needs no `out`.
   virtual bool master_is_working_copy(int u) const = 0;
   // The buffers of one update (owned elements each).
   struct Io {
-    // The gradient in grad_t: device memory, left all zeros when AdamStep::zero_grad; host
+    // The gradient in grad_t: device memory, left all zeros when OptimizerStep::zero_grad; host
     // memory when grad_on_host (a snapshot, left as it is; offloaded states only); or null: the
-    // state's own host gradient (keeps_gradients()), zeroed when AdamStep::zero_grad.
+    // state's own host gradient (keeps_gradients()), zeroed when OptimizerStep::zero_grad.
     void* grad = nullptr;
     DType grad_t = DType::kF32;
     bool grad_on_host = false;
@@ -48,8 +52,8 @@ class OptimizerState {
     DType out_t = DType::kF32;
     bool out_on_host = false;
   };
-  // AdamW on unit u (model/adamw_math.h).
-  virtual void update(int u, const Io& io, const AdamStep& s) = 0;
+  // The optimizer's update on unit u (model/optimizer_math.h; s.kind == kind()).
+  virtual void update(int u, const Io& io, const OptimizerStep& s) = 0;
 
   // Offloaded states also keep the stored gradient of sharded units (stages 2-3) in host
   // memory, in its dtype (ZeRO-Offload, Ren et al. 2021, Section 4.1: the reduced gradient
@@ -95,14 +99,15 @@ inline size_t offload_granule(size_t owned, int64_t sub_group_size, size_t align
 // sub-groups of at most `granule`: two tiles of half a sub-group, so the copy stream moves one
 // tile while CPU Adam works on the other. Shared by offload/cpu_optimizer.cc and the estimator.
 inline size_t staging_elems(size_t granule) { return (granule + 1) / 2 * 2; }
-// NVMe bytes of one unit's state: whole sub-groups of master, m and v (12 bytes per element).
-inline size_t nvme_state_bytes(size_t owned, int64_t sub_group_size) {
+// NVMe bytes of one unit's state: whole sub-groups of the master and the optimizer's states
+// (AdamW: master, m and v, 12 bytes per element).
+inline size_t nvme_state_bytes(size_t owned, int64_t sub_group_size, OptimizerKind kind) {
   const size_t g = offload_granule(owned, sub_group_size, 1024);
-  return (owned + g - 1) / g * 3 * g * 4;
+  return (owned + g - 1) / g * (1 + optimizer_info(kind).num_states) * g * 4;
 }
 
-// Master weights (unless aliased) and moments in the backend's memory, category kOptimizer,
-// updated by the backend's fused AdamW.
-std::unique_ptr<OptimizerState> make_device_optimizer_state(Backend* be);
+// Master weights (unless aliased) and states in the backend's memory, category kOptimizer,
+// updated by the backend's fused optimizer step.
+std::unique_ptr<OptimizerState> make_device_optimizer_state(Backend* be, OptimizerKind kind);
 
 }  // namespace zt

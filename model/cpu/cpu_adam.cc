@@ -1,4 +1,4 @@
-// CPU Adam kernels. The scalar path is adamw_element (model/adamw_math.h); the vector paths
+// CPU Adam kernels. The scalar path is adamw_element (model/optimizer_math.h); the vector paths
 // repeat its operations in the same order without fused multiply-adds, and this file is
 // compiled with -ffp-contract=off, so all paths round identically. (The sums of squares use
 // explicit fused multiply-adds: their order is per SIMD level anyway.)
@@ -203,7 +203,7 @@ AdamFn adam_fn(SimdLevel level, const void* out, DType ot) {
 }  // namespace
 
 void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
-                   DType out_t, size_t n, const AdamStep& s, SimdLevel level) {
+                   DType out_t, size_t n, const OptimizerStep& s, SimdLevel level) {
   const AdamCoefs c = adam_coefs(s);
   AdamFn fn = grad_t == DType::kF32    ? adam_fn<DType::kF32>(level, out, out_t)
               : grad_t == DType::kBF16 ? adam_fn<DType::kBF16>(level, out, out_t)
@@ -217,7 +217,7 @@ void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, 
 }
 
 void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
-                   DType out_t, size_t n, const AdamStep& s) {
+                   DType out_t, size_t n, const OptimizerStep& s) {
   cpu_adam_step(master, grad, grad_t, m, v, out, out_t, n, s, cpu_simd_level());
 }
 

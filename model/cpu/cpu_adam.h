@@ -3,18 +3,18 @@
 // (Ren et al., "ZeRO-Offload", USENIX ATC 2021, Section 4.2; DeepSpeed's DeepSpeedCPUAdam).
 //
 // One pass per element reads the gradient in its storage dtype, unscales and clips it (one
-// factor, AdamStep::grad_scale), updates master, m and v (model/adamw_math.h), and writes the
-// rounded 16-bit working copy: 28 bytes per parameter with bf16/fp16 gradients and a 16-bit
+// factor, OptimizerStep::grad_scale), updates master, m and v (model/optimizer_math.h), and writes
+// the rounded 16-bit working copy: 28 bytes per parameter with bf16/fp16 gradients and a 16-bit
 // copy, the least any Adam step can move (30 when it also zeroes the gradient it consumed,
-// AdamStep::zero_grad, which replaces a separate zeroing pass). AVX-512, AVX2 and scalar paths are
-// chosen at run time (common/simd.h) and give the same bits; OpenMP over 8K-element tiles.
+// OptimizerStep::zero_grad, which replaces a separate zeroing pass). AVX-512, AVX2 and scalar paths
+// are chosen at run time (common/simd.h) and give the same bits; OpenMP over 8K-element tiles.
 #pragma once
 
 #include <cstddef>
 
 #include "common/dtype.h"
 #include "common/simd.h"
-#include "model/adamw_math.h"
+#include "model/optimizer_math.h"
 
 namespace zt {
 
@@ -24,9 +24,9 @@ namespace zt {
 // out_t is ignored; e.g. when fp32 master and working parameters are one buffer).
 // `level` must be supported by this CPU (cpu_supports); the overload without it uses the best.
 void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
-                   DType out_t, size_t n, const AdamStep& s, SimdLevel level);
+                   DType out_t, size_t n, const OptimizerStep& s, SimdLevel level);
 void cpu_adam_step(float* master, void* grad, DType grad_t, float* m, float* v, void* out,
-                   DType out_t, size_t n, const AdamStep& s);
+                   DType out_t, size_t n, const OptimizerStep& s);
 
 // Sum of squares of n elements of dtype t (the global gradient norm's partial sum): the vector
 // paths sum runs of 64 squares per lane in fp32, then add those in double (relative error

@@ -1,8 +1,8 @@
 // CUDA backend: device, stream, memory, dtype conversion and small elementwise kernels.
 #include "absl/strings/str_cat.h"
-#include "model/adamw_math.h"
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/elementwise.cuh"
+#include "model/optimizer_math.h"
 
 namespace zt {
 

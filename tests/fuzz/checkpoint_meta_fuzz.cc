@@ -37,8 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::fclose(f);
   auto meta = zt::read_checkpoint_meta(dir);
   if (!meta.ok()) return 0;
-  (void)zt::read_checkpoint(dir, *meta, layout,
-                            [](int, std::span<const float>, std::span<const float>,
-                               std::span<const float>) { return absl::OkStatus(); });
+  (void)zt::read_checkpoint(
+      dir, *meta, layout, [](int, std::span<const float>, std::span<const std::span<const float>>) {
+        return absl::OkStatus();
+      });
   return 0;
 }

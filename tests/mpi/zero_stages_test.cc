@@ -111,8 +111,8 @@ enum class Optimizer { kDevice, kCpuOffload, kNvmeOffload, kNvmePipelined };
 
 // The optimizer state for `where`; NVMe swap files go to a private directory under the test's
 // temporary directory.
-std::unique_ptr<OptimizerState> optimizer_for(Optimizer where, Backend* be) {
-  const CpuOffloadOptions host{.pin_memory = true, .sub_group_size = 500};
+std::unique_ptr<OptimizerState> optimizer_for(Optimizer where, Backend* be, OptimizerKind kind) {
+  const CpuOffloadOptions host{.pin_memory = true, .sub_group_size = 500, .kind = kind};
   switch (where) {
     case Optimizer::kDevice: return nullptr;
     case Optimizer::kCpuOffload: return make_cpu_optimizer_state(be, host);
@@ -167,7 +167,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   auto be = test_backend();
   Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing,
                     be->activation_dtype(eo.param_dtype));  // the GPU's: 16-bit
-  Engine engine(model.layout(), be.get(), &comm, eo, optimizer_for(where, be.get()),
+  Engine engine(model.layout(), be.get(), &comm, eo,
+                optimizer_for(where, be.get(), eo.optimizer.kind),
                 params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();
   for (size_t u = 0; u < units.size(); ++u) {
@@ -260,7 +261,7 @@ class ZeroStages : public ::testing::Test {
 EngineOptions fp32_clipped(int stage) {
   EngineOptions eo;
   eo.gradient_clipping = 0.5f;  // binds in these runs: tests the norm assembled from shards
-  eo.adam.weight_decay = 0.1f;
+  eo.optimizer.weight_decay = 0.1f;
   eo.zero.stage = stage;
   eo.zero.stage3_param_persistence_threshold = 0;  // every unit sharded (see the variants)
   return eo;
@@ -422,7 +423,7 @@ TEST_F(ZeroStages, ClippedStepMatchesPyTorchDdp) {
       eo.zero.stage = k.stage;
       eo.param_dtype = eo.grad_dtype = k.dtype;
       eo.gradient_clipping = (float)max_norm;
-      eo.adam = {hp[2], hp[3], hp[4], hp[5], /*adam_w_mode=*/true, /*bias_correction=*/true};
+      eo.optimizer = {hp[2], hp[3], hp[4], hp[5], /*adam_w_mode=*/true, /*bias_correction=*/true};
       if (k.dtype == DType::kF16) {
         eo.loss_scaling = true;
         eo.loss_scaler.initial_scale_power = 12;
@@ -453,7 +454,7 @@ TEST_F(ZeroStages, ClippedStepMatchesPyTorchDdp) {
         ASSERT_TRUE(load_hf_unit(reader_of(*ref, "adamw." + w), c, layout, u, after).ok());
         const auto [begin, end] = engine.saved_range(u);
         std::vector<float> master(end - begin), m(end - begin), v(end - begin);
-        engine.get_saved_state(u, master.data(), m.data(), v.data());
+        engine.get_saved_state(u, master.data(), std::array<float*, 2>{m.data(), v.data()}.data());
         double gmax = 0;
         for (float g : cg) gmax = std::max(gmax, (double)std::fabs(g));
         for (size_t i = begin; i < end; ++i) {
@@ -762,6 +763,54 @@ TEST_F(ZeroStages, CpuAndNvmeOptimizerOffloadChangeNoResult) {
   }
 }
 
+// Lion and Adagrad through the engine (the optimizer seam: zero/optimizer_state.h), fp32: at
+// every stage, with the state on the device, in host memory and on NVMe, a run gives the bits of
+// single-rank-layout stage 0 on the same ranks within 1e-6 (the offloaded CPU step and the
+// device step are one element update, model/optimizer_math.h), and 2 ranks train as 1 does.
+// The states' bytes are the optimizer's: 8 per owned element offloaded (master and one state).
+TEST_F(ZeroStages, LionAndAdagradTrainAlikeAtEveryStageAndPlace) {
+  auto single = make_single_process_communicator();
+  for (OptimizerKind kind : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+    auto options = [&](int stage) {
+      EngineOptions eo = fp32_clipped(stage);
+      eo.optimizer.kind = kind;
+      eo.optimizer.beta2 = 0.99;
+      eo.optimizer.eps = 1e-10;
+      eo.optimizer.lr_decay = 0.01;
+      return eo;
+    };
+    const RunResult one = train(*single, options(0), 1);
+    for (Communicator* comm : {single.get(), comm_.get()}) {
+      const RunResult base = train(*comm, options(0), 1);
+      const std::string on =
+          absl::StrCat(optimizer_info(kind).name, ", N_d = ", comm->world_size());
+      EXPECT_LT(base.losses.back(), base.losses.front()) << on << ": it learns";
+      // Another world size sums the gradient in another order: Lion's sign may flip where its
+      // update is near zero, so losses, not bits.
+      for (int s = 0; s < kSteps; ++s)
+        EXPECT_NEAR(base.losses[s], one.losses[s], 1e-4 * std::fabs(one.losses[s])) << on;
+      for (int stage = 0; stage <= 3; ++stage) {
+        for (Optimizer where :
+             {Optimizer::kDevice, Optimizer::kCpuOffload, Optimizer::kNvmeOffload}) {
+          if (stage == 0 && where != Optimizer::kDevice) continue;  // offload needs stage 1-3
+          const RunResult got = train(*comm, options(stage), 1, tiny(), where);
+          const std::string what = absl::StrCat(on, ", stage ", stage, ", optimizer ", (int)where);
+          ASSERT_EQ(got.losses.size(), base.losses.size()) << what;
+          for (int s = 0; s < kSteps; ++s)
+            EXPECT_NEAR(got.losses[s], base.losses[s], 1e-6 * std::fabs(base.losses[s]))
+                << what << " step " << s;
+          EXPECT_LE(rel_param_diff(got, base), 1e-6) << what;
+          if (where == Optimizer::kCpuOffload)
+            EXPECT_EQ(got.host_optimizer_bytes, (int64_t)(8 * got.owned)) << what;
+          if (where == Optimizer::kNvmeOffload) EXPECT_GE(got.nvme_bytes, (int64_t)(8 * got.owned));
+          if (where == Optimizer::kDevice && stage > 0)
+            EXPECT_EQ(got.model_state_bytes[2], 4 * got.owned) << what << ": one state";
+        }
+      }
+    }
+  }
+}
+
 // Memory and traffic of optimizer offload, against docs/offload.md: the device keeps no
 // optimizer state; the host holds K = 12 bytes per owned element (fp32 master, m, v); each step
 // moves the owned gradient out in its stored dtype (stages 2-3: the bf16 shard; stage 1: the
@@ -831,6 +880,7 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
     Optimizer optimizer;
     Params params;
     bool delayed = false;  // the delayed update's host snapshots
+    OptimizerKind kind = OptimizerKind::kAdamW;
   };
   std::vector<Case> cases;
   for (int stage = 1; stage <= 3; ++stage) {
@@ -842,12 +892,18 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
     for (Optimizer o : {Optimizer::kDevice, Optimizer::kCpuOffload, Optimizer::kNvmeOffload})
       cases.push_back({3, o, p});
   cases.push_back({3, Optimizer::kNvmeOffload, Params::kNvme, true});
+  // Optimizers with one state: K = 8 on the host, two fp32 regions per NVMe sub-group.
+  cases.push_back({2, Optimizer::kCpuOffload, Params::kDevice, false, OptimizerKind::kLion});
+  cases.push_back({3, Optimizer::kNvmePipelined, Params::kDevice, false, OptimizerKind::kLion});
+  cases.push_back({3, Optimizer::kDevice, Params::kNvme, false, OptimizerKind::kAdagrad});
+  cases.push_back({1, Optimizer::kNvmeOffload, Params::kDevice, true, OptimizerKind::kAdagrad});
   auto single = make_single_process_communicator();
   for (Communicator* comm : {single.get(), comm_.get()}) {
     for (const Case& k : cases) {
       EngineOptions eo = fp32_clipped(k.stage);
       eo.param_dtype = eo.grad_dtype = DType::kBF16;
       if (k.delayed) eo.delayed_update_after = 2;
+      eo.optimizer.kind = k.kind;
       const RunResult got = train(*comm, eo, 1, tiny(), k.optimizer, k.params);
       EstimateInput in;
       in.unit_numel = unit_numels(tiny());
@@ -866,11 +922,12 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
       in.param_max_in_cpu = 0;  // as params_for()
       in.param_buffer_count = 2;
       in.delayed_update = k.delayed;
+      in.optimizer = k.kind;
       const auto e = estimate_memory(in);
       ASSERT_TRUE(e.ok()) << e.status();
-      const std::string what =
-          absl::StrCat("N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ",
-                       (int)k.optimizer, ", params ", (int)k.params, ", delayed ", k.delayed);
+      const std::string what = absl::StrCat(
+          "N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ", (int)k.optimizer,
+          ", params ", (int)k.params, ", delayed ", k.delayed, ", ", optimizer_info(k.kind).name);
       const std::vector<UnitPartition> plan = plan_partition(in.unit_numel, partition_options(in));
       ASSERT_EQ(got.partition.size(), plan.size()) << what;
       for (size_t u = 0; u < plan.size(); ++u) {
@@ -954,7 +1011,7 @@ RunResult delayed_reference(const EngineOptions& eo, int D) {
     for (size_t u = 0; u < w.size(); ++u)
       for (size_t i = 0; i < w[u].size(); ++i) plain.work[u][i] = (float)w[u][i];
   };
-  const AdamParams& a = eo.adam;
+  const OptimizerParams& a = eo.optimizer;
   const double lr = 2e-3;
   RunResult res;
   std::vector<int> x((size_t)kGlobalBatch * kT), y((size_t)kGlobalBatch * kT);

@@ -59,11 +59,13 @@ class Checkpoint : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // ds_config with micro-batch B, accumulation G, `extra` keys (", ..."); written as `name`.
-  std::string config(const std::string& name, int B, int G, const std::string& extra) const {
+  std::string config(
+      const std::string& name, int B, int G, const std::string& extra,
+      const std::string& optimizer =
+          "{\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3, \"weight_decay\": 0.1}}") const {
     std::ofstream(path(name)) << "{\"train_micro_batch_size_per_gpu\": " << B
                               << ", \"gradient_accumulation_steps\": " << G
-                              << ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
-                                 "3e-3, \"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0"
+                              << ", \"optimizer\": " << optimizer << ", \"gradient_clipping\": 1.0"
                               << extra << "}";
     return path(name);
   }
@@ -160,6 +162,55 @@ TEST_F(Checkpoint, ResumeIsBitwiseExact) {
         EXPECT_EQ(slurp(path("a") + "/" + f), slurp(path("b") + "/" + f)) << what << " " << f;
       }
     }
+}
+
+// Lion and Adagrad (one state each) through the trainer: 4 straight steps against 2 + save +
+// resume + 2 give the same losses bit for bit and the same final rank files, with the state on
+// the device, offloaded to host memory and to NVMe, on 1 and 2 ranks; the save names its state;
+// resuming it under another optimizer is refused, naming the field.
+TEST_F(Checkpoint, LionAndAdagradResumeBitwiseAndKeepTheirOptimizer) {
+  const std::string optimizers[] = {
+      "{\"type\": \"Lion\", \"params\": {\"lr\": 1e-3, \"betas\": [0.9, 0.99], "
+      "\"weight_decay\": 0.1}}",
+      "{\"type\": \"adagrad\", \"params\": {\"lr\": 1e-2, \"lr_decay\": 0.01}}"};
+  fs::create_directories(path("nvme"));
+  const std::string zero[] = {
+      "\"stage\": 0", "\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}",
+      "\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+          path("nvme") + "\"}"};
+  for (const std::string& opt : optimizers)
+    for (int ranks : {1, 2})
+      for (const std::string& z : zero) {
+        const std::string what = opt + " ranks " + std::to_string(ranks) + " " + z;
+        const std::string ds =
+            config("ds.json", 2, 2 / ranks,
+                   ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {" + z + "}", opt);
+        fs::remove_all(path("a")), fs::remove_all(path("b"));
+        const Result straight = train(ranks, ds, 4, "run_a", "--save_dir " + path("a"));
+        ASSERT_EQ(straight.code, 0) << what << "\n" << straight.out;
+        const Result first = train(ranks, ds, 2, "run_b1", "--save_dir " + path("b"));
+        ASSERT_EQ(first.code, 0) << what << "\n" << first.out;
+        const Result rest = train(ranks, ds, 4, "run_b2", "--save_dir " + path("b") + " --resume");
+        ASSERT_EQ(rest.code, 0) << what << "\n" << rest.out;
+        const std::vector<double> a = losses("run_a"), b = losses("run_b2");
+        ASSERT_EQ(a.size(), 4u) << what;
+        ASSERT_EQ(b.size(), 2u) << what;
+        for (int i = 0; i < 2; ++i) EXPECT_EQ(a[2 + i], b[i]) << what << " step " << 3 + i;
+        for (int r = 0; r < ranks; ++r) {
+          const std::string f = "step_00000004/rank_0000" + std::to_string(r) + ".bin";
+          EXPECT_EQ(slurp(path("a") + "/" + f), slurp(path("b") + "/" + f)) << what << " " << f;
+        }
+      }
+  // The last save (Adagrad) names its state; AdamW cannot resume it.
+  auto meta = read_checkpoint_meta(path("b") + "/step_00000004");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ((*meta)["optimizer_states"], nlohmann::json({"sum"}));
+  const Result other =
+      train(1, config("adamw.json", 2, 2, ""), 6, "run_c", "--resume_from " + path("b"));
+  EXPECT_EQ(other.code, 2) << other.out;
+  EXPECT_NE(other.out.find("ds_config/optimizer/type was \"Adagrad\", now \"AdamW\""),
+            std::string::npos)
+      << other.out;
 }
 
 // After an fp16 step is skipped, Adam has taken one update fewer than the training step, and
@@ -678,8 +729,9 @@ TEST_F(Checkpoint, OptimizerKeysReachTheAppliedUpdate) {
   ASSERT_TRUE(init.ok()) << init.status();
   size_t checked = 0;
   ASSERT_TRUE(read_checkpoint(**dir, *meta, layout,
-                              [&](int u, std::span<const float> master, std::span<const float> m,
-                                  std::span<const float> v) {
+                              [&](int u, std::span<const float> master,
+                                  std::span<const std::span<const float>> states) {
+                                const std::span<const float> m = states[0], v = states[1];
                                 std::vector<float> theta0(master.size());
                                 EXPECT_TRUE(
                                     load_hf_unit(reader_of(*init), *cfg, layout, u, theta0).ok());
@@ -721,12 +773,12 @@ TEST_F(Checkpoint, ExportIsTheMasterWeightsInHuggingFaceLayout) {
     auto meta = read_checkpoint_meta(**dir);
     ASSERT_TRUE(meta.ok()) << meta.status();
     std::vector<std::vector<float>> master(layout.num_units());
-    ASSERT_TRUE(read_checkpoint(**dir, *meta, layout,
-                                [&](int u, std::span<const float> w, std::span<const float>,
-                                    std::span<const float>) {
-                                  master[u].assign(w.begin(), w.end());
-                                  return absl::OkStatus();
-                                })
+    ASSERT_TRUE(read_checkpoint(
+                    **dir, *meta, layout,
+                    [&](int u, std::span<const float> w, std::span<const std::span<const float>>) {
+                      master[u].assign(w.begin(), w.end());
+                      return absl::OkStatus();
+                    })
                     .ok());
     for (const std::string dtype : {"fp32", "bf16"}) {
       const std::string out = path("hf_" + model + "_" + dtype);

@@ -512,9 +512,11 @@ TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {
   expect_close(logits, 1e-6, "cross-entropy dlogits");
   auto p = make(1001), g = make(1001, 1, 2), m = zeros(1001), v = zeros(1001);
   for (int t = 1; t <= 3; ++t) {
-    const AdamStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
-    cpu_->adamw_update(p.cp(), g.cp(), DType::kF32, m.cp(), v.cp(), nullptr, DType::kF32, p.n, s);
-    gpu_->adamw_update(p.gp(), g.gp(), DType::kF32, m.gp(), v.gp(), nullptr, DType::kF32, p.n, s);
+    const OptimizerStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
+    float* cs[] = {m.cp(), v.cp()};
+    float* gs[] = {m.gp(), v.gp()};
+    cpu_->optimizer_update(p.cp(), g.cp(), DType::kF32, cs, nullptr, DType::kF32, p.n, s);
+    gpu_->optimizer_update(p.gp(), g.gp(), DType::kF32, gs, nullptr, DType::kF32, p.n, s);
   }
   expect_close(p, 1e-6, "adamw params");
   expect_close(v, 1e-6, "adamw v");
@@ -928,9 +930,11 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
   cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
   gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
   for (int t = 1; t <= 3; ++t) {
-    const AdamStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
-    cpu_->adamw_update(p.cp(), gc.data(), DType::kBF16, m.cp(), v.cp(), oc.data(), DType::kBF16, n, s);
-    gpu_->adamw_update(p.gp(), gg.data(), DType::kBF16, m.gp(), v.gp(), og.data(), DType::kBF16, n, s);
+    const OptimizerStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
+    float* cs[] = {m.cp(), v.cp()};
+    float* gs[] = {m.gp(), v.gp()};
+    cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, oc.data(), DType::kBF16, n, s);
+    gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, og.data(), DType::kBF16, n, s);
   }
   expect_close(p, 1e-6, "adamw on bf16 gradients, master");
   std::vector<uint16_t> wc(n), wg(n);
@@ -939,6 +943,46 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
   size_t differ = 0;  // a master within 1e-6 may round to a neighbouring bf16 value, rarely
   for (size_t i = 0; i < n; ++i) differ += wc[i] != wg[i];
   EXPECT_LE(differ, n / 100) << "bf16 working copies";
+}
+
+// Lion and Adagrad: the CUDA kernel runs model/optimizer_math.h's element updates as the CPU
+// does, so master, state and the bf16 working copy agree bit for bit, with bf16 gradients
+// consumed (zeroed) as they are read.
+TEST_F(CudaVsCpu, LionAndAdagradGiveTheCpusBits) {
+  const size_t n = 3001;
+  for (OptimizerKind k : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+    auto p = make(n), st = zeros(n), y = make(n, 1, 2);
+    DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+        gg(gpu_.get(), n * 2, MemCategory::kWorkspace),
+        oc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+        og(gpu_.get(), n * 2, MemCategory::kWorkspace);
+    for (int t = 1; t <= 3; ++t) {
+      cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
+      gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
+      const OptimizerStep s{.lr = 1e-2,
+                            .beta2 = 0.99,
+                            .eps = 1e-10,
+                            .weight_decay = 0.1,
+                            .t = t,
+                            .grad_scale = 0.5,
+                            .zero_grad = true,
+                            .kind = k,
+                            .lr_decay = 0.05};
+      float* cs[] = {st.cp()};
+      float* gs[] = {st.gp()};
+      cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, oc.data(), DType::kBF16, n, s);
+      gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, og.data(), DType::kBF16, n, s);
+    }
+    const std::string what = optimizer_info(k).name;
+    expect_close(p, 0, (what + " master").c_str());
+    expect_close(st, 0, (what + " state").c_str());
+    std::vector<uint16_t> wc(n), wg(n), zg(n);
+    cpu_->copy_to_host(wc.data(), oc.data(), n * 2);
+    gpu_->copy_to_host(wg.data(), og.data(), n * 2);
+    gpu_->copy_to_host(zg.data(), gg.data(), n * 2);
+    EXPECT_EQ(wc, wg) << what << " bf16 working copies";
+    EXPECT_EQ(zg, std::vector<uint16_t>(n, 0)) << what << " gradient consumed";
+  }
 }
 
 // Activations in a 16-bit dtype, as the CUDA backend keeps them when parameters work in bf16 or
@@ -1144,7 +1188,7 @@ TrainResult train_tiny_llama(Backend* be, DType dtype) {
   EngineOptions eo;
   eo.param_dtype = eo.grad_dtype = dtype;
   eo.gradient_clipping = 1.f;
-  eo.adam.weight_decay = 0.1;
+  eo.optimizer.weight_decay = 0.1;
   Engine engine(model.layout(), be, comm.get(), eo);
   const ParamLayout& layout = model.layout();
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -120,6 +120,51 @@ TEST(DsConfig, OptimizerDefaultsAndAdamIsAdamWUnlessAdamWModeFalse) {
   EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
 }
 
+// Lion and Adagrad take DeepSpeed's defaults (DeepSpeedCPULion / FusedLion: lr 1e-3, betas
+// (0.9, 0.999), weight_decay 0; torch.optim.Adagrad / DeepSpeedCPUAdagrad: lr 1e-2, eps 1e-10,
+// lr_decay 0) and only the params their class takes: Adam's eps given to Lion is an unknown key.
+TEST(DsConfig, LionAndAdagradTakeTheirOwnParamsAndDefaults) {
+  auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Lion"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.type, OptimizerType::kLion);
+  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kLion);
+  EXPECT_EQ(r->optimizer.lr, 1e-3);
+  EXPECT_EQ(r->optimizer.beta1, 0.9);
+  EXPECT_EQ(r->optimizer.beta2, 0.999);
+  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "lion",
+               "params": {"lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.lr, 1e-4);
+  EXPECT_EQ(r->optimizer.beta2, 0.98);
+  EXPECT_EQ(r->optimizer.weight_decay, 0.1);
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kAdagrad);
+  EXPECT_EQ(r->optimizer.lr, 1e-2);
+  EXPECT_EQ(r->optimizer.eps, 1e-10);
+  EXPECT_EQ(r->optimizer.lr_decay, 0.0);
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+               "params": {"lr": 0.05, "eps": 1e-8, "lr_decay": 0.01, "amsgrad": false}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.lr, 0.05);
+  EXPECT_EQ(r->optimizer.eps, 1e-8);
+  EXPECT_EQ(r->optimizer.lr_decay, 0.01);
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Lion",
+                           "params": {"eps": 1e-8}}})"),
+                       {"optimizer.params.eps: unknown key"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+                           "params": {"betas": [0.9, 0.99]}}})"),
+                       {"optimizer.params.betas: unknown key"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+                           "params": {"initial_accumulator_value": 0.1}}})",
+                                1, absl::StatusCode::kUnimplemented),
+                       {"initial_accumulator_value", "not implemented"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})", 1,
+                                absl::StatusCode::kUnimplemented),
+                       {"optimizer.type", "\"Muon\"", "\"Lion\"", "\"Adagrad\""}));
+}
+
 TEST(DsConfig, SchedulerDefaultsAsDeepSpeed) {
   auto r = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR"}})");
   ASSERT_TRUE(r.ok()) << r.status();

@@ -293,6 +293,40 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EXPECT_FALSE(estimate_memory(in).ok());  // stage 3 only
 }
 
+// K follows the optimizer (ZeRO paper, Section 3.1: K is the optimizer's bytes per parameter):
+// Lion and Adagrad keep the fp32 master and one state, K = 8 (4 with fp32 params, which are the
+// master), so stage 1 holds 4Ψ + 8Ψ/N_d; offloaded, the host holds 8 bytes per owned element
+// and the NVMe file and window two fp32 regions per sub-group, not AdamW's three.
+TEST(Estimator, OneStateOptimizersHaveKEight) {
+  const int64_t psi = 1 << 20;
+  for (OptimizerKind k : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+    EstimateInput in;
+    in.psi = psi;
+    in.stage = 1;
+    in.dp = 8;
+    in.optimizer = k;
+    auto e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->optimizer_k, 8);
+    EXPECT_EQ(e->device_model_states(), 4 * psi + 8 * psi / 8);
+    in.param_dtype = in.grad_dtype = DType::kF32;
+    e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->optimizer_k, 4);
+    in = small(2);
+    in.optimizer = k;
+    in.offload_optimizer = OffloadDevice::kCpu;
+    e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->hst(M::kOptimizer), 8 * 6);
+    in.offload_optimizer = OffloadDevice::kNvme;
+    e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->nvme(), 3 * 2 * 4 * 1024);  // three units, a sub-group each
+    EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 1024 + 2 * 4 * 1024);  // staging + window
+  }
+}
+
 TEST(Estimator, RejectsBadInput) {
   EstimateInput in = small(4);
   EXPECT_FALSE(estimate_memory(in).ok());

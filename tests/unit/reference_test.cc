@@ -158,7 +158,7 @@ void check_adamw(const std::string& name) {
   ASSERT_TRUE(fx.ref.read_f32("adamw_hparams", hp).ok());
   ASSERT_TRUE(fx.ref.read_f32("adamw_losses", ref).ok());
   EngineOptions opt;
-  opt.adam = {hp[1], hp[2], hp[3], hp[4], /*adam_w_mode=*/true, /*bias_correction=*/true};
+  opt.optimizer = {hp[1], hp[2], hp[3], hp[4], /*adam_w_mode=*/true, /*bias_correction=*/true};
   opt.gradient_clipping = 0.f;
   Loaded l = build(fx, opt);
   if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
@@ -173,12 +173,14 @@ void check_adamw(const std::string& name) {
 
 // Gradient clipping against the transformers gradients (DeepSpeed clips as
 // torch.nn.utils.clip_grad_norm_: c = max_norm / (norm + 1e-6) when the global L2 norm exceeds
-// max_norm). With max_norm half the reference norm, one AdamW step must report the reference's
-// norm and c, and leave Adam's moments at m = (1 - beta1) c g and v = (1 - beta2) (c g)^2
-// (closed form of step 1), g the transformers gradient: a coefficient 1% off moves m by 1% of
-// c g, far outside the gradients' own 1e-4 tolerance. The master weights move by
-// lr c g / (|c g| + eps) (bias-corrected step 1, weight decay 0): the learning rate applied.
-void check_clipped_step(const std::string& name) {
+// max_norm). With max_norm half the reference norm, one step must report the reference's norm
+// and c, and leave the optimizer's states at their closed forms after step 1, g the
+// transformers gradient: AdamW m = (1 - beta1) c g and v = (1 - beta2) (c g)^2; Lion
+// m = (1 - beta2) c g; Adagrad sum = (c g)^2. A coefficient 1% off moves them by 1% of c g, far
+// outside the gradients' own 1e-4 tolerance. The master weights move by lr c g / (|c g| + eps)
+// (AdamW bias-corrected, and Adagrad) or lr sign(c g) (Lion), weight decay 0: the learning rate
+// applied, by the optimizer asked for.
+void check_clipped_step(const std::string& name, OptimizerKind kind = OptimizerKind::kAdamW) {
   Fixture fx = load(name);
   const ParamLayout layout(fx.config);
   std::vector<std::vector<float>> g(layout.num_units()), theta0(layout.num_units());
@@ -193,12 +195,13 @@ void check_clipped_step(const std::string& name) {
   const double norm = std::sqrt(sq), max_norm = 0.5 * norm, c = max_norm / (norm + 1e-6);
   const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   EngineOptions opt;
-  opt.adam = {beta1,
-              beta2,
-              eps,
-              /*weight_decay=*/0.0,
-              /*adam_w_mode=*/true,
-              /*bias_correction=*/true};
+  opt.optimizer = {beta1,
+                   beta2,
+                   eps,
+                   /*weight_decay=*/0.0,
+                   /*adam_w_mode=*/true,
+                   /*bias_correction=*/true};
+  opt.optimizer.kind = kind;
   opt.gradient_clipping = (float)max_norm;
   Loaded l = build(fx, opt);
   if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
@@ -210,23 +213,35 @@ void check_clipped_step(const std::string& name) {
   // within about that relative error.
   EXPECT_NEAR(st->grad_norm, norm, 2e-4 * norm) << name;
   EXPECT_NEAR(st->clip_coef, c, 2e-4 * c) << name;
+  const std::string what = name + " " + optimizer_info(kind).name;
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t n = g[u].size();
     std::vector<float> master(n), m(n), v(n);
-    l.engine->get_saved_state(u, master.data(), m.data(), v.data());
+    l.engine->get_saved_state(u, master.data(), std::array<float*, 2>{m.data(), v.data()}.data());
     double gmax = 0;
     for (float x : g[u]) gmax = std::max(gmax, (double)std::fabs(x));
     const double tol = 2e-4 * c * gmax;  // the gradients' own error, clipped
     for (size_t i = 0; i < n; ++i) {
       const double cg = c * g[u][i];
-      ASSERT_NEAR(m[i] / (1.0 - beta1), cg, tol) << name << " unit " << u << " m " << i;
-      ASSERT_NEAR(std::sqrt(v[i] / (1.0 - beta2)), std::fabs(cg), tol)
-          << name << " unit " << u << " v " << i;
+      switch (kind) {
+        case OptimizerKind::kAdamW:
+          ASSERT_NEAR(m[i] / (1.0 - beta1), cg, tol) << what << " unit " << u << " m " << i;
+          ASSERT_NEAR(std::sqrt(v[i] / (1.0 - beta2)), std::fabs(cg), tol)
+              << what << " unit " << u << " v " << i;
+          break;
+        case OptimizerKind::kLion:
+          ASSERT_NEAR(m[i] / (1.0 - beta2), cg, tol) << what << " unit " << u << " m " << i;
+          break;
+        case OptimizerKind::kAdagrad:
+          ASSERT_NEAR(std::sqrt(m[i]), std::fabs(cg), tol) << what << " unit " << u << " sum " << i;
+          break;
+      }
       // Where the gradient's sign and size are sure, the step is lr |cg| / (|cg| + eps).
       if (std::fabs(cg) > 100 * tol) {
-        const double step = lr * cg / (std::fabs(cg) + eps);
+        const double step =
+            kind == OptimizerKind::kLion ? lr * (cg > 0 ? 1 : -1) : lr * cg / (std::fabs(cg) + eps);
         ASSERT_NEAR(theta0[u][i] - master[i], step, 1e-3 * lr + 1e-6 * std::fabs(theta0[u][i]))
-            << name << " unit " << u << " master " << i;
+            << what << " unit " << u << " master " << i;
       }
     }
   }
@@ -408,6 +423,12 @@ TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
 TEST(Reference, ClippedStepMatchesTransformersGradients) {
   check_clipped_step("tiny_gpt2");
   check_clipped_step("tiny_llama");
+}
+TEST(Reference, LionAndAdagradStepsFollowTheTransformersGradients) {
+  for (OptimizerKind k : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+    check_clipped_step("tiny_gpt2", k);
+    check_clipped_step("tiny_llama", k);
+  }
 }
 
 }  // namespace
