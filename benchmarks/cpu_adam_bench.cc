@@ -2,14 +2,15 @@
 // bound, measured in the same run on the same threads.
 //
 //   build/benchmarks/cpu_adam_bench [--params N] [--threads T] [--reps R] [--pages huge|4k]
-//                                   [--serve 1] [--aligned 1]
+//                                   [--serve 1 [--optimizer adamw|lion|adagrad]] [--aligned 1]
 //
 // Prints one JSON object. The bound is the bytes an Adam step must move per parameter (28: fp32
 // grad read, master/m/v read and written; or bf16 grad read and bf16 copy written) divided by
 //   - triad: a STREAM triad (a = b + s c; 12 bytes per element, STREAM's count) bandwidth;
 //   - pattern: the Adam step's own streams with trivial arithmetic (the same loads and stores,
 //     so the same prefetch and write-allocate behaviour: what this access pattern can reach).
-// benchmarks/cpu_adam_compare.py runs this beside DeepSpeed's CPU Adam and torch.optim.AdamW.
+// benchmarks/cpu_adam_compare.py runs this beside DeepSpeed's CPU Adam and torch.optim.AdamW;
+// benchmarks/cpu_optimizer_compare.py serves Lion and Adagrad beside DeepSpeed's.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "common/simd.h"
 #include "common/timer.h"
 #include "model/cpu/cpu_adam.h"
+#include "model/cpu/optimizer_step.h"
 
 namespace zt {
 namespace {
@@ -81,19 +83,33 @@ void free_array(T* p, size_t n) {
   huge_pages ? free_streaming(p, array_bytes<T>(n)) : std::free(p);
 }
 
-// --serve: one fp32 step (the CPU's best SIMD level) per "step" line on stdin, its seconds on
-// stdout, so cpu_adam_compare.py can alternate single steps with another process's.
-int serve(size_t n, int threads) {
+// The hyper-parameters cpu_optimizer_compare.py gives DeepSpeed's CPU Lion and CPU Adagrad.
+OptimizerStep optimizer_step(OptimizerKind kind, int t) {
+  switch (kind) {
+    case OptimizerKind::kLion:
+      return {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .t = t, .kind = kind};
+    case OptimizerKind::kAdagrad:
+      return {.lr = 1e-2, .eps = 1e-10, .weight_decay = 0.1, .t = t, .kind = kind};
+    case OptimizerKind::kAdamW: break;
+  }
+  return bench_step(t);
+}
+
+// --serve: one fp32 step of `kind` (the CPU's best SIMD level) per "step" line on stdin, its
+// seconds on stdout, so the compare scripts can alternate single steps with another process's.
+int serve(size_t n, int threads, OptimizerKind kind) {
   omp_set_num_threads(threads);
   float* p = alloc_array<float>(n, 1.f);
   float* m = alloc_array<float>(n, 0.f);
   float* v = alloc_array<float>(n, 0.f);
   float* g = alloc_array<float>(n, 1e-3f);
+  float* states[] = {m, v};
   int t = 0;
   char line[64];
   while (std::fgets(line, sizeof line, stdin)) {
     const Timer timer;
-    cpu_adam_step(p, g, DType::kF32, m, v, nullptr, DType::kF32, n, bench_step(++t));
+    cpu_optimizer_step(p, g, DType::kF32, states, nullptr, DType::kF32, n,
+                       optimizer_step(kind, ++t));
     std::printf("%.9f\n", timer.ms() / 1e3);
     std::fflush(stdout);
   }
@@ -168,7 +184,7 @@ int run(size_t n, int threads, int reps) {
 namespace {
 constexpr const char* kUsage =
     "usage: cpu_adam_bench [--params N >= 1] [--threads T >= 1] [--reps R >= 1] "
-    "[--pages huge|4k] [--serve 0|1] [--aligned 0|1]\n";
+    "[--pages huge|4k] [--serve 0|1] [--optimizer adamw|lion|adagrad] [--aligned 0|1]\n";
 
 // The whole of s as a number >= 1, or 0.
 size_t positive(const char* s) {
@@ -184,6 +200,7 @@ int main(int argc, char** argv) {
   size_t n = 100'000'000;
   int threads = omp_get_max_threads(), reps = 7;
   bool serve = false;
+  zt::OptimizerKind kind = zt::OptimizerKind::kAdamW;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -191,7 +208,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!one_of(a, "--params", "--threads") && !one_of(a, "--reps", "--pages") &&
-        !one_of(a, "--serve", "--aligned")) {
+        !one_of(a, "--serve", "--aligned") && a != "--optimizer") {
       std::fprintf(stderr, "error: unknown flag %s\n%s", argv[i], kUsage);
       return 2;
     }
@@ -211,6 +228,11 @@ int main(int argc, char** argv) {
       ok = one_of(v, "huge", "4k"), zt::huge_pages = v == "huge";
     else if (a == "--serve")
       ok = one_of(v, "0", "1"), serve = v == "1";
+    else if (a == "--optimizer")
+      ok = one_of(v, "adamw", "lion") || v == "adagrad",
+      kind = v == "lion"      ? zt::OptimizerKind::kLion
+             : v == "adagrad" ? zt::OptimizerKind::kAdagrad
+                              : zt::OptimizerKind::kAdamW;
     else
       ok = one_of(v, "0", "1"), zt::aligned = v == "1";  // --aligned
     if (!ok) {
@@ -222,5 +244,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --aligned 1 needs --pages huge (4 KiB pages take no stagger)\n");
     return 2;
   }
-  return serve ? zt::serve(n, threads) : zt::run(n, threads, reps);
+  if (kind != zt::OptimizerKind::kAdamW && !serve) {
+    std::fprintf(stderr, "error: --optimizer lion|adagrad is for --serve 1\n");
+    return 2;
+  }
+  return serve ? zt::serve(n, threads, kind) : zt::run(n, threads, reps);
 }
