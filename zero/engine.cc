@@ -36,19 +36,26 @@ struct Engine::UnitState {
                            // none when the optimizer state holds it (host_grads)
   bool host_grads = false;
   DeviceBuffer scratch;    // fp32 whole-unit gradient while a backward writes it
-  bool grads_zero = true;  // stored gradient all zeros (since the last step): no need to read it
-  // grads_zero, but the buffer still holds the last step's values: its next writer overwrites
-  // it (scale_add without accumulate), so the step did not spend a pass zeroing it.
-  bool grads_stale = false;
-  // grads_stored handed out the stored gradient since the last step: the backward's kernels add
-  // into it, so the step leaves it zeroed (as for direct_grads).
-  bool kernels_added = false;
+  // What the stored gradient holds since the last step:
+  //   kZero      zeros: nothing to read;
+  //   kStale     the zeros it stands for, but the buffer still holds the last step's values: its
+  //              next writer overwrites it (scale_add without accumulate), or settle_stale
+  //              zeroes it, so the step did not spend a pass zeroing it;
+  //   kWritten   this step's gradient, written by the engine's passes (or, direct_grads, added
+  //              by the backward's kernels);
+  //   kKernelsAdd  this step's gradient, which grads_stored handed to the backward's kernels to
+  //              add into: the step leaves it zeroed (as for direct_grads).
+  enum class Stored { kZero, kStale, kWritten, kKernelsAdd } stored = Stored::kZero;
+  bool holds_values() const { return stored == Stored::kWritten || stored == Stored::kKernelsAdd; }
+  // A pass wrote (or added to) this step's gradient.
+  void mark_written() {
+    if (stored != Stored::kKernelsAdd) stored = Stored::kWritten;
+  }
   // Σ g² of the owned gradient as step() reads it: not known yet (step() sums it), zero (no
   // backward wrote it), or in the unit's norm slot, summed on the device by the pass that last
   // wrote the gradient.
   enum class SumSq { kUnknown, kZero, kInSlot } owned_ss = SumSq::kUnknown;
-  DeviceBuffer reduced;    // stage 1: fp32 averaged shard after the boundary reduce-scatter
-  bool has_reduced = false;
+  DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary reduce-scatter, or none
 
   size_t owned() const { return replicated ? numel : shard; }
   // Whole-unit working params on this rank (stages 0-2 and replicated units).
@@ -354,7 +361,7 @@ void Engine::get_unit_grads(int u, std::span<float> host) {
     return;
   }
   if (opt_.zero.stage == 1) {
-    ZT_CHECK(s.has_reduced);
+    ZT_CHECK(s.reduced.data());
     return gather_to_host(s, s.reduced.data(), host);
   }
   DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
@@ -550,19 +557,19 @@ bool Engine::direct_grads(const UnitState& s) const {
 }
 
 void Engine::settle_stale(UnitState& s) {
-  if (!s.grads_stale) return;
+  if (s.stored != UnitState::Stored::kStale) return;
   if (s.host_grads)
     optimizer_->zero_gradient(int(&s - units_.data()));
   else
     be_->zero(s.grads.data(), s.grads.bytes());
-  s.grads_stale = false;
+  s.stored = UnitState::Stored::kZero;
   s.owned_ss = UnitState::SumSq::kZero;
 }
 
 float* Engine::grads(int u) {
   UnitState& s = unit(u);
   if (direct_grads(s)) {
-    s.grads_zero = false;
+    s.mark_written();
     s.owned_ss = UnitState::SumSq::kUnknown;  // the backward's kernels accumulate into it
     return s.grads.f32();
   }
@@ -582,8 +589,7 @@ TensorRef Engine::grads_stored(int u) {
   UnitState& s = unit(u);
   if (direct_grads(s) || !kernels_add_to_stored(s) || s.scratch.data()) return grads(u);
   settle_stale(s);  // the kernels add to it: a stale gradient becomes the zeros it stands for
-  s.grads_zero = false;
-  s.kernels_added = true;
+  s.stored = UnitState::Stored::kKernelsAdd;
   s.owned_ss = UnitState::SumSq::kUnknown;  // the step sums its squares
   return {s.grads.data(), opt_.grad_dtype};
 }
@@ -594,10 +600,10 @@ void Engine::reduce_gradients(int u) {
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
     // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
     const bool final = world_ == 1 && s.replicated && boundary_;
-    be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, !s.grads_zero, s.padded,
-                   final ? norm_slot(s) : nullptr);
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, s.holds_values(),
+                   s.padded, final ? norm_slot(s) : nullptr);
     s.owned_ss = final ? UnitState::SumSq::kInSlot : UnitState::SumSq::kUnknown;
-    s.grads_zero = s.grads_stale = false;
+    s.mark_written();
     s.scratch.reset();
   }
   if (world_ == 1 && whole) return;
@@ -651,16 +657,15 @@ void Engine::finish_reduce(PendingReduce& p) {
   } else if (opt_.zero.stage == 1) {
     be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
     s.reduced = std::move(p.recv);
-    s.has_reduced = true;
   } else if (s.host_grads) {  // stages 2-3, offloaded: averaged and accumulated on the host
-    optimizer_->accumulate_gradient(p.unit, p.recv.f32(), mean, !s.grads_zero);
+    optimizer_->accumulate_gradient(p.unit, p.recv.f32(), mean, s.holds_values());
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
-    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, !s.grads_zero, s.shard,
+    be_->scale_add(s.grads.data(), opt_.grad_dtype, p.recv.f32(), mean, s.holds_values(), s.shard,
                    want_ss);
   }
   // (An offloaded state keeps its own.)
   s.owned_ss = want_ss && !s.host_grads ? UnitState::SumSq::kInSlot : UnitState::SumSq::kUnknown;
-  if (opt_.zero.stage != 1 || s.replicated) s.grads_zero = s.grads_stale = false;
+  if (opt_.zero.stage != 1 || s.replicated) s.mark_written();
 }
 
 void Engine::drain_reductions(size_t keep) {
@@ -680,10 +685,9 @@ void Engine::begin_pass() {
 Engine::OwnedGrad Engine::owned_grad(UnitState& s) {
   settle_stale(s);  // no backward since the last step: the gradient is zeros
   if (!s.replicated && opt_.zero.stage == 1) {
-    if (!s.has_reduced) {  // no backward since the last step: a zero shard, as other stages
+    if (!s.reduced.data()) {  // no backward since the last step: a zero shard, as other stages
       s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
       be_->zero(s.reduced.data(), s.reduced.bytes());
-      s.has_reduced = true;
       s.owned_ss = UnitState::SumSq::kZero;
     }
     return OwnedGrad{s.reduced.data(), DType::kF32, false};
@@ -760,11 +764,8 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
-    as.zero_grad = g.stored && (direct_grads(s) || s.kernels_added);
-    if (g.stored) {
-      s.grads_zero = true;
-      s.grads_stale = !as.zero_grad;
-    }
+    as.zero_grad = g.stored && (direct_grads(s) || s.stored == UnitState::Stored::kKernelsAdd);
+    if (g.stored) s.stored = as.zero_grad ? UnitState::Stored::kZero : UnitState::Stored::kStale;
     OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .out_t = pt};
     if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
       io.out = params_->begin_write(s.store);
@@ -896,17 +897,16 @@ void Engine::drop_gathered() {
 
 void Engine::finish_step() {
   for (UnitState& s : units_) {
-    if (!s.grads_zero) {
-      if (direct_grads(s))
+    if (s.holds_values()) {
+      if (direct_grads(s)) {
         be_->zero(s.grads.data(), s.grads.bytes());
-      else
-        s.grads_stale = true;  // its next writer overwrites it
+        s.stored = UnitState::Stored::kZero;
+      } else {
+        s.stored = UnitState::Stored::kStale;  // its next writer overwrites it
+      }
     }
-    s.grads_zero = true;
-    s.kernels_added = false;
     s.owned_ss = UnitState::SumSq::kUnknown;
     s.reduced.reset();
-    s.has_reduced = false;
   }
   // Stage 3: the recorded sequence drives prefetch and reuse from the next step on.
   if (!recording_.empty()) {
