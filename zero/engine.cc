@@ -14,6 +14,7 @@
 #include "common/fault.h"
 #include "common/status.h"
 #include "common/timer.h"
+#include "zero/param_gatherer.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -27,11 +28,7 @@ struct Engine::UnitState {
   DeviceBuffer params;          // working dtype: the whole unit (padded), or this rank's shard
   void* shared = nullptr;       // node-shared: the whole unit's working copy (params unused)
   int store = -1;               // stage 3 with parameter offload: the shard's ParamStore handle
-  DeviceBuffer gathered;        // stage 3: the whole unit while gathered (working dtype)
-  CommRequest gather_req;
-  bool gather_pending = false;
-  DeviceBuffer fetched;    // fp32 view while live, when the working dtype is not fp32
-  int live = 0;            // nested fetch count
+  DeviceBuffer fetched;         // fp32 view while in use, when the working dtype is not fp32
   DeviceBuffer grads;      // stored: whole unit (stages 0-1, replicated) or shard (2-3),
                            // none when the optimizer state holds it (host_grads)
   bool host_grads = false;
@@ -58,8 +55,6 @@ struct Engine::UnitState {
   DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary reduce-scatter, or none
 
   size_t owned() const { return replicated ? numel : shard; }
-  // Whole-unit working params on this rank (stages 0-2 and replicated units).
-  void* whole_params() const { return sharded_params ? gathered.data() : working(); }
   // This rank's working copy: the whole unit or its shard (params), or the node's (shared).
   void* working() const { return shared ? shared : params.data(); }
 };
@@ -148,13 +143,21 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     optimizer_->add_unit(s.owned(), alias ? static_cast<float*>(owned_working(s)) : nullptr);
     if (s.host_grads) optimizer_->add_gradient(u, opt.grad_dtype);
   }
+  std::vector<ParamGatherer::Shard> shards(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u)
+    shards[u] = {units_[u].store < 0 ? units_[u].params.data() : nullptr, units_[u].store};
+  const ZeroOptions& z = opt.zero;
+  gatherer_ = std::make_unique<ParamGatherer>(
+      be, comm, params_.get(), opt.param_dtype, z.stage3_prefetch_bucket_size,
+      z.stage3_max_live_parameters, z.stage3_max_reuse_distance, z.overlap_comm, partition_,
+      std::move(shards));
 }
 
 Engine::~Engine() {
   if (delayed_ && delayed_->worker.joinable()) delayed_->worker.join();
   // No buffer may go while the communication thread can still write into it.
   drain_reductions(0);
-  for (UnitState& s : units_) wait_gathered(s);
+  gatherer_.reset();
   if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);
 }
 
@@ -375,161 +378,12 @@ void Engine::get_unit_grads(int u, std::span<float> host) {
   gather_to_host(s, shard.data(), host);
 }
 
-// ---- stage 3 gathering ----
-
-void Engine::check_unit_sequence(int u) {
-  // Ranks that would run different unit sequences would post mismatched all-gathers and hang;
-  // agree on the unit first (a scalar reduction, outside the volume accounting).
-  double v[2] = {(double)u, (double)-u};
-  comm_->all_reduce_scalars(v, 2, ScalarOp::kMax);
-  if (v[0] != u || -v[1] != u) {
-    std::fprintf(stderr,
-                 "error: rank %d: ZeRO stage 3 ranks are executing different unit sequences "
-                 "(this rank fetches unit %d, another rank a different one); every rank must "
-                 "run the same model and batch shape\n",
-                 rank_, u);
-    std::fflush(stderr);
-    std::exit(kUserErrorExitCode);  // every rank sees the mismatch, so none is left waiting
-  }
-}
-
-void Engine::gather(int u) {
-  UnitState& s = unit(u);
-  if (s.gathered.data()) return;
-  // Checked while the sequence is being learnt (first step, or after it changed); afterwards
-  // every rank follows the same validated sequence, and a blocking check here would stall the
-  // prefetches queued ahead of it.
-  if (!trace_valid_) check_unit_sequence(u);
-  make_room((int64_t)s.padded);
-  const size_t pbytes = dtype_size(opt_.param_dtype);
-  s.gathered = DeviceBuffer(be_, s.padded * pbytes, MemCategory::kWorkspace);
-  const void* shard = s.params.data();
-  if (s.store >= 0) {  // offloaded: into this rank's slice, then gathered in place
-    char* own = static_cast<char*>(s.gathered.data()) + (size_t)rank_ * s.shard * pbytes;
-    const uint64_t copy = params_->load(s.store, own);
-    // A communicator reading device memory from the host (MPI) reads the slice at once; on a
-    // GPU the collective's stream is ordered after the copy instead.
-    if (be_->host_addressable()) be_->wait_copy(copy);
-    shard = own;
-  }
-  s.gather_req = comm_->all_gather(shard, s.gathered.data(), s.shard, opt_.param_dtype);
-  s.gather_pending = true;
-  gathered_ += (int64_t)s.padded;
-  peak_gathered_ = std::max(peak_gathered_, gathered_);
-}
-
-void Engine::wait_gathered(UnitState& s) {
-  if (s.gather_pending) {
-    Timer t;
-    s.gather_req.wait();
-    comm_wait_ms_ += t.ms();
-    s.gather_pending = false;
-  }
-}
-
-void Engine::free_gathered(UnitState& s) {
-  wait_gathered(s);
-  s.gathered.reset();
-  gathered_ -= (int64_t)s.padded;
-}
-
-void Engine::make_room(int64_t numel) {
-  const int64_t limit = opt_.zero.stage3_max_live_parameters;
-  for (UnitState& s : units_) {
-    if (gathered_ + numel <= limit) return;
-    if (s.gathered.data() && s.live == 0) free_gathered(s);
-  }
-}
-
-// Keep a released unit when it is fetched again with fewer than stage3_max_reuse_distance
-// parameters used in between (0 disables reuse). As DeepSpeed 0.19's
-// partitioned_param_coordinator: it counts the parameters' numel (not padded) and stops once
-// they reach the limit.
-bool Engine::keep_for_reuse(int u) const {
-  if (!trace_valid_) return false;
-  int64_t between = 0;
-  for (size_t i = recording_.size(); i < trace_.size(); ++i) {
-    if (trace_[i] == u) return between < opt_.zero.stage3_max_reuse_distance;
-    between += (int64_t)units_[trace_[i]].numel;
-  }
-  return false;  // not used again this step
-}
-
-void Engine::prefetch_after(size_t cursor) {
-  int64_t budget = opt_.zero.stage3_prefetch_bucket_size;
-  for (size_t i = cursor; i < trace_.size() && budget > 0; ++i) {
-    const UnitState& s = units_[trace_[i]];
-    if (!s.sharded_params || s.gathered.data()) continue;
-    if (gathered_ + (int64_t)s.padded > opt_.zero.stage3_max_live_parameters) return;
-    if (!in_host_memory_soon(trace_[i])) return;  // its fetch waits for the drive, not this
-    budget -= (int64_t)s.padded;
-    gather(trace_[i]);
-  }
-}
-
-// Parameter offload: the store starts reading the shards the trace gathers after the cursor
-// (beyond those gathered already), as many as it has buffers for, so the drive works while
-// this unit computes.
-void Engine::read_ahead(size_t cursor) {
-  if (!params_ || !params_->reads_ahead() || !trace_valid_) return;
-  read_at_.resize(units_.size(), -1);
-  for (size_t i = cursor; i < trace_.size(); ++i) {
-    const int u = trace_[i];
-    const UnitState& s = units_[u];
-    if (s.store < 0 || s.gathered.data()) continue;
-    const bool on_drive = params_->place(s.store) == ParamStore::Place::kDrive;
-    if (!params_->prefetch(s.store)) return;
-    if (on_drive) read_at_[u] = fetches_;
-  }
-}
-
-// Whether the prefetcher may gather unit u now: its shard is in host memory, or on its way.
-// With one rank, on its way means its read has landed. With several, a gather starts a
-// collective, and every rank must start them in the same order, so the decision may not
-// depend on a read's progress: on its way means its read began at an earlier fetch (a unit's
-// compute ago; the load waits for the rest). Without reads ahead every shard qualifies (the
-// load reads it there and then).
-bool Engine::in_host_memory_soon(int u) const {
-  const UnitState& s = units_[u];
-  if (s.store < 0 || !params_->reads_ahead()) return true;
-  switch (params_->place(s.store)) {
-    case ParamStore::Place::kHost: return true;
-    case ParamStore::Place::kReading:
-      if (world_ == 1) return params_->read_done(s.store);
-      return (size_t)u < read_at_.size() && read_at_[u] >= 0 && read_at_[u] < fetches_;
-    case ParamStore::Place::kDrive: return false;
-  }
-  return false;
-}
-
-// The predicted order restarts (a new pass, the next step) or broke: reads ahead begin again
-// from the trace's start.
-void Engine::restart_reads_ahead() {
-  if (!params_ || !params_->reads_ahead()) return;
-  params_->forget_reads_ahead();
-  read_ahead(0);
-}
-
 // ---- the transformer's calls ----
 
 const void* Engine::fetch_stored(int u, DType* t) {
-  UnitState& s = unit(u);
-  if (s.sharded_params) {
-    if (trace_valid_ && (recording_.size() >= trace_.size() || trace_[recording_.size()] != u)) {
-      trace_valid_ = false;  // the sequence changed (e.g. evaluation): stop predicting
-      if (params_) params_->forget_reads_ahead();
-    }
-    recording_.push_back(u);
-    ++fetches_;
-    gather(u);
-    wait_gathered(s);
-    read_ahead(recording_.size());
-    if (opt_.zero.overlap_comm && trace_valid_) prefetch_after(recording_.size());
-    read_ahead(recording_.size());  // into the buffers the prefetcher's loads left
-  }
-  ++s.live;
+  const void* gathered = gatherer_->fetch(u);  // stage 3: the whole unit, gathered
   *t = opt_.param_dtype;
-  return s.whole_params();
+  return gathered ? gathered : unit(u).working();
 }
 
 TensorView Engine::fetch(int u) {
@@ -545,11 +399,7 @@ TensorView Engine::fetch(int u) {
 }
 
 void Engine::release(int u) {
-  UnitState& s = unit(u);
-  ZT_CHECK(s.live > 0);
-  if (--s.live > 0) return;
-  s.fetched.reset();
-  if (s.sharded_params && !keep_for_reuse(u)) free_gathered(s);
+  if (gatherer_->release(u)) unit(u).fetched.reset();
 }
 
 bool Engine::direct_grads(const UnitState& s) const {
@@ -677,10 +527,7 @@ void Engine::drain_reductions(size_t keep) {
 
 // ---- the optimizer step ----
 
-void Engine::begin_pass() {
-  recording_.clear();
-  restart_reads_ahead();
-}
+void Engine::begin_pass() { gatherer_->begin_pass(); }
 
 Engine::OwnedGrad Engine::owned_grad(UnitState& s) {
   settle_stale(s);  // no backward since the last step: the gradient is zeros
@@ -890,10 +737,7 @@ void Engine::finish_delayed_update() {
   gather_owned_slices(gather_units);
 }
 
-void Engine::drop_gathered() {
-  for (UnitState& s : units_)
-    if (s.gathered.data() && s.live == 0) free_gathered(s);
-}
+void Engine::drop_gathered() { gatherer_->drop_gathered(); }
 
 void Engine::finish_step() {
   for (UnitState& s : units_) {
@@ -908,14 +752,7 @@ void Engine::finish_step() {
     s.owned_ss = UnitState::SumSq::kUnknown;
     s.reduced.reset();
   }
-  // Stage 3: the recorded sequence drives prefetch and reuse from the next step on.
-  if (!recording_.empty()) {
-    trace_ = std::move(recording_);
-    trace_valid_ = true;
-    recording_.clear();
-  }
-  drop_gathered();  // nothing stays gathered across steps: parameters changed
-  restart_reads_ahead();  // the next step's first shards
+  gatherer_->end_step();  // stage 3: the trace for the next step; nothing stays gathered
 }
 
 }  // namespace zt

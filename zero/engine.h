@@ -16,10 +16,8 @@
 // says, unit by unit. Stage 3 gathers a unit at fetch() and frees it at release(), except
 // units of at most stage3_param_persistence_threshold elements (replicated: kept whole on every
 // rank, gradients all-reduced, updated in full, so they cost no all-gather after the first
-// step) and units fetched again within stage3_max_reuse_distance parameters. With
-// overlap_comm, gradient reduction of a unit runs while the next unit's backward computes, and
-// stage 3 prefetches upcoming units (from the unit sequence recorded in the first step) up to
-// stage3_prefetch_bucket_size, within stage3_max_live_parameters.
+// step); the gathers, prefetch and reuse are zero/param_gatherer.h's. With overlap_comm,
+// gradient reduction of a unit runs while the next unit's backward computes.
 //
 // Bytes per parameter: working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
 // optimizer K = optimizer_bytes_per_param (AdamW: 12, fp32 master, m, v; 8 when params are fp32,
@@ -40,6 +38,7 @@
 #include "zero/comm.h"
 #include "zero/loss_scaler.h"
 #include "zero/optimizer_state.h"
+#include "zero/param_gatherer.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -182,12 +181,15 @@ class Engine final : public UnitEngine {
 
   // Measurement: milliseconds spent waiting for communication (gathers, reductions) since the
   // last reset; the most parameters (elements) gathered at once in stage 3, and now.
-  double comm_wait_ms() const { return comm_wait_ms_; }
-  void reset_comm_wait() { comm_wait_ms_ = 0; }
-  int64_t peak_gathered_numel() const { return peak_gathered_; }
+  double comm_wait_ms() const { return comm_wait_ms_ + gatherer_->comm_wait_ms(); }
+  void reset_comm_wait() {
+    comm_wait_ms_ = 0;
+    gatherer_->reset_comm_wait();
+  }
+  int64_t peak_gathered_numel() const { return gatherer_->peak_gathered_numel(); }
   // Whether the working copy is node-shared (node_shared_params asked for and possible).
   bool node_shared() const { return shared_.has_value(); }
-  int64_t gathered_numel() const { return gathered_; }
+  int64_t gathered_numel() const { return gatherer_->gathered_numel(); }
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
   size_t padded_numel(int u) const;
@@ -234,19 +236,9 @@ class Engine final : public UnitEngine {
   UnitState& unit(int u);
   void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
   void gather_to_host(UnitState& s, const void* shard, std::span<float> host);
-  void gather(int u);                // stage 3: issue the all-gather of unit u
-  void wait_gathered(UnitState& s);  // stage 3: complete it (and its fp32 view)
-  void free_gathered(UnitState& s);
-  void prefetch_after(size_t cursor);  // stage 3 + overlap_comm
-  void read_ahead(size_t cursor);      // stage 3, parameters on a drive
-  bool in_host_memory_soon(int u) const;  // the prefetcher may gather it without a read stall
-  void restart_reads_ahead();             // a new pass or step: from the trace's start
-  bool keep_for_reuse(int u) const;
-  void make_room(int64_t numel);  // evict kept, not-live units above the live limit
   void reduce_to_shard(PendingReduce& p, UnitState& s);
   void finish_reduce(PendingReduce& p);
   void drain_reductions(size_t keep);
-  void check_unit_sequence(int u);  // every rank fetches the same unit, else abort all
   void finish_step();               // zero gradients, keep the unit sequence, free gathers
 
   const ParamLayout& layout_;
@@ -272,15 +264,10 @@ class Engine final : public UnitEngine {
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
   int t_ = 0;
-  // Stage 3 schedule: the unit sequence of the previous step and our place in this one.
-  std::vector<int> trace_, recording_;
-  bool trace_valid_ = false;
-  // Parameter reads ahead: fetches so far, and per unit the fetch at which its shard's read
-  // began (-1: none), so the prefetcher gathers only shards read for at least a unit's compute.
-  int64_t fetches_ = 0;
-  std::vector<int64_t> read_at_;
-  int64_t gathered_ = 0, peak_gathered_ = 0;
-  double comm_wait_ms_ = 0;
+  double comm_wait_ms_ = 0;  // waiting for reductions (the gatherer counts its own)
+  // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
+  // all-gather still writes when the buffers go.
+  std::unique_ptr<ParamGatherer> gatherer_;
 };
 
 }  // namespace zt

@@ -1,0 +1,104 @@
+// Stage 3's parameter gatherer (docs/architecture.md "ZeRO engine"; Rajbhandari et al., SC20,
+// Section 5.3; DeepSpeed's partitioned_param_coordinator): who uses which unit, and for a
+// sharded unit the all-gather of its shards into the whole unit while it is used. It learns the
+// step's unit sequence (the trace) in the first step, then, with overlap_comm, gathers the next
+// units ahead (stage3_prefetch_bucket_size, within stage3_max_live_parameters), keeps a
+// released unit that is fetched again within stage3_max_reuse_distance parameters, and with
+// parameters offloaded to a drive starts their reads ahead. The engine composes it; a quantized
+// or hierarchical gather (ZeRO++) replaces gather() here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/memory.h"
+#include "model/backend.h"
+#include "zero/comm.h"
+#include "zero/param_store.h"
+#include "zero/partition.h"
+
+namespace zt {
+
+class ParamGatherer {
+ public:
+  // Where a sharded unit's shard lives between gathers: device memory (`device`), or the
+  // parameter store's handle `store` (offloaded).
+  struct Shard {
+    const void* device = nullptr;
+    int store = -1;
+  };
+  // plan: the partition plan, a row per unit; shards: per unit (unused for units whose
+  // parameters are not sharded). be, comm and store (null: no parameter offload) outlive it.
+  // Shards are param_dtype; the stage3_* options of `zero` apply.
+  ParamGatherer(Backend* be, Communicator* comm, ParamStore* store, DType param_dtype,
+                int64_t prefetch_bucket_size, int64_t max_live_parameters,
+                int64_t max_reuse_distance, bool overlap_comm,
+                const std::vector<UnitPartition>& plan, std::vector<Shard> shards);
+  ~ParamGatherer();  // no all-gather may still write into a freed buffer
+  ParamGatherer(const ParamGatherer&) = delete;
+  ParamGatherer& operator=(const ParamGatherer&) = delete;
+
+  // A user of unit u begins. A sharded unit is gathered (the trace records the fetch, and the
+  // units after it are prefetched and read ahead): returns the whole unit, padded elements of
+  // param_dtype in the backend's memory, valid until its last release. Other units: null.
+  const void* fetch(int u);
+  // A user of unit u ends; true when it was the last one. A sharded unit is then freed, unless
+  // it is fetched again soon (stage3_max_reuse_distance).
+  bool release(int u);
+  // A forward(/backward) pass starts: the sequence is matched against the trace from its start.
+  void begin_pass();
+  // Frees units still gathered (kept for reuse or prefetched) that nobody uses.
+  void drop_gathered();
+  // The step ended: the recorded sequence becomes the trace, and nothing stays gathered (the
+  // parameters changed).
+  void end_step();
+
+  // Milliseconds spent waiting for all-gathers since the last reset.
+  double comm_wait_ms() const { return comm_wait_ms_; }
+  void reset_comm_wait() { comm_wait_ms_ = 0; }
+  // Parameters (padded elements) gathered now, and at most at once.
+  int64_t gathered_numel() const { return gathered_; }
+  int64_t peak_gathered_numel() const { return peak_gathered_; }
+
+ private:
+  struct Unit {
+    int64_t numel = 0, shard = 0, padded = 0;
+    bool sharded = false;
+    Shard home;
+    DeviceBuffer gathered;  // the whole unit while gathered
+    CommRequest req;
+    bool pending = false;  // req not waited for yet
+    int live = 0;          // users now (nested fetches)
+  };
+  void check_unit_sequence(int u);  // every rank fetches the same unit, else end all
+  void gather(int u);               // issue the all-gather of unit u
+  void wait_gathered(Unit& s);      // complete it
+  void free_gathered(Unit& s);
+  void make_room(int64_t numel);  // evict kept, not-live units above the live limit
+  bool keep_for_reuse(int u) const;
+  void prefetch_after(size_t cursor);     // overlap_comm
+  void read_ahead(size_t cursor);         // parameters on a drive
+  bool in_host_memory_soon(int u) const;  // the prefetcher may gather it without a read stall
+  void restart_reads_ahead();             // a new pass or step: from the trace's start
+
+  Backend* be_;
+  Communicator* comm_;
+  ParamStore* store_;
+  DType dtype_;
+  int64_t prefetch_bucket_size_, max_live_, max_reuse_distance_;
+  bool overlap_comm_;
+  int rank_, world_;
+  std::vector<Unit> units_;
+  // The unit sequence of the previous step and our place in this one.
+  std::vector<int> trace_, recording_;
+  bool trace_valid_ = false;
+  // Parameter reads ahead: fetches so far, and per unit the fetch at which its shard's read
+  // began (-1: none), so the prefetcher gathers only shards read for at least a unit's compute.
+  int64_t fetches_ = 0;
+  std::vector<int64_t> read_at_;
+  int64_t gathered_ = 0, peak_gathered_ = 0;
+  double comm_wait_ms_ = 0;
+};
+
+}  // namespace zt
