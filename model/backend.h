@@ -222,7 +222,7 @@ class Backend {
   // logits one chunk of rows may take (a CPU's cache; a GPU's memory budget).
   virtual int logits_row_stride(int V) const { return V; }
   virtual size_t classifier_chunk_bytes() const { return kCpuClassifierChunkBytes; }
-  // One fused optimizer step (model/optimizer_math.h: AdamW, Lion or Adagrad, by s.kind) on
+  // One fused optimizer step (model/optimizer_math.h: AdamW, Lion, Adagrad or a Muon pass) on
   // n elements: reads grad (n, grad_t) times s.grad_scale (unscale and clip in the same pass),
   // updates the fp32 master (n) and the optimizer's states in place (states[i], n fp32 each,
   // optimizer_info(s.kind).num_states of them: AdamW m and v), and writes the updated master
@@ -230,6 +230,12 @@ class Backend {
   // all zeros.
   virtual void optimizer_update(float* master, void* grad, DType grad_t, float* const* states,
                                 void* out, DType out_t, size_t n, const OptimizerStep& s) = 0;
+  // General fp32 matrix product, row-major as cblas_sgemm's CblasRowMajor: c (m,n) = op(a)
+  // (m,k) op(b) (k,n) + beta c, op transposing a stored (k,m) when trans_a (b stored (n,k) when
+  // trans_b); lda/ldb/ldc are row strides in elements. Muon's Newton-Schulz iteration
+  // (model/newton_schulz.h) runs on it.
+  virtual void gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                        const float* b, int ldb, float* c, int ldc, float beta) = 0;
   // Sum of squares of n elements of dtype t, accumulated in double, written to *out: one double
   // in device memory, after the kernels queued so far and without waiting for them (the global
   // gradient norm reads every unit's with one copy per step, not one wait per unit).

@@ -42,6 +42,25 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     if (gpt2) add(b, "fc_out.b", {C});
     units_.push_back(std::move(b));
   }
+  // The hidden matrices: row blocks of the fused projections, then the square and down ones.
+  const int64_t hd = c.head_dim(), q = (int64_t)c.n_head * hd, kv = (int64_t)c.n_kv_head * hd;
+  matrices_.resize(units_.size() + 1);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const Unit& b = units_[block_unit(l)];
+    std::vector<MatrixSlot>& m = matrices_[block_unit(l)];
+    auto rows = [&](const char* tensor, std::vector<int64_t> heights) {
+      const TensorSlot& t = *b.find(tensor);
+      size_t off = t.offset;
+      for (int64_t h : heights) {
+        m.push_back({off, h, t.shape[1]});
+        off += (size_t)h * t.shape[1];
+      }
+    };
+    rows("qkv.w", {q, kv, kv});
+    rows("attn_out.w", {C});
+    rows("fc.w", gpt2 ? std::vector<int64_t>{I} : std::vector<int64_t>{I, I});
+    rows("fc_out.w", {C});
+  }
   Unit head{"head", {}, 0};
   add(head, "lnf.w", {C});
   if (gpt2) add(head, "lnf.b", {C});

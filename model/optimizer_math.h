@@ -16,6 +16,14 @@
 // Adagrad (Duchi et al. 2011; torch.optim.Adagrad, DeepSpeedCPUAdagrad), state sum:
 //   g = grad * grad_scale + wd p;  sum += g^2
 //   p -= clr g / (sqrt(sum) + eps),  clr = lr / (1 + (t - 1) lr_decay)
+// Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers"; DeepSpeed's Muon,
+// MuonWithAuxAdam's muon_update), states exp_avg (the momentum buffer) and exp_avg_sq: the
+// hidden matrices (OptimizerStep::muon_spans) take two passes around an orthogonalisation the
+// element updates cannot do (model/newton_schulz.h, which needs the whole matrix):
+//   1. g = grad * grad_scale;  m = lerp(m, g, 1 - mu);  u = lerp(g, m, mu)  (Nesterov), to out
+//   2. o = NS5(u) sqrt(max(1, rows / cols)) arrives as the gradient: p *= 1 - lr wd;  p -= lr o
+// Every other element (embeddings, head, norms, biases) is AdamW above in pass 1 (its
+// exp_avg_sq unused on the matrices) and only written out in pass 2.
 #pragma once
 
 #include <cmath>
@@ -28,7 +36,7 @@
 
 namespace zt {
 
-enum class OptimizerKind { kAdamW, kLion, kAdagrad };
+enum class OptimizerKind { kAdamW, kLion, kAdagrad, kMuon };
 
 // Every optimizer keeps at most this many state tensors beside the master weights.
 inline constexpr int kMaxOptimizerStates = 2;
@@ -43,7 +51,8 @@ struct OptimizerInfo {
 inline const OptimizerInfo& optimizer_info(OptimizerKind k) {
   static constexpr OptimizerInfo kInfo[] = {{"AdamW", 2, {"exp_avg", "exp_avg_sq"}},
                                             {"Lion", 1, {"exp_avg", nullptr}},
-                                            {"Adagrad", 1, {"sum", nullptr}}};
+                                            {"Adagrad", 1, {"sum", nullptr}},
+                                            {"Muon", 2, {"exp_avg", "exp_avg_sq"}}};
   return kInfo[static_cast<int>(k)];
 }
 // K of the ZeRO paper (Rajbhandari et al., SC20, Section 3.1): optimizer bytes per parameter,
@@ -69,7 +78,34 @@ struct OptimizerStep {
   bool zero_grad = false;
   OptimizerKind kind = OptimizerKind::kAdamW;
   double lr_decay = 0;  // Adagrad
+  // Muon: the momentum mu, the pass (1 or 2, above), and the hidden matrices' elements of the
+  // unit's owned slice as sorted [begin, end) pairs (2 * num_muon_spans values, host memory);
+  // `offset` is the owned index of this call's element 0 (an offloaded state's tiles).
+  double momentum = 0.95;
+  int muon_pass = 1;
+  const size_t* muon_spans = nullptr;
+  int num_muon_spans = 0;
+  size_t offset = 0;
 };
+
+// Splits a Muon call's n elements at its hidden matrices: fn(begin, end, muon) for each run of
+// elements in [0, n) that are all in a matrix (muon) or all not, in order. Host code.
+template <class Fn>
+void for_each_muon_run(const OptimizerStep& s, size_t n, Fn fn) {
+  size_t pos = 0;
+  for (int k = 0; k < s.num_muon_spans && pos < n; ++k) {
+    const size_t b = s.muon_spans[2 * k], e = s.muon_spans[2 * k + 1];
+    if (e <= s.offset + pos) continue;
+    const size_t begin = b > s.offset ? b - s.offset : 0, end = e - s.offset;
+    if (begin >= n) break;
+    if (begin > pos) fn(pos, begin, false);
+    pos = begin > pos ? begin : pos;
+    const size_t stop = end < n ? end : n;
+    fn(pos, stop, true);
+    pos = stop;
+  }
+  if (pos < n) fn(pos, n, false);
+}
 
 // The per-step constants of the element update, each computed in double and rounded once.
 struct AdamCoefs {
@@ -139,6 +175,27 @@ struct AdagradCoefs {
 inline AdagradCoefs adagrad_coefs(const OptimizerStep& s) {
   return {(float)s.weight_decay, (float)(s.lr / (1.0 + (s.t - 1) * s.lr_decay)), (float)s.eps,
           (float)s.grad_scale};
+}
+
+// Muon's per-step constants (pass 1: the momentum; pass 2: decay and learning rate).
+struct MuonCoefs {
+  float mu, one_minus_mu, decay, lr, grad_scale;
+};
+inline MuonCoefs muon_coefs(const OptimizerStep& s) {
+  return {(float)s.momentum, (float)(1.0 - s.momentum), (float)(1.0 - s.lr * s.weight_decay),
+          (float)s.lr, (float)s.grad_scale};
+}
+
+// Pass 1 on a matrix element: returns u; m is updated in place. torch.lerp's two branches:
+// m + w (g - m) for w = 1 - mu < 0.5, then m - (m - g) (1 - mu) for weight mu >= 0.5.
+ZT_HOST_DEVICE inline float muon_momentum_element(float grad, float& m, const MuonCoefs& c) {
+  const float g = mul_rn(grad, c.grad_scale);
+  m = add_rn(m, mul_rn(c.one_minus_mu, add_rn(g, -m)));
+  return add_rn(m, -mul_rn(add_rn(m, -g), c.one_minus_mu));
+}
+// Pass 2 on a matrix element: returns the updated parameter, o its orthogonalised update.
+ZT_HOST_DEVICE inline float muon_apply_element(float p, float o, const MuonCoefs& c) {
+  return add_rn(mul_rn(p, c.decay), -mul_rn(c.lr, o));
 }
 
 // sign(c) as torch.sign: +-1, zero for zero, NaN for NaN (c * 0).

@@ -205,6 +205,11 @@ void ProfilingBackend::optimizer_update(float* master, void* grad, DType grad_t,
                      " gradients"),
         0, [&] { inner_->optimizer_update(master, grad, grad_t, states, out, out_t, n, s); });
 }
+void ProfilingBackend::gemm_f32(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
+                                const float* b, int ldb, float* c, int ldc, float beta) {
+  timed("gemm_f32", "", 2.0 * m * n * k,
+        [&] { inner_->gemm_f32(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta); });
+}
 void ProfilingBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
   timed("sum_squares", "", 0, [&] { inner_->sum_squares(x, t, n, out); });
 }

@@ -160,6 +160,7 @@ class CpuOptimizerState final : public OptimizerState {
       const size_t off = pos - sg;
       float* states[kMaxOptimizerStates] = {};
       for (int i = 0; i + 1 < arrays_; ++i) states[i] = st.state[i] + off;
+      host_step.offset = s.offset + pos;  // Muon: where this tile sits among the matrices
       cpu_optimizer_step(st.master + off, g, io.grad_t, states, o, io.out_t, n, host_step);
       clock_.add(OffloadClock::kAdam, adam.ms());
       if (out_on_device) {

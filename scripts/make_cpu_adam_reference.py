@@ -18,24 +18,14 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(__file__))
+from fixture_hash import hash_uniform  # noqa: E402
+
 N = 1 << 20
 STEPS = 10
 STRIDE = 1021
 GRAD_FACTOR = 0.7
 HP = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
-
-
-def hash_uniform(i, stream):
-    """Uniform on [-1, 1) on a 2^-23 grid (exact in fp32); same integer steps as the C++ test."""
-    with np.errstate(over="ignore"):
-        x = (i * np.uint32(0x9E3779B1) + np.uint32(stream) * np.uint32(0x85EBCA77)
-             + np.uint32(0x165667B1)).astype(np.uint32)
-        x ^= x >> np.uint32(15)
-        x = (x * np.uint32(0x2C1B3C6D)).astype(np.uint32)
-        x ^= x >> np.uint32(12)
-        x = (x * np.uint32(0x297A2D39)).astype(np.uint32)
-        x ^= x >> np.uint32(15)
-    return ((x >> np.uint32(8)).astype(np.int64) - (1 << 23)).astype(np.float64) / (1 << 23)
 
 
 def run(grad_dtype, adam_w_mode):

@@ -440,13 +440,23 @@ absl::Status read_optimizer_params(const std::string& src, ObjectReader& p, Opti
       p.unsupported("initial_accumulator_value", 0.0);
       break;
     }
+    case OptimizerType::kMuon:  // the matrices' momentum, then its AdamW's betas and eps
+      ZT_RETURN_IF_ERROR(p.get_double({"momentum"}, &o->momentum, 0.0, false, 1.0));
+      ZT_RETURN_IF_ERROR(read_betas(p, o));
+      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-10"));
+      ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
+      // Both run in fp32 here: "gram" is the same iteration on the Gram matrix.
+      ZT_RETURN_IF_ERROR(p.get_choice({"ns_method"}, {"gram", "standard"}, false, &o->ns_method));
+      p.unsupported("muon_lr");  // one learning rate (and schedule) for both halves here
+      p.unsupported("adam_lr");
+      break;
   }
   p.unsupported("fp32_optimizer_states", true);
   return p.finish();
 }
 
 absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerConfig* o) {
-  constexpr const char* kTypes = "\"Adam\", \"AdamW\", \"Lion\" or \"Adagrad\"";
+  constexpr const char* kTypes = "\"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" or \"Muon\"";
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "optimizer"));
   o->specified = true;
   ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
@@ -466,6 +476,11 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
     o->type = OptimizerType::kAdagrad;
     o->lr = 1e-2;  // torch.optim.Adagrad's and DeepSpeedCPUAdagrad's defaults
     o->eps = 1e-10;
+  } else if (name == "muon") {
+    o->type = OptimizerType::kMuon;
+    o->beta2 = 0.95;  // MuonWithAuxAdam's AdamW defaults: betas (0.9, 0.95), eps 1e-10
+    o->eps = 1e-10;
+    o->lr = -1;  // required: see below
   } else {
     return absl::UnimplementedError(absl::StrCat(src, ": optimizer.type: ", show(*type),
                                                  " is not implemented in this build; supported "
@@ -478,6 +493,13 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
   if (params) {
     ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
     ZT_RETURN_IF_ERROR(read_optimizer_params(src, p, o));
+  }
+  if (o->lr < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src,
+        ": optimizer.params.lr: Muon needs a learning rate here, shared by its matrices and its "
+        "AdamW (DeepSpeed's defaults differ per half: 0.02 and 3e-4; this build has one lr "
+        "and one schedule), e.g. \"params\": {\"lr\": 0.02}"));
   }
   // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
   o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;
@@ -837,6 +859,12 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
              "the CPU optimizer step with the next forward and backward, so it needs "
              "zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\"; set one, or "
              "set enabled to false"));
+  if (c->zerotrain.delayed_param_update && c->optimizer.type == OptimizerType::kMuon)
+    return absl::UnimplementedError(absl::StrCat(
+        src,
+        ": zerotrain.delayed_param_update.enabled: not with optimizer.type \"Muon\" in "
+        "this build (its orthogonalisation gathers each matrix across ranks, which the "
+        "background update cannot do); set enabled to false or pick another optimizer"));
   // DeepSpeed sections and keys this build does not implement: allowed only at defaults
   // where a default is given.
   ZT_ASSIGN_OR_RETURN(const json* ac, section(r, {"activation_checkpointing"}));
@@ -898,6 +926,7 @@ OptimizerKind optimizer_kind(OptimizerType t) {
     case OptimizerType::kAdamW: return OptimizerKind::kAdamW;
     case OptimizerType::kLion: return OptimizerKind::kLion;
     case OptimizerType::kAdagrad: return OptimizerKind::kAdagrad;
+    case OptimizerType::kMuon: return OptimizerKind::kMuon;
   }
   return OptimizerKind::kAdamW;
 }

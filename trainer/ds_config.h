@@ -29,20 +29,24 @@ struct BatchConfig {
 };
 
 // Optimizer kinds this build implements (optimizer.type, case-insensitive as in DeepSpeed).
-enum class OptimizerType { kAdam, kAdamW, kLion, kAdagrad };
+enum class OptimizerType { kAdam, kAdamW, kLion, kAdagrad, kMuon };
 
 // "optimizer": {"type": ..., "params": {...}}. DeepSpeed lower-cases the type name. Absent
 // section -> specified = false and these defaults (AdamW), which the trainer may override
 // from its flags. Each type reads its own params with DeepSpeed's defaults (the optimizer
 // class DeepSpeed builds for it: FusedAdam / DeepSpeedCPUAdam, FusedLion / DeepSpeedCPULion,
-// torch.optim.Adagrad / DeepSpeedCPUAdagrad); a key another type takes is an error.
+// torch.optim.Adagrad / DeepSpeedCPUAdagrad, MuonWithAuxAdam); a key another type takes is an
+// error.
 struct OptimizerConfig {
   bool specified = false;                      // the file had an "optimizer" section
-  OptimizerType type = OptimizerType::kAdamW;  // "Adam", "AdamW", "Lion" or "Adagrad"
-  double lr = 1e-3;             // params.lr: learning rate (before any scheduler); Adagrad 1e-2
-  double beta1 = 0.9;           // params.betas[0] (Adam, Lion), in [0, 1)
-  double beta2 = 0.999;         // params.betas[1] (Adam, Lion), in [0, 1)
-  double eps = 1e-8;            // params.eps (Adam; Adagrad 1e-10), > 0
+  OptimizerType type = OptimizerType::kAdamW;  // "Adam", "AdamW", "Lion", "Adagrad" or "Muon"
+  double lr = 1e-3;                // params.lr: learning rate (before any scheduler); Adagrad 1e-2;
+                                   // Muon: required (both halves)
+  double beta1 = 0.9;              // params.betas[0] (Adam, Lion, Muon's AdamW), in [0, 1)
+  double beta2 = 0.999;            // params.betas[1] (Adam, Lion; Muon's AdamW 0.95), in [0, 1)
+  double eps = 1e-8;               // params.eps (Adam; Adagrad and Muon 1e-10), > 0
+  double momentum = 0.95;          // params.momentum (Muon's matrices), in [0, 1]
+  std::string ns_method = "gram";  // params.ns_method (Muon): "gram" or "standard", both fp32
   double weight_decay = 0.0;    // params.weight_decay: >= 0
   bool bias_correction = true;  // params.bias_correction: Adam bias correction
   bool adam_w_mode = true;      // params.adam_w_mode as written (default true)

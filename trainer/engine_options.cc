@@ -30,6 +30,7 @@ EngineOptions engine_options(const DsConfig& ds) {
   eo.optimizer.bias_correction = ds.optimizer.bias_correction;
   eo.optimizer.kind = optimizer_kind(ds.optimizer.type);
   eo.optimizer.lr_decay = ds.optimizer.lr_decay;
+  eo.optimizer.momentum = ds.optimizer.momentum;
   eo.gradient_clipping = static_cast<float>(ds.gradient_clipping);
   const ZeroConfig& z = ds.zero;
   eo.zero.stage = z.stage;

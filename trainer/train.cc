@@ -118,6 +118,16 @@ nlohmann::json numeric_ds_config(const DsConfig& ds) {
                           {"weight_decay", o.weight_decay},
                           {"lr_decay", o.lr_decay}}}};
       break;
+    case OptimizerKind::kMuon:
+      j["optimizer"] = {{"type", "Muon"},
+                        {"params",
+                         {{"lr", o.lr},
+                          {"momentum", o.momentum},
+                          {"betas", {o.beta1, o.beta2}},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"adam_w_mode", o.decoupled_weight_decay}}}};
+      break;
   }
   const char* type = s.type == SchedulerType::kWarmupLR         ? "WarmupLR"
                      : s.type == SchedulerType::kWarmupDecayLR  ? "WarmupDecayLR"

@@ -101,6 +101,9 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
+  // Muon's passes are collective (the all-gather of u): not from the delayed update's thread.
+  ZT_CHECK(opt.delayed_update_after < 0 || opt.optimizer.kind != OptimizerKind::kMuon);
+  if (opt.optimizer.kind == OptimizerKind::kMuon) muon_ = std::make_unique<MuonUpdate>(be, comm);
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
   std::vector<int64_t> numels;
@@ -596,7 +599,8 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
                    .adam_w_mode = a.adam_w_mode,
                    .bias_correction = a.bias_correction,
                    .kind = a.kind,
-                   .lr_decay = a.lr_decay};
+                   .lr_decay = a.lr_decay,
+                   .momentum = a.momentum};
   if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
     start_delayed_update(as);
     finish_step();
@@ -620,7 +624,11 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     } else if (!optimizer_->master_is_working_copy(u)) {
       io.out = owned_working(s);
     }
-    optimizer_->update(u, io, as);
+    if (muon_)
+      muon_->update(*optimizer_, u, layout_.hidden_matrices(u), s.replicated ? 0 : rank_ * s.shard,
+                    s.owned(), !s.replicated, io, as);
+    else
+      optimizer_->update(u, io, as);
     if (s.store >= 0) params_->end_write(s.store);
     // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);

@@ -37,6 +37,7 @@
 #include "model/unit_engine.h"
 #include "zero/comm.h"
 #include "zero/loss_scaler.h"
+#include "zero/muon_update.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_gatherer.h"
 #include "zero/param_store.h"
@@ -51,7 +52,8 @@ struct OptimizerParams {
   bool adam_w_mode = true;  // AdamW: decoupled weight decay; false: L2 (classic Adam)
   bool bias_correction = true;
   OptimizerKind kind = OptimizerKind::kAdamW;
-  double lr_decay = 0;  // Adagrad
+  double lr_decay = 0;     // Adagrad
+  double momentum = 0.95;  // Muon (its hidden matrices; beta1, beta2 and eps are its AdamW's)
 };
 
 // The zero_optimization keys the engine uses (DeepSpeed names and defaults).
@@ -268,6 +270,7 @@ class Engine final : public UnitEngine {
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.
   std::unique_ptr<ParamGatherer> gatherer_;
+  std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
 };
 
 }  // namespace zt

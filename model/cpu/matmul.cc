@@ -176,4 +176,10 @@ void CpuBackend::matmul_backward(TensorRef dinp_a, TensorRef dweight, TensorRef 
   }
 }
 
+void CpuBackend::gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                          const float* b, int ldb, float* c, int ldc, float beta) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace zt

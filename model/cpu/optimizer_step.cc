@@ -78,6 +78,46 @@ void one_state_step(float* master, void* grad, DType grad_t, float* state, void*
   });
 }
 
+// Muon (model/optimizer_math.h): the matrices' runs element by element (the orthogonalisation
+// between the passes costs far more), the other elements' AdamW by CPU Adam.
+void muon_step(float* master, void* grad, DType grad_t, float* const* states, void* out,
+               DType out_t, size_t n, const OptimizerStep& s, SimdLevel level) {
+  const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
+  const MuonCoefs c = muon_coefs(s);
+  char* const g = static_cast<char*>(grad);
+  char* const o = static_cast<char*>(out);
+  for_each_muon_run(s, n, [&](size_t begin, size_t end, bool muon) {
+    const size_t k = end - begin;
+    char* const gk = g + begin * gb;
+    char* const ok = o ? o + begin * ob : nullptr;
+    if (!muon) {
+      if (s.muon_pass == 1) {
+        cpu_adam_step(master + begin, gk, grad_t, states[0] + begin, states[1] + begin, ok, out_t,
+                      k, s, level);
+      } else if (ok) {
+        convert_serial(master + begin, DType::kF32, ok, out_t, k);
+      }
+      return;
+    }
+    for_each_chunk(k, kTile, [&](size_t, size_t b, size_t e) {
+      float* const p = master + begin;
+      float* const m = states[0] + begin;
+      for (size_t i = b; i < e; ++i) {
+        const float gi = load_f32(gk, grad_t, i);
+        float r;
+        if (s.muon_pass == 1) {
+          r = muon_momentum_element(gi, m[i], c);  // u, to out
+        } else {
+          p[i] = muon_apply_element(p[i], gi, c);
+          r = p[i];
+        }
+        if (ok) store_f32(ok, out_t, i, r);
+      }
+      if (s.muon_pass == 1 && s.zero_grad) std::memset(gk + b * gb, 0, (e - b) * gb);
+    });
+  });
+}
+
 }  // namespace
 
 void cpu_optimizer_step(float* master, void* grad, DType grad_t, float* const* states, void* out,
@@ -93,6 +133,9 @@ void cpu_optimizer_step(float* master, void* grad, DType grad_t, float* const* s
     case OptimizerKind::kAdagrad:
       one_state_step<Adagrad>(master, grad, grad_t, states[0], out, out_t, n, s.zero_grad,
                               adagrad_coefs(s), level);
+      return;
+    case OptimizerKind::kMuon:
+      muon_step(master, grad, grad_t, states, out, out_t, n, s, level);
       return;
   }
 }

@@ -260,6 +260,11 @@ void CudaBackend::matmul_forward(TensorRef out, TensorView inp, TensorView weigh
                   ld);
 }
 
+void CudaBackend::gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                           const float* b, int ldb, float* c, int ldc, float beta) {
+  gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, DType::kF32, {c, DType::kF32}, ldc, beta);
+}
+
 float* CudaBackend::grad_f32(TensorRef g) {
   ZT_CHECK(!g || g.dtype == DType::kF32);
   return static_cast<float*>(g.data);

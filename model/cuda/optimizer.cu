@@ -37,6 +37,23 @@ __global__ void one_state_kernel(float* master, void* grad, DType gt, float* sta
   if (out) store_from_f32(out, ot, i, p);
 }
 
+// Muon on a run of matrix elements: pass 1 writes u (the state is the momentum), pass 2 applies
+// the orthogonalised update that arrives as the gradient.
+__global__ void muon_kernel(float* master, void* grad, DType gt, float* m, void* out, DType ot,
+                            size_t n, int pass, bool zero_grad, MuonCoefs c) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = load_as_f32(grad, gt, i);
+  float r;
+  if (pass == 1) {
+    r = muon_momentum_element(g, m[i], c);
+    if (zero_grad) store_from_f32(grad, gt, i, 0.f);
+  } else {
+    r = master[i] = muon_apply_element(master[i], g, c);
+  }
+  if (out) store_from_f32(out, ot, i, r);
+}
+
 }  // namespace
 
 void CudaBackend::optimizer_update(float* master, void* grad, DType grad_t, float* const* states,
@@ -57,6 +74,23 @@ void CudaBackend::optimizer_update(float* master, void* grad, DType grad_t, floa
                     kThreads, stream_, master, grad, grad_t, states[0], out, out_t, n, s.zero_grad,
                     adagrad_coefs(s));
       break;
+    case OptimizerKind::kMuon: {
+      // One launch per run of matrix or other elements (a unit has a handful of each).
+      const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
+      for_each_muon_run(s, n, [&](size_t b, size_t e, bool muon) {
+        void* g = static_cast<char*>(grad) + b * gb;
+        void* o = out ? static_cast<char*>(out) + b * ob : nullptr;
+        if (muon)
+          launch_kernel(muon_kernel, blocks_for(e - b), kThreads, stream_, master + b, g, grad_t,
+                        states[0] + b, o, out_t, e - b, s.muon_pass, s.zero_grad, muon_coefs(s));
+        else if (s.muon_pass == 1)
+          launch_kernel(adamw_kernel, blocks_for(e - b), kThreads, stream_, master + b, g, grad_t,
+                        states[0] + b, states[1] + b, o, out_t, e - b, adam_coefs(s));
+        else if (o)
+          convert(master + b, DType::kF32, o, out_t, e - b);
+      });
+      break;
+    }
   }
   ZT_CHECK_CUDA(cudaGetLastError());
 }

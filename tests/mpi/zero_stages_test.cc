@@ -763,14 +763,16 @@ TEST_F(ZeroStages, CpuAndNvmeOptimizerOffloadChangeNoResult) {
   }
 }
 
-// Lion and Adagrad through the engine (the optimizer seam: zero/optimizer_state.h), fp32: at
-// every stage, with the state on the device, in host memory and on NVMe, a run gives the bits of
-// single-rank-layout stage 0 on the same ranks within 1e-6 (the offloaded CPU step and the
-// device step are one element update, model/optimizer_math.h), and 2 ranks train as 1 does.
-// The states' bytes are the optimizer's: 8 per owned element offloaded (master and one state).
-TEST_F(ZeroStages, LionAndAdagradTrainAlikeAtEveryStageAndPlace) {
+// Lion, Adagrad and Muon through the engine (the optimizer seam: zero/optimizer_state.h; Muon's
+// gather and orthogonalisation: zero/muon_update.h), fp32: at every stage, with the state on
+// the device, in host memory and on NVMe, a run gives the bits of single-rank-layout stage 0 on
+// the same ranks within 1e-6 (the offloaded CPU step and the device step are one element
+// update, model/optimizer_math.h), and 2 ranks train as 1 does. The states' bytes are the
+// optimizer's: 4 per owned element per state, plus the master offloaded.
+TEST_F(ZeroStages, LionAdagradAndMuonTrainAlikeAtEveryStageAndPlace) {
   auto single = make_single_process_communicator();
-  for (OptimizerKind kind : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind : {OptimizerKind::kLion, OptimizerKind::kAdagrad, OptimizerKind::kMuon}) {
+    const int64_t states = optimizer_info(kind).num_states;
     auto options = [&](int stage) {
       EngineOptions eo = fp32_clipped(stage);
       eo.optimizer.kind = kind;
@@ -801,14 +803,51 @@ TEST_F(ZeroStages, LionAndAdagradTrainAlikeAtEveryStageAndPlace) {
                 << what << " step " << s;
           EXPECT_LE(rel_param_diff(got, base), 1e-6) << what;
           if (where == Optimizer::kCpuOffload)
-            EXPECT_EQ(got.host_optimizer_bytes, (int64_t)(8 * got.owned)) << what;
-          if (where == Optimizer::kNvmeOffload) EXPECT_GE(got.nvme_bytes, (int64_t)(8 * got.owned));
+            EXPECT_EQ(got.host_optimizer_bytes, (4 + 4 * states) * (int64_t)got.owned) << what;
+          if (where == Optimizer::kNvmeOffload)
+            EXPECT_GE(got.nvme_bytes, (4 + 4 * states) * (int64_t)got.owned) << what;
           if (where == Optimizer::kDevice && stage > 0)
-            EXPECT_EQ(got.model_state_bytes[2], 4 * got.owned) << what << ": one state";
+            EXPECT_EQ(got.model_state_bytes[2], 4 * states * (int64_t)got.owned) << what;
         }
       }
     }
   }
+}
+
+// Muon moves each hidden matrix by its orthogonalised momentum (zero/muon_update.h), not by an
+// element-wise update: NS5 leaves singular values at most about 1.2 (Jordan et al. 2024: it
+// aims them at U(0.5, 1.5)'s middle), so with weight decay 0 a matrix moves at most
+// steps x lr x 1.25 sqrt(min(rows, cols)) sqrt(max(1, rows / cols)) in Frobenius norm, where
+// AdamW's first step alone moves it about lr sqrt(rows cols); and at least one step's worth.
+// Stage 2 on this world size: each matrix is gathered across a shard boundary.
+TEST_F(ZeroStages, MuonMovesHiddenMatricesByOrthogonalUpdates) {
+  EngineOptions eo = fp32_clipped(2);
+  eo.optimizer.kind = OptimizerKind::kMuon;
+  eo.optimizer.weight_decay = 0;
+  const RunResult got = train(*comm_, eo, 1);
+  const ModelConfig c = tiny();
+  const ParamLayout layout(c);
+  const double lr = 2e-3;  // train()'s
+  int checked = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> p0(layout.units()[u].numel);
+    init_unit(c, layout.units()[u], u, 5, p0);
+    for (const MatrixSlot& m : layout.hidden_matrices(u)) {
+      double ss = 0;
+      for (size_t i = m.offset; i < m.offset + (size_t)(m.rows * m.cols); ++i) {
+        const double d = got.params[u][i] - 3.0 * p0[i];  // train() triples the init
+        ss += d * d;
+      }
+      const double r = (double)std::min(m.rows, m.cols),
+                   scale = std::sqrt(std::max<double>(1.0, (double)m.rows / m.cols));
+      const std::string what =
+          absl::StrCat("unit ", u, " matrix at ", m.offset, " (", m.rows, " x ", m.cols, ")");
+      EXPECT_LE(std::sqrt(ss), kSteps * lr * 1.25 * std::sqrt(r) * scale) << what;
+      EXPECT_GE(std::sqrt(ss), 0.5 * lr * std::sqrt(r)) << what;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, c.n_layer * 7) << "q, k, v, o, gate, up and down per block";
 }
 
 // Memory and traffic of optimizer offload, against docs/offload.md: the device keeps no

@@ -164,12 +164,14 @@ TEST_F(Checkpoint, ResumeIsBitwiseExact) {
     }
 }
 
-// Lion and Adagrad (one state each) through the trainer: 4 straight steps against 2 + save +
-// resume + 2 give the same losses bit for bit and the same final rank files, with the state on
-// the device, offloaded to host memory and to NVMe, on 1 and 2 ranks; the save names its state;
-// resuming it under another optimizer is refused, naming the field.
-TEST_F(Checkpoint, LionAndAdagradResumeBitwiseAndKeepTheirOptimizer) {
+// Lion and Adagrad (one state each) and Muon (two, and matrices gathered across ranks) through
+// the trainer: 4 straight steps against 2 + save + resume + 2 give the same losses bit for bit
+// and the same final rank files, with the state on the device, offloaded to host memory and to
+// NVMe, on 1 and 2 ranks; the save names its state; resuming it under another optimizer is
+// refused, naming the field.
+TEST_F(Checkpoint, LionAdagradAndMuonResumeBitwiseAndKeepTheirOptimizer) {
   const std::string optimizers[] = {
+      "{\"type\": \"Muon\", \"params\": {\"lr\": 2e-2, \"weight_decay\": 0.1}}",
       "{\"type\": \"Lion\", \"params\": {\"lr\": 1e-3, \"betas\": [0.9, 0.99], "
       "\"weight_decay\": 0.1}}",
       "{\"type\": \"adagrad\", \"params\": {\"lr\": 1e-2, \"lr_decay\": 0.01}}"};

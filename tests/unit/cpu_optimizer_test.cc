@@ -2,7 +2,8 @@
 // 1M parameters with fp32, bf16 and fp16 gradients, AdamW matches torch.optim.AdamW /
 // torch.optim.Adam (L2) (fixture by scripts/make_cpu_adam_reference.py), Adagrad
 // torch.optim.Adagrad and Lion the paper's update (scripts/make_optimizer_reference.py), to 1e-6
-// relative; every SIMD level gives the scalar path's bits; the fused 16-bit working copy is the
+// relative, Muon its author's update (scripts/make_muon_reference.py); every SIMD level gives
+// the scalar path's bits; the fused 16-bit working copy is the
 // master rounded to nearest even.
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_adam.h"
 #include "model/cpu/optimizer_step.h"
+#include "model/newton_schulz.h"
 #include "tests/unit/json_fixture.h"
 
 namespace zt {
@@ -283,6 +285,87 @@ TEST_P(CpuAdamLevels, LionAndAdagradZeroTheConsumedGradient) {
       EXPECT_TRUE(std::all_of(g2.begin(), g2.end(), [](uint8_t b) { return b == 0; }))
           << dtype_name(grad_t);
     }
+  }
+}
+
+// Muon: model/optimizer_math.h's two passes around model/newton_schulz.h, as
+// zero/muon_update.cc runs them on one unit, after 10 steps on a unit of a wide matrix, a
+// vector (AdamW), a tall and a square matrix match the float64 reference of
+// scripts/make_muon_reference.py to 1e-6; passes called in pieces at any offset (an offloaded
+// state's tiles) give the same bits as one call.
+TEST(Muon, MatchesTheReferenceInOnePieceOrMany) {
+  const nlohmann::json fx = load_json_fixture("muon_reference.json", "make_muon_reference.py");
+  ASSERT_FALSE(fx.is_null());
+  const size_t n = fx["n"];
+  struct Matrix {
+    size_t offset;
+    int rows, cols;
+  };
+  std::vector<Matrix> matrices;
+  std::vector<size_t> spans;
+  for (const auto& t : fx["layout"]) {
+    if (t["shape"].size() != 2) continue;
+    matrices.push_back({t["offset"], t["shape"][0], t["shape"][1]});
+    spans.insert(spans.end(),
+                 {matrices.back().offset,
+                  matrices.back().offset + (size_t)matrices.back().rows * matrices.back().cols});
+  }
+  auto be = make_cpu_backend(1);
+  struct Result {
+    std::vector<float> p, m, v;
+  };
+  auto run = [&](size_t piece) {
+    Result r{std::vector<float>(n), std::vector<float>(n, 0.f), std::vector<float>(n, 0.f)};
+    for (size_t i = 0; i < n; ++i) r.p[i] = 1.f + 0.5f * hash_uniform((uint32_t)i, 0);
+    std::vector<float> u(n), o(n);
+    for (int t = 1; t <= (int)fx["steps"]; ++t) {
+      auto g = gradient(n, t, DType::kF32);
+      OptimizerStep s{.lr = fx["lr"],
+                      .beta1 = fx["betas"][0],
+                      .beta2 = fx["betas"][1],
+                      .eps = fx["eps"],
+                      .weight_decay = fx["weight_decay"],
+                      .t = t,
+                      .grad_scale = fx["grad_factor"],
+                      .kind = OptimizerKind::kMuon,
+                      .momentum = fx["momentum"],
+                      .muon_spans = spans.data(),
+                      .num_muon_spans = (int)spans.size() / 2};
+      auto pass = [&](int which, float* grad, float* out) {
+        s.muon_pass = which;
+        for (size_t at = 0; at < n; at += piece) {
+          s.offset = at;
+          float* states[] = {r.m.data() + at, r.v.data() + at};
+          cpu_optimizer_step(r.p.data() + at, grad + at, DType::kF32, states,
+                             out ? out + at : nullptr, DType::kF32, std::min(piece, n - at), s);
+        }
+      };
+      pass(1, reinterpret_cast<float*>(g.data()), u.data());
+      for (const Matrix& x : matrices)
+        newton_schulz5(be.get(), u.data() + x.offset, x.rows, x.cols, o.data() + x.offset);
+      pass(2, o.data(), nullptr);
+    }
+    return r;
+  };
+  const Result whole = run(n);
+  auto check = [&](const std::vector<float>& got, const char* key, bool per_element) {
+    const auto& want = fx[key];
+    double scale = 0, worst = 0;
+    for (const auto& w : want) scale = std::max(scale, std::fabs(w.get<double>()));
+    for (size_t i = 0; i < n; ++i) {
+      const double w = want[i];
+      worst = std::max(worst, std::fabs(got[i] - w) / (per_element ? std::fabs(w) : scale));
+    }
+    EXPECT_LE(worst, 1e-6) << key;
+  };
+  check(whole.p, "param", true);
+  check(whole.m, "exp_avg", false);
+  check(whole.v, "exp_avg_sq", false);
+  for (size_t piece : {(size_t)1000, (size_t)77}) {
+    const Result cut = run(piece);
+    EXPECT_EQ(cut.p, whole.p) << "pieces of " << piece;
+    EXPECT_EQ(cut.m, whole.m) << "pieces of " << piece;
+    EXPECT_EQ(cut.v, whole.v) << "pieces of " << piece;
   }
 }
 

@@ -985,6 +985,60 @@ TEST_F(CudaVsCpu, LionAndAdagradGiveTheCpusBits) {
   }
 }
 
+// Muon's two passes: the matrices' elements (two spans, one cut by the call's offset) run
+// model/optimizer_math.h's element updates on both, bit for bit; the elements between them take
+// AdamW in pass 1 (within 1e-6, as AdamW above) and are only written out in pass 2. The
+// orthogonalisation between the passes is replaced by u itself, which the kernels cannot tell.
+TEST_F(CudaVsCpu, MuonPassesGiveTheCpusBits) {
+  const size_t n = 3001, offset = 100;
+  const size_t spans[] = {40, 1300, 2000, 2600};  // owned indices; the call starts at 100
+  auto p = make(n), m = zeros(n), v = zeros(n), u = zeros(n), y = make(n, 1, 2);
+  DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+      gg(gpu_.get(), n * 2, MemCategory::kWorkspace),
+      oc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+      og(gpu_.get(), n * 2, MemCategory::kWorkspace);
+  for (int t = 1; t <= 3; ++t) {
+    cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
+    gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
+    OptimizerStep s{.lr = 1e-2,
+                    .beta2 = 0.95,
+                    .eps = 1e-10,
+                    .weight_decay = 0.1,
+                    .t = t,
+                    .grad_scale = 0.5,
+                    .zero_grad = true,
+                    .kind = OptimizerKind::kMuon,
+                    .momentum = 0.95,
+                    .muon_spans = spans,
+                    .num_muon_spans = 2,
+                    .offset = offset};
+    float* cs[] = {m.cp(), v.cp()};
+    float* gs[] = {m.gp(), v.gp()};
+    cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, u.cp(), DType::kF32, n, s);
+    gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, u.gp(), DType::kF32, n, s);
+    s.muon_pass = 2, s.zero_grad = false;
+    cpu_->optimizer_update(p.cp(), u.cp(), DType::kF32, cs, oc.data(), DType::kBF16, n, s);
+    gpu_->optimizer_update(p.gp(), u.gp(), DType::kF32, gs, og.data(), DType::kBF16, n, s);
+  }
+  expect_close(p, 1e-6, "muon master");
+  expect_close(m, 1e-6, "muon exp_avg");
+  expect_close(v, 1e-6, "muon exp_avg_sq");
+  std::vector<float> pc(n), pg(n), mc(n), mg(n);
+  cpu_->copy_to_host(pc.data(), p.cp(), n * 4);
+  gpu_->copy_to_host(pg.data(), p.gp(), n * 4);
+  cpu_->copy_to_host(mc.data(), m.cp(), n * 4);
+  gpu_->copy_to_host(mg.data(), m.gp(), n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t o = i + offset;
+    if ((o < 40 || o >= 1300) && (o < 2000 || o >= 2600)) continue;
+    ASSERT_EQ(pc[i], pg[i]) << "matrix element " << i << " master";
+    ASSERT_EQ(mc[i], mg[i]) << "matrix element " << i << " momentum";
+  }
+  std::vector<uint16_t> zg(n);
+  gpu_->copy_to_host(zg.data(), gg.data(), n * 2);
+  EXPECT_EQ(zg, std::vector<uint16_t>(n, 0)) << "gradient consumed in pass 1";
+}
+
 // Activations in a 16-bit dtype, as the CUDA backend keeps them when parameters work in bf16 or
 // fp16: every kernel family reads and writes them as stored, computes in fp32 and rounds once
 // per stored value. Reference: the CPU backend in fp32 on the same (exactly representable)

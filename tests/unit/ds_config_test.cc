@@ -160,9 +160,55 @@ TEST(DsConfig, LionAndAdagradTakeTheirOwnParamsAndDefaults) {
                            "params": {"initial_accumulator_value": 0.1}}})",
                                 1, absl::StatusCode::kUnimplemented),
                        {"initial_accumulator_value", "not implemented"}));
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})", 1,
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Sophia"}})", 1,
                                 absl::StatusCode::kUnimplemented),
-                       {"optimizer.type", "\"Muon\"", "\"Lion\"", "\"Adagrad\""}));
+                       {"optimizer.type", "\"Sophia\"", "\"Lion\"", "\"Adagrad\"", "\"Muon\""}));
+}
+
+// Muon (DeepSpeed's MuonWithAuxAdam): momentum 0.95 for the matrices, AdamW betas (0.9, 0.95)
+// and eps 1e-10 for the rest. DeepSpeed gives each half its own lr (muon_lr 0.02, adam_lr
+// 3e-4); this build has one lr and one schedule, so lr is required and the split keys are
+// refused by name; the delayed update cannot gather a matrix, so it is refused with Muon.
+TEST(DsConfig, MuonTakesOneLrAndDeepSpeedsOtherDefaults) {
+  auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "muon",
+               "params": {"lr": 0.02}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.type, OptimizerType::kMuon);
+  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kMuon);
+  EXPECT_EQ(r->optimizer.lr, 0.02);
+  EXPECT_EQ(r->optimizer.momentum, 0.95);
+  EXPECT_EQ(r->optimizer.beta1, 0.9);
+  EXPECT_EQ(r->optimizer.beta2, 0.95);
+  EXPECT_EQ(r->optimizer.eps, 1e-10);
+  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
+  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Muon", "params": {"lr": 0.01,
+               "momentum": 0.9, "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.1,
+               "ns_method": "standard"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.momentum, 0.9);
+  EXPECT_EQ(r->optimizer.beta2, 0.99);
+  EXPECT_EQ(r->optimizer.eps, 1e-8);
+  EXPECT_EQ(r->optimizer.weight_decay, 0.1);
+  EXPECT_EQ(r->optimizer.ns_method, "standard");
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})"),
+                       {"optimizer.params.lr", "Muon", "\"lr\": 0.02"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+                           "params": {"lr": 0.02, "momentum": 1.5}}})"),
+                       {"optimizer.params.momentum"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+                           "params": {"lr": 0.02, "muon_lr": 0.02}}})",
+                                1, absl::StatusCode::kUnimplemented),
+                       {"optimizer.params.muon_lr"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+                           "params": {"lr": 0.02, "ns_method": "cubic"}}})"),
+                       {"optimizer.params.ns_method", "gram"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+                           "params": {"lr": 0.02}}, "zero_optimization": {"stage": 2,
+                           "offload_optimizer": {"device": "cpu"}},
+                           "zerotrain": {"delayed_param_update": {"enabled": true}}})",
+                                1, absl::StatusCode::kUnimplemented),
+                       {"delayed_param_update", "Muon"}));
 }
 
 TEST(DsConfig, SchedulerDefaultsAsDeepSpeed) {
