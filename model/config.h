@@ -31,6 +31,28 @@ struct ModelConfig {
   bool is_gpt2() const { return arch == Arch::kGPT2; }
 };
 
+// "gpt2" or "llama".
+inline const char* arch_name(Arch a) { return a == Arch::kGPT2 ? "gpt2" : "llama"; }
+
+// Every field of c in declaration order, the one list the trainer's identities and checks read:
+// f(name, value, shapes) with the architecture as arch_name, the rest as stored; `shapes` is
+// true for the fields that fix the parameters' shapes (not max_seq_len, a knob of RoPE models,
+// nor the epsilon and theta, which change the numbers only).
+template <class F>
+void for_each_field(const ModelConfig& c, F&& f) {
+  f("arch", arch_name(c.arch), true);
+  f("vocab_size", c.vocab_size, true);
+  f("max_seq_len", c.max_seq_len, false);
+  f("n_layer", c.n_layer, true);
+  f("n_head", c.n_head, true);
+  f("n_kv_head", c.n_kv_head, true);
+  f("hidden", c.hidden, true);
+  f("intermediate", c.intermediate, true);
+  f("norm_eps", c.norm_eps, false);
+  f("rope_theta", c.rope_theta, false);
+  f("tied_embeddings", c.tied_embeddings, true);
+}
+
 // Names accepted by --model, in the order `zerotrain info` lists them.
 std::vector<std::string> preset_names();
 // Preset by name (gpt2-124m/350m/774m/1558m, tinyllama-1.1b, llama-7b, llama2-7b, and the

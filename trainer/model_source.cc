@@ -27,17 +27,20 @@ absl::Status check_same_model(const std::string& model, const ModelConfig& c,
   if (model.empty()) return absl::OkStatus();
   ZT_ASSIGN_OR_RETURN(ModelConfig p, preset(model));
   std::string diff;
-  auto field = [&](const char* name, auto a, auto b) {
-    if (a != b) absl::StrAppend(&diff, diff.empty() ? "" : ", ", name, " ", a, " vs ", b);
-  };
-  field("architecture", p.is_gpt2() ? "gpt2" : "llama", c.is_gpt2() ? "gpt2" : "llama");
-  field("vocab_size", p.vocab_size, c.vocab_size);
-  field("n_layer", p.n_layer, c.n_layer);
-  field("n_head", p.n_head, c.n_head);
-  field("n_kv_head", p.n_kv_head, c.n_kv_head);
-  field("hidden", p.hidden, c.hidden);
-  field("intermediate", p.intermediate, c.intermediate);
-  field("tied_embeddings", p.tied_embeddings, c.tied_embeddings);
+  std::vector<std::string> theirs;  // c's shape fields, in for_each_field's order
+  for_each_field(c, [&](const char*, auto value, bool shapes) {
+    if (shapes) theirs.push_back(absl::StrCat(value));
+  });
+  size_t k = 0;
+  for_each_field(p, [&](const char* name, auto value, bool shapes) {
+    if (!shapes) return;
+    const std::string ours = absl::StrCat(value);
+    if (ours != theirs[k])
+      absl::StrAppend(&diff, diff.empty() ? "" : ", ",
+                      std::string_view(name) == "arch" ? "architecture" : name, " ", ours, " vs ",
+                      theirs[k]);
+    ++k;
+  });
   if (!diff.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "--model ", model, " and ", source, " are different models (", diff, "); give ", source,

@@ -71,19 +71,11 @@ struct Run {
   bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
 };
 
-// The model's shape, each field named (a mismatch on resume names the field).
+// The model's configuration, each field named (a mismatch on resume names the field).
 nlohmann::json model_identity(const ModelConfig& m) {
-  return {{"arch", m.is_gpt2() ? "gpt2" : "llama"},
-          {"vocab_size", m.vocab_size},
-          {"max_seq_len", m.max_seq_len},
-          {"n_layer", m.n_layer},
-          {"n_head", m.n_head},
-          {"n_kv_head", m.n_kv_head},
-          {"hidden", m.hidden},
-          {"intermediate", m.intermediate},
-          {"norm_eps", m.norm_eps},
-          {"rope_theta", m.rope_theta},
-          {"tied_embeddings", m.tied_embeddings}};
+  nlohmann::json j;
+  for_each_field(m, [&](const char* name, auto value, bool) { j[name] = value; });
+  return j;
 }
 
 // The ds_config's resolved values that change the numbers (defaults applied, under DeepSpeed's
@@ -178,6 +170,7 @@ nlohmann::json resume_identity(const TrainOptions& opt, const Run& r, int format
     for (const auto& [key, value] : model.items()) id["model/" + key] = value;
     ds = numeric_ds_config(r.ds);
   } else {
+    // Frozen as version 1 wrote it (not for_each_field, which grows with the model).
     id["model"] = {(int)m.arch, m.vocab_size, m.max_seq_len,    m.n_layer,
                    m.n_head,    m.n_kv_head,  m.hidden,         m.intermediate,
                    m.norm_eps,  m.rope_theta, m.tied_embeddings};

@@ -327,6 +327,26 @@ TEST(Estimator, OneStateOptimizersHaveKEight) {
   }
 }
 
+// Muon keeps the fp32 master, its momentum and its AdamW's second moment (unused on the
+// matrices, as DeepSpeed allocates it per parameter group): K = 12, as AdamW, 8 with fp32
+// params; the u it gathers for the orthogonalisation is a step's workspace, not a model state.
+TEST(Estimator, MuonHasAdamWsK) {
+  const int64_t psi = 1 << 20;
+  EstimateInput in;
+  in.psi = psi;
+  in.stage = 2;
+  in.dp = 4;
+  in.optimizer = OptimizerKind::kMuon;
+  auto e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->optimizer_k, 12);
+  EXPECT_EQ(e->device_model_states(), 2 * psi + (2 + 12) * psi / 4);
+  in.param_dtype = in.grad_dtype = DType::kF32;
+  e = estimate_memory(in);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->optimizer_k, 8);
+}
+
 TEST(Estimator, RejectsBadInput) {
   EstimateInput in = small(4);
   EXPECT_FALSE(estimate_memory(in).ok());
