@@ -9,12 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/file.h"
 #include "common/memory.h"
 #include "common/status.h"
 #include "model/backend.h"
 #include "model/config.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
+#include "trainer/run_config.h"
 #include "zero/estimator.h"
 
 namespace zt {
@@ -81,9 +83,12 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
       return absl::InvalidArgumentError(
           "with --deepspeed the stage, micro-batch, dtypes and offload come from the ds_config; "
           "drop --stage, --micro_batch, --param_dtype, --grad_dtype and --offload_*");
-    ZT_ASSIGN_OR_RETURN(ds, load_ds_config(o.deepspeed, dp));
+    ZT_ASSIGN_OR_RETURN(const std::string text,
+                        read_file(o.deepspeed, "the DeepSpeed config (--deepspeed)"));
+    ZT_ASSIGN_OR_RETURN(ds,
+                        resolve_run_config(text, dp, o.deepspeed,
+                                           {.gradient_checkpointing = o.gradient_checkpointing}));
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-    if (o.gradient_checkpointing) ds->zerotrain.gradient_checkpointing = true;
     ZT_RETURN_IF_ERROR(checkpoint_every(*ds, c).status());  // number_checkpoints vs layers
     in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;

@@ -33,6 +33,7 @@
 #include "trainer/metrics.h"
 #include "trainer/model_source.h"
 #include "trainer/reports.h"
+#include "trainer/run_config.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
 #include "zero/engine.h"
@@ -65,8 +66,6 @@ struct Run {
   int B = 0, T = 0, gas = 1;
   std::string attention;  // what runs it (Backend::prepare_attention)
   bool param_read_ahead = true;  // TrainOptions::param_read_ahead
-  std::string save_dir;  // checkpoints: the flags and the zerotrain keys, resolved
-  int64_t save_interval = 0, keep_last = 0;
   int64_t start_step = 0;  // steps already done (a resumed run)
   bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
 };
@@ -188,40 +187,16 @@ nlohmann::json resume_identity(const TrainOptions& opt, const Run& r, int format
   return id;
 }
 
-// A flag and the zerotrain key of the same name given with different values.
-absl::Status clash(const TrainOptions& opt, const std::string& name, const std::string& flag,
-                   const std::string& key) {
-  return absl::InvalidArgumentError(absl::StrCat("--", name, " ", flag, " and ", opt.deepspeed,
-                                                 ": zerotrain.", name, " ", key,
-                                                 " disagree; give one of them, or the same "
-                                                 "value in both"));
-}
-
-// --save_dir / --save_interval / --keep_last against the zerotrain keys of the same names:
-// either alone, or both when they agree.
-absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
-  const ZerotrainConfig& z = r.ds.zerotrain;
-  std::error_code ec;  // the same directory however written (a trailing slash, ./)
-  if (!opt.save_dir.empty() && !z.save_dir.empty() &&
-      std::filesystem::weakly_canonical(opt.save_dir, ec) !=
-          std::filesystem::weakly_canonical(z.save_dir, ec))
-    return clash(opt, "save_dir", opt.save_dir, z.save_dir);
-  if (opt.save_interval >= 0 && z.save_interval > 0 && opt.save_interval != z.save_interval)
-    return clash(opt, "save_interval", absl::StrCat(opt.save_interval),
-                 absl::StrCat(z.save_interval));
-  if (opt.keep_last >= 0 && z.keep_last > 0 && opt.keep_last != z.keep_last)
-    return clash(opt, "keep_last", absl::StrCat(opt.keep_last), absl::StrCat(z.keep_last));
-  r.save_dir = opt.save_dir.empty() ? z.save_dir : opt.save_dir;
-  r.save_interval = opt.save_interval >= 0 ? opt.save_interval : z.save_interval;
-  r.keep_last = opt.keep_last >= 0 ? opt.keep_last : z.keep_last;
+// The resolved save keys (trainer/run_config.h) against --resume and --resume_from.
+absl::Status check_saves(const TrainOptions& opt, const ZerotrainConfig& z) {
   if (opt.resume && !opt.resume_from.empty())
     return absl::InvalidArgumentError(
         "give --resume (from --save_dir's latest) or --resume_from DIR, not both");
-  if (opt.resume && r.save_dir.empty() && opt.resume_from.empty())
+  if (opt.resume && z.save_dir.empty() && opt.resume_from.empty())
     return absl::InvalidArgumentError(
         "--resume continues from --save_dir's latest save: give --save_dir (or "
         "zerotrain.save_dir), or --resume_from DIR");
-  if ((r.save_interval > 0 || r.keep_last > 0) && r.save_dir.empty())
+  if ((z.save_interval > 0 || z.keep_last > 0) && z.save_dir.empty())
     return absl::InvalidArgumentError(
         "save_interval and keep_last need a --save_dir (or zerotrain.save_dir) to save into");
   return absl::OkStatus();
@@ -233,28 +208,32 @@ absl::Status resolve_saves(const TrainOptions& opt, Run& r) {
 // over them, and keep_last delete them); on rank 0, save_dir and run_dir locked for this run
 // alone (common/file.h DirLock).
 absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
+  const ZerotrainConfig& z = r.ds.zerotrain;
   namespace fs = std::filesystem;
   const std::string what = opt.save_dir.empty() ? "zerotrain.save_dir" : "--save_dir";
-  if (!r.save_dir.empty()) ZT_RETURN_IF_ERROR(ensure_writable_dir(r.save_dir, what));
+  if (!z.save_dir.empty())
+    ZT_RETURN_IF_ERROR(ensure_writable_dir(z.save_dir, what));
   if (r.comm->rank() == 0) {  // first: another run in them is the reason to name
     ZT_RETURN_IF_ERROR(ensure_writable_dir(opt.run_dir, "--run_dir"));
     std::error_code ec;
     for (auto [dir, name, lock] :
-         {std::tuple{r.save_dir, what, &r.save_lock},
+         {std::tuple{z.save_dir, what, &r.save_lock},
           std::tuple{opt.run_dir, std::string("--run_dir"), &r.run_lock}}) {
-      if (dir.empty() || (lock == &r.run_lock && !r.save_dir.empty() &&
-                          fs::weakly_canonical(dir, ec) == fs::weakly_canonical(r.save_dir, ec)))
+      if (dir.empty() ||
+          (lock == &r.run_lock && !z.save_dir.empty() &&
+           fs::weakly_canonical(dir, ec) == fs::weakly_canonical(z.save_dir, ec)))
         continue;  // one lock for a directory given as both
       std::string warning;
       ZT_ASSIGN_OR_RETURN(*lock, DirLock::acquire(dir, name, process_owner_line(), &warning));
       if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
     }
   }
-  if (r.save_dir.empty() || opt.resume || !opt.resume_from.empty()) return absl::OkStatus();
-  const auto found = find_checkpoint(r.save_dir);
+  if (z.save_dir.empty() || opt.resume || !opt.resume_from.empty())
+    return absl::OkStatus();
+  const auto found = find_checkpoint(z.save_dir);
   if (found.ok() && !*found) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat(what, " '", r.save_dir, "' already holds saves of an earlier run",
+      absl::StrCat(what, " '", z.save_dir, "' already holds saves of an earlier run",
                    found.ok() ? absl::StrCat(" (newest: ", **found, ")") : "",
                    ": pass --resume to continue it, or give another ", what,
                    " (or remove them) to start from step 0"));
@@ -270,7 +249,7 @@ bool nothing_to_train(const TrainOptions& opt, const Run& r) {
 // initial ones. Not collective (the caller agrees the outcome).
 absl::Status resume(const TrainOptions& opt, Run& r) {
   if (!opt.resume && opt.resume_from.empty()) return absl::OkStatus();
-  const std::string where = opt.resume_from.empty() ? r.save_dir : opt.resume_from;
+  const std::string where = opt.resume_from.empty() ? r.ds.zerotrain.save_dir : opt.resume_from;
   std::optional<std::string> dir;
   if (!opt.resume_from.empty()) {  // a save must be there
     ZT_ASSIGN_OR_RETURN(dir, require_checkpoint(where, "--resume_from"));
@@ -298,8 +277,9 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   // --steps equal to the save's step with another --save_dir: nothing to train, the state is
   // saved again as this run lays it out (world size, stage): resharding without training.
   // (Compared as canonical paths: a trailing slash, a relative path or a link names the same.)
-  r.resave = st.step == opt.steps && !r.save_dir.empty() &&
-             fs::weakly_canonical(r.save_dir, ec) != fs::weakly_canonical(*dir, ec).parent_path();
+  r.resave = st.step == opt.steps && !r.ds.zerotrain.save_dir.empty() &&
+             fs::weakly_canonical(r.ds.zerotrain.save_dir, ec) !=
+                 fs::weakly_canonical(*dir, ec).parent_path();
   if (st.step > opt.steps)
     return absl::InvalidArgumentError(absl::StrCat(
         "the checkpoint '", *dir, "' is at step ", st.step, ", and --steps is ", opt.steps,
@@ -329,8 +309,10 @@ absl::Status report_profile(Run& r, int64_t step, double step_ms) {
 
 // Saves after `step` when due (every save_interval steps, and at the last step).
 absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
-  if (r.save_dir.empty()) return absl::OkStatus();
-  if (step != opt.steps && (r.save_interval <= 0 || step % r.save_interval != 0))
+  const ZerotrainConfig& z = r.ds.zerotrain;
+  if (z.save_dir.empty()) return absl::OkStatus();
+  if (step != opt.steps &&
+      (z.save_interval <= 0 || step % z.save_interval != 0))
     return absl::OkStatus();
   const TrainingState st{step, r.engine->steps_taken(), r.train->state(),
                          r.engine->loss_scaler_state()};
@@ -340,11 +322,11 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
       {"device", r.backend->name()},
       {"ds_config", r.ds_text},
       {"model_config", nlohmann::json::parse(hf_config_json(r.model, "float32", -1, -1))}};
-  ZT_RETURN_IF_ERROR(save_checkpoint(r.save_dir, r.keep_last, st,
+  ZT_RETURN_IF_ERROR(save_checkpoint(z.save_dir, z.keep_last, st,
                                      resume_identity(opt, r, kCheckpointFormatVersion), info,
                                      *r.engine, r.transformer->layout(), *r.comm));
   if (r.comm->rank() == 0)
-    std::printf("saved %s/step_%08lld\n", r.save_dir.c_str(), (long long)step);
+    std::printf("saved %s/step_%08lld\n", z.save_dir.c_str(), (long long)step);
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -355,13 +337,15 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
   const nlohmann::json j = {
       {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
       {"device", r.backend ? r.backend->name() : ""},
-      {"attention", opt.attention},
+      {"attention", r.ds.zerotrain.attention},
       {"model", model_identity(r.model)},
       {"recipe",
        {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
         opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
         opt.tokenizer.empty(), opt.init_from.empty()}},
-      {"checkpoints", {r.save_dir, r.save_interval, r.keep_last, opt.resume, opt.resume_from}}};
+      {"checkpoints",
+       {r.ds.zerotrain.save_dir, r.ds.zerotrain.save_interval, r.ds.zerotrain.keep_last, opt.resume,
+        opt.resume_from}}};
   return j.dump();
 }
 
@@ -397,12 +381,15 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
         "--deepspeed is required: pass a ds_config.json "
         "(examples in configs/ds/)");
   ZT_ASSIGN_OR_RETURN(r.ds_text, read_file(opt.deepspeed, "the DeepSpeed config (--deepspeed)"));
-  ZT_ASSIGN_OR_RETURN(r.ds, parse_ds_config(r.ds_text, r.comm->world_size(), opt.deepspeed));
-  if (opt.gradient_checkpointing) r.ds.zerotrain.gradient_checkpointing = true;
-  if (r.ds.activation_checkpointing.given && !r.ds.zerotrain.gradient_checkpointing)
-    r.ds.notices.push_back(
-        "notice: activation_checkpointing is configured but checkpointing is off; pass "
-        "--gradient_checkpointing or set zerotrain.gradient_checkpointing to use it");
+  ZT_ASSIGN_OR_RETURN(r.ds,
+                      resolve_run_config(r.ds_text, r.comm->world_size(), opt.deepspeed,
+                                         {.attention = opt.attention,
+                                          .device_memory_limit = opt.device_memory_limit,
+                                          .gradient_checkpointing = opt.gradient_checkpointing,
+                                          .save_dir = opt.save_dir,
+                                          .save_interval = opt.save_interval,
+                                          .keep_last = opt.keep_last}));
+  ZT_RETURN_IF_ERROR(check_saves(opt, r.ds.zerotrain));
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
   ZT_ASSIGN_OR_RETURN(r.model, resolve_model(opt.model, opt.init_from, opt.max_seq_len));
@@ -447,14 +434,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (docs/architecture.md "Rules of thumb").
   const int threads =
       opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
-  // The attention: the flag, the ds_config key, or both when they agree; else auto.
-  const std::string& key_attention = r.ds.zerotrain.attention;
-  if (!opt.attention.empty() && !key_attention.empty() && opt.attention != key_attention)
-    return clash(opt, "attention", opt.attention, key_attention);
-  ZT_ASSIGN_OR_RETURN(const AttentionImpl attention,
-                      parse_attention(!opt.attention.empty()   ? opt.attention
-                                      : !key_attention.empty() ? key_attention
-                                                               : "auto"));
+  ZT_ASSIGN_OR_RETURN(const AttentionImpl attention, parse_attention(r.ds.zerotrain.attention));
   ZT_ASSIGN_OR_RETURN(r.backend, make_backend(device, r.comm->local_rank(), r.comm->local_size(),
                                               threads, attention));
   if (r.ds.flops_profiler.enabled) {  // times every op of profile_step
@@ -469,14 +449,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
     r.profiler = p.get();
     r.backend = std::move(p);
   }
-  // The device-memory limit: the flag, the ds_config key, or both when they agree.
-  const int64_t key_limit = r.ds.zerotrain.device_memory_limit;
-  if (opt.device_memory_limit > 0 && key_limit > 0 && opt.device_memory_limit != key_limit)
-    return clash(opt, "device_memory_limit", format_bytes(opt.device_memory_limit),
-                 format_bytes(key_limit));
-  r.backend->set_memory_limit(
-      (size_t)(opt.device_memory_limit > 0 ? opt.device_memory_limit : key_limit));
-  ZT_RETURN_IF_ERROR(resolve_saves(opt, r));
+  r.backend->set_memory_limit((size_t)r.ds.zerotrain.device_memory_limit);
   return claim_dirs(opt, r);
 }
 

@@ -1,0 +1,104 @@
+// trainer/run_config.h: each flag that doubles a zerotrain key gives the run's value alone, the
+// key alone, or both when equal; a disagreement names the flag, the file and both values.
+#include "trainer/run_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace zt {
+namespace {
+
+const std::string kPath = "ds.json";
+
+absl::StatusOr<DsConfig> resolve(const std::string& zerotrain, const KeyFlags& f) {
+  return resolve_run_config(R"({"train_batch_size": 8, "zerotrain": {)" + zerotrain + "}}", 1,
+                            kPath, f);
+}
+
+TEST(RunConfig, AFlagOrItsKeyOrBothWhenTheyAgree) {
+  auto r = resolve("", {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zerotrain.attention, "auto");  // neither given
+  EXPECT_EQ(r->zerotrain.device_memory_limit, 0);
+  EXPECT_FALSE(r->zerotrain.gradient_checkpointing);
+  EXPECT_EQ(r->zerotrain.save_dir, "");
+  EXPECT_EQ(r->zerotrain.save_interval, 0);
+  EXPECT_EQ(r->zerotrain.keep_last, 0);
+  r = resolve("", {.attention = "flash",
+                   .device_memory_limit = 1 << 30,
+                   .gradient_checkpointing = true,
+                   .save_dir = "/tmp/a",
+                   .save_interval = 5,
+                   .keep_last = 2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zerotrain.attention, "flash");
+  EXPECT_EQ(r->zerotrain.device_memory_limit, 1 << 30);
+  EXPECT_TRUE(r->zerotrain.gradient_checkpointing);
+  EXPECT_EQ(r->zerotrain.save_dir, "/tmp/a");
+  EXPECT_EQ(r->zerotrain.save_interval, 5);
+  EXPECT_EQ(r->zerotrain.keep_last, 2);
+  const std::string keys =
+      R"("attention": "cudnn", "gradient_checkpointing": true, "save_dir": "/tmp/b",
+         "save_interval": 7, "keep_last": 3)";
+  r = resolve(keys, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zerotrain.attention, "cudnn");
+  EXPECT_TRUE(r->zerotrain.gradient_checkpointing);
+  EXPECT_EQ(r->zerotrain.save_dir, "/tmp/b");
+  EXPECT_EQ(r->zerotrain.save_interval, 7);
+  EXPECT_EQ(r->zerotrain.keep_last, 3);
+  // Both, equal (save_dir written another way, and --save_interval 0 beside a key).
+  r = resolve(keys, {.attention = "cudnn", .save_dir = "/tmp/b/", .save_interval = 7});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zerotrain.save_interval, 7);
+}
+
+TEST(RunConfig, AFlagAndItsKeyThatDisagreeAreNamed) {
+  struct Case {
+    std::string key;
+    KeyFlags flags;
+    std::string message;
+  };
+  const Case cases[] = {
+      {R"("attention": "cudnn")",
+       {.attention = "flash"},
+       "--attention flash and ds.json: zerotrain.attention cudnn disagree"},
+      {R"("save_dir": "/tmp/b")",
+       {.save_dir = "/tmp/a"},
+       "--save_dir /tmp/a and ds.json: zerotrain.save_dir /tmp/b disagree"},
+      {R"("save_interval": 7)",
+       {.save_interval = 5},
+       "--save_interval 5 and ds.json: zerotrain.save_interval 7 disagree"},
+      {R"("keep_last": 3)",
+       {.keep_last = 2},
+       "--keep_last 2 and ds.json: zerotrain.keep_last 3 disagree"},
+      {R"("device_memory_limit": "2GB")",
+       {.device_memory_limit = 1 << 30},
+       "--device_memory_limit"},
+  };
+  for (const Case& c : cases) {
+    auto r = resolve(c.key, c.flags);
+    ASSERT_FALSE(r.ok()) << c.key;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status();
+  }
+}
+
+// activation_checkpointing configured while checkpointing stays off is noticed; the flag turns
+// it on, and the notice goes.
+TEST(RunConfig, ActivationCheckpointingWithoutCheckpointingIsNoticed) {
+  const std::string text =
+      R"({"train_batch_size": 8, "activation_checkpointing": {"number_checkpoints": 2}})";
+  auto off = resolve_run_config(text, 1, kPath, {});
+  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_EQ(off->notices.size(), 1u);
+  EXPECT_NE(off->notices[0].find("--gradient_checkpointing"), std::string::npos);
+  auto on = resolve_run_config(text, 1, kPath, {.gradient_checkpointing = true});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->notices.empty());
+  EXPECT_TRUE(on->zerotrain.gradient_checkpointing);
+}
+
+}  // namespace
+}  // namespace zt
