@@ -1,15 +1,11 @@
 #include "zero/engine.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <thread>
 
 #include "common/fault.h"
 #include "common/status.h"
@@ -57,19 +53,6 @@ struct Engine::UnitState {
   size_t owned() const { return replicated ? numel : shard; }
   // This rank's working copy: the whole unit or its shard (params), or the node's (shared).
   void* working() const { return shared ? shared : params.data(); }
-};
-
-// The delayed update running in the background: per unit, a host snapshot of the gradient
-// it reads and the weights it writes (working dtype), published by the next step.
-struct Engine::Delayed {
-  struct Unit {
-    std::vector<uint8_t> grad, out;  // allocated at the first delayed step, kept for the run
-    DType grad_t = DType::kF32;
-    bool active = false;  // part of the update now running
-  };
-  std::vector<Unit> units;  // per unit
-  std::thread worker;
-  std::exception_ptr error;
 };
 
 // A gradient reduction in flight (overlap_comm): its buffers live until it completes.
@@ -157,7 +140,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 }
 
 Engine::~Engine() {
-  if (delayed_ && delayed_->worker.joinable()) delayed_->worker.join();
+  delayed_.reset();  // waits for an update still running
   // No buffer may go while the communication thread can still write into it.
   drain_reductions(0);
   gatherer_.reset();
@@ -236,14 +219,17 @@ double* Engine::norm_slot(const UnitState& s) {
 size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
   for (const MemoryTracker* t :
-       {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr, &delayed_host_})
+       {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr,
+        delayed_ ? &delayed_->host_tracker() : nullptr})
     if (t) b += peak ? t->peak(c) : t->current(c);
   return b;
 }
 OffloadTimes Engine::offload_times() const {
   return optimizer_->times() + (params_ ? params_->times() : OffloadTimes{});
 }
-int64_t Engine::bytes_to_host() const { return optimizer_->bytes_to_host() + delayed_to_host_; }
+int64_t Engine::bytes_to_host() const {
+  return optimizer_->bytes_to_host() + (delayed_ ? delayed_->bytes_to_host() : 0);
+}
 int64_t Engine::bytes_to_device() const {
   return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +
          delayed_to_device_;
@@ -665,83 +651,44 @@ void Engine::shared_barrier() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-// Snapshots every owned gradient into host memory (the stored ones are zeroed by finish_step)
-// and starts AdamW on them in a background thread, writing the new weights to host staging.
+// Snapshots every owned gradient as the step would read it (the stored ones are then zeroed by
+// finish_step) and starts the update on them in the background (zero/delayed_update.h).
 void Engine::start_delayed_update(const OptimizerStep& as) {
-  if (!delayed_) {  // the snapshots: the owned gradient as stored, the owned working copy
-    delayed_ = std::make_unique<Delayed>();
-    delayed_->units.resize(units_.size());
-    for (int u = 0; u < (int)units_.size(); ++u) {
-      UnitState& s = units_[u];
-      Delayed::Unit& x = delayed_->units[u];
+  if (!delayed_) {
+    std::vector<DelayedUpdate::Slice> slices;
+    for (const UnitState& s : units_) {
       const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
-      x.grad_t = reduced ? DType::kF32 : opt_.grad_dtype;
-      x.grad.resize(s.owned() * dtype_size(x.grad_t));
-      x.out.resize(s.owned() * dtype_size(opt_.param_dtype));
-      delayed_host_.on_alloc(MemCategory::kGrads, x.grad.size());
-      delayed_host_.on_alloc(MemCategory::kParams, x.out.size());
+      slices.push_back({s.owned(), reduced ? DType::kF32 : opt_.grad_dtype});
     }
+    delayed_ =
+        std::make_unique<DelayedUpdate>(be_, optimizer_.get(), std::move(slices), opt_.param_dtype);
   }
-  Delayed& d = *delayed_;
-  ZT_CHECK(!d.worker.joinable());
-  for (int u = 0; u < (int)units_.size(); ++u) {
-    UnitState& s = units_[u];
-    Delayed::Unit& x = d.units[u];
-    const OwnedGrad g = owned_grad(s);  // as the step would read it
-    x.active = true;
-    if (s.host_grads) {
-      optimizer_->copy_gradient(u, x.grad.data());
-    } else {
-      be_->copy_to_host(x.grad.data(), g.data, x.grad.size());
-      delayed_to_host_ += (int64_t)x.grad.size();
-    }
-  }
-  d.error = nullptr;
-  // OpenMP's thread count is per thread: the worker takes this one's (--threads).
-  const int threads = omp_get_max_threads();
-  d.worker = std::thread([this, as, &d, threads] {
-    omp_set_num_threads(threads);
-    try {
-      for (int u = 0; u < (int)d.units.size(); ++u) {
-        Delayed::Unit& x = d.units[u];
-        if (!x.active) continue;
-        OptimizerState::Io io{.grad = x.grad.data(),
-                              .grad_t = x.grad_t,
-                              .grad_on_host = true,
-                              .out = x.out.data(),
-                              .out_t = opt_.param_dtype,
-                              .out_on_host = true};
-        optimizer_->update(u, io, as);
-      }
-      optimizer_->flush();
-    } catch (...) {
-      d.error = std::current_exception();
-    }
-  });
+  delayed_->start(
+      [&](int u) -> const void* {
+        UnitState& s = units_[u];
+        const OwnedGrad g = owned_grad(s);
+        return s.host_grads ? nullptr : g.data;  // null: the state's host store has it
+      },
+      as);
 }
 
 void Engine::finish_delayed_update() {
-  if (!delayed_ || !delayed_->worker.joinable()) return;
-  Delayed& d = *delayed_;
-  d.worker.join();
-  if (d.error) std::rethrow_exception(d.error);
+  if (!delayed_ || !delayed_->running()) return;
+  delayed_->wait();
   // Node-shared: other ranks may still be reading the parameters in this step's backward.
   if (shared_) shared_barrier();
   std::vector<UnitState*> gather_units;
-  for (int u = 0; u < (int)d.units.size(); ++u) {
-    Delayed::Unit& x = d.units[u];
-    if (!x.active) continue;
-    x.active = false;
+  delayed_->for_each_result([&](int u, const void* out, size_t bytes) {
     UnitState& s = units_[u];
     if (s.store >= 0) {
-      std::memcpy(params_->begin_write(s.store), x.out.data(), x.out.size());
+      std::memcpy(params_->begin_write(s.store), out, bytes);
       params_->end_write(s.store);
     } else {
-      be_->copy_to_device(owned_working(s), x.out.data(), x.out.size());
-      delayed_to_device_ += (int64_t)x.out.size();
+      be_->copy_to_device(owned_working(s), out, bytes);
+      delayed_to_device_ += (int64_t)bytes;
     }
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
-  }
+  });
   gather_owned_slices(gather_units);
 }
 

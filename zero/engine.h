@@ -21,7 +21,7 @@
 //
 // Bytes per parameter: working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
 // optimizer K = optimizer_bytes_per_param (AdamW: 12, fp32 master, m, v; 8 when params are fp32,
-// they are the master; Lion and Adagrad 4 less).
+// they are the master; Lion and Adagrad 4 less; Muon as AdamW).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,7 @@
 #include "model/layout.h"
 #include "model/unit_engine.h"
 #include "zero/comm.h"
+#include "zero/delayed_update.h"
 #include "zero/loss_scaler.h"
 #include "zero/muon_update.h"
 #include "zero/optimizer_state.h"
@@ -214,7 +215,6 @@ class Engine final : public UnitEngine {
  private:
   struct UnitState;
   struct PendingReduce;
-  struct Delayed;
   // The gradient of a unit's owned elements, in its stored dtype (no conversion pass):
   // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
   // stored gradient (data null when the optimizer state holds it: host_grads).
@@ -259,9 +259,8 @@ class Engine final : public UnitEngine {
   std::optional<SharedMemory> shared_;  // node-shared working copies (node_shared_params)
   size_t shared_tracked_ = 0;           // its bytes, counted as kParams in the backend's tracker
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
-  std::unique_ptr<Delayed> delayed_;  // the update running in the background (DPU)
-  MemoryTracker delayed_host_;        // its gradient snapshots and staged weights
-  int64_t delayed_to_host_ = 0, delayed_to_device_ = 0;
+  std::unique_ptr<DelayedUpdate> delayed_;  // DPU: made at the first delayed step
+  int64_t delayed_to_device_ = 0;           // its weights published to the device
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
