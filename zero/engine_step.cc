@@ -1,0 +1,185 @@
+// The engine's optimizer step: norm, clipping, the update per unit, the delayed update.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/fault.h"
+#include "common/status.h"
+#include "common/timer.h"
+#include "zero/engine_unit.h"
+#include "zero/param_gatherer.h"
+
+namespace zt {
+
+absl::StatusOr<StepStats> Engine::step(float lr) {
+  drain_reductions(0);
+  finish_delayed_update();  // the previous step's update, if it ran in the background
+  StepStats st;
+  st.loss_scale = loss_scale();
+  // Global norm: every rank sums the squares of what it owns; replicated units count once.
+  // Each unit's Σ g² is in its norm slot on the device (or the offloaded state's, on the host),
+  // so the host waits for the device once, then adds them in unit order.
+  auto counted = [&](const UnitState& s) { return !s.replicated || rank_ == 0; };
+  std::vector<double> host_ss(units_.size(), 0.0);  // offloaded units' (zero where kZero)
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (!counted(s)) continue;
+    // owned_grad settles a stale gradient (no backward since the last step), offloaded too.
+    const OwnedGrad g = owned_grad(s);
+    if (s.host_grads) {
+      host_ss[u] = optimizer_->gradient_sum_squares((int)u);
+    } else if (s.owned_ss == UnitState::SumSq::kUnknown) {
+      be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(s));
+      s.owned_ss = UnitState::SumSq::kInSlot;
+    }
+  }
+  std::vector<double> slots(units_.size());
+  be_->copy_to_host(slots.data(), norm_ss_.data(), norm_ss_.bytes());
+  double ss = 0;
+  for (size_t u = 0; u < units_.size(); ++u)  // kInSlot is never set for an offloaded gradient
+    if (counted(units_[u]))
+      ss += units_[u].owned_ss == UnitState::SumSq::kInSlot ? slots[u] : host_ss[u];
+  if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
+  // A non-finite gradient anywhere makes the sum non-finite on every rank.
+  st.grad_norm = std::sqrt(ss) / st.loss_scale;
+  const bool forced = forced_overflow();  // tests only (common/fault.h)
+  if (scaler_) {
+    ZT_ASSIGN_OR_RETURN(st.skipped, scaler_->update(forced || !std::isfinite(st.grad_norm)));
+    if (st.skipped) {
+      finish_step();
+      st.step = t_;
+      return st;
+    }
+  }
+  if (opt_.gradient_clipping > 0 && st.grad_norm > opt_.gradient_clipping)
+    st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
+  ++t_;
+  const OptimizerParams& a = opt_.optimizer;
+  OptimizerStep as{.lr = lr,
+                   .beta1 = a.beta1,
+                   .beta2 = a.beta2,
+                   .eps = a.eps,
+                   .weight_decay = a.weight_decay,
+                   .t = t_,
+                   .grad_scale = st.clip_coef / st.loss_scale,
+                   .adam_w_mode = a.adam_w_mode,
+                   .bias_correction = a.bias_correction,
+                   .kind = a.kind,
+                   .lr_decay = a.lr_decay,
+                   .momentum = a.momentum};
+  if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
+    start_delayed_update(as);
+    finish_step();
+    st.step = t_;
+    return st;
+  }
+  const DType pt = opt_.param_dtype;
+  std::vector<UnitState*> gather_units;
+  for (int u = 0; u < (int)units_.size(); ++u) {
+    UnitState& s = units_[u];
+    const OwnedGrad g = owned_grad(s);
+    // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
+    // owned elements (unless the master is it), and the gradient zeroed for the next step
+    // where the backward accumulates into it (elsewhere its next writer overwrites it).
+    as.zero_grad = g.stored && (direct_grads(s) || s.stored == UnitState::Stored::kKernelsAdd);
+    if (g.stored) s.stored = as.zero_grad ? UnitState::Stored::kZero : UnitState::Stored::kStale;
+    OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .out_t = pt};
+    if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
+      io.out = params_->begin_write(s.store);
+      io.out_on_host = true;
+    } else if (!optimizer_->master_is_working_copy(u)) {
+      io.out = owned_working(s);
+    }
+    if (muon_)
+      muon_->update(*optimizer_, u, layout_.hidden_matrices(u), s.replicated ? 0 : rank_ * s.shard,
+                    s.owned(), !s.replicated, io, as);
+    else
+      optimizer_->update(u, io, as);
+    if (s.store >= 0) params_->end_write(s.store);
+    // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
+    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  }
+  optimizer_->flush();  // NVMe write-behind: errors surface in this step
+  gather_owned_slices(gather_units);
+  finish_step();
+  st.step = t_;
+  return st;
+}
+
+// The all-gathers go out after every update: issued between updates they would share the
+// cores and memory bandwidth with them (the communication thread copies while Adam streams).
+// Node-shared parameters need no gather: every rank wrote its slice in place, and a barrier
+// orders those writes before any rank's next read.
+void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
+  std::vector<CommRequest> gathers;
+  bool shared = false;
+  for (UnitState* s : units) {
+    shared |= s->shared != nullptr;
+    if (!s->shared)
+      gathers.push_back(
+          comm_->all_gather(owned_working(*s), s->params.data(), s->shard, opt_.param_dtype));
+  }
+  Timer t;
+  for (CommRequest& g : gathers) g.wait();
+  if (shared) shared_barrier();
+  comm_wait_ms_ += t.ms();
+}
+
+// Snapshots every owned gradient as the step would read it (the stored ones are then zeroed by
+// finish_step) and starts the update on them in the background (zero/delayed_update.h).
+void Engine::start_delayed_update(const OptimizerStep& as) {
+  if (!delayed_) {
+    std::vector<DelayedUpdate::Slice> slices;
+    for (const UnitState& s : units_) {
+      const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
+      slices.push_back({s.owned(), reduced ? DType::kF32 : opt_.grad_dtype});
+    }
+    delayed_ =
+        std::make_unique<DelayedUpdate>(be_, optimizer_.get(), std::move(slices), opt_.param_dtype);
+  }
+  delayed_->start(
+      [&](int u) -> const void* {
+        UnitState& s = units_[u];
+        const OwnedGrad g = owned_grad(s);
+        return s.host_grads ? nullptr : g.data;  // null: the state's host store has it
+      },
+      as);
+}
+
+void Engine::finish_delayed_update() {
+  if (!delayed_ || !delayed_->running()) return;
+  delayed_->wait();
+  // Node-shared: other ranks may still be reading the parameters in this step's backward.
+  if (shared_) shared_barrier();
+  std::vector<UnitState*> gather_units;
+  delayed_->for_each_result([&](int u, const void* out, size_t bytes) {
+    UnitState& s = units_[u];
+    if (s.store >= 0) {
+      std::memcpy(params_->begin_write(s.store), out, bytes);
+      params_->end_write(s.store);
+    } else {
+      be_->copy_to_device(owned_working(s), out, bytes);
+      delayed_to_device_ += (int64_t)bytes;
+    }
+    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  });
+  gather_owned_slices(gather_units);
+}
+
+void Engine::finish_step() {
+  for (UnitState& s : units_) {
+    if (s.holds_values()) {
+      if (direct_grads(s)) {
+        be_->zero(s.grads.data(), s.grads.bytes());
+        s.stored = UnitState::Stored::kZero;
+      } else {
+        s.stored = UnitState::Stored::kStale;  // its next writer overwrites it
+      }
+    }
+    s.owned_ss = UnitState::SumSq::kUnknown;
+    s.reduced.reset();
+  }
+  gatherer_->end_step();  // stage 3: the trace for the next step; nothing stays gathered
+}
+
+}  // namespace zt
