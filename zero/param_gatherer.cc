@@ -1,9 +1,9 @@
 #include "zero/param_gatherer.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+#include <stdexcept>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/timer.h"
 
@@ -44,15 +44,15 @@ void ParamGatherer::check_unit_sequence(int u) {
   // agree on the unit first (a scalar reduction, outside the volume accounting).
   double v[2] = {(double)u, (double)-u};
   comm_->all_reduce_scalars(v, 2, ScalarOp::kMax);
-  if (v[0] != u || -v[1] != u) {
-    std::fprintf(stderr,
-                 "error: rank %d: ZeRO stage 3 ranks are executing different unit sequences "
-                 "(this rank fetches unit %d, another rank a different one); every rank must "
-                 "run the same model and batch shape\n",
-                 rank_, u);
-    std::fflush(stderr);
-    std::exit(kUserErrorExitCode);  // every rank sees the mismatch, so none is left waiting
-  }
+  // Every rank sees the mismatch, so each ends with the error and none is left waiting.
+  if (v[0] != u || -v[1] != u)
+    throw std::runtime_error(
+        absl::StrCat("rank ", rank_,
+                     ": ZeRO stage 3 ranks are executing different unit sequences (this rank "
+                     "fetches unit ",
+                     u,
+                     ", another rank a different one); every rank must run the same "
+                     "model and batch shape"));
 }
 
 void ParamGatherer::gather(int u) {

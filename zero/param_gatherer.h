@@ -71,7 +71,8 @@ class ParamGatherer {
     bool pending = false;  // req not waited for yet
     int live = 0;          // users now (nested fetches)
   };
-  void check_unit_sequence(int u);  // every rank fetches the same unit, else end all
+  // Collective: every rank fetches the same unit, else each throws std::runtime_error.
+  void check_unit_sequence(int u);
   void gather(int u);               // issue the all-gather of unit u
   void wait_gathered(Unit& s);      // complete it
   void free_gathered(Unit& s);

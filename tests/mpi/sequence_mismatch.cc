@@ -2,6 +2,7 @@
 // step. The engine must notice before posting mismatched all-gathers and end every rank with
 // exit code 2 and a message, instead of hanging.
 #include <cstdio>
+#include <exception>
 
 #include "model/layout.h"
 #include "model/transformer.h"
@@ -21,7 +22,12 @@ int main(int argc, char** argv) {
   eo.zero.stage3_param_persistence_threshold = 0;
   zt::Engine engine(layout, be.get(), comm->get(), eo);
   const int unit = (*comm)->rank() == 0 ? 1 : 2;  // the ranks disagree
-  engine.fetch(unit);
+  try {
+    engine.fetch(unit);
+  } catch (const std::exception& e) {  // as the trainer's main: the message, exit code 2
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   std::printf("rank %d: fetch returned; the mismatch went unnoticed\n", (*comm)->rank());
   return 0;
 }
