@@ -114,9 +114,9 @@ class ConsoleSink final : public MetricsSink {
       if (s.offload) {  // within the phases above (gradients move out during the backward)
         const OffloadTimes& o = *s.offload;
         std::printf(
-            "  offload (ms) | gradients out %.1f | CPU Adam %.1f | parameters in %.1f | NVMe "
+            "  offload (ms) | gradients out %.1f | CPU step %.1f | parameters in %.1f | NVMe "
             "read wait %.1f | NVMe write wait %.1f\n",
-            o.grad_out_ms, o.adam_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
+            o.grad_out_ms, o.cpu_step_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
       }
     }
     std::fflush(stdout);

@@ -17,16 +17,16 @@ enum class OffloadDevice { kNone, kCpu, kNvme };
 // when it ran behind other work.
 struct OffloadTimes {
   double grad_out_ms = 0;    // gradients device -> host
-  double adam_ms = 0;        // CPU Adam
+  double cpu_step_ms = 0;    // the optimizer step on the CPU (CPU Adam, Lion, Adagrad, Muon)
   double param_in_ms = 0;    // parameters host -> device (updated working copies, shard loads)
   double nvme_read_ms = 0;   // waiting for reads from the drive
   double nvme_write_ms = 0;  // waiting for writes to the drive
   OffloadTimes operator+(const OffloadTimes& o) const {
-    return {grad_out_ms + o.grad_out_ms, adam_ms + o.adam_ms, param_in_ms + o.param_in_ms,
+    return {grad_out_ms + o.grad_out_ms, cpu_step_ms + o.cpu_step_ms, param_in_ms + o.param_in_ms,
             nvme_read_ms + o.nvme_read_ms, nvme_write_ms + o.nvme_write_ms};
   }
   OffloadTimes operator-(const OffloadTimes& o) const {
-    return {grad_out_ms - o.grad_out_ms, adam_ms - o.adam_ms, param_in_ms - o.param_in_ms,
+    return {grad_out_ms - o.grad_out_ms, cpu_step_ms - o.cpu_step_ms, param_in_ms - o.param_in_ms,
             nvme_read_ms - o.nvme_read_ms, nvme_write_ms - o.nvme_write_ms};
   }
 };
