@@ -36,8 +36,9 @@ inline const char* arch_name(Arch a) { return a == Arch::kGPT2 ? "gpt2" : "llama
 
 // Every field of c in declaration order, the one list the trainer's identities and checks read:
 // f(name, value, shapes) with the architecture as arch_name, the rest as stored; `shapes` is
-// true for the fields that fix the parameters' shapes (not max_seq_len, a knob of RoPE models,
-// nor the epsilon and theta, which change the numbers only).
+// true for the fields that fix the weights' shapes whatever the context length: not
+// max_seq_len (a knob, --max_seq_len, though it sizes GPT-2's position table), nor the epsilon
+// and theta, which change the numbers only.
 template <class F>
 void for_each_field(const ModelConfig& c, F&& f) {
   f("arch", arch_name(c.arch), true);

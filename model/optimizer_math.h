@@ -82,6 +82,7 @@ struct OptimizerStep {
   // unit's owned slice as sorted [begin, end) pairs (2 * num_muon_spans values, host memory);
   // `offset` is the owned index of this call's element 0 (an offloaded state's tiles).
   double momentum = 0.95;
+  double aux_lr = -1;  // Muon: its AdamW elements' learning rate (< 0: lr), the other half's
   int muon_pass = 1;
   const size_t* muon_spans = nullptr;
   int num_muon_spans = 0;
@@ -175,6 +176,14 @@ struct AdagradCoefs {
 inline AdagradCoefs adagrad_coefs(const OptimizerStep& s) {
   return {(float)s.weight_decay, (float)(s.lr / (1.0 + (s.t - 1) * s.lr_decay)), (float)s.eps,
           (float)s.grad_scale};
+}
+
+// The step Muon's AdamW elements take: s at their own learning rate (DeepSpeed's MuonWithAuxAdam
+// gives each half its lr: params.adam_lr and muon_lr, scheduled each on its own).
+inline OptimizerStep muon_adam_half(const OptimizerStep& s) {
+  OptimizerStep a = s;
+  if (s.aux_lr >= 0) a.lr = s.aux_lr;
+  return a;
 }
 
 // Muon's per-step constants (pass 1: the momentum; pass 2: decay and learning rate).

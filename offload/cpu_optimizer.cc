@@ -162,7 +162,7 @@ class CpuOptimizerState final : public OptimizerState {
       for (int i = 0; i + 1 < arrays_; ++i) states[i] = st.state[i] + off;
       host_step.offset = s.offset + pos;  // Muon: where this tile sits among the matrices
       cpu_optimizer_step(st.master + off, g, io.grad_t, states, o, io.out_t, n, host_step);
-      clock_.add(OffloadClock::kAdam, adam.ms());
+      clock_.add(OffloadClock::kCpuStep, adam.ms());
       if (out_on_device) {
         out_ticket_[h] = be_->copy_to_device_async(out + pos * ob, o, n * ob);
         to_device_ += (int64_t)(n * ob);

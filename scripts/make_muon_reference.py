@@ -10,7 +10,8 @@ a tall matrix and a square one. On each matrix (nn.Linear (out, in) orientation)
         A = X X^T;  B = b A + c A A;  X = a X + B X      (a, b, c) = (3.4445, -4.7750, 2.0315)
     o = X (transposed back) * sqrt(max(1, rows / cols))
     p = p (1 - lr wd) - lr o
-and on the vector AdamW (torch.optim.AdamW's update, bias-corrected). Parameters are
+and on the vector AdamW (torch.optim.AdamW's update, bias-corrected) at its own learning rate
+(adam_lr, as DeepSpeed gives MuonWithAuxAdam's other half). Parameters are
 1 + 0.5 hash(i, 0) and step t's gradient hash(i, t) / 8 in fp32, times 0.7 (the unscale and
 clip factor), as tests/unit/cpu_optimizer_test.cc rebuilds them. The fixture holds the final
 parameters, momentum (exp_avg) and AdamW's exp_avg_sq of every element.
@@ -30,7 +31,7 @@ from fixture_hash import hash_uniform  # noqa: E402
 
 STEPS = 10
 GRAD_FACTOR = 0.7
-HP = dict(lr=0.02, momentum=0.95, betas=(0.9, 0.95), eps=1e-10, weight_decay=0.1)
+HP = dict(lr=0.02, adam_lr=3e-3, momentum=0.95, betas=(0.9, 0.95), eps=1e-10, weight_decay=0.1)
 # (name, offset, shape): matrices with two dims, the rest AdamW's
 LAYOUT = [("wide", 0, (24, 40)), ("bias", 960, (16,)), ("tall", 976, (48, 16)),
           ("square", 1744, (32, 32))]
@@ -58,7 +59,7 @@ def main():
     i = np.arange(N, dtype=np.uint32)
     p = (1.0 + 0.5 * hash_uniform(i, 0)).astype(np.float32).astype(np.float64)
     m, v = np.zeros(N), np.zeros(N)
-    lr, mu, wd, eps = HP["lr"], HP["momentum"], HP["weight_decay"], HP["eps"]
+    lr, adam_lr, mu, wd, eps = HP["lr"], HP["adam_lr"], HP["momentum"], HP["weight_decay"], HP["eps"]
     b1, b2 = HP["betas"]
     for t in range(1, STEPS + 1):
         g = (hash_uniform(i, t) / 8).astype(np.float32).astype(np.float64) * GRAD_FACTOR
@@ -70,11 +71,11 @@ def main():
                 o = newton_schulz5(u.reshape(shape)).reshape(-1)
                 p[s] = p[s] * (1 - lr * wd) - lr * o
             else:
-                p[s] *= 1 - lr * wd
+                p[s] *= 1 - adam_lr * wd
                 m[s] = b1 * m[s] + (1 - b1) * g[s]
                 v[s] = b2 * v[s] + (1 - b2) * g[s] ** 2
                 denom = np.sqrt(v[s]) / np.sqrt(1 - b2 ** t) + eps
-                p[s] -= lr / (1 - b1 ** t) * m[s] / denom
+                p[s] -= adam_lr / (1 - b1 ** t) * m[s] / denom
     doc = {"generator": "scripts/make_muon_reference.py", "numpy": np.__version__, "n": N,
            "steps": STEPS, "grad_factor": GRAD_FACTOR, **HP,
            "layout": [{"name": n, "offset": o, "shape": list(s)} for n, o, s in LAYOUT],

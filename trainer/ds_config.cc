@@ -447,8 +447,15 @@ absl::Status read_optimizer_params(const std::string& src, ObjectReader& p, Opti
       ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
       // Both run in fp32 here: "gram" is the same iteration on the Gram matrix.
       ZT_RETURN_IF_ERROR(p.get_choice({"ns_method"}, {"gram", "standard"}, false, &o->ns_method));
-      p.unsupported("muon_lr");  // one learning rate (and schedule) for both halves here
-      p.unsupported("adam_lr");
+      // Each half's lr (DeepSpeed's engine: muon_lr / adam_lr over the shared lr, else
+      // MuonWithAuxAdam's defaults 0.02 and 3e-4). o->lr is the matrices'.
+      {
+        double muon_lr = o->lr >= 0 ? o->lr : 0.02;
+        o->adam_lr = o->lr >= 0 ? o->lr : 3e-4;
+        ZT_RETURN_IF_ERROR(p.get_double({"muon_lr"}, &muon_lr, 0.0));
+        ZT_RETURN_IF_ERROR(p.get_double({"adam_lr"}, &o->adam_lr, 0.0));
+        o->lr = muon_lr;
+      }
       break;
   }
   p.unsupported("fp32_optimizer_states", true);
@@ -480,7 +487,7 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
     o->type = OptimizerType::kMuon;
     o->beta2 = 0.95;  // MuonWithAuxAdam's AdamW defaults: betas (0.9, 0.95), eps 1e-10
     o->eps = 1e-10;
-    o->lr = -1;  // required: see below
+    o->lr = -1;  // given or not: read_optimizer_params resolves each half's
   } else {
     return absl::UnimplementedError(absl::StrCat(src, ": optimizer.type: ", show(*type),
                                                  " is not implemented in this build; supported "
@@ -494,12 +501,9 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
     ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
     ZT_RETURN_IF_ERROR(read_optimizer_params(src, p, o));
   }
-  if (o->lr < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        src,
-        ": optimizer.params.lr: Muon needs a learning rate here, shared by its matrices and its "
-        "AdamW (DeepSpeed's defaults differ per half: 0.02 and 3e-4; this build has one lr "
-        "and one schedule), e.g. \"params\": {\"lr\": 0.02}"));
+  if (o->type == OptimizerType::kMuon && o->lr < 0) {  // no params: each half's default
+    o->lr = 0.02;
+    o->adam_lr = 3e-4;
   }
   // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
   o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;

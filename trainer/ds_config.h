@@ -40,8 +40,9 @@ enum class OptimizerType { kAdam, kAdamW, kLion, kAdagrad, kMuon };
 struct OptimizerConfig {
   bool specified = false;                      // the file had an "optimizer" section
   OptimizerType type = OptimizerType::kAdamW;  // "Adam", "AdamW", "Lion", "Adagrad" or "Muon"
-  double lr = 1e-3;                // params.lr: learning rate (before any scheduler); Adagrad 1e-2;
-                                   // Muon: required (both halves)
+  double lr = 1e-3;     // params.lr: learning rate (before any scheduler); Adagrad 1e-2; Muon:
+                        // its matrices' (params.muon_lr, else lr, else 0.02)
+  double adam_lr = -1;  // Muon: its AdamW half's (params.adam_lr, else lr, else 3e-4)
   double beta1 = 0.9;              // params.betas[0] (Adam, Lion, Muon's AdamW), in [0, 1)
   double beta2 = 0.999;            // params.betas[1] (Adam, Lion; Muon's AdamW 0.95), in [0, 1)
   double eps = 1e-8;               // params.eps (Adam; Adagrad and Muon 1e-10), > 0

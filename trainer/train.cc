@@ -112,7 +112,8 @@ nlohmann::json numeric_ds_config(const DsConfig& ds) {
     case OptimizerKind::kMuon:
       j["optimizer"] = {{"type", "Muon"},
                         {"params",
-                         {{"lr", o.lr},
+                         {{"muon_lr", o.lr},
+                          {"adam_lr", o.adam_lr},
                           {"momentum", o.momentum},
                           {"betas", {o.beta1, o.beta2}},
                           {"eps", o.eps},
@@ -649,9 +650,15 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
     s.loss /= r.comm->world_size();
   }
   // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
-  s.lr = lr_at(r.ds.scheduler, r.ds.optimizer.lr, r.engine->steps_taken());
+  const OptimizerConfig& o = r.ds.optimizer;
+  s.lr = lr_at(r.ds.scheduler, o.lr, r.engine->steps_taken());
+  // Muon's AdamW half on its own lr, scheduled as DeepSpeed schedules each param group.
+  const double adam_half_lr = o.type == OptimizerType::kMuon
+                                  ? lr_at(r.ds.scheduler, o.adam_lr, r.engine->steps_taken())
+                                  : -1;
   Timer to;
-  ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(s.lr)));
+  ZT_ASSIGN_OR_RETURN(const StepStats st,
+                      r.engine->step(static_cast<float>(s.lr), static_cast<float>(adam_half_lr)));
   s.optimizer_ms = to.ms();
   s.grad_norm = st.grad_norm;
   s.loss_scale = st.loss_scale;

@@ -172,8 +172,8 @@ class Engine final : public UnitEngine {
   // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip /
   // (norm + 1e-6) when norm > clip), the optimizer on the owned fp32 master weights, refresh of the
   // working parameters, zeroed gradients. Errors: an fp16 overflow at min_loss_scale (DeepSpeed
-  // stops the run there too).
-  absl::StatusOr<StepStats> step(float lr);
+  // stops the run there too). adam_half_lr: Muon's AdamW elements' learning rate (< 0: lr).
+  absl::StatusOr<StepStats> step(float lr, float adam_half_lr = -1);
   int steps_taken() const { return t_; }
   // Delayed parameter update: waits for the update still running and publishes its weights, so
   // parameters and optimizer state are current (before reading parameters, at the end of a
@@ -266,10 +266,10 @@ class Engine final : public UnitEngine {
   std::optional<LossScaler> scaler_;
   int t_ = 0;
   double comm_wait_ms_ = 0;  // waiting for reductions (the gatherer counts its own)
+  std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.
   std::unique_ptr<ParamGatherer> gatherer_;
-  std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
 };
 
 }  // namespace zt

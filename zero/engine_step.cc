@@ -11,7 +11,7 @@
 
 namespace zt {
 
-absl::StatusOr<StepStats> Engine::step(float lr) {
+absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   drain_reductions(0);
   finish_delayed_update();  // the previous step's update, if it ran in the background
   StepStats st;
@@ -66,7 +66,8 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
                    .bias_correction = a.bias_correction,
                    .kind = a.kind,
                    .lr_decay = a.lr_decay,
-                   .momentum = a.momentum};
+                   .momentum = a.momentum,
+                   .aux_lr = adam_half_lr};
   if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
     start_delayed_update(as);
     finish_step();
@@ -100,6 +101,7 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
   optimizer_->flush();  // NVMe write-behind: errors surface in this step
+  if (muon_) muon_->end_step();
   gather_owned_slices(gather_units);
   finish_step();
   st.step = t_;

@@ -5,9 +5,11 @@
 // orthogonalises those (model/newton_schulz.h); pass 2 applies the rank's slice of the result.
 // Gathering rather than cutting shards at matrix boundaries keeps ZeRO's equal shards and the
 // partition plan (zero/partition.h) unchanged, and is what DeepSpeed does for ZeRO 1-2 (its
-// Muon groups all-gather gradient and momentum). u is gathered in fp32 (4 bytes per element of
-// the unit per step, the all-gather's volume again); a matrix spanning two shards is
-// orthogonalised on both ranks.
+// Muon groups all-gather gradient and momentum). u is gathered in fp32: Ψ_u elements of each
+// block unit per step, twice the bytes of a bf16 parameter all-gather; a matrix spanning two
+// shards is orthogonalised on both ranks. The step's buffers (u, the gathered u, the update:
+// 4 bytes per element of the largest unit each, and Newton-Schulz's workspace) are freed at its
+// end; the estimator does not count them yet.
 #pragma once
 
 #include <vector>
@@ -31,6 +33,9 @@ class MuonUpdate {
   void update(OptimizerState& state, int u, const std::vector<MatrixSlot>& matrices,
               size_t owned_begin, size_t owned, bool sharded, const OptimizerState::Io& io,
               OptimizerStep s);
+  // Frees the step's fp32 buffers (u, gathered u, the update), so the next forward and
+  // backward do not hold them.
+  void end_step() { u_owned_.reset(), u_full_.reset(), update_.reset(), ns_.reset(); }
 
  private:
   Backend* be_;

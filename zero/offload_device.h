@@ -34,11 +34,11 @@ struct OffloadTimes {
 // OffloadTimes added to from several threads (the delayed update's and the training loop's).
 class OffloadClock {
  public:
-  enum Phase { kGradOut, kAdam, kParamIn, kNvmeRead, kNvmeWrite, kPhases };
+  enum Phase { kGradOut, kCpuStep, kParamIn, kNvmeRead, kNvmeWrite, kPhases };
   void add(Phase p, double ms) { us_[p].fetch_add((int64_t)(ms * 1e3)); }
   OffloadTimes times() const {
     auto ms = [this](Phase p) { return us_[p].load() / 1e3; };
-    return {ms(kGradOut), ms(kAdam), ms(kParamIn), ms(kNvmeRead), ms(kNvmeWrite)};
+    return {ms(kGradOut), ms(kCpuStep), ms(kParamIn), ms(kNvmeRead), ms(kNvmeWrite)};
   }
 
  private:

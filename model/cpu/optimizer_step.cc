@@ -84,6 +84,7 @@ void muon_step(float* master, void* grad, DType grad_t, float* const* states, vo
                DType out_t, size_t n, const OptimizerStep& s, SimdLevel level) {
   const size_t gb = dtype_size(grad_t), ob = dtype_size(out_t);
   const MuonCoefs c = muon_coefs(s);
+  const OptimizerStep adam = muon_adam_half(s);
   char* const g = static_cast<char*>(grad);
   char* const o = static_cast<char*>(out);
   for_each_muon_run(s, n, [&](size_t begin, size_t end, bool muon) {
@@ -93,7 +94,7 @@ void muon_step(float* master, void* grad, DType grad_t, float* const* states, vo
     if (!muon) {
       if (s.muon_pass == 1) {
         cpu_adam_step(master + begin, gk, grad_t, states[0] + begin, states[1] + begin, ok, out_t,
-                      k, s, level);
+                      k, adam, level);
       } else if (ok) {
         convert_serial(master + begin, DType::kF32, ok, out_t, k);
       }

@@ -85,7 +85,8 @@ void CudaBackend::optimizer_update(float* master, void* grad, DType grad_t, floa
                         states[0] + b, o, out_t, e - b, s.muon_pass, s.zero_grad, muon_coefs(s));
         else if (s.muon_pass == 1)
           launch_kernel(adamw_kernel, blocks_for(e - b), kThreads, stream_, master + b, g, grad_t,
-                        states[0] + b, states[1] + b, o, out_t, e - b, adam_coefs(s));
+                        states[0] + b, states[1] + b, o, out_t, e - b,
+                        adam_coefs(muon_adam_half(s)));
         else if (o)
           convert(master + b, DType::kF32, o, out_t, e - b);
       });

@@ -329,6 +329,7 @@ TEST(Muon, MatchesTheReferenceInOnePieceOrMany) {
                       .grad_scale = fx["grad_factor"],
                       .kind = OptimizerKind::kMuon,
                       .momentum = fx["momentum"],
+                      .aux_lr = fx["adam_lr"],
                       .muon_spans = spans.data(),
                       .num_muon_spans = (int)spans.size() / 2};
       auto pass = [&](int which, float* grad, float* out) {

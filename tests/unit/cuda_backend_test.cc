@@ -1009,6 +1009,7 @@ TEST_F(CudaVsCpu, MuonPassesGiveTheCpusBits) {
                     .zero_grad = true,
                     .kind = OptimizerKind::kMuon,
                     .momentum = 0.95,
+                    .aux_lr = 3e-3,
                     .muon_spans = spans,
                     .num_muon_spans = 2,
                     .offset = offset};

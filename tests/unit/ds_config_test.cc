@@ -166,16 +166,16 @@ TEST(DsConfig, LionAndAdagradTakeTheirOwnParamsAndDefaults) {
 }
 
 // Muon (DeepSpeed's MuonWithAuxAdam): momentum 0.95 for the matrices, AdamW betas (0.9, 0.95)
-// and eps 1e-10 for the rest. DeepSpeed gives each half its own lr (muon_lr 0.02, adam_lr
-// 3e-4); this build has one lr and one schedule, so lr is required and the split keys are
-// refused by name; the delayed update cannot gather a matrix, so it is refused with Muon.
-TEST(DsConfig, MuonTakesOneLrAndDeepSpeedsOtherDefaults) {
-  auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "muon",
-               "params": {"lr": 0.02}}})");
+// and eps 1e-10 for the rest. Each half has its lr as DeepSpeed's engine resolves it: muon_lr /
+// adam_lr, else the shared lr, else MuonWithAuxAdam's 0.02 and 3e-4. The delayed update cannot
+// gather a matrix, so it is refused with Muon.
+TEST(DsConfig, MuonTakesEachHalfsLrAndDeepSpeedsDefaults) {
+  auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "muon"}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->optimizer.type, OptimizerType::kMuon);
   EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kMuon);
   EXPECT_EQ(r->optimizer.lr, 0.02);
+  EXPECT_EQ(r->optimizer.adam_lr, 3e-4);
   EXPECT_EQ(r->optimizer.momentum, 0.95);
   EXPECT_EQ(r->optimizer.beta1, 0.9);
   EXPECT_EQ(r->optimizer.beta2, 0.95);
@@ -186,25 +186,37 @@ TEST(DsConfig, MuonTakesOneLrAndDeepSpeedsOtherDefaults) {
                "momentum": 0.9, "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.1,
                "ns_method": "standard"}}})");
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.lr, 0.01);  // shared by both halves
+  EXPECT_EQ(r->optimizer.adam_lr, 0.01);
   EXPECT_EQ(r->optimizer.momentum, 0.9);
   EXPECT_EQ(r->optimizer.beta2, 0.99);
   EXPECT_EQ(r->optimizer.eps, 1e-8);
   EXPECT_EQ(r->optimizer.weight_decay, 0.1);
   EXPECT_EQ(r->optimizer.ns_method, "standard");
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})"),
-                       {"optimizer.params.lr", "Muon", "\"lr\": 0.02"}));
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+               "params": {"lr": 0.01, "adam_lr": 1e-3}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.lr, 0.01);
+  EXPECT_EQ(r->optimizer.adam_lr, 1e-3);
+  r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+               "params": {"muon_lr": 0.05}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->optimizer.lr, 0.05);
+  EXPECT_EQ(r->optimizer.adam_lr, 3e-4);
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
-                           "params": {"lr": 0.02, "momentum": 1.5}}})"),
+                           "params": {"momentum": 1.5}}})"),
                        {"optimizer.params.momentum"}));
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
-                           "params": {"lr": 0.02, "muon_lr": 0.02}}})",
-                                1, absl::StatusCode::kUnimplemented),
-                       {"optimizer.params.muon_lr"}));
+                           "params": {"adam_lr": -1}}})"),
+                       {"optimizer.params.adam_lr"}));
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
-                           "params": {"lr": 0.02, "ns_method": "cubic"}}})"),
+                           "params": {"ns_method": "cubic"}}})"),
                        {"optimizer.params.ns_method", "gram"}));
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
-                           "params": {"lr": 0.02}}, "zero_optimization": {"stage": 2,
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+                           "params": {"muon_lr": 0.02}}})"),
+                       {"optimizer.params.muon_lr: unknown key"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"},
+                           "zero_optimization": {"stage": 2,
                            "offload_optimizer": {"device": "cpu"}},
                            "zerotrain": {"delayed_param_update": {"enabled": true}}})",
                                 1, absl::StatusCode::kUnimplemented),

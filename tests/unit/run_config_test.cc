@@ -48,7 +48,7 @@ TEST(RunConfig, AFlagOrItsKeyOrBothWhenTheyAgree) {
   EXPECT_EQ(r->zerotrain.save_dir, "/tmp/b");
   EXPECT_EQ(r->zerotrain.save_interval, 7);
   EXPECT_EQ(r->zerotrain.keep_last, 3);
-  // Both, equal (save_dir written another way, and --save_interval 0 beside a key).
+  // Both, equal (save_dir written with a trailing slash).
   r = resolve(keys, {.attention = "cudnn", .save_dir = "/tmp/b/", .save_interval = 7});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->zerotrain.save_interval, 7);
