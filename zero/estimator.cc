@@ -100,7 +100,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
   int64_t host_grad_bytes = 0, host_params = 0, nvme_params = 0, largest_nvme = 0;
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
-  for (const UnitPartition& u : plan_partition(units, po)) {
+  const std::vector<UnitPartition> plan = plan_partition(units, po);
+  for (const UnitPartition& u : plan) {
     const int64_t n = u.numel, shard = u.shard, padded = u.padded;
     e.psi += n;
     e.padded_psi += padded;
@@ -171,6 +172,25 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
   // before training: the workspace peak is at least that.
   if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, largest_padded * 4);
+  // Muon's step (zero/muon_update.h), when the forward's and backward's workspace is free: u and
+  // the update of a block unit's owned elements, its gathered u when sharded (padded), and
+  // Newton-Schulz on the largest hidden matrix (its output, two iterates, three Gram-sized
+  // matrices), all fp32, each at its largest over the blocks.
+  if (in.optimizer == OptimizerKind::kMuon && in.model &&
+      plan.size() == (size_t)ParamLayout(*in.model).num_units()) {
+    const ParamLayout layout(*in.model);
+    int64_t owned = 0, gathered = 0, ns = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      if (layout.hidden_matrices(u).empty()) continue;
+      owned = std::max(owned, plan[u].owned());
+      if (!plan[u].replicated) gathered = std::max(gathered, plan[u].padded);
+      for (const MatrixSlot& m : layout.hidden_matrices(u)) {
+        const int64_t r = std::min(m.rows, m.cols);
+        ns = std::max(ns, 3 * m.rows * m.cols + 3 * r * r + 2);  // + the norm's double
+      }
+    }
+    ws = std::max(ws, 4 * (2 * owned + gathered + ns));
+  }
   e.dev(M::kWorkspace) = ws;
   if (shards && !in.unit_numel.empty()) {
     const int64_t in_flight = in.overlap_comm ? 2 : 1;

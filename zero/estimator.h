@@ -137,7 +137,9 @@ struct MemoryEstimate {
 // not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is
 // 2-3; at stages 1-2 with N_d > 1 at least the fp32 copy of the largest unit that loading
-// parameters goes through. Only with unit_numel (a bare Ψ has no unit structure: workspace 0).
+// parameters goes through; with Muon, at least its step's u, update, gathered u and
+// Newton-Schulz matrices (fp32; needs model). Only with unit_numel (a bare Ψ has no unit
+// structure: workspace 0).
 // Communication buffers (N_d > 1): the fp32 gradient being reduced (stages 0-1: the whole unit,
 // sent from a copy) and the fp32 shard it reduces to (stages 1-3), for the largest unit, twice
 // with overlap_comm; stage 1 also keeps every unit's reduced fp32 shard until the step (4 bytes

@@ -379,6 +379,38 @@ TEST(Estimator, MatchesEngineAllocationStage0) {
   }
 }
 
+// Muon's step holds u, the update and Newton-Schulz's matrices in fp32 (zero/muon_update.h): the
+// estimator's workspace is what the engine's step allocates on top of what it held before, at
+// stage 0 in fp32 (where nothing else needs workspace), for LLaMA and GPT-2 shapes.
+TEST(Estimator, MuonStepWorkspaceIsWhatTheEngineAllocates) {
+  for (const char* name : {"tiny-llama", "tiny-gpt2"}) {
+    auto c = preset(name);
+    ASSERT_TRUE(c.ok());
+    const ParamLayout layout(*c);
+    auto be = make_cpu_backend(1);
+    EngineOptions eo;
+    eo.param_dtype = eo.grad_dtype = DType::kF32;
+    eo.optimizer.kind = OptimizerKind::kMuon;
+    auto comm = make_single_process_communicator();
+    Engine engine(layout, be.get(), comm.get(), eo);
+    const size_t before = be->tracker().current(M::kWorkspace);
+    ASSERT_EQ(be->tracker().peak(M::kWorkspace), before);
+    ASSERT_TRUE(engine.step(1e-3f).ok());
+    EXPECT_EQ(be->tracker().current(M::kWorkspace), before) << name << ": freed at the step's end";
+    EstimateInput in;
+    in.unit_numel = unit_numels(*c);
+    in.model = *c;
+    in.stage = 0;
+    in.param_dtype = in.grad_dtype = DType::kF32;
+    in.optimizer = OptimizerKind::kMuon;
+    auto e = estimate_memory(in);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(static_cast<int64_t>(be->tracker().peak(M::kWorkspace) - before),
+              e->dev(M::kWorkspace))
+        << name;
+  }
+}
+
 // transformer_activation_bytes equals what the Transformer allocates as activations, with and
 // without activation checkpointing, in fp32 (the CPU backend's) and bf16 (a GPU's).
 TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
