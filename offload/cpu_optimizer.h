@@ -13,13 +13,15 @@
 
 #include "model/backend.h"
 #include "offload/nvme_swapper.h"
+#include "zero/deepspeed_defaults.h"
 #include "zero/optimizer_state.h"
 
 namespace zt {
 
 struct CpuOffloadOptions {
   bool pin_memory = true;                  // offload_optimizer.pin_memory: page-locked host state
-  int64_t sub_group_size = 1'000'000'000;  // elements per CPU Adam granule (staging buffers)
+  // Elements per CPU step granule (staging buffers).
+  int64_t sub_group_size = ds_default::kSubGroupSize;
   // nvme (offload_optimizer.pipeline_read / pipeline_write): read the next sub-group ahead /
   // write the updated one behind while CPU Adam works; either adds a second host window.
   bool pipeline_read = false, pipeline_write = false;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "model/backend.h"
 #include "offload/nvme_swapper.h"
+#include "zero/deepspeed_defaults.h"
 #include "zero/param_store.h"
 
 namespace zt {
@@ -17,12 +18,14 @@ namespace zt {
 // offload_param's keys (DeepSpeed's names and defaults).
 struct ParamOffloadOptions {
   bool pin_memory = true;             // page-locked host memory (falls back to pageable)
-  int64_t buffer_count = 5;           // nvme: host buffers shards are swapped through, >= 1
-  int64_t buffer_size = 100'000'000;  // nvme: elements one buffer holds (the largest shard fits)
+  // nvme: host buffers shards are swapped through (>= 1), and the elements one holds (the
+  // largest shard fits).
+  int64_t buffer_count = ds_default::kParamBufferCount;
+  int64_t buffer_size = ds_default::kParamBufferSize;
   // nvme: the first shards (in unit order) whose elements add up to at most max_in_cpu stay in
   // host memory and never touch the drive (DeepSpeed keeps max_in_cpu elements of its flat
   // 16-bit partition in CPU memory the same way).
-  int64_t max_in_cpu = 1'000'000'000;
+  int64_t max_in_cpu = ds_default::kParamMaxInCpu;
   // nvme: read the next shards of the recorded unit order ahead (ParamStore::prefetch); needs
   // buffer_count >= 3. Off: ZEROTRAIN_PARAM_READ_AHEAD=0 (benchmarks/param_read_ahead.py).
   bool read_ahead = true;

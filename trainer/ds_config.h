@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/optimizer_math.h"
+#include "zero/deepspeed_defaults.h"
 #include "zero/offload_device.h"
 
 namespace zt {
@@ -89,13 +90,16 @@ struct SchedulerConfig {
 
 // "fp16": {...}: DeepSpeed's dynamic loss scaler settings (precision_config.py).
 struct Fp16Config {
-  bool enabled = false;                 // fp16 mixed precision
-  double loss_scale = 0.0;              // 0 = dynamic scaling, > 0 = static scale
-  int64_t initial_scale_power = 16;     // dynamic: initial scale 2^initial_scale_power, >= 0
-  int64_t loss_scale_window = 1000;     // dynamic: clean steps before doubling the scale, >= 1
-  int64_t hysteresis = 2;               // dynamic: overflows tolerated before halving, >= 1
-  bool consecutive_hysteresis = false;  // refill hysteresis on every clean step
-  int64_t min_loss_scale = 1;           // dynamic: lower bound of the scale, >= 1
+  bool enabled = false;     // fp16 mixed precision
+  double loss_scale = 0.0;  // 0 = dynamic scaling, > 0 = static scale
+  // Dynamic: the initial scale 2^initial_scale_power (>= 0); clean steps before doubling it
+  // (>= 1); overflows tolerated before halving it (>= 1), refilled on every clean step with
+  // consecutive_hysteresis; its lower bound (>= 1).
+  int64_t initial_scale_power = ds_default::kInitialScalePower;
+  int64_t loss_scale_window = ds_default::kLossScaleWindow;
+  int64_t hysteresis = ds_default::kHysteresis;
+  bool consecutive_hysteresis = false;
+  int64_t min_loss_scale = ds_default::kMinLossScale;
 };
 
 // "bf16" (old name "bfloat16"): {"enabled": bool}.
@@ -107,9 +111,9 @@ struct Bf16Config {
 struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
   std::string nvme_path;                        // directory for nvme; required when nvme
-  int64_t buffer_count = 5;                     // parameter buffers in the swapper, >= 0
-  int64_t buffer_size = 100'000'000;            // elements per buffer (1e8), >= 0
-  int64_t max_in_cpu = 1'000'000'000;           // elements kept in CPU memory (1e9), >= 0
+  int64_t buffer_count = ds_default::kParamBufferCount;  // parameter buffers in the swapper, >= 0
+  int64_t buffer_size = ds_default::kParamBufferSize;    // elements per buffer (1e8), >= 0
+  int64_t max_in_cpu = ds_default::kParamMaxInCpu;       // elements kept in CPU memory (1e9), >= 0
   bool pin_memory = true;                       // page-locked host buffers
 };
 
@@ -133,12 +137,14 @@ struct ZeroConfig {
   int64_t reduce_bucket_size = 500'000'000;     // elements per reduce bucket (5e8), > 0
   bool allgather_partitions = true;             // all-gather (vs broadcasts) of updated partitions
   int64_t allgather_bucket_size = 500'000'000;  // elements per all-gather bucket (5e8), >= 0
-  int64_t sub_group_size = 1'000'000'000;       // elements per optimizer sub-group (1e9), >= 0
-  // Stage 3 (each also accepted without the "stage3_" prefix, as pydantic aliases allow).
-  int64_t stage3_prefetch_bucket_size = 50'000'000;        // 5e7, >= 0
-  int64_t stage3_param_persistence_threshold = 100'000;    // 1e5, >= 0
-  int64_t stage3_max_live_parameters = 1'000'000'000;      // 1e9, >= 0
-  int64_t stage3_max_reuse_distance = 1'000'000'000;       // 1e9, >= 0
+  // Elements per optimizer sub-group (>= 0); stage 3's prefetch bucket, persistence threshold,
+  // live parameters and reuse distance (>= 0; each also accepted without the "stage3_" prefix,
+  // as pydantic aliases allow). Defaults: zero/deepspeed_defaults.h.
+  int64_t sub_group_size = ds_default::kSubGroupSize;
+  int64_t stage3_prefetch_bucket_size = ds_default::kStage3PrefetchBucketSize;
+  int64_t stage3_param_persistence_threshold = ds_default::kStage3ParamPersistenceThreshold;
+  int64_t stage3_max_live_parameters = ds_default::kStage3MaxLiveParameters;
+  int64_t stage3_max_reuse_distance = ds_default::kStage3MaxReuseDistance;
   bool stage3_gather_16bit_weights_on_model_save = false;  // also the old "..._fp16_..." name
   bool round_robin_gradients = false;  // stage 1/2 with CPU offload: round-robin grad copies
   OffloadParamConfig offload_param;

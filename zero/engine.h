@@ -36,6 +36,7 @@
 #include "model/layout.h"
 #include "model/unit_engine.h"
 #include "zero/comm.h"
+#include "zero/deepspeed_defaults.h"
 #include "zero/delayed_update.h"
 #include "zero/loss_scaler.h"
 #include "zero/muon_update.h"
@@ -62,10 +63,10 @@ struct ZeroOptions {
   int stage = 0;
   bool overlap_comm = false;
   bool reduce_scatter = true;  // false: stages 1-3 all-reduce gradients and keep their shard
-  int64_t stage3_prefetch_bucket_size = 50'000'000;
-  int64_t stage3_param_persistence_threshold = 100'000;
-  int64_t stage3_max_live_parameters = 1'000'000'000;
-  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  int64_t stage3_prefetch_bucket_size = ds_default::kStage3PrefetchBucketSize;
+  int64_t stage3_param_persistence_threshold = ds_default::kStage3ParamPersistenceThreshold;
+  int64_t stage3_max_live_parameters = ds_default::kStage3MaxLiveParameters;
+  int64_t stage3_max_reuse_distance = ds_default::kStage3MaxReuseDistance;
 };
 
 struct EngineOptions {

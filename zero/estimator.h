@@ -21,6 +21,7 @@
 #include "common/memory.h"
 #include "model/config.h"
 #include "model/optimizer_math.h"
+#include "zero/deepspeed_defaults.h"
 #include "zero/offload_device.h"
 #include "zero/partition.h"
 
@@ -48,10 +49,10 @@ struct EstimateInput {
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
   // offload_param nvme: shards kept in host memory (elements, in unit order), and the host
   // buffers the others are read through (offload/param_offload.h).
-  int64_t param_max_in_cpu = 1'000'000'000;
-  int64_t param_buffer_count = 5;
+  int64_t param_max_in_cpu = ds_default::kParamMaxInCpu;
+  int64_t param_buffer_count = ds_default::kParamBufferCount;
   // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
-  int64_t sub_group_size = 1'000'000'000;
+  int64_t sub_group_size = ds_default::kSubGroupSize;
   // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
   bool nvme_pipeline = false;
   // zerotrain.delayed_param_update: host snapshots of the owned gradient (kGrads: G bytes per

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "zero/deepspeed_defaults.h"
 
 namespace zt {
 
@@ -35,11 +36,11 @@ namespace zt {
 // min_loss_scale > 0; the constructor checks those as invariants).
 struct LossScalerConfig {
   double loss_scale = 0;  // 0 = dynamic; > 0 = static scale
-  int initial_scale_power = 16;
-  int loss_scale_window = 1000;
-  int hysteresis = 2;
+  int initial_scale_power = ds_default::kInitialScalePower;
+  int loss_scale_window = ds_default::kLossScaleWindow;
+  int hysteresis = ds_default::kHysteresis;
   bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
+  double min_loss_scale = ds_default::kMinLossScale;
 };
 
 class LossScaler {
