@@ -11,7 +11,6 @@ moments at every 1021st index, and their float64 sums over all elements.
 
 Needs torch and numpy (pip install torch numpy); installs nothing.
 """
-import json
 import os
 import sys
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fixture_hash import hash_uniform  # noqa: E402
+from fixture_common import hash_uniform, write_fixture  # noqa: E402
 
 N = 1 << 20
 STEPS = 10
@@ -59,10 +58,7 @@ def main():
            "n": N, "steps": STEPS, "stride": STRIDE, "grad_factor": GRAD_FACTOR,
            "lr": HP["lr"], "beta1": HP["betas"][0], "beta2": HP["betas"][1], "eps": HP["eps"],
            "weight_decay": HP["weight_decay"], "cases": cases}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=None, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {out}")
+    write_fixture(out, doc)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ parameters, momentum (exp_avg) and AdamW's exp_avg_sq of every element.
 
 Needs numpy; installs nothing.
 """
-import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fixture_hash import hash_uniform  # noqa: E402
+from fixture_common import hash_uniform, write_fixture  # noqa: E402
 
 STEPS = 10
 GRAD_FACTOR = 0.7
@@ -80,10 +79,7 @@ def main():
            "steps": STEPS, "grad_factor": GRAD_FACTOR, **HP,
            "layout": [{"name": n, "offset": o, "shape": list(s)} for n, o, s in LAYOUT],
            "param": p.tolist(), "exp_avg": m.tolist(), "exp_avg_sq": v.tolist()}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=None, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {out}")
+    write_fixture(out, doc)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ The fixture holds final parameters and states at every 1021st index and their fl
 
 Needs torch and numpy (pip install torch numpy); installs nothing.
 """
-import json
 import os
 import sys
 
@@ -24,7 +23,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from make_cpu_adam_reference import N, STEPS, STRIDE, GRAD_FACTOR, hash_uniform  # noqa: E402
+from fixture_common import hash_uniform, write_fixture  # noqa: E402
+from make_cpu_adam_reference import N, STEPS, STRIDE, GRAD_FACTOR  # noqa: E402
 
 LION = dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
 ADAGRAD = dict(lr=1e-2, lr_decay=0.01, weight_decay=0.1, eps=1e-10)
@@ -87,10 +87,7 @@ def main():
            "lion": {"lr": LION["lr"], "beta1": LION["betas"][0], "beta2": LION["betas"][1],
                     "weight_decay": LION["weight_decay"]},
            "adagrad": ADAGRAD, "cases": cases}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=None, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {out}")
+    write_fixture(out, doc)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""The fixture scripts' deterministic data, rebuilt exactly by the C++ tests that read them."""
+"""What the fixture scripts share: their deterministic data, rebuilt exactly by the C++ tests
+that read them, and how a fixture file is written."""
+import json
+
 import numpy as np
 
 
@@ -13,3 +16,11 @@ def hash_uniform(i, stream):
         x = (x * np.uint32(0x297A2D39)).astype(np.uint32)
         x ^= x >> np.uint32(15)
     return ((x >> np.uint32(8)).astype(np.int64) - (1 << 23)).astype(np.float64) / (1 << 23)
+
+
+def write_fixture(out, doc):
+    """Writes doc as one line of compact JSON to out and says so."""
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=None, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {out}")
