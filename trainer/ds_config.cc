@@ -887,9 +887,22 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
     ZT_RETURN_IF_ERROR(p.get_bool({"detailed"}, &detailed));
     ZT_RETURN_IF_ERROR(p.finish());
   }
+  ZT_ASSIGN_OR_RETURN(const json* csv, section(r, {"csv_monitor"}));
+  if (csv) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *csv, "csv_monitor"));
+    CsvMonitorConfig& m = c->csv_monitor;
+    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &m.enabled));
+    ZT_RETURN_IF_ERROR(p.get_string({"output_path"}, &m.output_path));
+    ZT_RETURN_IF_ERROR(p.get_string({"job_name"}, &m.job_name));
+    ZT_RETURN_IF_ERROR(p.finish());
+    if (m.enabled && m.job_name.empty())
+      return absl::InvalidArgumentError(absl::StrCat(
+          src,
+          ": csv_monitor.job_name is empty: it names the directory the CSV files go in "
+          "(DeepSpeed's default \"DeepSpeedJobName\")"));
+  }
   for (const char* k : {"tensorboard",
                         "wandb",
-                        "csv_monitor",
                         "comet",
                         "comms_logger",
                         "autotuning",

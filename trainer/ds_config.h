@@ -215,6 +215,14 @@ struct FlopsProfilerConfig {
   std::string output_file;   // the table goes here too (empty: stdout only)
 };
 
+// "csv_monitor": {...} (DeepSpeed's monitor/config.py CSVConfig): rank 0 writes one CSV per
+// tag into output_path/job_name (trainer/metrics.h make_csv_sink).
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;                    // "" : job_name relative to the working directory
+  std::string job_name = "DeepSpeedJobName";  // the directory inside output_path
+};
+
 // The whole ds_config.json.
 struct DsConfig {
   BatchConfig batch;
@@ -235,6 +243,7 @@ struct DsConfig {
   AioConfig aio;
   ActivationCheckpointingConfig activation_checkpointing;
   FlopsProfilerConfig flops_profiler;
+  CsvMonitorConfig csv_monitor;
   ZerotrainConfig zerotrain;
   // One line each for keys accepted without effect in this build (printed once at start).
   std::vector<std::string> notices;

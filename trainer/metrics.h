@@ -52,6 +52,21 @@ class MetricsSink {
 // (activation_checkpointing.profile), and the offload phases when anything is offloaded.
 std::unique_ptr<MetricsSink> make_console_sink(int64_t breakdown_every, bool show_recompute);
 
+// DeepSpeed's csv_monitor (monitor/csv_monitor.py): one CSV per tag in `dir` (output_path /
+// job_name), named as DeepSpeed names them (the tag with '/' and ' ' as '_', ".csv"), a header
+// "step,<the tag's last component>", then one row per optimizer step whose x axis is the
+// samples seen so far (step x train_batch_size), as DeepSpeed's Train/Samples tags. Tags:
+// DeepSpeed's Train/Samples/lr, Train/Samples/loss_scale (fp16) and, with breakdown
+// (wall_clock_breakdown), Train/Samples/elapsed_time_ms_{forward,backward,step}; and ours,
+// Train/Samples/{train_loss,grad_norm,tokens_per_s,val_loss}. Values are written in their
+// shortest round-trip form. A fresh run (resumed_step < 0) starts each file anew; a run
+// resumed after step k keeps each file's rows up to k's samples and appends (DeepSpeed appends
+// whatever was there). Errors: the directory cannot be made; a write fails (the path and the
+// reason), as for metrics.jsonl.
+absl::StatusOr<std::unique_ptr<MetricsSink>> make_csv_sink(const std::string& dir,
+                                                           int64_t train_batch_size, bool fp16,
+                                                           bool breakdown, int64_t resumed_step);
+
 class MetricsWriter final : public MetricsSink {
  public:
   // Opens dir/metrics.jsonl for appending, creating dir if needed, and leaves what is there

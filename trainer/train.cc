@@ -62,6 +62,7 @@ struct Run {
   std::unique_ptr<OptimizerState> optimizer;
   std::unique_ptr<ParamStore> params;
   std::optional<MetricsWriter> metrics;  // rank 0 only
+  std::unique_ptr<MetricsSink> csv;      // rank 0, csv_monitor.enabled
   DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
   int B = 0, T = 0, gas = 1;
   std::string attention;  // what runs it (Backend::prepare_attention)
@@ -499,7 +500,15 @@ absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
   // a new one.
   if (!r.metrics || nothing_to_train(opt, r)) return absl::OkStatus();
-  return r.metrics->begin(r.start_step > 0 ? r.start_step : -1);
+  const int64_t resumed = r.start_step > 0 ? r.start_step : -1;
+  ZT_RETURN_IF_ERROR(r.metrics->begin(resumed));
+  const CsvMonitorConfig& csv = r.ds.csv_monitor;
+  if (!csv.enabled) return absl::OkStatus();
+  const std::string dir =
+      csv.output_path.empty() ? csv.job_name : csv.output_path + "/" + csv.job_name;
+  ZT_ASSIGN_OR_RETURN(r.csv, make_csv_sink(dir, r.ds.batch.train_batch_size, r.ds.fp16.enabled,
+                                           r.ds.wall_clock_breakdown, resumed));
+  return absl::OkStatus();
 }
 
 // Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
@@ -685,6 +694,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     sinks.push_back(own.back().get());
   }
   if (r.metrics) sinks.push_back(&*r.metrics);
+  if (r.csv) sinks.push_back(r.csv.get());
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
   if (root)

@@ -215,6 +215,68 @@ TEST_F(Checkpoint, LionAdagradAndMuonResumeBitwiseAndKeepTheirOptimizer) {
       << other.out;
 }
 
+// DeepSpeed's csv_monitor: one CSV per tag in output_path/job_name, "step,<name>" then a row
+// per step at the samples seen (train_batch_size 2: 2, 4, 6, 8), the values metrics.jsonl has
+// (both written in their shortest round-trip form), the breakdown's times with
+// wall_clock_breakdown, no loss_scale without fp16. A run stopped after step 4 and resumed
+// from its step-2 save keeps rows up to step 2, drops the stopped run's 3-4 and appends its
+// own: four rows, the straight run's values.
+TEST_F(Checkpoint, CsvMonitorWritesDeepSpeedsFilesAndResumesWithoutDuplicates) {
+  auto csv = [&](const std::string& out, const std::string& tag) {
+    std::vector<std::pair<int64_t, double>> rows;
+    std::ifstream in(path(out) + "/job/" + tag + ".csv");
+    std::string line;
+    if (!std::getline(in, line)) return std::make_pair(std::string(), rows);
+    const std::string header = line;
+    while (std::getline(in, line)) {
+      const size_t comma = line.find(',');
+      rows.push_back({std::stoll(line.substr(0, comma)), std::stod(line.substr(comma + 1))});
+    }
+    return std::make_pair(header, rows);
+  };
+  auto ds = [&](const std::string& name, const std::string& out) {
+    return config(name, 2, 1,
+                  ", \"wall_clock_breakdown\": true, \"csv_monitor\": {\"enabled\": true, "
+                  "\"output_path\": \"" +
+                      path(out) + "\", \"job_name\": \"job\"}");
+  };
+  const Result a = train(1, ds("a.json", "csv_a"), 4, "run_a", "");
+  ASSERT_EQ(a.code, 0) << a.out;
+  const std::vector<double> loss = losses("run_a"), lr = test::metric_values(path("run_a"), "lr");
+  ASSERT_EQ(loss.size(), 4u);
+  const auto [loss_header, loss_rows] = csv("csv_a", "Train_Samples_train_loss");
+  EXPECT_EQ(loss_header, "step,train_loss");
+  ASSERT_EQ(loss_rows.size(), 4u);
+  const auto [lr_header, lr_rows] = csv("csv_a", "Train_Samples_lr");
+  EXPECT_EQ(lr_header, "step,lr");
+  ASSERT_EQ(lr_rows.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(loss_rows[i].first, 2 * (i + 1));
+    EXPECT_EQ(loss_rows[i].second, loss[i]) << "step " << i + 1;
+    EXPECT_EQ(lr_rows[i].second, lr[i]) << "step " << i + 1;
+  }
+  for (const char* tag :
+       {"Train_Samples_grad_norm", "Train_Samples_tokens_per_s",
+        "Train_Samples_elapsed_time_ms_forward", "Train_Samples_elapsed_time_ms_backward",
+        "Train_Samples_elapsed_time_ms_step"})
+    EXPECT_EQ(csv("csv_a", tag).second.size(), 4u) << tag;
+  EXPECT_FALSE(fs::exists(path("csv_a") + "/job/Train_Samples_loss_scale.csv"));
+
+  const std::string b = ds("b.json", "csv_b");
+  const Result first = train(1, b, 4, "run_b1", "--save_dir " + path("b") + " --save_interval 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  ASSERT_EQ(csv("csv_b", "Train_Samples_train_loss").second.size(), 4u);
+  const Result rest = train(1, b, 4, "run_b2", "--resume_from " + path("b") + "/step_00000002");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  const auto [header, rows] = csv("csv_b", "Train_Samples_train_loss");
+  EXPECT_EQ(header, "step,train_loss");
+  ASSERT_EQ(rows.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[i].first, 2 * (i + 1));
+    EXPECT_EQ(rows[i].second, loss[i]) << "step " << i + 1;
+  }
+}
+
 // After an fp16 step is skipped, Adam has taken one update fewer than the training step, and
 // its bias correction (1 - beta^t) must use that count (DeepSpeed's optimizer counts applied
 // steps). A run with an overflow forced at step 2, saved at step 3 and resumed, gives the

@@ -223,6 +223,28 @@ TEST(DsConfig, MuonTakesEachHalfsLrAndDeepSpeedsDefaults) {
                        {"delayed_param_update", "Muon"}));
 }
 
+// csv_monitor as DeepSpeed's CSVConfig: off, output_path "", job_name "DeepSpeedJobName"; its
+// keys only (a typo is named); an empty job_name would write into output_path itself.
+TEST(DsConfig, CsvMonitorTakesDeepSpeedsKeys) {
+  auto r = parse(R"({"train_batch_size": 8})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->csv_monitor.enabled);
+  EXPECT_EQ(r->csv_monitor.output_path, "");
+  EXPECT_EQ(r->csv_monitor.job_name, "DeepSpeedJobName");
+  r = parse(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
+               "output_path": "logs/", "job_name": "run1"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->csv_monitor.enabled);
+  EXPECT_EQ(r->csv_monitor.output_path, "logs/");
+  EXPECT_EQ(r->csv_monitor.job_name, "run1");
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
+                           "output_dir": "logs/"}})"),
+                       {"csv_monitor.output_dir", "output_path"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
+                           "job_name": ""}})"),
+                       {"csv_monitor.job_name"}));
+}
+
 TEST(DsConfig, SchedulerDefaultsAsDeepSpeed) {
   auto r = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR"}})");
   ASSERT_TRUE(r.ok()) << r.status();

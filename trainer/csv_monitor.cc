@@ -1,0 +1,119 @@
+// DeepSpeed's csv_monitor as a MetricsSink (trainer/metrics.h make_csv_sink).
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/file.h"
+#include "common/status.h"
+#include "trainer/metrics.h"
+
+namespace zt {
+namespace {
+
+// x in its shortest form that reads back as the same double (as Python's repr writes it).
+std::string shortest(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+class CsvSink final : public MetricsSink {
+ public:
+  CsvSink(std::string dir, int64_t batch, bool fp16, bool breakdown, int64_t resumed_step)
+      : dir_(std::move(dir)),
+        batch_(batch),
+        fp16_(fp16),
+        breakdown_(breakdown),
+        resumed_step_(resumed_step) {}
+  ~CsvSink() override {
+    for (auto& [name, f] : files_) std::fclose(f);
+  }
+
+  absl::Status step(const StepRecord& s) override {
+    const int64_t x = s.step * batch_;
+    ZT_RETURN_IF_ERROR(write("Train/Samples/train_loss", x, s.loss));
+    ZT_RETURN_IF_ERROR(write("Train/Samples/lr", x, s.lr));
+    if (fp16_) ZT_RETURN_IF_ERROR(write("Train/Samples/loss_scale", x, s.loss_scale));
+    ZT_RETURN_IF_ERROR(write("Train/Samples/grad_norm", x, s.grad_norm));
+    ZT_RETURN_IF_ERROR(write("Train/Samples/tokens_per_s", x, s.tokens_per_s));
+    if (breakdown_) {
+      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_forward", x, s.forward_ms));
+      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_backward", x, s.backward_ms));
+      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_step", x, s.optimizer_ms));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status validation(int64_t step, double loss) override {
+    return write("Train/Samples/val_loss", step * batch_, loss);
+  }
+
+ private:
+  // The row "x,value" into the tag's file, opened (and started, or cut back to the resumed
+  // step) at its first row.
+  absl::Status write(const std::string& tag, int64_t x, double value) {
+    std::FILE*& f = files_[tag];
+    const std::string path =
+        dir_ + "/" + absl::StrReplaceAll(tag, {{"/", "_"}, {" ", "_"}}) + ".csv";
+    if (!f) {
+      ZT_ASSIGN_OR_RETURN(f, start(tag, path));
+    }
+    const std::string row = absl::StrCat(x, ",", shortest(value), "\n");
+    if (std::fputs(row.c_str(), f) < 0 || std::fflush(f) != 0)
+      return absl::InternalError(absl::StrCat("csv_monitor: cannot write '", path,
+                                              "': ", std::strerror(errno ? errno : EIO)));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::FILE*> start(const std::string& tag, const std::string& path) {
+    const std::string header = "step," + tag.substr(tag.rfind('/') + 1) + "\n";
+    std::string kept = header;
+    if (resumed_step_ >= 0) {  // the rows up to the resumed step's samples
+      std::ifstream in(path);
+      std::string line;
+      for (bool first = true; std::getline(in, line); first = false) {
+        if (first) continue;  // its header
+        int64_t x = 0;
+        const auto r = std::from_chars(line.data(), line.data() + line.size(), x);
+        if (r.ec == std::errc() && *r.ptr == ',' && x <= resumed_step_ * batch_)
+          kept += line + "\n";
+      }
+    }
+    ZT_RETURN_IF_ERROR(write_file_atomic(path, kept));
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (!f)
+      return absl::InternalError(absl::StrCat("csv_monitor: cannot write '", path,
+                                              "': ", std::strerror(errno ? errno : EIO)));
+    return f;
+  }
+
+  std::string dir_;
+  int64_t batch_;
+  bool fp16_, breakdown_;
+  int64_t resumed_step_;
+  std::map<std::string, std::FILE*> files_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsSink>> make_csv_sink(const std::string& dir,
+                                                           int64_t train_batch_size, bool fp16,
+                                                           bool breakdown, int64_t resumed_step) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("csv_monitor: cannot create '", dir,
+                                                   "': ", ec.message(),
+                                                   "; give a writable csv_monitor.output_path"));
+  return std::unique_ptr<MetricsSink>(
+      new CsvSink(dir, train_batch_size, fp16, breakdown, resumed_step));
+}
+
+}  // namespace zt
