@@ -901,9 +901,29 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
           ": csv_monitor.job_name is empty: it names the directory the CSV files go in "
           "(DeepSpeed's default \"DeepSpeedJobName\")"));
   }
+  // W&B and Comet log to their services, which a trainer without Python cannot reach: a
+  // disabled section (DeepSpeed's keys only) is accepted, an enabled one refused with the way
+  // to the same curves.
+  for (const auto& [name, keys] :
+       {std::pair{"wandb", std::vector<const char*>{"group", "team", "project"}},
+        std::pair{"comet", std::vector<const char*>{"samples_log_interval", "project", "workspace",
+                                                    "api_key", "experiment_name", "experiment_key",
+                                                    "online", "mode"}}}) {
+    ZT_ASSIGN_OR_RETURN(const json* v, section(r, {name}));
+    if (!v) continue;
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *v, name));
+    bool enabled = false;
+    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &enabled));
+    for (const char* k : keys) ZT_RETURN_IF_ERROR(p.raw({k}).status());
+    ZT_RETURN_IF_ERROR(p.finish());
+    if (enabled)
+      return absl::UnimplementedError(absl::StrCat(
+          src, ": ", name, ".enabled: ", name,
+          " logs to its service, which zerotrain does not reach; use \"csv_monitor\" (W&B "
+          "and Comet can import its CSV files) and the run's metrics.jsonl, or set enabled to "
+          "false"));
+  }
   for (const char* k : {"tensorboard",
-                        "wandb",
-                        "comet",
                         "comms_logger",
                         "autotuning",
                         "data_efficiency",

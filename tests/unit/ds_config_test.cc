@@ -245,6 +245,22 @@ TEST(DsConfig, CsvMonitorTakesDeepSpeedsKeys) {
                        {"csv_monitor.job_name"}));
 }
 
+// wandb and comet need their services: disabled (with DeepSpeed's keys) they are accepted, as
+// a DeepSpeed config often carries them; enabled, refused with the way to the same curves.
+TEST(DsConfig, WandbAndCometAreRefusedOnlyWhenEnabled) {
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "wandb": {"enabled": false, "project": "p"},
+                       "comet": {"enabled": false, "workspace": "w"}})")
+                  .ok());
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "wandb": {"enabled": true}})", 1,
+                                absl::StatusCode::kUnimplemented),
+                       {"wandb.enabled", "csv_monitor"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "comet": {"enabled": true}})", 1,
+                                absl::StatusCode::kUnimplemented),
+                       {"comet.enabled", "csv_monitor"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "wandb": {"projekt": "p"}})"),
+                       {"wandb.projekt", "project"}));
+}
+
 TEST(DsConfig, SchedulerDefaultsAsDeepSpeed) {
   auto r = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR"}})");
   ASSERT_TRUE(r.ok()) << r.status();
