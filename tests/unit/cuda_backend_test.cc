@@ -102,6 +102,20 @@ class CudaVsCpu : public ::testing::Test {
     return p;
   }
   Typed zeros_typed(size_t n, DType t) { return make_typed(n, t, 0.f); }
+  // n bf16 elements on each backend: a gradient the optimizers read, or the working copy they
+  // write.
+  struct Bf16Pair {
+    DeviceBuffer c, g;
+  };
+  Bf16Pair bf16_pair(size_t n) {
+    return {DeviceBuffer(cpu_.get(), n * 2, MemCategory::kWorkspace),
+            DeviceBuffer(gpu_.get(), n * 2, MemCategory::kWorkspace)};
+  }
+  // b = y rounded to bf16, on each backend.
+  void set_bf16(Bf16Pair& b, Pair& y) {
+    cpu_->convert(y.cp(), DType::kF32, b.c.data(), DType::kBF16, y.n);
+    gpu_->convert(y.gp(), DType::kF32, b.g.data(), DType::kBF16, y.n);
+  }
   // The CUDA result, stored in t, against the CPU's fp32: within tol of the largest magnitude.
   void expect_close(Typed& p, double tol, const std::string& what) {
     std::vector<float> a(p.n), b(p.n);
@@ -923,23 +937,21 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
     EXPECT_NEAR(sg, gpu_->sum_squares(g.data(), t, n), 1e-9 * sg) << "as sum_squares gives";
   }
   auto p = make(n), m = zeros(n), v = zeros(n);
-  DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-      gg(gpu_.get(), n * 2, MemCategory::kWorkspace),
-      oc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-      og(gpu_.get(), n * 2, MemCategory::kWorkspace);
-  cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
-  gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
+  auto grad = bf16_pair(n), out = bf16_pair(n);
+  set_bf16(grad, y);
   for (int t = 1; t <= 3; ++t) {
     const OptimizerStep s{1e-2, 0.9, 0.999, 1e-8, 0.1, t, 0.5, true, true};
     float* cs[] = {m.cp(), v.cp()};
     float* gs[] = {m.gp(), v.gp()};
-    cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, oc.data(), DType::kBF16, n, s);
-    gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, og.data(), DType::kBF16, n, s);
+    cpu_->optimizer_update(p.cp(), grad.c.data(), DType::kBF16, cs, out.c.data(), DType::kBF16, n,
+                           s);
+    gpu_->optimizer_update(p.gp(), grad.g.data(), DType::kBF16, gs, out.g.data(), DType::kBF16, n,
+                           s);
   }
   expect_close(p, 1e-6, "adamw on bf16 gradients, master");
   std::vector<uint16_t> wc(n), wg(n);
-  cpu_->copy_to_host(wc.data(), oc.data(), n * 2);
-  gpu_->copy_to_host(wg.data(), og.data(), n * 2);
+  cpu_->copy_to_host(wc.data(), out.c.data(), n * 2);
+  gpu_->copy_to_host(wg.data(), out.g.data(), n * 2);
   size_t differ = 0;  // a master within 1e-6 may round to a neighbouring bf16 value, rarely
   for (size_t i = 0; i < n; ++i) differ += wc[i] != wg[i];
   EXPECT_LE(differ, n / 100) << "bf16 working copies";
@@ -952,13 +964,9 @@ TEST_F(CudaVsCpu, LionAndAdagradGiveTheCpusBits) {
   const size_t n = 3001;
   for (OptimizerKind k : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {
     auto p = make(n), st = zeros(n), y = make(n, 1, 2);
-    DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-        gg(gpu_.get(), n * 2, MemCategory::kWorkspace),
-        oc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-        og(gpu_.get(), n * 2, MemCategory::kWorkspace);
+    auto grad = bf16_pair(n), out = bf16_pair(n);
     for (int t = 1; t <= 3; ++t) {
-      cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
-      gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
+      set_bf16(grad, y);
       const OptimizerStep s{.lr = 1e-2,
                             .beta2 = 0.99,
                             .eps = 1e-10,
@@ -970,16 +978,18 @@ TEST_F(CudaVsCpu, LionAndAdagradGiveTheCpusBits) {
                             .lr_decay = 0.05};
       float* cs[] = {st.cp()};
       float* gs[] = {st.gp()};
-      cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, oc.data(), DType::kBF16, n, s);
-      gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, og.data(), DType::kBF16, n, s);
+      cpu_->optimizer_update(p.cp(), grad.c.data(), DType::kBF16, cs, out.c.data(), DType::kBF16, n,
+                             s);
+      gpu_->optimizer_update(p.gp(), grad.g.data(), DType::kBF16, gs, out.g.data(), DType::kBF16, n,
+                             s);
     }
     const std::string what = optimizer_info(k).name;
     expect_close(p, 0, (what + " master").c_str());
     expect_close(st, 0, (what + " state").c_str());
     std::vector<uint16_t> wc(n), wg(n), zg(n);
-    cpu_->copy_to_host(wc.data(), oc.data(), n * 2);
-    gpu_->copy_to_host(wg.data(), og.data(), n * 2);
-    gpu_->copy_to_host(zg.data(), gg.data(), n * 2);
+    cpu_->copy_to_host(wc.data(), out.c.data(), n * 2);
+    gpu_->copy_to_host(wg.data(), out.g.data(), n * 2);
+    gpu_->copy_to_host(zg.data(), grad.g.data(), n * 2);
     EXPECT_EQ(wc, wg) << what << " bf16 working copies";
     EXPECT_EQ(zg, std::vector<uint16_t>(n, 0)) << what << " gradient consumed";
   }
@@ -993,13 +1003,9 @@ TEST_F(CudaVsCpu, MuonPassesGiveTheCpusBits) {
   const size_t n = 3001, offset = 100;
   const size_t spans[] = {40, 1300, 2000, 2600};  // owned indices; the call starts at 100
   auto p = make(n), m = zeros(n), v = zeros(n), u = zeros(n), y = make(n, 1, 2);
-  DeviceBuffer gc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-      gg(gpu_.get(), n * 2, MemCategory::kWorkspace),
-      oc(cpu_.get(), n * 2, MemCategory::kWorkspace),
-      og(gpu_.get(), n * 2, MemCategory::kWorkspace);
+  auto grad = bf16_pair(n), out = bf16_pair(n);
   for (int t = 1; t <= 3; ++t) {
-    cpu_->convert(y.cp(), DType::kF32, gc.data(), DType::kBF16, n);
-    gpu_->convert(y.gp(), DType::kF32, gg.data(), DType::kBF16, n);
+    set_bf16(grad, y);
     OptimizerStep s{.lr = 1e-2,
                     .beta2 = 0.95,
                     .eps = 1e-10,
@@ -1015,11 +1021,11 @@ TEST_F(CudaVsCpu, MuonPassesGiveTheCpusBits) {
                     .offset = offset};
     float* cs[] = {m.cp(), v.cp()};
     float* gs[] = {m.gp(), v.gp()};
-    cpu_->optimizer_update(p.cp(), gc.data(), DType::kBF16, cs, u.cp(), DType::kF32, n, s);
-    gpu_->optimizer_update(p.gp(), gg.data(), DType::kBF16, gs, u.gp(), DType::kF32, n, s);
+    cpu_->optimizer_update(p.cp(), grad.c.data(), DType::kBF16, cs, u.cp(), DType::kF32, n, s);
+    gpu_->optimizer_update(p.gp(), grad.g.data(), DType::kBF16, gs, u.gp(), DType::kF32, n, s);
     s.muon_pass = 2, s.zero_grad = false;
-    cpu_->optimizer_update(p.cp(), u.cp(), DType::kF32, cs, oc.data(), DType::kBF16, n, s);
-    gpu_->optimizer_update(p.gp(), u.gp(), DType::kF32, gs, og.data(), DType::kBF16, n, s);
+    cpu_->optimizer_update(p.cp(), u.cp(), DType::kF32, cs, out.c.data(), DType::kBF16, n, s);
+    gpu_->optimizer_update(p.gp(), u.gp(), DType::kF32, gs, out.g.data(), DType::kBF16, n, s);
   }
   expect_close(p, 1e-6, "muon master");
   expect_close(m, 1e-6, "muon exp_avg");
@@ -1036,7 +1042,7 @@ TEST_F(CudaVsCpu, MuonPassesGiveTheCpusBits) {
     ASSERT_EQ(mc[i], mg[i]) << "matrix element " << i << " momentum";
   }
   std::vector<uint16_t> zg(n);
-  gpu_->copy_to_host(zg.data(), gg.data(), n * 2);
+  gpu_->copy_to_host(zg.data(), grad.g.data(), n * 2);
   EXPECT_EQ(zg, std::vector<uint16_t>(n, 0)) << "gradient consumed in pass 1";
 }
 
