@@ -224,4 +224,16 @@ DirLock::~DirLock() {
   if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
 }
 
+absl::Status append_line(std::FILE* f, const std::string& path, std::string_view line) {
+  const long at = std::ftell(f);
+  errno = 0;
+  if (std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0)
+    return absl::OkStatus();
+  const int err = errno ? errno : EIO;
+  std::clearerr(f);
+  if (at >= 0 && ::ftruncate(fileno(f), at) == 0) std::fseek(f, at, SEEK_SET);  // no torn line
+  return absl::InternalError(absl::StrCat("cannot write '", path, "': ", std::strerror(err),
+                                          " (it keeps every complete line up to here)"));
+}
+
 }  // namespace zt

@@ -1,6 +1,7 @@
 // Whole-file reads with the error messages every caller wants.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,10 @@ class FileWriter {
 // Writes `bytes` to path through path + ".tmp", fsynced and renamed over path, then fsyncs the
 // directory: a reader sees the old file or the new one, never a torn one.
 absl::Status write_file_atomic(const std::string& path, std::string_view bytes);
+// Appends `line` to f (the file at `path`, opened for appending) and flushes it. A failed write
+// (ENOSPC, EFBIG, EIO) cuts the file back to where it was, so no torn line is left, and returns
+// Internal naming the path and the reason.
+absl::Status append_line(std::FILE* f, const std::string& path, std::string_view line);
 // fsync of a directory, so renames and new entries in it survive a crash.
 absl::Status fsync_dir(const std::string& dir);
 

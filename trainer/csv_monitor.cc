@@ -7,7 +7,6 @@
 #include <fstream>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -34,7 +33,7 @@ class CsvSink final : public MetricsSink {
         breakdown_(breakdown),
         resumed_step_(resumed_step) {}
   ~CsvSink() override {
-    for (auto& [name, f] : files_) std::fclose(f);
+    for (auto& [tag, file] : files_) std::fclose(file.f);
   }
 
   absl::Status step(const StepRecord& s) override {
@@ -59,17 +58,12 @@ class CsvSink final : public MetricsSink {
   // The row "x,value" into the tag's file, opened (and started, or cut back to the resumed
   // step) at its first row.
   absl::Status write(const std::string& tag, int64_t x, double value) {
-    std::FILE*& f = files_[tag];
-    const std::string path =
-        dir_ + "/" + absl::StrReplaceAll(tag, {{"/", "_"}, {" ", "_"}}) + ".csv";
-    if (!f) {
-      ZT_ASSIGN_OR_RETURN(f, start(tag, path));
+    File& file = files_[tag];
+    if (!file.f) {
+      file.path = dir_ + "/" + absl::StrReplaceAll(tag, {{"/", "_"}, {" ", "_"}}) + ".csv";
+      ZT_ASSIGN_OR_RETURN(file.f, start(tag, file.path));
     }
-    const std::string row = absl::StrCat(x, ",", shortest(value), "\n");
-    if (std::fputs(row.c_str(), f) < 0 || std::fflush(f) != 0)
-      return absl::InternalError(absl::StrCat("csv_monitor: cannot write '", path,
-                                              "': ", std::strerror(errno ? errno : EIO)));
-    return absl::OkStatus();
+    return append_line(file.f, file.path, absl::StrCat(x, ",", shortest(value), "\n"));
   }
 
   absl::StatusOr<std::FILE*> start(const std::string& tag, const std::string& path) {
@@ -98,7 +92,11 @@ class CsvSink final : public MetricsSink {
   int64_t batch_;
   bool fp16_, breakdown_;
   int64_t resumed_step_;
-  std::map<std::string, std::FILE*> files_;
+  struct File {
+    std::FILE* f = nullptr;
+    std::string path;
+  };
+  std::map<std::string, File> files_;  // by tag, opened at its first row
 };
 
 }  // namespace

@@ -447,15 +447,11 @@ absl::Status read_optimizer_params(const std::string& src, ObjectReader& p, Opti
       ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
       // Both run in fp32 here: "gram" is the same iteration on the Gram matrix.
       ZT_RETURN_IF_ERROR(p.get_choice({"ns_method"}, {"gram", "standard"}, false, &o->ns_method));
-      // Each half's lr (DeepSpeed's engine: muon_lr / adam_lr over the shared lr, else
-      // MuonWithAuxAdam's defaults 0.02 and 3e-4). o->lr is the matrices'.
-      {
-        double muon_lr = o->lr >= 0 ? o->lr : 0.02;
-        o->adam_lr = o->lr >= 0 ? o->lr : 3e-4;
-        ZT_RETURN_IF_ERROR(p.get_double({"muon_lr"}, &muon_lr, 0.0));
-        ZT_RETURN_IF_ERROR(p.get_double({"adam_lr"}, &o->adam_lr, 0.0));
-        o->lr = muon_lr;
-      }
+      // Each half's lr (DeepSpeed's engine: muon_lr / adam_lr over the shared lr; the
+      // defaults of a half given neither follow in parse_optimizer). o->lr is the matrices'.
+      o->adam_lr = o->lr;
+      ZT_RETURN_IF_ERROR(p.get_double({"muon_lr"}, &o->lr, 0.0));
+      ZT_RETURN_IF_ERROR(p.get_double({"adam_lr"}, &o->adam_lr, 0.0));
       break;
   }
   p.unsupported("fp32_optimizer_states", true);
@@ -501,9 +497,9 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
     ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
     ZT_RETURN_IF_ERROR(read_optimizer_params(src, p, o));
   }
-  if (o->type == OptimizerType::kMuon && o->lr < 0) {  // no params: each half's default
-    o->lr = 0.02;
-    o->adam_lr = 3e-4;
+  if (o->type == OptimizerType::kMuon) {  // a half given no lr: MuonWithAuxAdam's default
+    if (o->lr < 0) o->lr = 0.02;
+    if (o->adam_lr < 0) o->adam_lr = 3e-4;
   }
   // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
   o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;

@@ -1,7 +1,5 @@
 #include "trainer/metrics.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -60,16 +58,7 @@ MetricsWriter::~MetricsWriter() {
 }
 
 absl::Status MetricsWriter::write(const nlohmann::json& line) {
-  const std::string s = line.dump() + "\n";
-  const long at = std::ftell(f_);
-  errno = 0;
-  if (std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0)
-    return absl::OkStatus();
-  const int err = errno ? errno : EIO;
-  std::clearerr(f_);
-  if (at >= 0 && ::ftruncate(fileno(f_), at) == 0) std::fseek(f_, at, SEEK_SET);  // no torn line
-  return absl::InternalError(absl::StrCat("cannot write '", path_, "': ", std::strerror(err),
-                                          " (it keeps every complete line up to here)"));
+  return append_line(f_, path_, line.dump() + "\n");
 }
 
 nlohmann::json StepRecord::json() const {
