@@ -2,7 +2,7 @@
 """The GPU checks as one prepared command, for a GPU machine lent for minutes (issue 25).
 
   scripts/gpu_check.sh --pack [--llmc DIR]      here: build for sm_90, fill build/gpu_bundle
-  scripts/gpu_check.sh --run OUT [--deadline S]      there: the plan on the GPU
+  scripts/gpu_check.sh --run OUT [--deadline S] [--stages A,B]  there: the plan on the GPU
   scripts/gpu_check.sh --rehearse OUT [--deadline S] here: the same plan on the CUDA emulation
 
 The machine (the library's device notes): one H200, 15 minutes of device time in all, 10 per
@@ -44,8 +44,10 @@ Stages (limits in seconds):
   pytorch    150  the same GPT-2 and TinyLlama steps in PyTorch (benchmarks/torch_step.py)
   llmc       60   llm.c's train_gpt2cu on GPT-2 124M's shapes
   sanitizer  90   compute-sanitizer memcheck and racecheck on some kernel tests
+  kernel_times 120  Nsight Compute on GPT-2: the attention kernels in detail, every kernel timed
 """
 import argparse
+import csv
 import ctypes
 import glob
 import io
@@ -571,7 +573,7 @@ def llmc(plan, res, limit):
     _, _, _, T, B, steps, _ = SHAPES["run"]["gpt2"]
     data = os.path.join(BUNDLE, "data")
     rc = plan.sh("llmc.log", [exe, "-e", "d12", "-b", str(B), "-t", str(T), "-x", str(steps),
-                              "-v", "0", "-s", "0", "-z", "0", "-i", f"{data}/train_*.bin",
+                              "-v", "100000", "-m", "1", "-s", "0", "-z", "0", "-i", f"{data}/train_*.bin",
                               "-j", f"{data}/val_*.bin"], limit, env=plan.env(),
                  cwd=plan.work)
     text = open(os.path.join(plan.logs, "llmc.log"), errors="replace").read()
@@ -608,6 +610,72 @@ def sanitizer(plan, res, limit):
     return verdict(bad)
 
 
+NCU_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "ComputeWorkloadAnalysis",
+                "MemoryWorkloadAnalysis", "WarpStateStats")
+
+
+def kernel_times(plan, res, limit):
+    """Nsight Compute on GPT-2 (flash attention): first the three tensor-core attention kernels
+    of the first layer in detail (logs/ncu_attention.txt: speed of light, occupancy, launch,
+    warp stalls), then every kernel of one step timed alone, summed per kernel name
+    (logs/kernel_times_gpt2.md, the raw CSV beside it). ncu replays each kernel alone at the
+    GPU's own clocks (--clock-control none), so launch gaps do not count here."""
+    if plan.mode == "rehearse":
+        return "skipped", "Nsight Compute needs a GPU"
+    tool = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    if not os.path.exists(tool):
+        return "skipped", "no ncu"
+    t_end = time.monotonic() + limit
+    shape = SHAPES[plan.mode]["gpt2"]
+    shape = shape[:5] + (1,) + shape[6:]
+    run_dir = os.path.join(plan.work, "kernel_times")
+    argv = train_args(zerotrain(plan), "cuda", shape, run_dir,
+                      bench_config(0, shape[4], False, False)) + ["--attention", "flash"]
+    sections = [a for sec in NCU_SECTIONS for a in ("--section", sec)]
+    rc = plan.sh("ncu_attention.txt", [tool, "--clock-control", "none", "--kernel-name",
+                                       "regex:mma_", "--launch-count", "3"] + sections + argv,
+                 min(60, limit / 2), env=plan.env())
+    res["figures"]["attention_detail"] = {None: "timeout", 0: "logs/ncu_attention.txt"}.get(
+        rc, f"exit {rc}")
+    csv_path = os.path.join(plan.logs, "ncu_gpt2.csv")
+    with open(csv_path, "wb") as out:
+        rc = plan.sh("ncu_gpt2.log", [tool, "--clock-control", "none", "--csv", "--page", "raw",
+                                      "--metrics", "gpu__time_duration.sum"] + argv,
+                     t_end - time.monotonic(), env=plan.env(), stdout=out)
+    if rc is None:
+        return "timeout", "the per-kernel times ran out of time"
+
+    def num(r, key):
+        try:
+            return float((r.get(key) or "").replace(",", ""))
+        except ValueError:
+            return None
+    step = [r for r in csv.DictReader(line for line in open(csv_path, errors="replace")
+                                      if line.startswith('"'))
+            if num(r, "gpu__time_duration.sum") is not None]
+    if rc != 0 or not step:
+        return "fail", f"exit {rc}, {len(step)} kernels profiled"
+    by_name = {}
+    for r in step:
+        name = re.sub(r"\(anonymous namespace\)::|<unnamed>::|^void ", "", r["Kernel Name"])
+        name = re.split(r"[<(]", name)[0][:70]
+        agg = by_name.setdefault(name, [0, 0.0])
+        agg[0] += 1
+        agg[1] += num(r, "gpu__time_duration.sum")
+    total = sum(ns for _, ns in by_name.values())
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])
+    lines = ["| kernel | calls | ms | share |", "|---|---|---|---|"] + [
+        f"| {name} | {calls} | {ns / 1e6:.3f} | {ns / total:.1%} |"
+        for name, (calls, ns) in ranked]
+    lines.append(f"\nKernels in the run (one step and the setup's): {len(step)}, "
+                 f"{total / 1e6:.3f} ms, each replayed alone.")
+    with open(os.path.join(plan.logs, "kernel_times_gpt2.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    res["figures"].update(kernel_ms=round(total / 1e6, 3), kernels=len(step),
+                          top={n: round(ns / 1e6, 3) for n, (_, ns) in ranked[:6]})
+    return "pass", ""
+
+
 SANITIZED = ("CudaVsCpu.Matmul:CudaVsCpu.NormsForwardBackward:CudaVsCpu.RopeAndGqaAttention:"
              "CudaVsCpu.EmbeddingActivationsCrossEntropyAdamW")
 REHEARSED = "CudaVsCpu.Matmul:CudaVsCpu.RopeAndGqaAttention:CudaVsCpu.TinyLlamaTrainsAsOnTheCpu"
@@ -627,10 +695,11 @@ STAGES = [
     ("pytorch", 150, True, pytorch),
     ("llmc", 60, True, llmc),
     ("sanitizer", 90, True, sanitizer),
+    ("kernel_times", 120, True, kernel_times),
 ]
 
 
-def run(mode, out, deadline):
+def run(mode, out, deadline, only=None):
     if not os.path.exists(os.path.join(BUNDLE, "bin", "zerotrain")):
         print("error: no bundle in build/gpu_bundle; run scripts/gpu_check.sh --pack first",
               file=sys.stderr)
@@ -650,7 +719,7 @@ def run(mode, out, deadline):
         # The bundle's libraries travel compressed (OpenBLAS alone is 36 MiB).
         with tarfile.open(os.path.join(BUNDLE, "lib.tar.xz")) as t:
             t.extractall(plan.work, filter="data")
-        failed = run_stages(plan)
+        failed = run_stages(plan, only)
     except Killed as k:
         for res in plan.stages:
             if res["status"] == "running":
@@ -663,11 +732,15 @@ def run(mode, out, deadline):
     return 1 if failed or not plan.gpu else 0  # no GPU: nothing was measured
 
 
-def run_stages(plan):
-    """Runs STAGES in order, OUT rewritten around each. True when one failed."""
+def run_stages(plan, only=None):
+    """Runs STAGES in order (the preflight and those in `only`, when given), OUT rewritten
+    around each. True when one failed."""
     failed = False
     for (name, limit, needs_gpu, fn), res in zip(STAGES, plan.stages):
         limit = min(limit, plan.left())
+        if only and name != "preflight" and name not in only:
+            res.update(status="skipped", reason="not asked for (--stages)")
+            continue
         if needs_gpu and not plan.gpu:
             res.update(status="skipped", reason="no GPU: `nvidia-smi -L` lists none")
             continue
@@ -700,6 +773,8 @@ def main():
     g.add_argument("--rehearse", metavar="OUT")
     ap.add_argument("--llmc", metavar="DIR", help="with --pack: llm.c's checkout or git directory")
     ap.add_argument("--deadline", type=float, default=540, help="seconds for the whole plan")
+    ap.add_argument("--stages", metavar="A,B", help="with --run/--rehearse: only these stages "
+                    "(the preflight always runs), to rerun what failed on fewer device minutes")
     a = ap.parse_args()
     out = a.run or a.rehearse
     # Bad input stops here, before any work (argparse's own errors exit 2 too).
@@ -715,6 +790,11 @@ def main():
     if a.deadline < STAGES[0][1]:
         ap.error(f"--deadline {a.deadline:g} s leaves no time for the preflight "
                  f"({STAGES[0][1]} s); give at least that (default 540)")
+    only = a.stages.split(",") if a.stages else None
+    unknown = sorted(set(only or []) - {n for n, *_ in STAGES})
+    if unknown:
+        ap.error(f"--stages: no stage {', '.join(unknown)}; the stages are "
+                 + ", ".join(n for n, *_ in STAGES))
     if a.pack:
         import gpu_pack  # scripts/gpu_pack.py: only --pack builds
         try:
@@ -722,7 +802,7 @@ def main():
         except (subprocess.CalledProcessError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    return run("run" if a.run else "rehearse", out, a.deadline)
+    return run("run" if a.run else "rehearse", out, a.deadline, only)
 
 
 if __name__ == "__main__":

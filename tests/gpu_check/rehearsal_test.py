@@ -92,7 +92,8 @@ def main():
     print(f"whole rehearsal: exit {rc} in {whole:.1f} s", flush=True)
     doc = validate(out, "whole")
     check(rc == 0, f"whole rehearsal exit {rc}")
-    allowed_skips = {"pytorch", "llmc", "sanitizer", "attention"}  # torch may be absent; the rest need a GPU
+    # torch may be absent; the rest need a GPU
+    allowed_skips = {"pytorch", "llmc", "sanitizer", "attention", "kernel_times"}
     for s in doc["stages"] if doc else []:
         ok = s["status"] == "pass" or (s["status"] == "skipped" and s["name"] in allowed_skips
                                         and s["reason"])
@@ -116,7 +117,9 @@ def main():
                         "leaves no time for the preflight"),
                        (["--pack", "--llmc", tmp], "neither a checkout of karpathy/llm.c"),
                        (["--rehearse", os.path.join(tmp, "d"), "--llmc", tmp],
-                        "--llmc goes with --pack")):
+                        "--llmc goes with --pack"),
+                       (["--rehearse", os.path.join(tmp, "d"), "--stages", "gpt2,nope"],
+                        "--stages: no stage nope")):
         p = subprocess.run(["bash", SCRIPT] + argv, capture_output=True, text=True)
         check(p.returncode == 2 and says in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr}")
     check(not os.path.exists(os.path.join(tmp, "d")), "a refused run made its OUT")
