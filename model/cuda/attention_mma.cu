@@ -31,10 +31,33 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Rows [r0, r0 + n) of one head's hd columns (row r at src + r * stride) into a 16-bit tile:
 // tile[r][c] (ld elements a row), or tile[c][r] when transposed; zeros past T and past hd.
+// Row-major tiles move 16 bytes (8 columns of a row) a thread when hd, the stride and src allow
+// it, a row's pieces on neighbouring threads (coalesced). Transposed tiles take neighbouring rows
+// on neighbouring threads, so that their 2-byte stores fill consecutive shared-memory words (no
+// bank conflicts); their 16-byte form spilled registers in the dK/dV kernel at HD 96. `kWide`
+// false keeps 2-byte loads: 16-byte row-major staging also spills there (ptxas stays at 168
+// registers), so the dK/dV kernel at HD 96 stages in 2-byte pieces.
+struct alignas(16) Words4 {
+  uint32_t w0, w1, w2, w3;
+};
+
+template <int HD, bool kWide = true>
 __device__ void stage(uint16_t* tile, int ld, bool transposed, const uint16_t* src, size_t stride,
-                      int r0, int n, int T, int hd, int HD) {
+                      int r0, int n, int T, int hd) {
+  if (kWide && !transposed && hd % 8 == 0 && stride % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    constexpr int kPieces = HD / 8;  // 16-byte pieces a tile row
+    for (int e = threadIdx.x; e < n * kPieces; e += blockDim.x) {
+      const int r = e / kPieces, c = 8 * (e % kPieces);
+      Words4 v{0, 0, 0, 0};
+      if (r0 + r < T && c < hd)
+        v = *reinterpret_cast<const Words4*>(src + (size_t)(r0 + r) * stride + c);
+      *reinterpret_cast<Words4*>(tile + r * ld + c) = v;
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < n * HD; e += blockDim.x) {
-    const int r = e / HD, c = e % HD;
+    const int r = transposed ? e % n : e / HD, c = transposed ? e / n : e % HD;
     const uint16_t v = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
     tile[transposed ? c * ld + r : r * ld + c] = v;
   }
@@ -120,7 +143,7 @@ __global__ void __launch_bounds__(kThreadsMma)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, wrow = q0 + w * 16;
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
-  stage(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd, HD);
+  stage<HD>(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
   __syncthreads();
   uint32_t qa[HD / 16][4];
 #pragma unroll
@@ -131,9 +154,9 @@ __global__ void __launch_bounds__(kThreadsMma)
   const int last = min(s.T - 1, q0 + kRows - 1);
   for (int j0 = 0; j0 <= last; j0 += kKeysFwd) {
     __syncthreads();  // the previous tile is no longer read
-    stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd, HD);
-    stage(vt, LDV, true, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd,
-          HD);
+    stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd);
+    stage<HD>(vt, LDV, true, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T,
+              s.hd);
     __syncthreads();
     if (j0 > wrow + 15) continue;  // every key of the tile comes after the warp's rows
     float sc[kKeysFwd / 8][4] = {};
@@ -203,8 +226,8 @@ __global__ void __launch_bounds__(kThreadsMma)
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
-  stage(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd, HD);
-  stage(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd, HD);
+  stage<HD>(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
+  stage<HD>(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd);
   __syncthreads();
   uint32_t qa[HD / 16][4], da[HD / 16][4];
 #pragma unroll
@@ -224,10 +247,10 @@ __global__ void __launch_bounds__(kThreadsMma)
   const int last = min(s.T - 1, q0 + kRows - 1);
   for (int j0 = 0; j0 <= last; j0 += kTileBwd) {
     __syncthreads();
-    stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd, HD);
-    stage(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd,
-          HD);
-    stage(kt, LDT, true, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd, HD);
+    stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
+    stage<HD>(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kTileBwd, s.T,
+              s.hd);
+    stage<HD>(kt, LDT, true, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
     __syncthreads();
     if (j0 > wrow + 15) continue;
     float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
@@ -280,19 +303,20 @@ __global__ void __launch_bounds__(kThreadsMma)
   const int keys[2] = {wkey + g, wkey + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
-  stage(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd, HD);
-  stage(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd, HD);
+  stage<HD, HD != 96>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd);
+  stage<HD, HD != 96>(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, k0, kRows, s.T,
+                      s.hd);
   const float sl2 = s.scale * kLog2e;
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
   for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
     for (int t0 = k0; t0 < s.T; t0 += kTileBwd) {
       __syncthreads();  // the previous tiles are no longer read (the first: K and V staged)
-      stage(qs, LD, false, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd, HD);
-      stage(qt, LDT, true, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd, HD);
-      stage(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd, s.T, s.hd,
-            HD);
-      stage(dot, LDT, true, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd, s.T, s.hd,
-            HD);
+      stage<HD, HD != 96>(qs, LD, false, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
+      stage<HD, HD != 96>(qt, LDT, true, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
+      stage<HD, HD != 96>(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd,
+                          s.T, s.hd);
+      stage<HD, HD != 96>(dot, LDT, true, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd,
+                          s.T, s.hd);
       if (threadIdx.x < kTileBwd) {
         const int q = t0 + threadIdx.x;
         const size_t i = ((size_t)b * s.NH + h) * s.T + q;
