@@ -81,7 +81,8 @@ class CudaBackend final : public Backend {
   // Each configuration's descriptors and algorithm are made once and kept (gemm_plans_). When
   // the heuristic finds no algorithm (operands 2 bytes off a 4-byte boundary: 16-bit rows of
   // an odd length), the operands are copied to aligned buffers with padded rows and the
-  // product runs there (gemm_padded); C comes back the same way.
+  // product runs there (gemm_padded); C comes back the same way. An n or k off a multiple of
+  // 16 bytes (a vocabulary of 50257) splits into an aligned GEMM and a small one for the rest.
   // With a GELU epilogue (GPT-2's MLP: matmul_gelu_forward, matmul_dgelu_backward) it returns
   // false, having done nothing, when cuBLASLt has no algorithm for it; true otherwise.
   bool gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda, const void* B,

@@ -164,6 +164,30 @@ bool CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
   // cuBLASLt's COMPUTE_32F writes fp32 or, from 16-bit operands, their own dtype.
   ZT_CHECK(C.dtype == DType::kF32 || C.dtype == ab_t);
   ZT_CHECK(!bias || bias.dtype == C.dtype);  // cuBLASLt's bias type is D's
+  // cuBLASLt's fast kernels move 16 bytes along the contiguous dimensions. GPT-2's vocabulary
+  // (50257) leaves n (the logits' columns) and k (the classifier's dX reduction) off a multiple
+  // of 8, and the heuristic then takes align1 kernels: 6.7 and 4.9 ms of GPT-2's step at B 8 on
+  // an H200 (docs/gpu_results.md), several times their roofline. The aligned part runs as one
+  // GEMM and the few columns left as a second, small one (k: accumulated into C, so a 16-bit C
+  // is rounded once more).
+  const int vec = 16 / (int)dtype_size(ab_t);
+  const char* a8 = static_cast<const char*>(A);
+  const char* b8 = static_cast<const char*>(B);
+  const size_t ab_bytes = dtype_size(ab_t);
+  if (gelu.kind == GeluEpilogue::kNone && n % vec != 0 && n > 8 * vec) {
+    const int n0 = n - n % vec;  // op(B) columns n0.. and C's columns n0..
+    const void* b_rest = b8 + (trans_b ? (size_t)n0 * ldb : (size_t)n0) * ab_bytes;
+    return gemm(trans_a, trans_b, m, n0, k, A, lda, B, ldb, ab_t, C, ldc, beta, bias) &&
+           gemm(trans_a, trans_b, m, n - n0, k, A, lda, b_rest, ldb, ab_t, C + n0, ldc, beta,
+                bias ? bias + n0 : TensorView());
+  }
+  if (gelu.kind == GeluEpilogue::kNone && k % vec != 0 && k > 8 * vec) {
+    const int k0 = k - k % vec;  // op(A) columns k0.. and op(B) rows k0..
+    const void* a_rest = a8 + (trans_a ? (size_t)k0 * lda : (size_t)k0) * ab_bytes;
+    const void* b_rest = b8 + (trans_b ? (size_t)k0 : (size_t)k0 * ldb) * ab_bytes;
+    return gemm(trans_a, trans_b, m, n, k0, A, lda, B, ldb, ab_t, C, ldc, beta, bias) &&
+           gemm(trans_a, trans_b, m, n, k - k0, a_rest, lda, b_rest, ldb, ab_t, C, ldc, 1.f);
+  }
   // Operands are often interior pointers (a tensor inside a unit, a row chunk): the heuristic
   // is told their real alignment, or it may pick a kernel that assumes 256 bytes.
   const size_t ab = dtype_size(ab_t), cb = dtype_size(C.dtype);
