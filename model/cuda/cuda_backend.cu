@@ -218,7 +218,7 @@ __global__ void scale_add_kernel(void* y, DType yt, const float* x, float alpha,
 // Sum of squares in double without atomics, so the global norm has the same bits every run:
 // each thread sums its grid-stride elements in order, each warp combines its lanes in a fixed
 // butterfly, thread 0 adds the warps in order into partial[block]; sum_partials_kernel then
-// adds the blocks in order. (The grid depends on n only.)
+// adds the blocks in a fixed order. (The grid depends on n only.)
 __global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* partial) {
   __shared__ double warps[kThreads / 32];
   double acc = 0;
@@ -237,11 +237,20 @@ __global__ void sum_squares_kernel(const void* x, DType t, size_t n, double* par
   }
 }
 
+// One block: thread k adds partials k, k + kThreads, ... in order, then a fixed tree over the
+// threads (the same bits every run). One thread adding 1024 partials in turn took 32 us a call
+// on an H200 (docs/gpu_results.md), 14 calls a GPT-2 step.
 __global__ void sum_partials_kernel(const double* partial, int blocks, double* out) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  __shared__ double sums[kThreads];
   double s = 0;
-  for (int b = 0; b < blocks; ++b) s += partial[b];
-  *out = s;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
+  sums[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = sums[0];
 }
 
 }  // namespace
@@ -275,7 +284,7 @@ void CudaBackend::sum_squares(const void* x, DType t, size_t n, double* out) {
   // reduce_: one partial per block, added in order by the second kernel (no host wait).
   const unsigned blocks = std::min<unsigned>(blocks_for(n), kMaxReduceBlocks);
   launch_kernel(sum_squares_kernel, blocks, kThreads, stream_, x, t, n, reduce_);
-  launch_kernel(sum_partials_kernel, 1, 1, stream_, reduce_, (int)blocks, out);
+  launch_kernel(sum_partials_kernel, 1, kThreads, stream_, reduce_, (int)blocks, out);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
