@@ -632,15 +632,23 @@ def kernel_times(plan, res, limit):
     argv = train_args(zerotrain(plan), "cuda", shape, run_dir,
                       bench_config(0, shape[4], False, False)) + ["--attention", "flash"]
     sections = [a for sec in NCU_SECTIONS for a in ("--section", sec)]
+    # The forward kernels of all layers come first, then each layer's dQ and dK/dV: 14 launches
+    # hold the first of each.
+    layers = shape[1]
     rc = plan.sh("ncu_attention.txt", [tool, "--clock-control", "none", "--kernel-name",
-                                       "regex:mma_", "--launch-count", "3"] + sections + argv,
+                                       "regex:mma_(forward|backward_dq|backward_dkv)_kernel",
+                                       "--launch-count", str(layers + 2)] + sections + argv,
                  min(60, limit / 2), env=plan.env())
+    log = open(os.path.join(plan.logs, "ncu_attention.txt"), errors="replace").read()
+    if "ERR_NVGPUCTRPERM" in log:
+        return "skipped", "ncu may not read the GPU's counters on this machine (ERR_NVGPUCTRPERM)"
     res["figures"]["attention_detail"] = {None: "timeout", 0: "logs/ncu_attention.txt"}.get(
         rc, f"exit {rc}")
     csv_path = os.path.join(plan.logs, "ncu_gpt2.csv")
     with open(csv_path, "wb") as out:
         rc = plan.sh("ncu_gpt2.log", [tool, "--clock-control", "none", "--csv", "--page", "raw",
-                                      "--metrics", "gpu__time_duration.sum"] + argv,
+                                      "--print-units", "base", "--metrics",
+                                      "gpu__time_duration.sum"] + argv,
                      t_end - time.monotonic(), env=plan.env(), stdout=out)
     if rc is None:
         return "timeout", "the per-kernel times ran out of time"
@@ -790,8 +798,16 @@ def main():
     if a.deadline < STAGES[0][1]:
         ap.error(f"--deadline {a.deadline:g} s leaves no time for the preflight "
                  f"({STAGES[0][1]} s); give at least that (default 540)")
-    only = a.stages.split(",") if a.stages else None
-    unknown = sorted(set(only or []) - {n for n, *_ in STAGES})
+    only = None
+    if a.stages is not None:
+        if a.pack:
+            ap.error("--stages goes with --run or --rehearse")
+        only = set(filter(None, a.stages.split(",")))
+        if not only:
+            ap.error("--stages: name at least one stage")
+        if "attention" in only:
+            only.add("gpt2")  # cuDNN's run is compared with the flash run of gpt2
+    unknown = sorted((only or set()) - {n for n, *_ in STAGES})
     if unknown:
         ap.error(f"--stages: no stage {', '.join(unknown)}; the stages are "
                  + ", ".join(n for n, *_ in STAGES))

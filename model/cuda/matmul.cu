@@ -170,18 +170,22 @@ bool CudaBackend::gemm(bool trans_a, bool trans_b, int m, int n, int k, const vo
   // an H200 (docs/gpu_results.md), several times their roofline. The aligned part runs as one
   // GEMM and the few columns left as a second, small one (k: accumulated into C, so a 16-bit C
   // is rounded once more).
+  // Only on rows of whole 16 bytes (else gemm_padded copies each part), and k only where it is
+  // an operand's contiguous dimension (not in dW = dout^T inp).
   const int vec = 16 / (int)dtype_size(ab_t);
   const char* a8 = static_cast<const char*>(A);
   const char* b8 = static_cast<const char*>(B);
   const size_t ab_bytes = dtype_size(ab_t);
-  if (gelu.kind == GeluEpilogue::kNone && n % vec != 0 && n > 8 * vec) {
+  const bool split = gelu.kind == GeluEpilogue::kNone && lda % vec == 0 && ldb % vec == 0 &&
+                     ldc * dtype_size(C.dtype) % 16 == 0;
+  if (split && n % vec != 0 && n > 8 * vec) {
     const int n0 = n - n % vec;  // op(B) columns n0.. and C's columns n0..
     const void* b_rest = b8 + (trans_b ? (size_t)n0 * ldb : (size_t)n0) * ab_bytes;
     return gemm(trans_a, trans_b, m, n0, k, A, lda, B, ldb, ab_t, C, ldc, beta, bias) &&
            gemm(trans_a, trans_b, m, n - n0, k, A, lda, b_rest, ldb, ab_t, C + n0, ldc, beta,
                 bias ? bias + n0 : TensorView());
   }
-  if (gelu.kind == GeluEpilogue::kNone && k % vec != 0 && k > 8 * vec) {
+  if (split && (!trans_a || trans_b) && k % vec != 0 && k > 8 * vec) {
     const int k0 = k - k % vec;  // op(A) columns k0.. and op(B) rows k0..
     const void* a_rest = a8 + (trans_a ? (size_t)k0 * lda : (size_t)k0) * ab_bytes;
     const void* b_rest = b8 + (trans_b ? (size_t)k0 : (size_t)k0 * ldb) * ab_bytes;

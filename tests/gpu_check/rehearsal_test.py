@@ -119,10 +119,24 @@ def main():
                        (["--rehearse", os.path.join(tmp, "d"), "--llmc", tmp],
                         "--llmc goes with --pack"),
                        (["--rehearse", os.path.join(tmp, "d"), "--stages", "gpt2,nope"],
-                        "--stages: no stage nope")):
+                        "--stages: no stage nope"),
+                       (["--rehearse", os.path.join(tmp, "d"), "--stages", ""],
+                        "--stages: name at least one stage"),
+                       (["--pack", "--stages", "gpt2"], "--stages goes with --run")):
         p = subprocess.run(["bash", SCRIPT] + argv, capture_output=True, text=True)
         check(p.returncode == 2 and says in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr}")
     check(not os.path.exists(os.path.join(tmp, "d")), "a refused run made its OUT")
+
+    # --stages: the preflight and the stages named run, the others are skipped, saying why.
+    out = os.path.join(tmp, "some")
+    rc = subprocess.run(["bash", SCRIPT, "--rehearse", out, "--stages", "training"],
+                        stdout=subprocess.DEVNULL).returncode
+    doc = validate(out, "--stages training")
+    check(rc == 0, f"--stages training exits {rc}")
+    for s in doc["stages"] if doc else []:
+        want = "pass" if s["name"] in ("preflight", "training") else "skipped"
+        check(s["status"] == want and (want == "pass" or "--stages" in s["reason"]),
+              f"--stages training: {s['name']} {s['status']} ({s['reason']})")
 
     if not shutil.which("nvidia-smi") or subprocess.run(["nvidia-smi", "-L"]).returncode != 0:
         out = os.path.join(tmp, "run")

@@ -285,6 +285,24 @@ TEST_F(CudaVsCpu, Matmul) {
   expect_close(db, 1e-5, "matmul dbias");
 }
 
+// The classifier's shapes: an odd vocabulary (OC 71) with logits rows padded to ld 72 and a
+// width of whole 16-byte rows. The logits GEMM's n and the dX GEMM's k are off a multiple of 4
+// floats: each runs as an aligned GEMM and a remainder GEMM (matmul.cu), against the CPU's one
+// product.
+TEST_F(CudaVsCpu, MatmulWithAnOddVocabularyRunsAsAlignedAndRemainderGemms) {
+  const int N = 37, C = 64, OC = 71, ld = 72;
+  auto out = zeros((size_t)N * ld), inp = make((size_t)N * C), w = make((size_t)OC * C, 1, 2),
+       b = make(OC, 1, 3), dinp = zeros((size_t)N * C), dw = zeros((size_t)OC * C),
+       dout = make((size_t)N * ld, 1, 4);
+  cpu_->matmul_forward(out.cp(), inp.cp(), w.cp(), b.cp(), N, C, OC, ld);
+  gpu_->matmul_forward(out.gp(), inp.gp(), w.gp(), b.gp(), N, C, OC, ld);
+  expect_close(out, 1e-5, "logits forward, padded rows");
+  cpu_->matmul_backward(dinp.cp(), dw.cp(), nullptr, dout.cp(), inp.cp(), w.cp(), N, C, OC, ld);
+  gpu_->matmul_backward(dinp.gp(), dw.gp(), nullptr, dout.gp(), inp.gp(), w.gp(), N, C, OC, ld);
+  expect_close(dinp, 1e-5, "dinp over an odd k");
+  expect_close(dw, 1e-5, "dweight");
+}
+
 // 16-bit weights as stored (UnitEngine::fetch_stored): a GPU's GEMM rounds its fp32 other
 // operand to the weight's dtype (as its 16-bit activations are), the CPU widens the weight and
 // keeps its fp32 activations as given, so the CPU gets the activations already rounded. Both
@@ -804,6 +822,11 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
                                          " hd " + std::to_string(hd) + " group " +
                                          std::to_string(group));
       }
+    // Head sizes short of their tile (24 in 32, 88 in 96): 16-byte staging zero-fills past hd,
+    // and the dK/dV kernel at 96 stages 2 bytes at a time.
+    for (int hd : {24, 88})
+      expect_attention_matches_cpu(t, 37, hd, 4, tol, 1e-5,
+                                   std::string(dtype_name(t)) + " T 37 hd " + std::to_string(hd));
   }
 }
 
