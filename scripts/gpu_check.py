@@ -615,9 +615,9 @@ NCU_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "ComputeWorkloadAnal
 
 
 def kernel_times(plan, res, limit):
-    """Nsight Compute on GPT-2 (flash attention): first the three tensor-core attention kernels
-    of the first layer in detail (logs/ncu_attention.txt: speed of light, occupancy, launch,
-    warp stalls), then every kernel of one step timed alone, summed per kernel name
+    """Nsight Compute on GPT-2 (flash attention): first the tensor-core attention kernels in
+    detail, every layer's forward then the first dQ and dK/dV (logs/ncu_attention.txt: speed
+    of light, occupancy, launch, warp stalls), then every kernel of one step timed alone, summed per kernel name
     (logs/kernel_times_gpt2.md, the raw CSV beside it). ncu replays each kernel alone at the
     GPU's own clocks (--clock-control none), so launch gaps do not count here."""
     if plan.mode == "rehearse":
