@@ -25,6 +25,8 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
   zlib1g-dev                        # CRC-32 of checkpoint files
+  libprotobuf-c-dev protobuf-c-compiler  # the tensorboard monitor's event messages
+  libisal-dev                       # CRC32C of TensorBoard's records (ISA-L)
   clang libclang-rt-14-dev          # libFuzzer + AddressSanitizer for tests/fuzz (clang 14 on Debian 12)
   libopenblas-openmp-dev            # CPU GEMM, OpenMP threading (shares our thread pool)
   libopenmpi-dev openmpi-bin        # multi-rank runs (mpirun)
@@ -62,7 +64,7 @@ if ((PYTHON_ENV)); then
   [[ -x .venv/bin/python ]] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q numpy torch transformers safetensors sentencepiece \
-    "deepspeed==0.19.*"
+    tensorboard "deepspeed==0.19.*"
   echo "setup: reference Python in .venv/ ($(.venv/bin/python -c 'import torch, transformers;
 print(f"torch {torch.__version__}, transformers {transformers.__version__}")'))"
 fi

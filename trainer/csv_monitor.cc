@@ -24,40 +24,18 @@ std::string shortest(double x) {
   return std::string(buf, r.ptr);
 }
 
-class CsvSink final : public MetricsSink {
+class CsvSink final : public ScalarMonitor {
  public:
   CsvSink(std::string dir, int64_t batch, bool fp16, bool breakdown, int64_t resumed_step)
-      : dir_(std::move(dir)),
-        batch_(batch),
-        fp16_(fp16),
-        breakdown_(breakdown),
-        resumed_step_(resumed_step) {}
+      : ScalarMonitor(batch, fp16, breakdown), dir_(std::move(dir)), resumed_step_(resumed_step) {}
   ~CsvSink() override {
     for (auto& [tag, file] : files_) std::fclose(file.f);
-  }
-
-  absl::Status step(const StepRecord& s) override {
-    const int64_t x = s.step * batch_;
-    ZT_RETURN_IF_ERROR(write("Train/Samples/train_loss", x, s.loss));
-    ZT_RETURN_IF_ERROR(write("Train/Samples/lr", x, s.lr));
-    if (fp16_) ZT_RETURN_IF_ERROR(write("Train/Samples/loss_scale", x, s.loss_scale));
-    ZT_RETURN_IF_ERROR(write("Train/Samples/grad_norm", x, s.grad_norm));
-    ZT_RETURN_IF_ERROR(write("Train/Samples/tokens_per_s", x, s.tokens_per_s));
-    if (breakdown_) {
-      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_forward", x, s.forward_ms));
-      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_backward", x, s.backward_ms));
-      ZT_RETURN_IF_ERROR(write("Train/Samples/elapsed_time_ms_step", x, s.optimizer_ms));
-    }
-    return absl::OkStatus();
-  }
-  absl::Status validation(int64_t step, double loss) override {
-    return write("Train/Samples/val_loss", step * batch_, loss);
   }
 
  private:
   // The row "x,value" into the tag's file, opened (and started, or cut back to the resumed
   // step) at its first row.
-  absl::Status write(const std::string& tag, int64_t x, double value) {
+  absl::Status scalar(const std::string& tag, int64_t x, double value) override {
     File& file = files_[tag];
     if (!file.f) {
       file.path = dir_ + "/" + absl::StrReplaceAll(tag, {{"/", "_"}, {" ", "_"}}) + ".csv";
@@ -89,8 +67,6 @@ class CsvSink final : public MetricsSink {
   }
 
   std::string dir_;
-  int64_t batch_;
-  bool fp16_, breakdown_;
   int64_t resumed_step_;
   struct File {
     std::FILE* f = nullptr;

@@ -883,19 +883,20 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
     ZT_RETURN_IF_ERROR(p.get_bool({"detailed"}, &detailed));
     ZT_RETURN_IF_ERROR(p.finish());
   }
-  ZT_ASSIGN_OR_RETURN(const json* csv, section(r, {"csv_monitor"}));
-  if (csv) {
-    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *csv, "csv_monitor"));
-    CsvMonitorConfig& m = c->csv_monitor;
-    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &m.enabled));
-    ZT_RETURN_IF_ERROR(p.get_string({"output_path"}, &m.output_path));
-    ZT_RETURN_IF_ERROR(p.get_string({"job_name"}, &m.job_name));
+  for (auto [name, m] :
+       {std::pair{"csv_monitor", &c->csv_monitor}, std::pair{"tensorboard", &c->tensorboard}}) {
+    ZT_ASSIGN_OR_RETURN(const json* v, section(r, {name}));
+    if (!v) continue;
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *v, name));
+    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &m->enabled));
+    ZT_RETURN_IF_ERROR(p.get_string({"output_path"}, &m->output_path));
+    ZT_RETURN_IF_ERROR(p.get_string({"job_name"}, &m->job_name));
     ZT_RETURN_IF_ERROR(p.finish());
-    if (m.enabled && m.job_name.empty())
+    if (m->enabled && m->job_name.empty())
       return absl::InvalidArgumentError(absl::StrCat(
-          src,
-          ": csv_monitor.job_name is empty: it names the directory the CSV files go in "
-          "(DeepSpeed's default \"DeepSpeedJobName\")"));
+          src, ": ", name,
+          ".job_name is empty: it names the directory the monitor writes in (DeepSpeed's "
+          "default \"DeepSpeedJobName\")"));
   }
   // W&B and Comet log to their services, which a trainer without Python cannot reach: a
   // disabled section (DeepSpeed's keys only) is accepted, an enabled one refused with the way
@@ -915,12 +916,11 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
     if (enabled)
       return absl::UnimplementedError(absl::StrCat(
           src, ": ", name, ".enabled: ", name,
-          " logs to its service, which zerotrain does not reach; use \"csv_monitor\" (W&B "
-          "and Comet can import its CSV files) and the run's metrics.jsonl, or set enabled to "
-          "false"));
+          " logs to its service, which zerotrain does not reach; use \"tensorboard\" or "
+          "\"csv_monitor\" (W&B and Comet import both) and the run's metrics.jsonl, or set "
+          "enabled to false"));
   }
-  for (const char* k : {"tensorboard",
-                        "comms_logger",
+  for (const char* k : {"comms_logger",
                         "autotuning",
                         "data_efficiency",
                         "curriculum_learning",

@@ -215,12 +215,15 @@ struct FlopsProfilerConfig {
   std::string output_file;   // the table goes here too (empty: stdout only)
 };
 
-// "csv_monitor": {...} (DeepSpeed's monitor/config.py CSVConfig): rank 0 writes one CSV per
-// tag into output_path/job_name (trainer/metrics.h make_csv_sink).
-struct CsvMonitorConfig {
+// "csv_monitor" and "tensorboard": {...} (DeepSpeed's monitor/config.py CSVConfig and
+// TensorBoardConfig, the same keys): rank 0 writes the run's scalars into output_path/job_name,
+// one CSV per tag or one TensorBoard event file (trainer/metrics.h make_csv_sink,
+// make_tensorboard_sink).
+struct MonitorConfig {
   bool enabled = false;
   std::string output_path;                    // "" : job_name relative to the working directory
   std::string job_name = "DeepSpeedJobName";  // the directory inside output_path
+  std::string dir() const { return output_path.empty() ? job_name : output_path + "/" + job_name; }
 };
 
 // The whole ds_config.json.
@@ -243,7 +246,8 @@ struct DsConfig {
   AioConfig aio;
   ActivationCheckpointingConfig activation_checkpointing;
   FlopsProfilerConfig flops_profiler;
-  CsvMonitorConfig csv_monitor;
+  MonitorConfig csv_monitor;
+  MonitorConfig tensorboard;
   ZerotrainConfig zerotrain;
   // One line each for keys accepted without effect in this build (printed once at start).
   std::vector<std::string> notices;

@@ -135,4 +135,24 @@ std::string format_duration(double seconds) {
   return absl::StrFormat("%ds", s);
 }
 
+absl::Status ScalarMonitor::step(const StepRecord& s) {
+  const int64_t x = s.step * batch_;
+  ZT_RETURN_IF_ERROR(scalar("Train/Samples/train_loss", x, s.loss));
+  ZT_RETURN_IF_ERROR(scalar("Train/Samples/lr", x, s.lr));
+  if (fp16_) ZT_RETURN_IF_ERROR(scalar("Train/Samples/loss_scale", x, s.loss_scale));
+  ZT_RETURN_IF_ERROR(scalar("Train/Samples/grad_norm", x, s.grad_norm));
+  ZT_RETURN_IF_ERROR(scalar("Train/Samples/tokens_per_s", x, s.tokens_per_s));
+  if (breakdown_) {
+    ZT_RETURN_IF_ERROR(scalar("Train/Samples/elapsed_time_ms_forward", x, s.forward_ms));
+    ZT_RETURN_IF_ERROR(scalar("Train/Samples/elapsed_time_ms_backward", x, s.backward_ms));
+    ZT_RETURN_IF_ERROR(scalar("Train/Samples/elapsed_time_ms_step", x, s.optimizer_ms));
+  }
+  return end_of_rows();
+}
+
+absl::Status ScalarMonitor::validation(int64_t step, double loss) {
+  ZT_RETURN_IF_ERROR(scalar("Train/Samples/val_loss", step * batch_, loss));
+  return end_of_rows();
+}
+
 }  // namespace zt

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,20 +53,51 @@ class MetricsSink {
 // (activation_checkpointing.profile), and the offload phases when anything is offloaded.
 std::unique_ptr<MetricsSink> make_console_sink(int64_t breakdown_every, bool show_recompute);
 
-// DeepSpeed's csv_monitor (monitor/csv_monitor.py): one CSV per tag in `dir` (output_path /
-// job_name), named as DeepSpeed names them (the tag with '/' and ' ' as '_', ".csv"), a header
-// "step,<the tag's last component>", then one row per optimizer step whose x axis is the
-// samples seen so far (step x train_batch_size), as DeepSpeed's Train/Samples tags. Tags:
-// DeepSpeed's Train/Samples/lr, Train/Samples/loss_scale (fp16) and, with breakdown
-// (wall_clock_breakdown), Train/Samples/elapsed_time_ms_{forward,backward,step}; and ours,
-// Train/Samples/{train_loss,grad_norm,tokens_per_s,val_loss}. Values are written in their
-// shortest round-trip form. A fresh run (resumed_step < 0) starts each file anew; a run
-// resumed after step k keeps each file's rows up to k's samples and appends (DeepSpeed appends
-// whatever was there). Errors: the directory cannot be made; a write fails (the path and the
-// reason), as for metrics.jsonl.
+// DeepSpeed's monitors (csv_monitor, tensorboard) write the same scalars, as (tag, x, value):
+// DeepSpeed's Train/Samples/train_loss, Train/Samples/lr, Train/Samples/loss_scale (fp16) and,
+// with breakdown (wall_clock_breakdown), Train/Samples/elapsed_time_ms_{forward,backward,step};
+// and ours, Train/Samples/{grad_norm,tokens_per_s,val_loss}. x is the samples seen so far
+// (step x train_batch_size), DeepSpeed's x axis for its Train/Samples tags. A monitor is this
+// table and one way to write a row (scalar()).
+class ScalarMonitor : public MetricsSink {
+ public:
+  ScalarMonitor(int64_t train_batch_size, bool fp16, bool breakdown)
+      : batch_(train_batch_size), fp16_(fp16), breakdown_(breakdown) {}
+  absl::Status step(const StepRecord& s) final;
+  absl::Status validation(int64_t step, double loss) final;
+
+ protected:
+  virtual absl::Status scalar(const std::string& tag, int64_t x, double value) = 0;
+  // Called after each step's and each validation's rows (flush, say).
+  virtual absl::Status end_of_rows() { return absl::OkStatus(); }
+  int64_t batch_;
+
+ private:
+  bool fp16_, breakdown_;
+};
+
+// DeepSpeed's csv_monitor (monitor/csv_monitor.py): one CSV per tag (ScalarMonitor's) in `dir`
+// (output_path / job_name), named as DeepSpeed names them (the tag with '/' and ' ' as '_',
+// ".csv"), a header "step,<the tag's last component>", then one row per optimizer step. Values
+// are written in their shortest round-trip form. A fresh run (resumed_step < 0) starts each
+// file anew; a run resumed after step k keeps each file's rows up to k's samples and appends
+// (DeepSpeed appends whatever was there). Errors: the directory cannot be made; a write fails
+// (the path and the reason), as for metrics.jsonl.
 absl::StatusOr<std::unique_ptr<MetricsSink>> make_csv_sink(const std::string& dir,
                                                            int64_t train_batch_size, bool fp16,
                                                            bool breakdown, int64_t resumed_step);
+
+// DeepSpeed's tensorboard monitor (monitor/tensorboard.py, through PyTorch's SummaryWriter):
+// one TensorBoard event file in `dir`, events.out.tfevents.<10-digit start time>.<host>, its
+// first event the file version ("brain.Event:2"), then one scalar event per ScalarMonitor row
+// (step = x, simple_value = the value as a float), each step's flushed. The records are
+// TensorBoard's (TFRecord framing: the length, its masked CRC32C, the event, its masked
+// CRC32C). Each run, fresh or resumed, starts a new file, as DeepSpeed's does; TensorBoard
+// reads them all. `clock` gives each event's wall time in seconds (null: the system clock).
+// Errors: the directory cannot be made; a write fails (the path and the reason).
+absl::StatusOr<std::unique_ptr<MetricsSink>> make_tensorboard_sink(
+    const std::string& dir, int64_t train_batch_size, bool fp16, bool breakdown,
+    std::function<double()> clock = nullptr);
 
 class MetricsWriter final : public MetricsSink {
  public:

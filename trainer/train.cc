@@ -63,6 +63,7 @@ struct Run {
   std::unique_ptr<ParamStore> params;
   std::optional<MetricsWriter> metrics;  // rank 0 only
   std::unique_ptr<MetricsSink> csv;      // rank 0, csv_monitor.enabled
+  std::unique_ptr<MetricsSink> tensorboard;  // rank 0, tensorboard.enabled
   DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
   int B = 0, T = 0, gas = 1;
   std::string attention;  // what runs it (Backend::prepare_attention)
@@ -502,12 +503,16 @@ absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   if (!r.metrics || nothing_to_train(opt, r)) return absl::OkStatus();
   const int64_t resumed = r.start_step > 0 ? r.start_step : -1;
   ZT_RETURN_IF_ERROR(r.metrics->begin(resumed));
-  const CsvMonitorConfig& csv = r.ds.csv_monitor;
-  if (!csv.enabled) return absl::OkStatus();
-  const std::string dir =
-      csv.output_path.empty() ? csv.job_name : csv.output_path + "/" + csv.job_name;
-  ZT_ASSIGN_OR_RETURN(r.csv, make_csv_sink(dir, r.ds.batch.train_batch_size, r.ds.fp16.enabled,
-                                           r.ds.wall_clock_breakdown, resumed));
+  const MonitorConfig &csv = r.ds.csv_monitor, &tb = r.ds.tensorboard;
+  const int64_t batch = r.ds.batch.train_batch_size;
+  if (csv.enabled) {
+    ZT_ASSIGN_OR_RETURN(r.csv, make_csv_sink(csv.dir(), batch, r.ds.fp16.enabled,
+                                             r.ds.wall_clock_breakdown, resumed));
+  }
+  if (tb.enabled) {
+    ZT_ASSIGN_OR_RETURN(r.tensorboard, make_tensorboard_sink(tb.dir(), batch, r.ds.fp16.enabled,
+                                                             r.ds.wall_clock_breakdown));
+  }
   return absl::OkStatus();
 }
 
@@ -695,6 +700,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   }
   if (r.metrics) sinks.push_back(&*r.metrics);
   if (r.csv) sinks.push_back(r.csv.get());
+  if (r.tensorboard) sinks.push_back(r.tensorboard.get());
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
   if (root)

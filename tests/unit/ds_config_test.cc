@@ -223,26 +223,35 @@ TEST(DsConfig, MuonTakesEachHalfsLrAndDeepSpeedsDefaults) {
                        {"delayed_param_update", "Muon"}));
 }
 
-// csv_monitor as DeepSpeed's CSVConfig: off, output_path "", job_name "DeepSpeedJobName"; its
+// csv_monitor and tensorboard as DeepSpeed's CSVConfig and TensorBoardConfig: off, output_path
+// "", job_name "DeepSpeedJobName", writing into output_path/job_name; their
 // keys only (a typo is named); an empty job_name would write into output_path itself.
-TEST(DsConfig, CsvMonitorTakesDeepSpeedsKeys) {
-  auto r = parse(R"({"train_batch_size": 8})");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->csv_monitor.enabled);
-  EXPECT_EQ(r->csv_monitor.output_path, "");
-  EXPECT_EQ(r->csv_monitor.job_name, "DeepSpeedJobName");
-  r = parse(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
-               "output_path": "logs/", "job_name": "run1"}})");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->csv_monitor.enabled);
-  EXPECT_EQ(r->csv_monitor.output_path, "logs/");
-  EXPECT_EQ(r->csv_monitor.job_name, "run1");
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
-                           "output_dir": "logs/"}})"),
-                       {"csv_monitor.output_dir", "output_path"}));
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "csv_monitor": {"enabled": true,
-                           "job_name": ""}})"),
-                       {"csv_monitor.job_name"}));
+TEST(DsConfig, CsvMonitorAndTensorBoardTakeDeepSpeedsKeys) {
+  for (const std::string name : {"csv_monitor", "tensorboard"}) {
+    SCOPED_TRACE(name);
+    auto monitor = [&](const DsConfig& c) {
+      return name == "csv_monitor" ? c.csv_monitor : c.tensorboard;
+    };
+    auto r = parse(R"({"train_batch_size": 8})");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(monitor(*r).enabled);
+    EXPECT_EQ(monitor(*r).output_path, "");
+    EXPECT_EQ(monitor(*r).job_name, "DeepSpeedJobName");
+    EXPECT_EQ(monitor(*r).dir(), "DeepSpeedJobName");
+    r = parse(R"({"train_batch_size": 8, ")" + name +
+              R"(": {"enabled": true, "output_path": "logs", "job_name": "run1"}})");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(monitor(*r).enabled);
+    EXPECT_EQ(monitor(*r).output_path, "logs");
+    EXPECT_EQ(monitor(*r).job_name, "run1");
+    EXPECT_EQ(monitor(*r).dir(), "logs/run1");
+    EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, ")" + name +
+                                  R"(": {"enabled": true, "output_dir": "logs/"}})"),
+                         {name + ".output_dir", "output_path"}));
+    EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, ")" + name +
+                                  R"(": {"enabled": true, "job_name": ""}})"),
+                         {name + ".job_name"}));
+  }
 }
 
 // wandb and comet need their services: disabled (with DeepSpeed's keys) they are accepted, as
@@ -502,9 +511,8 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
   EXPECT_TRUE(
       Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})", 1, unimpl),
                {"not implemented in this build"}));
-  EXPECT_TRUE(
-      Contains(error_of(R"({"train_batch_size": 8, "tensorboard": {}})", 1, unimpl),
-               {"tensorboard", "known DeepSpeed"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "comms_logger": {}})", 1, unimpl),
+                       {"comms_logger", "known DeepSpeed"}));
   // flops_profiler is read (DeepSpeed's keys; the per-module ones are accepted).
   auto fp = parse_ds_config(R"({"train_batch_size": 8, "flops_profiler": {"enabled": true,
                                 "profile_step": 3, "module_depth": -1, "top_modules": 1,
