@@ -1,8 +1,11 @@
 #include "data/alpaca.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -94,9 +97,11 @@ std::string mask_path_for(const std::string& shard_path) {
 
 absl::Status write_mask(const std::string& path, const LossMask& mask) {
   std::string bytes(kMaskHeaderBytes, '\0');
-  const int32_t header[4] = {kMaskMagic, 1, (int32_t)mask.trained.size(), mask.seq_len};
+  const bool packed = std::any_of(mask.flags.begin(), mask.flags.end(),
+                                  [](uint8_t f) { return f & kMaskExampleStart; });
+  const int32_t header[4] = {kMaskMagic, packed ? 2 : 1, (int32_t)mask.flags.size(), mask.seq_len};
   std::memcpy(bytes.data(), header, sizeof header);
-  bytes.append(reinterpret_cast<const char*>(mask.trained.data()), mask.trained.size());
+  bytes.append(reinterpret_cast<const char*>(mask.flags.data()), mask.flags.size());
   return write_file_atomic(path, bytes);
 }
 
@@ -104,15 +109,86 @@ absl::StatusOr<LossMask> read_mask(const std::string& path) {
   ZT_ASSIGN_OR_RETURN(const std::string bytes, read_file(path, "loss mask"));
   int32_t header[4] = {0, 0, 0, 0};
   if (bytes.size() >= kMaskHeaderBytes) std::memcpy(header, bytes.data(), sizeof header);
-  if (bytes.size() < kMaskHeaderBytes || header[0] != kMaskMagic || header[1] != 1 ||
-      header[2] < 0 || header[3] < 1 || bytes.size() != kMaskHeaderBytes + (size_t)header[2])
+  if (bytes.size() < kMaskHeaderBytes || header[0] != kMaskMagic || header[1] < 1 ||
+      header[1] > 2 || header[2] < 0 || header[3] < 1 ||
+      bytes.size() != kMaskHeaderBytes + (size_t)header[2])
     return absl::InvalidArgumentError(
         absl::StrCat("loss mask '", path, "' is not a zerotrain mask file (magic ", kMaskMagic,
-                     ", version 1, one byte per token after a 1024-byte header), or is truncated"));
+                     ", version 1 or 2, one byte per token after a 1024-byte header), or is "
+                     "truncated"));
   return LossMask{std::vector<uint8_t>(bytes.begin() + kMaskHeaderBytes, bytes.end()), header[3]};
 }
 
-absl::Status prepare_instructions(const InstructionPrepareOptions& o) {
+absl::StatusOr<Overlong> parse_overlong(std::string_view name) {
+  if (name == "skip") return Overlong::kSkip;
+  if (name == "truncate") return Overlong::kTruncate;
+  if (name == "split") return Overlong::kSplit;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--overlong '", std::string(name), "' is not one of skip, truncate, split"));
+}
+
+namespace {
+
+// An example (or a piece of one) as tokens and mask flags, at most T long.
+struct Piece {
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> flags;
+};
+
+// Rows of T tokens: each piece alone (padded), or packed best-fit decreasing. Pads with EOS
+// (untrained); in packed rows the padding starts an "example" of its own, so its positions
+// also count from 0.
+std::vector<Piece> lay_out(const std::vector<Piece>& pieces, size_t T, bool pack, uint32_t eos) {
+  std::vector<std::vector<size_t>> rows;  // piece indices
+  if (!pack) {
+    for (size_t i = 0; i < pieces.size(); ++i) rows.push_back({i});
+  } else {
+    std::vector<size_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return pieces[a].tokens.size() > pieces[b].tokens.size();
+    });
+    std::multimap<size_t, size_t> room;  // free tokens -> row
+    for (size_t i : order) {
+      const size_t n = pieces[i].tokens.size();
+      auto it = room.lower_bound(n);  // the fullest row it fits in
+      size_t r;
+      if (it == room.end()) {
+        r = rows.size();
+        rows.emplace_back();
+        room.emplace(T - n, r);
+      } else {
+        r = it->second;
+        const size_t left = it->first - n;
+        room.erase(it);
+        room.emplace(left, r);
+      }
+      rows[r].push_back(i);
+    }
+  }
+  std::vector<Piece> out;
+  for (const auto& row : rows) {
+    Piece r;
+    for (size_t i : row) {
+      r.tokens.insert(r.tokens.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
+      r.flags.insert(r.flags.end(), pieces[i].flags.begin(), pieces[i].flags.end());
+      if (!pack) continue;
+      // Nothing before it in the row predicts an example's first token (a split piece's is
+      // trained otherwise): it starts the example, untrained.
+      uint8_t& first = r.flags[r.flags.size() - pieces[i].flags.size()];
+      first = kMaskExampleStart;
+    }
+    if (pack && r.tokens.size() < T) r.flags.push_back(kMaskExampleStart), r.tokens.push_back(eos);
+    r.tokens.resize(T, eos);
+    r.flags.resize(T, 0);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionPrepareOptions& o) {
   if (o.seq_len < 2)
     return absl::InvalidArgumentError(absl::StrCat("--seq_len ", o.seq_len, " must be at least 2"));
   if (!(o.val_fraction >= 0 && o.val_fraction <= 0.5))
@@ -129,61 +205,79 @@ absl::Status prepare_instructions(const InstructionPrepareOptions& o) {
     ZT_ASSIGN_OR_RETURN(tmpl, load_template(o.template_path));
   }
   const size_t T = (size_t)o.seq_len;
-  struct Seq {
-    std::vector<uint32_t> tokens;
-    std::vector<uint8_t> mask;
-  };
-  std::vector<Seq> seqs;
-  int64_t skipped = 0, trained = 0;
+  InstructionPrepareReport rep;
+  rep.seq_len = o.seq_len;
+  std::vector<std::vector<Piece>> kept;  // per kept example, its pieces
   for (const InstructionExample& e : examples) {
-    Seq s;
+    Piece s;
     if (tok.bos_id() >= 0) s.tokens.push_back(tok.bos_id());
     for (int id : tok.encode(format_prompt(tmpl, e))) s.tokens.push_back(id);
-    s.mask.assign(s.tokens.size(), 0);
+    s.flags.assign(s.tokens.size(), 0);
     for (int id : tok.encode(e.output)) s.tokens.push_back(id);
     s.tokens.push_back(tok.eos_id());
-    s.mask.resize(s.tokens.size(), 1);
+    s.flags.resize(s.tokens.size(), kMaskTrained);
+    std::vector<Piece> pieces;
     if (s.tokens.size() > T) {
-      ++skipped;
-      continue;
+      ++rep.overlong;
+      if (o.overlong == Overlong::kSkip) continue;
+      // Packed, a piece's first token is never a target (lay_out), so split pieces overlap
+      // by one token: each starts at the previous one's last, trained there.
+      const size_t end = o.overlong == Overlong::kTruncate ? T : s.tokens.size();
+      const size_t stride = o.pack ? T - 1 : T;
+      for (size_t at = 0;; at += stride) {
+        const size_t n = std::min(T, end - at);
+        pieces.push_back({{s.tokens.begin() + at, s.tokens.begin() + at + n},
+                          {s.flags.begin() + at, s.flags.begin() + at + n}});
+        if (at + n >= end) break;
+      }
+    } else {
+      pieces.push_back(std::move(s));
     }
-    trained += (int64_t)(s.tokens.size() - std::count(s.mask.begin(), s.mask.end(), 0));
-    s.tokens.resize(T, tok.eos_id());
-    s.mask.resize(T, 0);
-    seqs.push_back(std::move(s));
+    for (const Piece& p : pieces) rep.tokens += (int64_t)p.tokens.size();
+    kept.push_back(std::move(pieces));
   }
-  if (seqs.empty())
-    return absl::InvalidArgumentError(absl::StrCat("no example of '", o.input, "' fits --seq_len ",
-                                                   T, " tokens (", skipped,
-                                                   " longer); raise --seq_len"));
-  const size_t n_val = (size_t)std::llround(o.val_fraction * (double)seqs.size());
-  const size_t n_train = seqs.size() - std::min(n_val, seqs.size() - 1);
+  if (kept.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("no example of '", o.input, "' fits --seq_len ", T, " tokens (", rep.overlong,
+                     " longer); raise --seq_len, or --overlong truncate or split"));
+  rep.examples = (int64_t)kept.size();
+  const size_t n_val = (size_t)std::llround(o.val_fraction * (double)kept.size());
+  const size_t n_train = kept.size() - std::min(n_val, kept.size() - 1);
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec)
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create --out '", o.out_dir, "': ", ec.message()));
+  // Examples [begin, end) as rows into the shard `name` and its mask.
   auto write = [&](const std::string& name, size_t begin, size_t end) -> absl::Status {
+    std::vector<Piece> pieces;
+    for (size_t i = begin; i < end; ++i)
+      pieces.insert(pieces.end(), kept[i].begin(), kept[i].end());
     std::vector<uint32_t> tokens;
-    std::vector<uint8_t> mask;
-    for (size_t i = begin; i < end; ++i) {
-      tokens.insert(tokens.end(), seqs[i].tokens.begin(), seqs[i].tokens.end());
-      mask.insert(mask.end(), seqs[i].mask.begin(), seqs[i].mask.end());
+    std::vector<uint8_t> flags;
+    for (const Piece& row : lay_out(pieces, T, o.pack, (uint32_t)tok.eos_id())) {
+      tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
+      flags.insert(flags.end(), row.flags.begin(), row.flags.end());
+      rep.trained += std::count_if(row.flags.begin(), row.flags.end(),
+                                   [](uint8_t f) { return f & kMaskTrained; });
+      ++rep.rows;
     }
     tokens.push_back(tok.eos_id());  // the last sequence's T+1-th token (a masked target)
-    mask.push_back(0);
+    flags.push_back(0);
     const std::string path = (std::filesystem::path(o.out_dir) / name).string();
     ZT_RETURN_IF_ERROR(write_shard(path, tokens, tok.vocab_size()));
-    return write_mask(mask_path_for(path), LossMask{std::move(mask), o.seq_len});
+    return write_mask(mask_path_for(path), LossMask{std::move(flags), o.seq_len});
   };
   ZT_RETURN_IF_ERROR(write("train_000000.bin", 0, n_train));
-  if (n_train < seqs.size()) ZT_RETURN_IF_ERROR(write("val_000000.bin", n_train, seqs.size()));
+  if (n_train < kept.size()) ZT_RETURN_IF_ERROR(write("val_000000.bin", n_train, kept.size()));
+  static constexpr const char* kOverlong[] = {"skipped", "truncated", "split"};
   std::printf(
-      "prepared %zu examples of '%s' as sequences of %zu tokens (%zu train, %zu val; %lld "
-      "longer than T skipped; %lld response tokens trained) in %s\n",
-      seqs.size(), o.input.c_str(), T, n_train, seqs.size() - n_train, (long long)skipped,
-      (long long)trained, o.out_dir.c_str());
-  return absl::OkStatus();
+      "prepared %lld examples of '%s' (%zu train, %zu val; %lld longer than T = %zu %s) as %lld "
+      "%s rows of T tokens, %.1f%% of them example tokens; %lld response tokens trained; in %s\n",
+      (long long)rep.examples, o.input.c_str(), n_train, kept.size() - n_train,
+      (long long)rep.overlong, T, kOverlong[(int)o.overlong], (long long)rep.rows,
+      o.pack ? "packed" : "padded", 100 * rep.fill(), (long long)rep.trained, o.out_dir.c_str());
+  return rep;
 }
 
 }  // namespace zt

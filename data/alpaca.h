@@ -1,13 +1,19 @@
 // Instruction data (Alpaca format) -> token shards with a loss mask, so that fine-tuning trains
 // only on responses (Taori et al. 2023, Stanford Alpaca; the template is theirs).
 //
-// Each example becomes one sequence of exactly T tokens: [BOS] + prompt + output + [EOS],
-// padded with EOS (a sequence longer than T is skipped and counted). Sequences sit at multiples
-// of T in the shard, so the loader's sequence i (tokens [iT, iT + T + 1), data/loader.h) is
-// example i: no example attends to another (padding, not packing). Beside each shard X.bin a
-// mask file X.mask marks the tokens trained as targets: the output and its EOS; never BOS, the
-// prompt or the padding (so the target after the last position, the next example's BOS, is
-// masked too). The loader turns masked targets into -1, which the loss ignores.
+// Each example becomes [BOS] + prompt + output + [EOS]. Padded (the default), each example is
+// one sequence of exactly T tokens, padded with EOS, at a multiple of T in the shard, so the
+// loader's sequence i (tokens [iT, iT + T + 1), data/loader.h) is example i: no example attends
+// to another. Packed (--pack), each sequence of T tokens holds as many whole examples as fit
+// (best-fit decreasing: the longest first, each into the fullest row with room), then EOS
+// padding; the mask marks where each example starts, the loader gives every token its
+// position within its example, and attention stays within each example (Backend's packed
+// rows), so each trains as it would alone while most of the row is examples, not padding.
+// An example longer than T is skipped, truncated to T or split into pieces of T (--overlong),
+// and counted. Beside each shard X.bin a mask file X.mask marks the tokens trained as targets:
+// the output and its EOS; never BOS, the prompt or the padding (so the target after an
+// example's last token, the next example's BOS, is masked too). The loader turns masked targets
+// into -1, which the loss ignores.
 #pragma once
 
 #include <cstdint>
@@ -41,29 +47,55 @@ PromptTemplate alpaca_template();
 absl::StatusOr<PromptTemplate> load_template(const std::string& path);
 std::string format_prompt(const PromptTemplate& t, const InstructionExample& e);
 
+// What happens to an example longer than T tokens: left out, cut to its first T tokens, or cut
+// into pieces of T (the last shorter): consecutive rows when padded (a row's last position
+// predicts the next piece's first token), examples of their own when packed, overlapping by
+// one token so that every token is still a target once (a packed example's first is not).
+enum class Overlong { kSkip, kTruncate, kSplit };
+// "skip", "truncate", "split". Error: InvalidArgument naming the choices.
+absl::StatusOr<Overlong> parse_overlong(std::string_view name);
+
 struct InstructionPrepareOptions {
   std::string tokenizer_path;
   std::string input;  // the Alpaca JSON file
   std::string out_dir;
   std::string template_path;  // empty: alpaca_template()
-  int seq_len = 256;          // T: every example is one sequence of T tokens
+  int seq_len = 256;          // T: the sequence length the rows are laid out for
   double val_fraction = 0.1;  // share of examples (from the end) for val_000000
+  bool pack = false;          // several whole examples a row (else one, padded)
+  Overlong overlong = Overlong::kSkip;
+};
+
+// What prepare_instructions made (also printed as one summary line).
+struct InstructionPrepareReport {
+  int64_t examples = 0;  // kept (train and val)
+  int64_t overlong = 0;  // longer than T: skipped, truncated or split, as asked
+  int64_t rows = 0;      // sequences of T tokens written (train and val)
+  int64_t tokens = 0;    // example tokens in them (the rest is padding)
+  int64_t trained = 0;   // response tokens trained as targets
+  double fill() const { return rows ? (double)tokens / ((double)rows * seq_len) : 0; }
+  int seq_len = 0;
 };
 
 // Writes out_dir/train_000000.bin + .mask and val_000000.bin + .mask (unless val_fraction is 0
-// or leaves no example). Prints one summary line (examples, skipped as longer than T, trained
-// tokens). Errors: unreadable or invalid input (parse_alpaca), tokenizer or template errors,
-// seq_len < 2, no example that fits T, failed writes (naming the file).
-absl::Status prepare_instructions(const InstructionPrepareOptions& o);
+// or leaves no example); the val examples are the last ones, before any packing. Prints one
+// summary line (examples, overlong ones, rows, fill rate, trained tokens). Errors: unreadable
+// or invalid input (parse_alpaca), tokenizer or template errors, seq_len < 2, no example that
+// fits T, failed writes (naming the file).
+absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionPrepareOptions& o);
 
 // The mask beside a shard: `shard_path` with its ".bin" replaced by ".mask" (or ".mask"
-// appended). Format: 256 int32 header (magic 20241201, version 1, token count, the seq_len T
-// its sequences were laid out for), then one byte per token (1: trained as a target).
+// appended). Format: 256 int32 header (magic 20241201, version, token count, the seq_len T its
+// sequences were laid out for), then one byte of flags per token: kMaskTrained (version 1 has
+// only this one), kMaskExampleStart (version 2: packed rows).
 std::string mask_path_for(const std::string& shard_path);
+inline constexpr uint8_t kMaskTrained = 1;       // the token is trained as a target
+inline constexpr uint8_t kMaskExampleStart = 2;  // the token starts an example in a packed row
 struct LossMask {
-  std::vector<uint8_t> trained;  // per token
-  int seq_len = 0;               // T the examples were padded to
+  std::vector<uint8_t> flags;  // per token
+  int seq_len = 0;             // T the rows were laid out for
 };
+// Writes version 1 when no token has kMaskExampleStart, else version 2.
 absl::Status write_mask(const std::string& path, const LossMask& mask);
 // Reads a mask file written by write_mask. Errors name the file (magic, count, size).
 absl::StatusOr<LossMask> read_mask(const std::string& path);

@@ -104,16 +104,18 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
     std::vector<uint8_t> mask;
     if (std::filesystem::exists(mask_path_for(path))) {
       ZT_ASSIGN_OR_RETURN(LossMask m, read_mask(mask_path_for(path)));
-      if ((int64_t)m.trained.size() != shard.num_tokens())
+      if ((int64_t)m.flags.size() != shard.num_tokens())
         return absl::InvalidArgumentError(absl::StrCat(
-            "loss mask '", mask_path_for(path), "' has ", m.trained.size(), " entries for the ",
+            "loss mask '", mask_path_for(path), "' has ", m.flags.size(), " entries for the ",
             shard.num_tokens(), " tokens of '", path, "'; re-run zerotrain prepare"));
       if (m.seq_len != T)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token shard '", path, "' holds one example per sequence of ", m.seq_len,
-            " tokens (its loss mask says); train with --seq_len ", m.seq_len,
-            ", or prepare it again with --seq_len ", T));
-      mask = std::move(m.trained);
+        return absl::InvalidArgumentError(
+            absl::StrCat("token shard '", path, "' holds examples in rows of ", m.seq_len,
+                         " tokens (its loss mask says); train with --seq_len ", m.seq_len,
+                         ", or prepare it again with --seq_len ", T));
+      mask = std::move(m.flags);
+      loader.packed_ |=
+          std::any_of(mask.begin(), mask.end(), [](uint8_t f) { return f & kMaskExampleStart; });
     }
     loader.num_tokens_ += shard.num_tokens();
     loader.sequences_ += (shard.num_tokens() - 1) / T;
@@ -185,7 +187,7 @@ absl::Status DataLoader::restore(const DataLoaderState& s) {
   return absl::OkStatus();
 }
 
-void DataLoader::next_batch(int* inputs, int* targets) {
+void DataLoader::next_batch(int* inputs, int* targets, int* positions) {
   const int64_t W = options_.world_size, B = options_.B, T = options_.T;
   if (state_.position / (W * B) >= batches_per_epoch_) begin_epoch(state_.epoch + 1);
   for (int64_t b = 0; b < B; ++b) {
@@ -195,7 +197,12 @@ void DataLoader::next_batch(int* inputs, int* targets) {
     const std::vector<uint8_t>& mask = masks_[shard - shards_.data()];
     if (!mask.empty())
       for (int64_t i = 0; i < T; ++i)
-        if (!mask[start + 1 + i]) targets[b * T + i] = -1;  // not trained: the loss skips it
+        if (!(mask[start + 1 + i] & kMaskTrained)) targets[b * T + i] = -1;  // the loss skips it
+    if (!positions) continue;
+    int* pos = positions + b * T;  // a row starts an example; so does each flagged token
+    for (int64_t i = 0; i < T; ++i)
+      pos[i] =
+          i == 0 || (!mask.empty() && (mask[start + i] & kMaskExampleStart)) ? 0 : pos[i - 1] + 1;
   }
   state_.position += W * B;
 }

@@ -18,7 +18,8 @@
 // they are skipped, as a drop_last sampler does, so epochs end on the same step at any W.
 // Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
 // A shard X.bin with a loss mask X.mask beside it (instruction data, data/alpaca.h) gives -1
-// (ignored by the loss) as the target of every untrained token.
+// (ignored by the loss) as the target of every untrained token; a mask of packed rows also
+// gives each token its position within its example (packed()), for the model's packed rows.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +66,12 @@ class DataLoader {
 
   // Fills the next batch: inputs (B, T) int32 token ids, targets (B, T) int32 = inputs
   // shifted left by one token (the next token of each position). Row-major, B*T ints each.
-  void next_batch(int* inputs, int* targets);
+  // positions (B, T), when not null: each token's position within its example (0 at a row's
+  // start and at every example start of a packed mask, +1 after; t where nothing is packed).
+  void next_batch(int* inputs, int* targets, int* positions = nullptr);
+  // Whether some shard's mask packs several examples a row (prepare --pack): the trainer then
+  // passes positions to the model (Transformer::forward).
+  bool packed() const { return packed_; }
 
   // Back to the start of epoch 0 (same order as a fresh loader).
   void reset();
@@ -102,6 +108,7 @@ class DataLoader {
   int64_t sequences_ = 0;  // per epoch, all shards
   int64_t batches_per_epoch_ = 0;
   int64_t num_tokens_ = 0;
+  bool packed_ = false;
 };
 
 // Paths matching a glob `pattern`, sorted. Errors: NotFound naming the pattern when none.

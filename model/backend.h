@@ -126,14 +126,22 @@ class Backend {
   virtual void matmul_backward(TensorRef dinp, TensorRef dweight, TensorRef dbias, TensorView dout,
                                TensorView inp, TensorView weight, int N, int C, int OC,
                                int ld = 0) = 0;
-  // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is not null). tokens (B,T) int32 on
+  // Packed rows (prepare --pack, docs/data.md): several examples share a row of T tokens, and
+  // `pos` (B,T) int32 on device gives each token's position within its example: 0 at an
+  // example's first token, then +1 a token (so pos[t] <= t, and example starts are where pos
+  // is 0). Null pos means one example a row: pos[t] = t. Every position-dependent kernel reads
+  // it: the embedding's wpe row, RoPE's angle, and attention, where query t attends only keys
+  // t - pos[t] .. t (its own example: block-diagonal causal attention), so a packed row
+  // computes what each of its examples alone would (tests/unit/packing_test.cc).
+  //
+  // out (B,T,C) = wte[tokens] (+ wpe[pos[t]] when wpe is not null). tokens (B,T) int32 on
   // device. wte (V,C) and wpe (T,C) are in table_t (fp32, bf16 or fp16: the working copy as
   // stored), so a lookup widens only the rows it reads.
   virtual void embedding_forward(TensorRef out, const int* tokens, const void* wte, const void* wpe,
-                                 DType table_t, int B, int T, int C) = 0;
-  // dwte[tokens] += dout; dwpe[t] += dout (when dwpe is not null).
+                                 DType table_t, int B, int T, int C, const int* pos = nullptr) = 0;
+  // dwte[tokens] += dout; dwpe[pos[t]] += dout (when dwpe is not null).
   virtual void embedding_backward(float* dwte, float* dwpe, TensorView dout, const int* tokens,
-                                  int B, int T, int C) = 0;
+                                  int B, int T, int C, const int* pos = nullptr) = 0;
   // LayerNorm (Ba et al.): y = (x - mean) * rstd * w + b per row; saves mean, rstd (N).
   virtual void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                  TensorView w, TensorView b, int N, int C, float eps) = 0;
@@ -156,22 +164,24 @@ class Backend {
                                         float* rstd, TensorView w, int N, int C, float eps) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
   // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
-  // position pos0 + t (0 for a whole sequence; the decode step's position for one row).
-  // inverse=true rotates by -angle, which is the backward (a rotation's transpose is its
-  // inverse).
+  // position pos0 + t (0 for a whole sequence; the decode step's position for one row), or
+  // pos0 + pos[t] for packed rows. inverse=true rotates by -angle, which is the backward (a
+  // rotation's transpose is its inverse).
   virtual void rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
-                    int pos0) = 0;
+                    int pos0, const int* pos = nullptr) = 0;
   // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
   // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
   // lse (B,NH,T) saves each row's softmax log-sum-exp for the backward, which recomputes the
-  // probabilities from it (FlashAttention's interface: nothing of size T x T is kept).
+  // probabilities from it (FlashAttention's interface: nothing of size T x T is kept). With
+  // pos (packed rows, above) query t attends keys t - pos[t] .. t only.
   virtual void attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
-                                 int KVH, int hd) = 0;
+                                 int KVH, int hd, const int* pos = nullptr) = 0;
   // dqkv (B,T,...) += gradient, from dout (B,T,NH*hd), qkv and the forward's out and lse. out
   // gives D_t = dout_t . out_t (FlashAttention-2's backward, and cuDNN's, take it); a backend
-  // may instead recompute D from lse.
+  // may instead recompute D from lse. pos as the forward's.
   virtual void attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv, TensorView out,
-                                  const float* lse, int B, int T, int NH, int KVH, int hd) = 0;
+                                  const float* lse, int B, int T, int NH, int KVH, int hd,
+                                  const int* pos = nullptr) = 0;
   // One decoding step with a KV cache: out (NH*hd) = the attention of the last row's queries
   // over rows 0..T-1 of qkv (T,(NH+2*KVH)*hd), one sequence: row T-1 of attention_forward,
   // in O(T) instead of O(T^2).

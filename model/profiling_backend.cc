@@ -18,7 +18,8 @@ std::string gemm_shape(int N, int C, int OC, DType w) {
 std::string attention_shape(int B, int T, int NH, int KVH, int hd) {
   return absl::StrCat("B ", B, ", T ", T, ", heads ", NH, "/", KVH, ", hd ", hd);
 }
-// Causal attention: QK^T and PV each take T(T+1)/2 x hd multiply-adds per head.
+// Causal attention: QK^T and PV each take T(T+1)/2 x hd multiply-adds per head (whole rows;
+// packed rows, whose examples attend only within themselves, take fewer).
 double causal_flops(int B, int T, int NH, int hd) {
   return 2.0 * B * NH * (T * (T + 1.0) / 2) * hd;
 }
@@ -107,14 +108,15 @@ void ProfilingBackend::matmul_dgelu_backward(TensorRef dpre, TensorRef scratch, 
         [&] { inner_->matmul_dgelu_backward(dpre, scratch, dw, db, dout, act, w, pre, N, C, OC); });
 }
 void ProfilingBackend::embedding_forward(TensorRef out, const int* tokens, const void* wte,
-                                         const void* wpe, DType t, int B, int T, int C) {
+                                         const void* wpe, DType t, int B, int T, int C,
+                                         const int* pos) {
   timed("embedding_forward", rows_by_cols((int64_t)B * T, C), 0,
-        [&] { inner_->embedding_forward(out, tokens, wte, wpe, t, B, T, C); });
+        [&] { inner_->embedding_forward(out, tokens, wte, wpe, t, B, T, C, pos); });
 }
 void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, TensorView dout,
-                                          const int* tokens, int B, int T, int C) {
+                                          const int* tokens, int B, int T, int C, const int* pos) {
   timed("embedding_backward", rows_by_cols((int64_t)B * T, C), 0,
-        [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+        [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C, pos); });
 }
 void ProfilingBackend::layernorm_forward(TensorRef out, float* mean, float* rstd, TensorView inp,
                                          TensorView w, TensorView b, int N, int C, float eps) {
@@ -151,21 +153,21 @@ void ProfilingBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual
         [&] { inner_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, eps); });
 }
 void ProfilingBackend::rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta,
-                            bool inverse, int pos0) {
+                            bool inverse, int pos0, const int* pos) {
   timed(inverse ? "rope_backward" : "rope_forward", attention_shape(B, T, NH, KVH, hd), 0,
-        [&] { inner_->rope(qkv, B, T, NH, KVH, hd, theta, inverse, pos0); });
+        [&] { inner_->rope(qkv, B, T, NH, KVH, hd, theta, inverse, pos0, pos); });
 }
 void ProfilingBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T,
-                                         int NH, int KVH, int hd) {
+                                         int NH, int KVH, int hd, const int* pos) {
   timed("attention_forward", attention_shape(B, T, NH, KVH, hd), 2 * causal_flops(B, T, NH, hd),
-        [&] { inner_->attention_forward(out, lse, qkv, B, T, NH, KVH, hd); });
+        [&] { inner_->attention_forward(out, lse, qkv, B, T, NH, KVH, hd, pos); });
 }
 // The backward recomputes QK^T, then dV, dP, dQ and dK: five products of the forward's two.
 void ProfilingBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
                                           TensorView out, const float* lse, int B, int T, int NH,
-                                          int KVH, int hd) {
+                                          int KVH, int hd, const int* pos) {
   timed("attention_backward", attention_shape(B, T, NH, KVH, hd), 5 * causal_flops(B, T, NH, hd),
-        [&] { inner_->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, hd); });
+        [&] { inner_->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, hd, pos); });
 }
 void ProfilingBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH, int KVH,
                                         int hd) {

@@ -51,10 +51,11 @@ struct Transformer::BlockActs {
 // Activations kept for backward, sized for (max_B, max_T); N = B*T rows.
 struct Transformer::Acts {
   Offsets off;
-  DeviceBuffer tokens, targets;  // (N) int32
-  // Host staging of the ids (tokens, then targets: 2 N int32), page-aligned and pinned when the
-  // OS allows, so their copies run on the copy stream ahead of the kernels that read them
-  // (no host wait inside the step); ids_ticket is the last such copy.
+  DeviceBuffer tokens, targets, positions;  // (N) int32
+  bool packed = false;                      // this micro-batch has positions
+  // Host staging of the ids (tokens, targets, positions: 3 N int32), page-aligned and pinned when
+  // the OS allows, so their copies run on the copy stream ahead of the kernels that read them (no
+  // host wait inside the step); ids_ticket is the last such copy.
   struct PageFree {
     void operator()(int* p) const { std::free(p); }
   };
@@ -112,7 +113,8 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   auto act = [&](size_t n) { return DeviceBuffer(be, n * dtype_size(activations), A); };
   a_->tokens = DeviceBuffer(be, N * sizeof(int), A);
   a_->targets = DeviceBuffer(be, N * sizeof(int), A);
-  a_->staging_bytes = (2 * N * sizeof(int) + 4095) / 4096 * 4096;
+  a_->positions = DeviceBuffer(be, N * sizeof(int), A);
+  a_->staging_bytes = (3 * N * sizeof(int) + 4095) / 4096 * 4096;
   a_->staging.reset(static_cast<int*>(std::aligned_alloc(4096, a_->staging_bytes)));
   ZT_CHECK(a_->staging != nullptr);
   a_->staging_pinned = be->pin_host(a_->staging.get(), a_->staging_bytes);
@@ -209,7 +211,12 @@ void Transformer::norm_backward(TensorRef dx, TensorRef dw, TensorRef db, Tensor
     be_->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
 }
 
-void Transformer::embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T) {
+const int* Transformer::positions() const {
+  return a_->packed ? static_cast<const int*>(a_->positions.data()) : nullptr;
+}
+
+void Transformer::embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T,
+                        const int* positions) {
   ZT_CHECK(B <= max_B_ && T <= max_T_ && B > 0 && T > 0);
   B_ = B, T_ = T;
   const size_t n = (size_t)B * T, max_n = (size_t)max_B_ * max_T_;
@@ -221,11 +228,20 @@ void Transformer::embed(UnitEngine& e, const int* tokens, const int* targets, in
     std::memcpy(host + max_n, targets, n * sizeof(int));
     a_->ids_ticket = be_->copy_to_device_async(a_->targets.data(), host + max_n, n * sizeof(int));
   }
+  a_->packed = positions != nullptr;
+  if (positions) {
+    for (size_t i = 0; i < n; ++i)  // each example's positions count up from 0
+      ZT_CHECK(positions[i] == 0 || (i % T > 0 && positions[i] == positions[i - 1] + 1));
+    std::memcpy(host + 2 * max_n, positions, n * sizeof(int));
+    a_->ids_ticket =
+        be_->copy_to_device_async(a_->positions.data(), host + 2 * max_n, n * sizeof(int));
+  }
   const int u = layout_.embedding_unit();
   DType t;  // the lookup widens only its rows, not the whole (vocabulary-sized) unit
   const void* p = e.fetch_stored(u, &t);
   be_->embedding_forward(block_input(0), static_cast<const int*>(a_->tokens.data()),
-                         at(p, t, a_->off.wte), at(p, t, a_->off.wpe), t, B, T, config_.hidden);
+                         at(p, t, a_->off.wte), at(p, t, a_->off.wpe), t, B, T, config_.hidden,
+                         this->positions());
   e.release(u);
 }
 
@@ -254,9 +270,10 @@ void Transformer::block_compute(TensorView p, int l) {
   const TensorRef qkv = act(b.qkv);  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (!c.is_gpt2())
-    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0);
-  be_->attention_forward(act(b.atty), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head,
-                         c.head_dim());
+    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0,
+              positions());
+  be_->attention_forward(act(b.atty), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(),
+                         positions());
   block_tail(p, x, act(b.atty), act(b.resid_mid), act(b.ln2), b.ln2_mean.f32(), b.ln2_rstd.f32(),
              act(b.fc), act(b.act), block_input(l + 1), N);
 }
@@ -351,8 +368,8 @@ double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool
 }
 
 Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
-                                             int B, int T, float grad_scale) {
-  embed(e, tokens, targets, B, T);
+                                             int B, int T, float grad_scale, const int* positions) {
+  embed(e, tokens, targets, B, T, positions);
   const bool train = grad_scale != 0.f;  // evaluation keeps no checkpoints
   if (train) save_checkpoint(0);
   for (int l = 0; l < config_.n_layer; ++l) {
@@ -406,9 +423,10 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const TensorRef dqkv = act(a_->dqkv);
   zero(dqkv, (size_t)N * QKV);
   be_->attention_backward(dqkv, datty, act(b.qkv), act(b.atty), b.lse.f32(), B_, T_, c.n_head,
-                          c.n_kv_head, c.head_dim());
+                          c.n_kv_head, c.head_dim(), positions());
   if (!c.is_gpt2())
-    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0);
+    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0,
+              positions());
   zero(dln, NC);
   be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, act(b.ln1), p + o.qkvw, N, C, QKV);
   be_->copy(dx.data, dresid.data, dx.bytes(NC));
@@ -439,7 +457,8 @@ void Transformer::backward(UnitEngine& e) {
   const int u = layout_.embedding_unit();
   float* g = e.grads(u);
   be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), act(a_->dx),
-                          static_cast<const int*>(a_->tokens.data()), B_, T_, config_.hidden);
+                          static_cast<const int*>(a_->tokens.data()), B_, T_, config_.hidden,
+                          positions());
   e.reduce_gradients(u);
 }
 

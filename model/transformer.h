@@ -64,9 +64,11 @@ class Transformer {
   // Forward on tokens and targets (host, (B,T), targets < 0 ignored). When grad_scale != 0
   // also runs the head's backward (fused with the chunked classifier, as llm.c) with
   // d(loss) = grad_scale, leaving backward() to finish; grad_scale = 1/GAS for gradient
-  // accumulation. B <= max_B, T <= max_T.
+  // accumulation. B <= max_B, T <= max_T. positions (host, (B,T), or null: one example a row)
+  // packs several examples in a row (Backend::embedding_forward's pos: 0 at each example's
+  // first token, +1 after; checked); each example then computes what it would alone.
   LossResult forward(UnitEngine& e, const int* tokens, const int* targets, int B, int T,
-                     float grad_scale);
+                     float grad_scale, const int* positions = nullptr);
   // Backward of the blocks and embeddings after forward(..., grad_scale != 0).
   void backward(UnitEngine& e);
   // Logits (B,T,V) for every position into host memory (for tests and evaluation).
@@ -89,9 +91,12 @@ class Transformer {
   TensorRef block_input(int l);  // x into block l (l = n_layer: into the head)
   TensorRef act(const DeviceBuffer& b) const { return {b.data(), act_t_}; }  // an activation
   void zero(TensorRef t, size_t n) { be_->zero(t.data, t.bytes(n)); }        // t[0, n) = 0
-  // The token embedding of tokens (B,T) (host); queues the ids, and targets (B,T) when given
-  // (for head()), to the device ahead of the kernels that read them.
-  void embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T);
+  // The token embedding of tokens (B,T) (host); queues the ids, and targets and positions (B,T)
+  // when given (for head(), and for packed rows), to the device ahead of the kernels that read
+  // them.
+  void embed(UnitEngine& e, const int* tokens, const int* targets, int B, int T,
+             const int* positions = nullptr);
+  const int* positions() const;  // packed rows: the positions on the device; else null
   // LayerNorm (GPT-2, with bias b) or RMSNorm (LLaMA, b null) over rows of width C.
   void norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                     TensorView b, int N);

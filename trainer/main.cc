@@ -48,7 +48,13 @@ ABSL_FLAG(std::string, max_shard_size, "2GB", "export: bytes per safetensors sha
 ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) for validation");
 ABSL_FLAG(std::string, format, "text",
           "prepare: text (plain text files) or alpaca (instruction JSON: a loss mask trains only "
-          "the responses, one example per --seq_len sequence; data/alpaca.h)");
+          "the responses, one example per --seq_len row, or several with --pack; data/alpaca.h)");
+ABSL_FLAG(bool, pack, false,
+          "prepare --format alpaca: pack several whole examples into each --seq_len row (each "
+          "attends only to itself, positions restart) instead of one padded example a row");
+ABSL_FLAG(std::string, overlong, "skip",
+          "prepare --format alpaca: an example longer than --seq_len is skipped, truncated (to its "
+          "first T tokens) or split (into pieces of T; data/alpaca.h)");
 ABSL_FLAG(std::string, template, "",
           "prepare --format alpaca: a prompt template JSON (default Alpaca's); sample: alpaca, "
           "or such a file, to wrap --sample_prompt as an instruction");
@@ -133,6 +139,7 @@ constexpr const char* kUsage =
     "zerotrain <command> [flags]\n"
     "  info     --model PRESET                       parameter counts per unit\n"
     "  prepare  --tokenizer M --input F[,F] --out D  text -> llm.c token shards\n"
+    "           [--format alpaca --seq_len T --pack]  instructions, packed rows\n"
     "  train    --deepspeed ds_config.json --train_data GLOB [...]\n"
     "  sample   --init_from HF_DIR | --checkpoint DIR | --model PRESET, --tokenizer M\n"
     "           [--prompt TEXT --template alpaca --max_new_tokens N ...]\n"
@@ -170,12 +177,16 @@ int prepare(bool seq_len_given) {
     a.template_path = absl::GetFlag(FLAGS_template);
     a.val_fraction = absl::GetFlag(FLAGS_val_fraction);
     a.seq_len = seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 256;
+    a.pack = absl::GetFlag(FLAGS_pack);
+    const auto overlong = zt::parse_overlong(absl::GetFlag(FLAGS_overlong));
+    if (!overlong.ok()) return fail(overlong.status());
+    a.overlong = *overlong;
     if (a.tokenizer_path.empty() || a.input.empty() || a.out_dir.empty())
       return fail(absl::InvalidArgumentError(
           "prepare --format alpaca needs --tokenizer MODEL --input FILE.json --out DIR "
-          "[--seq_len T]"));
-    const absl::Status s = zt::prepare_instructions(a);
-    return s.ok() ? 0 : fail(s);
+          "[--seq_len T] [--pack] [--overlong skip|truncate|split]"));
+    const auto report = zt::prepare_instructions(a);
+    return report.ok() ? 0 : fail(report.status());
   }
   if (format != "text")
     return fail(absl::InvalidArgumentError(

@@ -473,6 +473,16 @@ absl::Status setup_model(Run& r) {
   ZT_ASSIGN_OR_RETURN(r.attention,
                       r.backend->prepare_attention(activation_dtype(r), r.B, r.T, m.n_head,
                                                    m.n_kv_head, m.head_dim()));
+  // Packed rows (prepare --pack) run on our attention kernels, whatever runs whole rows: the
+  // cuDNN graphs here are plain causal. Ours take head sizes up to 128.
+  if (r.train->packed() || (r.val && r.val->packed())) {
+    if (m.head_dim() > 128)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "packed rows (prepare --pack) need head_dim <= 128 (our attention kernels); this "
+          "model's is ",
+          m.head_dim(), ": prepare the data without --pack"));
+    if (r.attention.rfind("cuDNN", 0) == 0) r.attention += " (packed rows: flash)";
+  }
   ZT_ASSIGN_OR_RETURN(r.optimizer, optimizer_state(r.ds, r.backend.get()));
   ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get(),
                                             r.param_read_ahead));
@@ -521,11 +531,13 @@ double evaluate(Run& r, int batches) {
   r.val->reset();
   const int n = static_cast<int>(std::min<int64_t>(batches, r.val->num_batches_per_epoch()));
   std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
+  std::vector<int> pos(r.val->packed() ? x.size() : 0);
+  int* positions = pos.empty() ? nullptr : pos.data();
   double sum = 0;
   for (int i = 0; i < n; ++i) {
-    r.val->next_batch(x.data(), y.data());
+    r.val->next_batch(x.data(), y.data(), positions);
     r.engine->begin_pass();
-    sum += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f).loss;
+    sum += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f, positions).loss;
   }
   r.engine->drop_gathered();
   double v[2] = {sum, (double)n};
@@ -645,14 +657,16 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   Timer t;
   const OffloadTimes offload_t0 = r.engine->offload_times();
   r.engine->reset_comm_wait();
+  std::vector<int> pos(r.train->packed() ? x.size() : 0);  // packed rows: positions per example
+  int* positions = pos.empty() ? nullptr : pos.data();
   for (int micro = 0; micro < r.gas; ++micro) {
-    r.train->next_batch(x.data(), y.data());
+    r.train->next_batch(x.data(), y.data(), positions);
     r.engine->begin_pass();
     r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
     Timer tf;
     // The seed gradient carries the fp16 loss scale and the accumulation average.
     const float seed = static_cast<float>(r.engine->loss_scale() / r.gas);
-    s.loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed).loss;
+    s.loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed, positions).loss;
     s.forward_ms += tf.ms();
     Timer tb;
     r.transformer->backward(*r.engine);

@@ -246,7 +246,7 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   acts += N * C;                                                // dlnf
   acts += 4 * N * C + N * QKV + N * I + N * fcw;                // backward scratch
   return acts * (int64_t)dtype_size(activations) + floats * 4 +
-         2 * N * 4;  // + tokens, targets (int32)
+         3 * N * 4;  // + tokens, targets, positions (int32)
 }
 
 // ---- ZeRO paper ----

@@ -1,6 +1,7 @@
 // Causal multi-head attention with grouped-query K/V (Ainslie et al., GQA): query head h reads
 // kv head h / (NH/KVH). Per (b, h, t):
-//   s[t2] = q_t . k_t2 / sqrt(hd) for t2 <= t;  a = softmax(s);  out_t = sum_t2 a[t2] v_t2.
+//   s[t2] = q_t . k_t2 / sqrt(hd) for t2 <= t;  a = softmax(s);  out_t = sum_t2 a[t2] v_t2
+// (in packed rows only t2 >= t - pos[t]: the query's own example).
 // Backward: da[t2] = dout_t . v_t2;  dv_t2 += a[t2] dout_t;
 //   ds[t2] = a[t2] (da[t2] - sum_j a[j] da[j]);  dq_t += ds k / sqrt(hd);  dk_t2 += ds q /
 //   sqrt(hd).
@@ -21,13 +22,14 @@ namespace zt {
 
 namespace {
 
-// Query row t of one sequence and head: seq points at the sequence's first qkv row (rows of
-// `row` floats), q at the query; k_off and v_off locate this head's kv head in a row. Writes
-// out (hd), uses a (t + 1 floats) for the probabilities, returns the log-sum-exp.
-float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t v_off, int t,
-                 int hd, float scale, float* a, float* out) {
+// Query row t of one sequence and head over keys s0..t (s0 > 0: its example starts there, in a
+// packed row): seq points at the sequence's first qkv row (rows of `row` floats), q at the
+// query; k_off and v_off locate this head's kv head in a row. Writes out (hd), uses a (t + 1
+// floats) for the probabilities, returns the log-sum-exp.
+float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t v_off, int s0,
+                 int t, int hd, float scale, float* a, float* out) {
   float maxv = -INFINITY;
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = s0; t2 <= t; ++t2) {
     const float* k = seq + (size_t)t2 * row + k_off;
     float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -38,14 +40,14 @@ float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t
   }
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = s0; t2 <= t; ++t2) {
     a[t2] = exp_fast(a[t2] - maxv);
     sum += a[t2];
   }
   const float inv = 1.f / sum;
-  for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+  for (int t2 = s0; t2 <= t; ++t2) a[t2] *= inv;
   for (int i = 0; i < hd; ++i) out[i] = 0.f;
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = s0; t2 <= t; ++t2) {
     const float* v = seq + (size_t)t2 * row + v_off;
 #pragma omp simd
     for (int i = 0; i < hd; ++i) out[i] += a[t2] * v[i];
@@ -56,7 +58,7 @@ float attend_row(const float* seq, int row, const float* q, size_t k_off, size_t
 }  // namespace
 
 void CpuBackend::attention_forward(TensorRef out_a, float* lse, TensorView qkv_a, int B, int T,
-                                   int NH, int KVH, int hd) {
+                                   int NH, int KVH, int hd, const int* pos) {
   float* out = f32(out_a);
   const float* qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;
@@ -73,15 +75,15 @@ void CpuBackend::attention_forward(TensorRef out_a, float* lse, TensorView qkv_a
           const float* seq = qkv + (size_t)b * T * row;
           lse[((size_t)b * NH + h) * T + t] = attend_row(
               seq, row, seq + (size_t)t * row + (size_t)h * hd, (size_t)(NH + kvh) * hd,
-              (size_t)(NH + KVH + kvh) * hd, t, hd, scale, a.data(),
-              out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd);
+              (size_t)(NH + KVH + kvh) * hd, pos ? std::max(0, t - pos[(size_t)b * T + t]) : 0, t,
+              hd, scale, a.data(), out + ((size_t)b * T + t) * NH * hd + (size_t)h * hd);
         }
   }
 }
 
 void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorView qkv_a,
                                     TensorView /*out: D is recomputed from lse*/, const float* lse,
-                                    int B, int T, int NH, int KVH, int hd) {
+                                    int B, int T, int NH, int KVH, int hd, const int* pos) {
   float* dqkv = f32(dqkv_a);
   const float *dout = f32(dout_a), *qkv = f32(qkv_a);
   const int row = (NH + 2 * KVH) * hd;
@@ -98,7 +100,9 @@ void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorV
           float* dq = dqkv + ((size_t)b * T + t) * row + (size_t)h * hd;
           const float* dy = dout + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
           const float l = lse[((size_t)b * NH + h) * T + t];
-          for (int t2 = 0; t2 <= t; ++t2) {  // the probabilities, recomputed
+          const int s0 =
+              pos ? std::max(0, t - pos[(size_t)b * T + t]) : 0;  // the example's first key
+          for (int t2 = s0; t2 <= t; ++t2) {                      // the probabilities, recomputed
             const float* k = qkv + ((size_t)b * T + t2) * row + (size_t)(NH + kvh) * hd;
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -106,9 +110,10 @@ void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorV
             a[t2] = s * scale - l;
           }
 #pragma omp simd
-          for (int t2 = 0; t2 <= t; ++t2) a[t2] = exp_fast(a[t2]);  // a pass the compiler vectorises
+          for (int t2 = s0; t2 <= t; ++t2)
+            a[t2] = exp_fast(a[t2]);  // a pass the compiler vectorises
           float dot = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = s0; t2 <= t; ++t2) {
             const size_t r2 = ((size_t)b * T + t2) * row;
             const float* v = qkv + r2 + (size_t)(NH + KVH + kvh) * hd;
             float* dv = dqkv + r2 + (size_t)(NH + KVH + kvh) * hd;
@@ -121,7 +126,7 @@ void CpuBackend::attention_backward(TensorRef dqkv_a, TensorView dout_a, TensorV
             da[t2] = d;
             dot += a[t2] * d;
           }
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = s0; t2 <= t; ++t2) {
             const size_t r2 = ((size_t)b * T + t2) * row;
             const float* k = qkv + r2 + (size_t)(NH + kvh) * hd;
             float* dk = dqkv + r2 + (size_t)(NH + kvh) * hd;
@@ -149,7 +154,7 @@ void CpuBackend::attention_decode(TensorRef out_a, TensorView qkv_a, int T, int 
 #pragma omp for schedule(static)
     for (int h = 0; h < NH; ++h)  // the forward's last row, one sequence
       attend_row(qkv, row, qkv + (size_t)(T - 1) * row + (size_t)h * hd,
-                 (size_t)(NH + h / group) * hd, (size_t)(NH + KVH + h / group) * hd, T - 1, hd,
+                 (size_t)(NH + h / group) * hd, (size_t)(NH + KVH + h / group) * hd, 0, T - 1, hd,
                  scale, a.data(), out + (size_t)h * hd);
   }
 }

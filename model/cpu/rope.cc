@@ -1,6 +1,7 @@
 // Rotary position embedding (Su et al., RoFormer), Hugging Face's rotate_half layout: within a
 // head of size hd, element i pairs with i + hd/2 (i < hd/2) and rotates by angle
-//   a = t * theta^(-2i/hd):  (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a).
+//   a = p * theta^(-2i/hd):  (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a),
+// p the row's position (t, or pos[b,t] in packed rows).
 // Backward is the same rotation by -a.
 #include <cmath>
 #include <vector>
@@ -10,7 +11,7 @@
 namespace zt {
 
 void CpuBackend::rope(TensorRef qkv_a, int B, int T, int NH, int KVH, int hd, float theta,
-                      bool inverse, int pos0) {
+                      bool inverse, int pos0, const int* pos) {
   float* qkv = f32(qkv_a);
   const int half = hd / 2;
   const int heads = NH + KVH;  // q and k heads are rotated; v is not
@@ -21,7 +22,7 @@ void CpuBackend::rope(TensorRef qkv_a, int B, int T, int NH, int KVH, int hd, fl
   const float sign = inverse ? -1.f : 1.f;
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
-    const int t = pos0 + bt % T;
+    const int t = pos0 + (pos ? pos[bt] : bt % T);
     float* r = qkv + (size_t)bt * row;
     for (int i = 0; i < half; ++i) {
       const float a = static_cast<float>(t) * inv_freq[i];

@@ -6,7 +6,8 @@
 //   dp_j = dout_t . v_j;  D_t = dout_t . out_t;  ds_j = a_j (dp_j - D_t);
 //   dq_t += sum_j ds_j k_j / sqrt(hd);  dk_j += sum_t ds_j q_t / sqrt(hd);  dv_j += sum_t a_j
 //   dout_t
-// (t >= j, over the group's query heads).
+// (t >= j, over the group's query heads). In packed rows (Backend::attention_forward's pos) key
+// j is in query t's sum only when j >= first_key(t), its example's start.
 //
 // bf16 / fp16 activations with hd <= 128 run on tensor cores (attention_mma.cu). The fp32
 // family here serves fp32 activations (exact to fp32 rounding: the CPU comparisons' reference
@@ -61,7 +62,8 @@ __global__ void flash_forward_kernel(TensorRef out, float* lse, TensorView qkv, 
   stage_row(qs, qkv, s.q(b, t, h), s.hd);
   __syncwarp();
   float o[kCols] = {}, m = -INFINITY, l = 0.f;
-  for (int j0 = 0; j0 <= t; j0 += 32) {
+  const int first = s.first_key(b, t);
+  for (int j0 = first; j0 <= t; j0 += 32) {
     const int j = j0 + lane;
     const float sc = j <= t ? dot_row(qs, qkv, s.k(b, j, kvh), s.hd) * s.scale : -INFINITY;
     const float mt = fmaxf(m, warp_max(sc));  // finite: key j0 <= t is in every tile
@@ -93,7 +95,7 @@ __global__ void flash_backward_dq_kernel(TensorRef dqkv, const float* d_rows, Te
   const size_t bht = ((size_t)b * s.NH + h) * s.T + t;
   const float lse_t = lse[bht], D = d_rows[bht];
   float dq[kCols] = {};
-  for (int j0 = 0; j0 <= t; j0 += 32) {
+  for (int j0 = s.first_key(b, t); j0 <= t; j0 += 32) {
     const int j = j0 + lane;
     float ds = 0.f;
     if (j <= t) {
@@ -120,10 +122,10 @@ __global__ void flash_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, T
   __syncwarp();
   float dk[kCols] = {}, dv[kCols] = {};
   for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
-    for (int t0 = j; t0 < s.T; t0 += 32) {
+    for (int t0 = j; t0 < s.T && s.first_key(b, t0) <= j; t0 += 32) {  // to key j's example's end
       const int t = t0 + lane;
       float a = 0.f, ds = 0.f;
-      if (t < s.T) {
+      if (t < s.T && s.first_key(b, t) <= j) {  // query t's example holds key j
         const size_t bht = ((size_t)b * s.NH + h) * s.T + t;
         a = expf(dot_row(ks, qkv, s.q(b, t, h), s.hd) * s.scale - lse[bht]);
         ds = a * (dot_row(vs, dout, s.o(b, t, h), s.hd) - d_rows[bht]) * s.scale;
@@ -156,9 +158,9 @@ __global__ void attention_d_rows_kernel(float* d_rows, TensorView dout, TensorVi
   if (threadIdx.x % 32 == 0) d_rows[((size_t)b * s.NH + h) * s.T + t] = d;
 }
 
-AttnShape shape(int B, int T, int NH, int KVH, int hd) {
+AttnShape shape(int B, int T, int NH, int KVH, int hd, const int* pos = nullptr) {
   ZT_CHECK(hd >= 1 && hd <= kMaxHd && NH % KVH == 0);
-  return {B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, 1.f / std::sqrt((float)hd)};
+  return {B, T, NH, KVH, hd, (NH + 2 * KVH) * hd, NH / KVH, 1.f / std::sqrt((float)hd), pos};
 }
 
 }  // namespace
@@ -189,11 +191,12 @@ absl::StatusOr<std::string> CudaBackend::prepare_attention(DType act, int B, int
   return std::string(mma_attention_supports(act, hd) ? "flash (tensor cores)" : "flash (fp32)");
 }
 
+// Packed rows (pos) run on our kernels: cuDNN's SDPA graphs here are plain causal.
 void CudaBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T, int NH,
-                                    int KVH, int hd) {
-  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; cudnn_runs(c))
+                                    int KVH, int hd, const int* pos) {
+  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; !pos && cudnn_runs(c))
     return cudnn_->forward(out.data, lse, qkv.data, c);
-  const AttnShape s = shape(B, T, NH, KVH, hd);
+  const AttnShape s = shape(B, T, NH, KVH, hd, pos);
   if (mma_attention_supports(qkv.dtype, hd))
     return mma_attention_forward(stream_, out, lse, qkv, s);
   launch_kernel(flash_forward_kernel, dim3(T, NH, B), 32, stream_, out, lse, qkv, s, 0);
@@ -208,15 +211,15 @@ void CudaBackend::attention_decode(TensorRef out, TensorView qkv, int T, int NH,
 
 void CudaBackend::attention_backward(TensorRef dqkv, TensorView dout, TensorView qkv,
                                      TensorView out, const float* lse, int B, int T, int NH,
-                                     int KVH, int hd) {
-  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; cudnn_runs(c)) {
+                                     int KVH, int hd, const int* pos) {
+  if (const AttentionShape c{qkv.dtype, B, T, NH, KVH, hd}; !pos && cudnn_runs(c)) {
     // cuDNN writes the gradient; the interface adds it.
     const size_t n = (size_t)B * T * (NH + 2 * KVH) * hd;
     DeviceBuffer grad(this, n * dtype_size(qkv.dtype), MemCategory::kWorkspace);
     cudnn_->backward(grad.data(), dout.data, qkv.data, out.data, lse, c);
     return add_inplace(dqkv, TensorView(grad.data(), qkv.dtype), n);
   }
-  const AttnShape s = shape(B, T, NH, KVH, hd);
+  const AttnShape s = shape(B, T, NH, KVH, hd, pos);
   DeviceBuffer d_rows(this, (size_t)B * NH * T * sizeof(float), MemCategory::kWorkspace);
   launch_kernel(attention_d_rows_kernel, blocks_for((size_t)B * T * NH, 4), 128, stream_,
                 d_rows.f32(), dout, out, s);

@@ -14,6 +14,13 @@ namespace zt {
 struct AttnShape {
   int B, T, NH, KVH, hd, row, group;  // row = (NH + 2 KVH) hd elements per token of qkv
   float scale;                        // 1 / sqrt(hd)
+  const int* pos;  // packed rows: (B,T) positions within the examples (device), or null
+  // The first key query t of sequence b attends: its example's first token (0 unpacked).
+  // Non-decreasing in t, so a tile of queries needs no key before its first query's. Clamped
+  // at 0: positions past t (a caller's bug; Transformer checks them) read no row before 0.
+  __device__ int first_key(int b, int t) const {
+    return pos ? max(0, t - pos[(size_t)b * T + t]) : 0;
+  }
   __host__ __device__ size_t q(int b, int t, int h) const {
     return ((size_t)b * T + t) * row + (size_t)h * hd;
   }

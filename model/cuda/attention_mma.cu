@@ -17,6 +17,12 @@
 //   dK/dV kernel per key block (over every query tile of 32 at or after it, of every query head
 //   of its kv group: dV += P^T dO, dK += dS^T Q). Each gradient element has one writer adding
 //   in a fixed order: no atomics, and two runs give the same bits.
+// - Packed rows (AttnShape::pos): a query attends only keys from its example's first token
+//   (first_key), masked per element; a block starts at the tile holding its first query's
+//   first key, and the dK/dV kernel stops at the first query tile whose first query's example
+//   starts after the block's keys.
+#include <type_traits>
+
 #include "model/cuda/attention.cuh"
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/mma.cuh"
@@ -61,6 +67,13 @@ __device__ void stage(uint16_t* tile, int ld, bool transposed, const uint16_t* s
     const uint16_t v = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
     tile[transposed ? c * ld + r : r * ld + c] = v;
   }
+}
+
+// The first key query t of sequence b attends (AttnShape::first_key); kPacked false compiles the
+// packed rows' masks away, so whole rows pay nothing for them.
+template <bool kPacked>
+__device__ __forceinline__ int first_key(const AttnShape& s, int b, int t) {
+  return kPacked ? s.first_key(b, t) : 0;
 }
 
 // Row max (or sum) of the 4 lanes that share a fragment row.
@@ -126,11 +139,11 @@ template <int HD>
 constexpr size_t dkv_smem() {
   return (2 * kRows * (HD + 8) + 2 * kTileBwd * (HD + 8) + 2 * HD * (kTileBwd + 8)) *
              sizeof(uint16_t) +
-         2 * kTileBwd * sizeof(float);
+         2 * kTileBwd * sizeof(float) + kTileBwd * sizeof(int);
 }
 
 // Query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y).
-template <class T, int HD>
+template <class T, int HD, bool kPacked>
 __global__ void __launch_bounds__(kThreadsMma)
     mma_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s) {
   constexpr int LD = HD + 8, LDV = kKeysFwd + 8;
@@ -152,13 +165,18 @@ __global__ void __launch_bounds__(kThreadsMma)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = s.scale * kLog2e;  // scores in the exp2 domain
   const int last = min(s.T - 1, q0 + kRows - 1);
-  for (int j0 = 0; j0 <= last; j0 += kKeysFwd) {
+  int first[2];  // each row's first key (its example's start; 0 past T)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) first[r] = rows[r] < s.T ? first_key<kPacked>(s, b, rows[r]) : 0;
+  const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
+  for (int j0 = first_key<kPacked>(s, b, q0) / kKeysFwd * kKeysFwd; j0 <= last; j0 += kKeysFwd) {
     __syncthreads();  // the previous tile is no longer read
     stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd);
     stage<HD>(vt, LDV, true, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T,
               s.hd);
     __syncthreads();
-    if (j0 > wrow + 15) continue;  // every key of the tile comes after the warp's rows
+    // Every key of the tile comes after the warp's rows, or before their examples.
+    if (j0 > wrow + 15 || j0 + kKeysFwd <= wfirst) continue;
     float sc[kKeysFwd / 8][4] = {};
     mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
@@ -167,7 +185,8 @@ __global__ void __launch_bounds__(kThreadsMma)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = j0 + n * 8 + 2 * t + i % 2;
-        sc[n][i] = key <= rows[i / 2] && key < s.T ? sc[n][i] * sl2 : -INFINITY;
+        const bool in = key <= rows[i / 2] && key >= first[i / 2] && key < s.T;
+        sc[n][i] = in ? sc[n][i] * sl2 : -INFINITY;
         mx[i / 2] = fmaxf(mx[i / 2], sc[n][i]);
       }
     float base[2];
@@ -209,8 +228,10 @@ __global__ void __launch_bounds__(kThreadsMma)
 
 // dQ of query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y),
 // added into dqkv.
-template <class T, int HD>
-__global__ void __launch_bounds__(kThreadsMma)
+// (Packed at HD 32, ptxas aims at more blocks an SM than it has registers for and spills 8
+// bytes; one block an SM as the minimum lets it use 103 registers instead.)
+template <class T, int HD, bool kPacked>
+__global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
     mma_backward_dq_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
                            const float* lse, AttnShape s) {
   constexpr int LD = HD + 8, LDT = kTileBwd + 8;
@@ -245,14 +266,18 @@ __global__ void __launch_bounds__(kThreadsMma)
   const float sl2 = s.scale * kLog2e;
   float dq[HD / 8][4] = {};
   const int last = min(s.T - 1, q0 + kRows - 1);
-  for (int j0 = 0; j0 <= last; j0 += kTileBwd) {
+  int first[2];  // as the forward's
+#pragma unroll
+  for (int r = 0; r < 2; ++r) first[r] = rows[r] < s.T ? first_key<kPacked>(s, b, rows[r]) : 0;
+  const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
+  for (int j0 = first_key<kPacked>(s, b, q0) / kTileBwd * kTileBwd; j0 <= last; j0 += kTileBwd) {
     __syncthreads();
     stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
     stage<HD>(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kTileBwd, s.T,
               s.hd);
     stage<HD>(kt, LDT, true, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
     __syncthreads();
-    if (j0 > wrow + 15) continue;
+    if (j0 > wrow + 15 || j0 + kTileBwd <= wfirst) continue;
     float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
     mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
     mma_by_tile<T>(dp, da, vs, LD);  // dP = dO V^T
@@ -261,7 +286,8 @@ __global__ void __launch_bounds__(kThreadsMma)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = j0 + n * 8 + 2 * t + i % 2, row = rows[i / 2];
-        const float p = key <= row && row < s.T ? exp2f(sc[n][i] * sl2 - lse2[i / 2]) : 0.f;
+        const bool in = key <= row && key >= first[i / 2] && row < s.T;
+        const float p = in ? exp2f(sc[n][i] * sl2 - lse2[i / 2]) : 0.f;
         sc[n][i] = p * (dp[n][i] - D[i / 2]);  // dS
       }
     mma_by_tile<T>(dq, sc, kt, LDT);  // dQ += dS K
@@ -284,7 +310,7 @@ __global__ void __launch_bounds__(kThreadsMma)
 
 // dK and dV of key rows blockIdx.x * 64.. of (b = blockIdx.z, kv head blockIdx.y), over the
 // query rows at or after them of every query head of the group; added into dqkv.
-template <class T, int HD>
+template <class T, int HD, bool kPacked>
 __global__ void __launch_bounds__(kThreadsMma)
     mma_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
                             const float* lse, AttnShape s) {
@@ -297,6 +323,7 @@ __global__ void __launch_bounds__(kThreadsMma)
   uint16_t* dot = qt + HD * LDT;                            // [HD][LDT]: dO transposed
   float* lse2s = reinterpret_cast<float*>(dot + HD * LDT);  // [32]
   float* ds_rows = lse2s + kTileBwd;                        // [32]
+  int* firsts = reinterpret_cast<int*>(ds_rows + kTileBwd);  // [32]: each query's first key
   const int b = blockIdx.z, kvh = blockIdx.y;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int k0 = blockIdx.x * kRows, wkey = k0 + w * 16;
@@ -309,7 +336,8 @@ __global__ void __launch_bounds__(kThreadsMma)
   const float sl2 = s.scale * kLog2e;
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
   for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
-    for (int t0 = k0; t0 < s.T; t0 += kTileBwd) {
+    // Up to the first query tile that starts after the block's keys' examples end.
+    for (int t0 = k0; t0 < s.T && (!kPacked || s.first_key(b, t0) < k0 + kRows); t0 += kTileBwd) {
       __syncthreads();  // the previous tiles are no longer read (the first: K and V staged)
       stage<HD, HD != 96>(qs, LD, false, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
       stage<HD, HD != 96>(qt, LDT, true, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
@@ -322,9 +350,11 @@ __global__ void __launch_bounds__(kThreadsMma)
         const size_t i = ((size_t)b * s.NH + h) * s.T + q;
         lse2s[threadIdx.x] = q < s.T ? lse[i] * kLog2e : 0.f;
         ds_rows[threadIdx.x] = q < s.T ? d_rows[i] : 0.f;
+        if (kPacked) firsts[threadIdx.x] = q < s.T ? s.first_key(b, q) : s.T;
       }
       __syncthreads();
-      if (t0 + kTileBwd - 1 < wkey) continue;  // every query of the tile is before the warp's keys
+      // Every query of the tile is before the warp's keys, or its example starts after them.
+      if (t0 + kTileBwd - 1 < wkey || (kPacked && firsts[0] > wkey + 15)) continue;
       float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};  // S^T and dP^T (keys x queries)
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
@@ -345,7 +375,8 @@ __global__ void __launch_bounds__(kThreadsMma)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c = n * 8 + 2 * t + i % 2, q = t0 + c, key = keys[i / 2];
-          const float p = q >= key && q < s.T && key < s.T ? exp2f(sc[n][i] * sl2 - lse2s[c]) : 0.f;
+          const bool in = q >= key && q < s.T && key < s.T && (!kPacked || firsts[c] <= key);
+          const float p = in ? exp2f(sc[n][i] * sl2 - lse2s[c]) : 0.f;
           sc[n][i] = p;                            // P^T
           dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
         }
@@ -369,21 +400,28 @@ __global__ void __launch_bounds__(kThreadsMma)
   }
 }
 
-// Launches f<T, HD> for the smallest HD of {32, 64, 80, 96, 128} that holds hd.
-template <template <class, int> class F, class... A>
-void dispatch(DType t, int hd, A&&... args) {
-  auto by_hd = [&](auto tag) {
+// Launches F<T, HD, packed> for the smallest HD of {32, 64, 80, 96, 128} that holds hd.
+template <template <class, int, bool> class F, class... A>
+void dispatch(DType t, int hd, bool packed, A&&... args) {
+  auto by_hd = [&](auto tag, auto packed_tag) {
     using T = decltype(tag);
-    if (hd <= 32) return F<T, 32>::run(args...);
-    if (hd <= 64) return F<T, 64>::run(args...);
-    if (hd <= 80) return F<T, 80>::run(args...);
-    if (hd <= 96) return F<T, 96>::run(args...);
-    return F<T, 128>::run(args...);
+    constexpr bool P = decltype(packed_tag)::value;
+    if (hd <= 32) return F<T, 32, P>::run(args...);
+    if (hd <= 64) return F<T, 64, P>::run(args...);
+    if (hd <= 80) return F<T, 80, P>::run(args...);
+    if (hd <= 96) return F<T, 96, P>::run(args...);
+    return F<T, 128, P>::run(args...);
+  };
+  auto by_packed = [&](auto tag) {
+    if (packed)
+      by_hd(tag, std::true_type{});
+    else
+      by_hd(tag, std::false_type{});
   };
   if (t == DType::kBF16)
-    by_hd(__nv_bfloat16{});
+    by_packed(__nv_bfloat16{});
   else
-    by_hd(__half{});
+    by_packed(__half{});
 }
 
 // A kernel's dynamic shared memory, opted in above 48 KiB. The attribute is the current
@@ -395,25 +433,25 @@ void allow_smem(K kernel, size_t bytes) {
                                        static_cast<int>(bytes)));
 }
 
-template <class T, int HD>
+template <class T, int HD, bool P>
 struct Forward {
   static void run(cudaStream_t st, TensorRef out, float* lse, TensorView qkv, const AttnShape& s) {
-    allow_smem(mma_forward_kernel<T, HD>, forward_smem<HD>());
+    allow_smem(mma_forward_kernel<T, HD, P>, forward_smem<HD>());
     const dim3 grid((s.T + kRows - 1) / kRows, s.NH, s.B);
-    launch_kernel_smem(mma_forward_kernel<T, HD>, grid, kThreadsMma, forward_smem<HD>(), st, out,
+    launch_kernel_smem(mma_forward_kernel<T, HD, P>, grid, kThreadsMma, forward_smem<HD>(), st, out,
                        lse, qkv, s);
   }
 };
-template <class T, int HD>
+template <class T, int HD, bool P>
 struct Backward {
   static void run(cudaStream_t st, TensorRef dqkv, const float* d_rows, TensorView dout,
                   TensorView qkv, const float* lse, const AttnShape& s) {
-    allow_smem(mma_backward_dq_kernel<T, HD>, dq_smem<HD>());
-    allow_smem(mma_backward_dkv_kernel<T, HD>, dkv_smem<HD>());
+    allow_smem(mma_backward_dq_kernel<T, HD, P>, dq_smem<HD>());
+    allow_smem(mma_backward_dkv_kernel<T, HD, P>, dkv_smem<HD>());
     const unsigned blocks = (s.T + kRows - 1) / kRows;
-    launch_kernel_smem(mma_backward_dq_kernel<T, HD>, dim3(blocks, s.NH, s.B), kThreadsMma,
+    launch_kernel_smem(mma_backward_dq_kernel<T, HD, P>, dim3(blocks, s.NH, s.B), kThreadsMma,
                        dq_smem<HD>(), st, dqkv, d_rows, dout, qkv, lse, s);
-    launch_kernel_smem(mma_backward_dkv_kernel<T, HD>, dim3(blocks, s.KVH, s.B), kThreadsMma,
+    launch_kernel_smem(mma_backward_dkv_kernel<T, HD, P>, dim3(blocks, s.KVH, s.B), kThreadsMma,
                        dkv_smem<HD>(), st, dqkv, d_rows, dout, qkv, lse, s);
   }
 };
@@ -426,12 +464,12 @@ bool mma_attention_supports(DType t, int hd) {
 
 void mma_attention_forward(cudaStream_t stream, TensorRef out, float* lse, TensorView qkv,
                            const AttnShape& s) {
-  dispatch<Forward>(qkv.dtype, s.hd, stream, out, lse, qkv, s);
+  dispatch<Forward>(qkv.dtype, s.hd, s.pos != nullptr, stream, out, lse, qkv, s);
 }
 
 void mma_attention_backward(cudaStream_t stream, TensorRef dqkv, const float* d_rows,
                             TensorView dout, TensorView qkv, const float* lse, const AttnShape& s) {
-  dispatch<Backward>(qkv.dtype, s.hd, stream, dqkv, d_rows, dout, qkv, lse, s);
+  dispatch<Backward>(qkv.dtype, s.hd, s.pos != nullptr, stream, dqkv, d_rows, dout, qkv, lse, s);
 }
 
 }  // namespace zt

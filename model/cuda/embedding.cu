@@ -1,6 +1,7 @@
 // Token (+ GPT-2 position) embeddings. The backward is deterministic and adds in the CPU
 // backend's order (rows in order), so the two agree bit for bit, without atomics or a sort:
-// - dwpe: one thread per (position t, channel c) adds row b T + t for b = 0, 1, ...;
+// - dwpe: one thread per (position t, channel c) adds row b T + t for b = 0, 1, ...; in packed
+//   rows (positions pos) dwpe is dwte's scatter with pos for tokens, rows in order as well;
 // - dwte: thread (channel c, bucket k) owns the rows whose token is k modulo kBuckets and adds
 //   them in order, scanning the tokens a tile at a time from shared memory; each token has one
 //   bucket, so each dwte element has one writer. A warp is 32 channels of one bucket: its
@@ -11,18 +12,20 @@ namespace zt {
 namespace {
 
 __global__ void embedding_forward_kernel(TensorRef out, const int* tokens, const void* wte,
-                                         const void* wpe, DType t, int BT, int T, int C) {
+                                         const void* wpe, DType t, int BT, int T, int C,
+                                         const int* pos) {
   const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= (size_t)BT * C) return;
   const int bt = i / C, c = i % C;
   float v = load_as_f32(wte, t, (size_t)tokens[bt] * C + c);
-  if (wpe) v = __fadd_rn(v, load_as_f32(wpe, t, (size_t)(bt % T) * C + c));
+  if (wpe) v = __fadd_rn(v, load_as_f32(wpe, t, (size_t)(pos ? pos[bt] : bt % T) * C + c));
   store_from_f32(out, i, v);
 }
 
 constexpr int kBuckets = 64, kBucketsPerBlock = 8, kTokenTile = 1024;
 
-// Block (32 channels, kBucketsPerBlock buckets): dwte rows of the tokens in its buckets.
+// Block (32 channels, kBucketsPerBlock buckets): dwte rows of the tokens in its buckets (or
+// dwpe rows of the positions, in packed rows).
 __global__ void wte_backward_kernel(float* dwte, TensorView dout, const int* tokens, int BT,
                                     int C) {
   __shared__ int tile[kTokenTile];
@@ -57,17 +60,19 @@ __global__ void wpe_backward_kernel(float* dwpe, TensorView dout, int B, int T, 
 }  // namespace
 
 void CudaBackend::embedding_forward(TensorRef out, const int* tokens, const void* wte,
-                                    const void* wpe, DType t, int B, int T, int C) {
+                                    const void* wpe, DType t, int B, int T, int C, const int* pos) {
   launch_kernel(embedding_forward_kernel, blocks_for((size_t)B * T * C), kThreads, stream_, out,
-                tokens, wte, wpe, t, B * T, T, C);
+                tokens, wte, wpe, t, B * T, T, C, pos);
   ZT_CHECK_CUDA(cudaGetLastError());
 }
 
 void CudaBackend::embedding_backward(float* dwte, float* dwpe, TensorView dout, const int* tokens,
-                                     int B, int T, int C) {
-  launch_kernel(wte_backward_kernel, dim3((C + 31) / 32, kBuckets / kBucketsPerBlock),
-                dim3(32, kBucketsPerBlock), stream_, dwte, dout, tokens, B * T, C);
-  if (dwpe)
+                                     int B, int T, int C, const int* pos) {
+  const dim3 grid((C + 31) / 32, kBuckets / kBucketsPerBlock), block(32, kBucketsPerBlock);
+  launch_kernel(wte_backward_kernel, grid, block, stream_, dwte, dout, tokens, B * T, C);
+  if (dwpe && pos)
+    launch_kernel(wte_backward_kernel, grid, block, stream_, dwpe, dout, pos, B * T, C);
+  else if (dwpe)
     launch_kernel(wpe_backward_kernel, blocks_for((size_t)T * C), kThreads, stream_, dwpe, dout, B,
                   T, C);
 }

@@ -79,7 +79,7 @@ class CudaVsCpu : public ::testing::Test {
     EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what;
   }
   // A tensor of values exact in dtype t: fp32 on the CPU backend, t on the CUDA backend (its
-  // activations in a 16-bit working dtype, Backend::activation_dtype).
+  // activations in a 16-bit working dtype, Backend::activation_dtype; or fp32).
   struct Typed {
     DeviceBuffer c, g;
     size_t n;
@@ -92,13 +92,13 @@ class CudaVsCpu : public ::testing::Test {
     std::normal_distribution<float> d(0.f, scale);
     std::vector<float> h(n);
     for (float& x : h) x = d(rng);
-    std::vector<uint16_t> h16(n);
-    convert(h.data(), DType::kF32, h16.data(), t, n);
-    convert(h16.data(), t, h.data(), DType::kF32, n);  // the values t can hold
+    std::vector<char> ht(n * dtype_size(t));
+    convert(h.data(), DType::kF32, ht.data(), t, n);
+    convert(ht.data(), t, h.data(), DType::kF32, n);  // the values t can hold
     Typed p{DeviceBuffer(cpu_.get(), n * 4, MemCategory::kWorkspace),
-            DeviceBuffer(gpu_.get(), n * 2, MemCategory::kWorkspace), n, t};
+            DeviceBuffer(gpu_.get(), ht.size(), MemCategory::kWorkspace), n, t};
     cpu_->copy_to_device(p.c.data(), h.data(), n * 4);
-    gpu_->copy_to_device(p.g.data(), h16.data(), n * 2);
+    gpu_->copy_to_device(p.g.data(), ht.data(), ht.size());
     return p;
   }
   Typed zeros_typed(size_t n, DType t) { return make_typed(n, t, 0.f); }
@@ -119,10 +119,10 @@ class CudaVsCpu : public ::testing::Test {
   // The CUDA result, stored in t, against the CPU's fp32: within tol of the largest magnitude.
   void expect_close(Typed& p, double tol, const std::string& what) {
     std::vector<float> a(p.n), b(p.n);
-    std::vector<uint16_t> b16(p.n);
+    std::vector<char> bt(p.n * dtype_size(p.t));
     cpu_->copy_to_host(a.data(), p.c.data(), p.n * 4);
-    gpu_->copy_to_host(b16.data(), p.g.data(), p.n * 2);
-    convert(b16.data(), p.t, b.data(), DType::kF32, p.n);
+    gpu_->copy_to_host(bt.data(), p.g.data(), bt.size());
+    convert(bt.data(), p.t, b.data(), DType::kF32, p.n);
     double worst = 0, maxref = 0;
     for (size_t i = 0; i < p.n; ++i) {
       worst = std::max(worst, (double)std::fabs(a[i] - b[i]));
@@ -134,32 +134,50 @@ class CudaVsCpu : public ::testing::Test {
   // Causal GQA attention of dtype t on gpu_ against the CPU's fp32 on the same exactly
   // representable inputs: forward (out within tol, lse within lse_tol), backward from the GPU's
   // rounded out (within tol), and the backward twice: the same bits.
-  void expect_attention_matches_cpu(DType t, int T, int hd, int group, double tol,
-                                    double lse_tol, const std::string& what) {
-    const int B = T > 100 ? 1 : 2, NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
+  // positions: packed rows (Backend::attention_forward's pos), B x T, or empty.
+  void expect_attention_matches_cpu(DType t, int T, int hd, int group, double tol, double lse_tol,
+                                    const std::string& what,
+                                    const std::vector<int>& positions = {}) {
+    const int B = !positions.empty() ? (int)(positions.size() / T)
+                  : T > 100          ? 1
+                                     : 2,
+              NH = 8, KVH = NH / group, row = (NH + 2 * KVH) * hd;
+    DeviceBuffer cpu_pos, gpu_pos;
+    const int *cp = nullptr, *gp = nullptr;
+    if (!positions.empty()) {
+      const size_t bytes = positions.size() * sizeof(int);
+      EXPECT_EQ(positions.size(), (size_t)B * T);
+      cpu_pos = DeviceBuffer(cpu_.get(), bytes, MemCategory::kWorkspace);
+      gpu_pos = DeviceBuffer(gpu_.get(), bytes, MemCategory::kWorkspace);
+      cpu_->copy_to_device(cpu_pos.data(), positions.data(), bytes);
+      gpu_->copy_to_device(gpu_pos.data(), positions.data(), bytes);
+      cp = static_cast<const int*>(cpu_pos.data()), gp = static_cast<const int*>(gpu_pos.data());
+    }
     auto qkv = make_typed((size_t)B * T * row, t, 1, T + hd),
          out = zeros_typed((size_t)B * T * NH * hd, t),
          dout = make_typed((size_t)B * T * NH * hd, t, 1, 2),
          dqkv = zeros_typed((size_t)B * T * row, t), again = zeros_typed((size_t)B * T * row, t);
     auto lse = zeros((size_t)B * NH * T);
-    cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd);
-    gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd);
+    cpu_->attention_forward(out.cp(), lse.cp(), qkv.cp(), B, T, NH, KVH, hd, cp);
+    gpu_->attention_forward(out.gp(), lse.gp(), qkv.gp(), B, T, NH, KVH, hd, gp);
     expect_close(out, tol, "attention forward, " + what);
     expect_close(lse, lse_tol, ("attention lse, " + what).c_str());
     // The backward reads out as each backend stored it: the CPU gets the GPU's rounding.
-    std::vector<uint16_t> h16(out.n);
+    std::vector<char> ht(out.n * dtype_size(t));
     std::vector<float> h(out.n);
-    gpu_->copy_to_host(h16.data(), out.g.data(), out.n * 2);
-    convert(h16.data(), t, h.data(), DType::kF32, out.n);
+    gpu_->copy_to_host(ht.data(), out.g.data(), ht.size());
+    convert(ht.data(), t, h.data(), DType::kF32, out.n);
     cpu_->copy_to_device(out.c.data(), h.data(), out.n * 4);
-    cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH, hd);
-    gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd);
-    gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH,
-                             hd);
+    cpu_->attention_backward(dqkv.cp(), dout.cp(), qkv.cp(), out.cp(), lse.cp(), B, T, NH, KVH, hd,
+                             cp);
+    gpu_->attention_backward(dqkv.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd,
+                             gp);
+    gpu_->attention_backward(again.gp(), dout.gp(), qkv.gp(), out.gp(), lse.gp(), B, T, NH, KVH, hd,
+                             gp);
     expect_close(dqkv, tol, "attention backward, " + what);
-    std::vector<uint16_t> a(dqkv.n), b(dqkv.n);
-    gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size() * 2);
-    gpu_->copy_to_host(b.data(), again.g.data(), b.size() * 2);
+    std::vector<char> a(dqkv.n * dtype_size(t)), b(a.size());
+    gpu_->copy_to_host(a.data(), dqkv.g.data(), a.size());
+    gpu_->copy_to_host(b.data(), again.g.data(), b.size());
     EXPECT_EQ(a, b) << "backward not bitwise repeatable, " << what;
   }
   std::unique_ptr<Backend> cpu_, gpu_;
@@ -828,6 +846,36 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
       expect_attention_matches_cpu(t, 37, hd, 4, tol, 1e-5,
                                    std::string(dtype_name(t)) + " T 37 hd " + std::to_string(hd));
   }
+}
+
+// Packed rows, two of 130 tokens laid out differently: examples of 1, 31, 32, 32, 2 and 32
+// tokens (starts at 0, 1, 32, 64, 96 and 98: on and beside the 32- and 64-row tile edges,
+// where the kernels' tile skips sit at their bounds) and of 64 and 66. The tensor-core kernels
+// at every head size in bf16 (HD 32 has its own launch bounds when packed), one in fp16, and
+// GQA ratios 1, 4 and 8, and the fp32 family, against the CPU's packed attention, which
+// tests/unit/packing_test.cc holds to each example computed alone; on auto the packed rows go
+// to these kernels, not cuDNN.
+TEST_F(CudaVsCpu, PackedRowsAttendOnlyWithinTheirExamples) {
+  std::vector<int> pos;
+  for (const auto& row : {std::vector{1, 31, 32, 32, 2, 32}, std::vector{64, 66}})
+    for (int n : row)
+      for (int i = 0; i < n; ++i) pos.push_back(i);
+  ASSERT_EQ(pos.size(), 260u);
+  int turn = 0;
+  for (DType t : {DType::kBF16, DType::kF16})
+    for (int hd : {32, 64, 80, 96, 128}) {
+      if (t == DType::kF16 && hd != 64) continue;  // the masks do not depend on the type
+      const int group = std::array{1, 4, 8}[turn++ % 3];
+      expect_attention_matches_cpu(t, 130, hd, group, t == DType::kBF16 ? 8e-3 : 1e-3, 1e-5,
+                                   "packed " + std::string(dtype_name(t)) + " hd " +
+                                       std::to_string(hd) + " group " + std::to_string(group),
+                                   pos);
+    }
+  expect_attention_matches_cpu(DType::kF32, 130, 64, 4, 1e-5, 1e-5, "packed fp32", pos);
+  auto automatic = make_cuda_backend(0, AttentionImpl::kAuto);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  gpu_ = std::move(*automatic);
+  expect_attention_matches_cpu(DType::kBF16, 130, 64, 4, 8e-3, 1e-5, "packed, auto", pos);
 }
 
 // cuDNN's SDPA (--attention cudnn) on problems like the tensor-core kernels' above (fewer:
