@@ -37,6 +37,7 @@ PACKAGES=(
   qemu-user                         # tests/portable: the binary on a CPU without AVX-512
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv              # scripts (reference fixtures are committed); --python
+  python3-matplotlib                # scripts/plot_runs.py (the offload study's picture)
 )
 
 missing=()

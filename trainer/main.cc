@@ -27,6 +27,7 @@
 #include "data/prepare.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "trainer/compare.h"
 #include "trainer/ds_config.h"
 #include "trainer/estimate.h"
 #include "trainer/export.h"
@@ -49,6 +50,9 @@ ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) fo
 ABSL_FLAG(std::string, format, "text",
           "prepare: text (plain text files) or alpaca (instruction JSON: a loss mask trains only "
           "the responses, one example per --seq_len row, or several with --pack; data/alpaca.h)");
+ABSL_FLAG(bool, markdown, false, "compare: a Markdown table (for docs/)");
+ABSL_FLAG(bool, allow_different, false,
+          "compare: compare runs whose model or training data differ");
 ABSL_FLAG(bool, pack, false,
           "prepare --format alpaca: pack several whole examples into each --seq_len row (each "
           "attends only to itself, positions restart) instead of one padded example a row");
@@ -144,6 +148,7 @@ constexpr const char* kUsage =
     "  sample   --init_from HF_DIR | --checkpoint DIR | --model PRESET, --tokenizer M\n"
     "           [--prompt TEXT --template alpaca --max_new_tokens N ...]\n"
     "  export   --checkpoint DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--tokenizer M]\n"
+    "  compare  RUN_DIR... [--markdown]              runs side by side (memory, speed, loss)\n"
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           [--micro_batch B --seq_len T --device cuda (a GPU's 16-bit activations, no fp32\n"
     "            view of 16-bit weights)]\n"
@@ -466,6 +471,15 @@ int main(int argc, char** argv) {
     return zt::kUserErrorExitCode;
   }
   const std::string cmd = pos[1];
+  if (cmd == "compare") {  // the run directories are its arguments
+    zt::CompareOptions o{{pos.begin() + 2, pos.end()},
+                         absl::GetFlag(FLAGS_markdown),
+                         absl::GetFlag(FLAGS_allow_different)};
+    const auto table = zt::compare_runs(o);
+    if (!table.ok()) return fail(table.status());
+    std::fputs(table->c_str(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : fail(absl::InternalError("cannot write the table"));
+  }
   if (pos.size() > 2)
     return fail(absl::InvalidArgumentError(std::string("unexpected argument '") + pos[2] +
                                            "'; flags start with --"));
@@ -505,6 +519,6 @@ int main(int argc, char** argv) {
                             "--seq_len window");
   }
   return fail(absl::InvalidArgumentError("unknown command '" + cmd +
-                                         "'; use info, prepare, train, sample, export or "
-                                         "estimate"));
+                                         "'; use info, prepare, train, sample, export, "
+                                         "estimate or compare"));
 }

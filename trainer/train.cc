@@ -1,6 +1,7 @@
 #include "trainer/train.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +39,7 @@
 #include "zero/comm.h"
 #include "zero/engine.h"
 #include "zero/mpi_comm.h"
+#include "zero/offload_device.h"
 
 namespace zt {
 namespace {
@@ -554,6 +556,43 @@ void print_sample(const TrainOptions& opt, Run& r) {
            r.comm->rank() == 0 ? stdout : nullptr);
 }
 
+// run.json in the run directory (rank 0; collective for the peaks): what `zerotrain compare`
+// puts beside the run's metrics.jsonl. The model and data identity (compare refuses runs of
+// different ones), the layout (stage, offload, micro-batch, T, ranks, dtype, device), and the
+// peaks over ranks: device memory (the tracker's high-water mark) and host memory (the
+// process's maximum resident set, getrusage).
+absl::Status write_run_summary(const TrainOptions& opt, Run& r) {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  double peaks[2] = {(double)r.backend->tracker().peak_total(), (double)ru.ru_maxrss * 1024.0};
+  r.comm->all_reduce_scalars(peaks, 2, ScalarOp::kMax);
+  if (r.comm->rank() != 0 || opt.run_dir.empty()) return absl::OkStatus();
+  const ZeroConfig& z = r.ds.zero;
+  const nlohmann::json j = {
+      {"model", opt.init_from.empty() ? opt.model : opt.init_from},
+      {"model_config", model_identity(r.model)},
+      {"train_data", opt.train_data},
+      {"train_tokens", r.train->num_tokens()},
+      {"packed", r.train->packed()},
+      {"stage", z.stage},
+      {"offload_optimizer", std::string(offload_device_name(z.offload_optimizer.device))},
+      {"offload_param", std::string(offload_device_name(z.offload_param.device))},
+      {"delayed_param_update", r.ds.zerotrain.delayed_param_update},
+      {"dtype", r.ds.bf16.enabled   ? "bf16"
+                : r.ds.fp16.enabled ? "fp16"
+                                    : "fp32"},
+      {"micro_batch", r.B},
+      {"seq_len", r.T},
+      {"gradient_accumulation", r.gas},
+      {"world_size", r.comm->world_size()},
+      {"device", std::string(r.backend->name())},
+      {"device_memory_limit", (int64_t)r.backend->memory_limit()},
+      {"steps", opt.steps},
+      {"peak_device_bytes", (int64_t)peaks[0]},
+      {"peak_host_bytes", (int64_t)peaks[1]}};
+  return write_json(opt.run_dir, "run.json", j);
+}
+
 absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
                            const std::vector<CommStats>& comm_steps,
                            const std::vector<OffloadTraffic>& offload_steps) {
@@ -577,6 +616,7 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     ZT_RETURN_IF_ERROR(
         write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"), report));
   }
+  ZT_RETURN_IF_ERROR(write_run_summary(opt, r));
   if (opt.comm_report) {
     // Node-shared parameters: a barrier, not an all-gather, publishes the updated working copy.
     nlohmann::json report = comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "data/shard.h"
 #include "tests/unit/cli_helpers.h"
 
@@ -662,6 +663,53 @@ TEST_F(Cli, NoCommandOrUnknownCommand) {
     EXPECT_EQ(r.code, 0) << help << "\n" << r.out;
     EXPECT_NE(r.out.find("zerotrain <command>"), std::string::npos) << r.out;
   }
+}
+
+// compare: one row per run from run.json and metrics.jsonl (the median step time and the last
+// loss as the metrics hold them, recomputed here), Markdown on request; runs of different
+// models are refused unless --allow_different, and a directory that is not a finished run is
+// named.
+TEST_F(Cli, CompareTabulatesRunsAndRefusesDifferentModels) {
+  auto run_to = [&](const std::string& dir, const std::string& ds_text, const std::string& model) {
+    write(path(dir + ".json"), ds_text);
+    std::string cmd = train("--deepspeed " + path(dir + ".json"));
+    cmd.replace(cmd.find(path("run")), path("run").size(), path(dir));
+    cmd.replace(cmd.find("tiny-llama"), 10, model);
+    const Result r = run(cmd);
+    ASSERT_EQ(r.code, 0) << r.out;
+  };
+  const std::string base =
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": )";
+  run_to("s0", base + "0}}", "tiny-llama");
+  run_to("s2", base + R"(2, "offload_optimizer": {"device": "cpu"}}})", "tiny-llama");
+  run_to("gpt", base + "0}}", "tiny-gpt2");
+  const Result table = run("compare " + path("s0") + " " + path("s2"));
+  ASSERT_EQ(table.code, 0) << table.out;
+  for (const std::string dir : {"s0", "s2"}) {
+    std::vector<double> ms = test::metric_values(path(dir), "step_ms");
+    ASSERT_EQ(ms.size(), 3u);
+    std::sort(ms.begin(), ms.end());
+    const double loss = test::metric_values(path(dir), "loss").back();
+    const std::string want = absl::StrFormat("%.0f", ms[1]) + "  ";
+    const size_t row = table.out.find("\n" + dir + " ");
+    ASSERT_NE(row, std::string::npos) << table.out;
+    const std::string line = table.out.substr(row + 1, table.out.find('\n', row + 1) - row - 1);
+    EXPECT_NE(line.find("tiny-llama"), std::string::npos) << line;
+    EXPECT_NE(line.find(" " + want), std::string::npos) << want << " in " << line;
+    EXPECT_NE(line.find(absl::StrFormat("%.4f", loss)), std::string::npos) << line;
+    EXPECT_NE(line.find("2 x 16"), std::string::npos) << line;
+  }
+  EXPECT_NE(table.out.find("stage 2, optimizer cpu"), std::string::npos) << table.out;
+  const Result md = run("compare --markdown " + path("s0") + " " + path("s2"));
+  ASSERT_EQ(md.code, 0) << md.out;
+  EXPECT_EQ(md.out.rfind("| run | model | layout |", 0), 0u) << md.out;
+  expect_user_error(run("compare " + path("s0") + " " + path("gpt")),
+                    {"differ in model_config", "--allow_different"});
+  EXPECT_EQ(run("compare --allow_different " + path("s0") + " " + path("gpt")).code, 0);
+  expect_user_error(run("compare " + path("s0") + " " + dir_.string()),
+                    {"has no run.json", dir_.string()});
+  expect_user_error(run("compare"), {"one or more run directories"});
 }
 
 TEST_F(Cli, UnknownFlagNamesClosest) {

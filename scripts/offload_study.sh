@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The ZeRO-Offload fine-tuning study in one command: TinyLlama-1.1B (random weights, or
+# --init_from a Hugging Face directory) on packed Alpaca-format data (the shared seed tasks, or
+# --data FILE such as the 52k-example alpaca_data.json) at T = 512, bf16, under an 8 GiB
+# device-memory limit:
+#   stage0      no offload: expected to stop at once with the device-memory error;
+#   stage2_cpu  stage 2, optimizer (fp32 master weights and Adam moments) in CPU memory;
+#   stage2_dpu  the same with the delayed parameter update (after 1 ordinary step);
+#   stage3_cpu  stage 3, parameters and optimizer in CPU memory;
+# then `zerotrain compare` (the table, $OUT/table.md) and scripts/plot_runs.py (the picture,
+# $OUT/study.png). On the CPU backend each configuration runs a few steps (--steps, default 3;
+# the whole study takes about 4 minutes on 2 cores) and needs its device and host memory in
+# RAM at once: one that does not fit the RAM available is skipped, saying so (the delayed
+# update needs about 23.2 GiB). On a GPU it is the seed study itself (give more --steps).
+# docs/offload.md has its output on the development machine.
+#
+# Usage: scripts/offload_study.sh [--init_from HF_DIR] [--data FILE.json] [--steps N]
+#                                 [--out DIR] [--shared DIR] [--device cpu|cuda|auto]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=../shared/data OUT=runs/offload_study STEPS=3 DATA="" INIT="" DEVICE=auto
+while (($#)); do
+  case "$1" in
+    --init_from) INIT=$2; shift 2 ;;
+    --data) DATA=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --shared) SHARED=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    *) echo "offload_study: unknown option '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+DATA=${DATA:-$SHARED/alpaca_seed_tasks.json}
+TOK=$SHARED/llama2_tokenizer.model
+for f in "$DATA" "$TOK"; do
+  [[ -r $f ]] || { echo "offload_study: $f not found" >&2; exit 2; }
+done
+ZT=build/zerotrain
+[[ -x $ZT ]] || { echo "offload_study: $ZT not built (run scripts/setup.sh)" >&2; exit 2; }
+MODEL=(--model tinyllama-1.1b)
+[[ -n $INIT ]] && MODEL=(--init_from "$INIT")
+rm -rf "$OUT" && mkdir -p "$OUT"
+
+echo "== data: $DATA, packed into rows of 512 tokens"
+$ZT prepare --format alpaca --pack --tokenizer "$TOK" --input "$DATA" --out "$OUT/data" \
+  --seq_len 512 --val_fraction 0.1 | tee "$OUT/prepare.txt"
+
+common='"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.0}},
+ "bf16": {"enabled": true}, "gradient_clipping": 1.0, "wall_clock_breakdown": true'
+limit='"device_memory_limit": "8GiB"'
+write_config() {  # name, zero_optimization, extra zerotrain keys
+  echo "{$common, \"zero_optimization\": {$2}, \"zerotrain\": {$limit${3:+, $3}}}" \
+    > "$OUT/$1.json"
+}
+write_config stage0 '"stage": 0'
+write_config stage2_cpu '"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}'
+write_config stage2_dpu '"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}' \
+  '"delayed_param_update": {"enabled": true, "warmup_steps": 1}'
+# Stage 3 for a small device, as DeepSpeed's docs advise when memory is short: units freed after
+# use (stage3_max_reuse_distance 0), one gradient reduction in flight (overlap_comm false).
+write_config stage3_cpu '"stage": 3, "stage3_param_persistence_threshold": 0,
+ "stage3_max_reuse_distance": 0, "overlap_comm": false,
+ "offload_param": {"device": "cpu", "pin_memory": true},
+ "offload_optimizer": {"device": "cpu", "pin_memory": true}'
+
+train() {  # name
+  $ZT train --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 --steps "$STEPS" \
+    --device "$DEVICE" --train_data "$OUT/data/train_*.bin" --val_data "$OUT/data/val_*.bin" \
+    --val_every 0 --val_batches 2 --sample_tokens 0 --memory_report --run_dir "$OUT/$1"
+}
+echo "== stage0: no offload (expected: the device-memory error)"
+if train stage0 > "$OUT/stage0.log" 2>&1; then
+  echo "offload_study: stage 0 fit in 8 GiB (unexpected for TinyLlama-1.1B)" >&2
+else
+  grep -m1 "^error" "$OUT/stage0.log" | cut -c1-400
+fi
+# Without a GPU the device pool is host memory too: a configuration needs its device and host
+# totals (zerotrain estimate) in RAM at once. One that does not fit is skipped, saying so,
+# rather than left to the kernel's OOM killer.
+has_gpu() { [[ $DEVICE == cuda ]] || { [[ $DEVICE == auto ]] && [[ -e /dev/nvidia0 ]]; }; }
+fits() {  # name: 0 if it fits, else prints why and returns 1
+  has_gpu && return 0
+  local need avail
+  need=$($ZT estimate --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 2>/dev/null |
+    awk '/^device total/ {d = $3} /^host total/ {h = $3} END {printf "%.2f", d + h}')
+  avail=$(awk '/^MemAvailable/ {printf "%.2f", $2 / 2^20}' /proc/meminfo)
+  if awk -v n="$need" -v a="$avail" 'BEGIN {exit !(n > a)}'; then
+    echo "   skipped: needs $need GiB of RAM on the CPU backend (device pool and host memory" \
+      "both in RAM; zerotrain estimate), $avail GiB available"
+    echo "$1: skipped, needs $need GiB of RAM, $avail GiB available" >> "$OUT/skipped.txt"
+    return 1
+  fi
+}
+runs=()
+for name in stage2_cpu stage2_dpu stage3_cpu; do
+  echo "== $name"
+  fits "$name" || continue
+  start=$(date +%s)
+  if ! train "$name" > "$OUT/$name.log" 2>&1; then
+    tail -n 5 "$OUT/$name.log" >&2
+    echo "offload_study: $name failed (log: $OUT/$name.log)" >&2
+    exit 1
+  fi
+  grep -E "^(step|trained)" "$OUT/$name.log" | tail -n 2
+  echo "   ($(( $(date +%s) - start )) s with set-up)"
+  runs+=("$OUT/$name")
+done
+echo "== table ($OUT/table.md)"
+$ZT compare --markdown "${runs[@]}" | tee "$OUT/table.md"
+[[ -f $OUT/skipped.txt ]] && sed 's/^/skipped: /' "$OUT/skipped.txt" | tee -a "$OUT/table.md"
+# The python3 on PATH, or Debian's (where setup.sh put python3-matplotlib) when PATH's lacks it.
+PY=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c "import matplotlib" 2>/dev/null; then PY=$p; break; fi
+done
+if [[ -n $PY ]]; then
+  "$PY" scripts/plot_runs.py "${runs[@]}" --out "$OUT/study.png" \
+    --title "TinyLlama-1.1B, packed Alpaca, T = 512, bf16, 8 GiB device limit"
+else
+  echo "offload_study: no matplotlib, no picture (scripts/setup.sh installs python3-matplotlib)"
+fi

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Draws training runs side by side into one PNG: the training loss (line) and validation loss
+(dots) against tokens seen, tokens/s per step, and each run's peak device and host memory by
+category (from memory_report_rank0.json when the run wrote one with --memory_report, else the
+peak totals of run.json). Reads what `zerotrain train` leaves in each --run_dir: run.json and
+metrics.jsonl, as `zerotrain compare` does.
+
+    python3 scripts/plot_runs.py RUN_DIR... --out FILE.png [--title TEXT]
+
+Needs matplotlib (scripts/setup.sh installs Debian's python3-matplotlib). Exit 2 with a message
+for a directory that is not a finished run.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(run_dir):
+    paths = [os.path.join(run_dir, f) for f in ("run.json", "metrics.jsonl")]
+    for p in paths:
+        if not os.path.exists(p):
+            sys.exit(f"plot_runs: {run_dir} has no {os.path.basename(p)}: not the --run_dir of a "
+                     "finished `zerotrain train`?")
+    info = json.load(open(paths[0]))
+    rows = [json.loads(line) for line in open(paths[1]) if line.strip()]
+    per_step = (info["micro_batch"] * info["seq_len"] * info["gradient_accumulation"] *
+                info["world_size"])
+    steps = [r for r in rows if "step_ms" in r]
+    vals = [r for r in rows if "val_loss" in r]
+    report = os.path.join(run_dir, "memory_report_rank0.json")
+    memory = json.load(open(report)) if os.path.exists(report) else None
+    return {"name": os.path.basename(os.path.normpath(run_dir)), "info": info, "steps": steps,
+            "vals": vals, "per_step": per_step, "memory": memory}
+
+
+COLORS = {}  # category -> colour, the same in both memory panels
+
+
+def color(category):
+    return COLORS.setdefault(category, f"C{len(COLORS) % 10}")
+
+
+def memory_bars(ax, runs, pool, total_key, title):
+    """Stacked bars of peak bytes by category (GiB), one bar per run."""
+    cats = []
+    for r in runs:
+        if r["memory"]:
+            cats += [c for c, v in r["memory"][pool].items() if v["peak_bytes"] and c not in cats]
+    bottoms = [0.0] * len(runs)
+    names = [r["name"] for r in runs]
+    for c in cats or ["total"]:
+        heights = []
+        for r in runs:
+            if r["memory"]:
+                heights.append(r["memory"][pool].get(c, {}).get("peak_bytes", 0) / 2**30)
+            else:
+                heights.append(r["info"][total_key] / 2**30 if c == "total" else 0)  # run.json
+        ax.bar(names, heights, bottom=bottoms, label=c, color=color(c))
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_ylabel("GiB (peak)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="run directories (--run_dir of zerotrain train)")
+    ap.add_argument("--out", required=True, help="the PNG to write")
+    ap.add_argument("--title", default="")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_runs: needs matplotlib (scripts/setup.sh installs python3-matplotlib)")
+    runs = [load(d) for d in a.runs]
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    for r in runs:
+        x = [s["step"] * r["per_step"] for s in r["steps"]]
+        line, = ax[0][0].plot(x, [s["loss"] for s in r["steps"]], label=r["name"])
+        if r["vals"]:
+            ax[0][0].plot([v["step"] * r["per_step"] for v in r["vals"]],
+                          [v["val_loss"] for v in r["vals"]], "o", color=line.get_color())
+        ax[0][1].plot([s["step"] for s in r["steps"]], [s["tokens_per_s"] for s in r["steps"]],
+                      label=r["name"])
+    ax[0][0].set(xlabel="tokens", ylabel="loss", title="training loss (line), validation (dots)")
+    ax[0][0].legend(fontsize=7)
+    ax[0][1].set(xlabel="step", ylabel="tokens/s", title="throughput")
+    ax[0][1].legend(fontsize=7)
+    memory_bars(ax[1][0], runs, "categories", "peak_device_bytes", "device memory by category")
+    memory_bars(ax[1][1], runs, "host_categories", "peak_host_bytes", "host memory by category")
+    if a.title:
+        fig.suptitle(a.title)
+    fig.tight_layout()
+    try:
+        fig.savefig(a.out, dpi=100)
+    except OSError as e:
+        sys.exit(f"plot_runs: cannot write {a.out}: {e}")
+    print(f"plot_runs: wrote {a.out} ({len(runs)} runs)")
+
+
+if __name__ == "__main__":
+    main()
