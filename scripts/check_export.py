@@ -28,14 +28,9 @@ try:
     import torch
     import transformers
 except ImportError as e:  # the check needs the library users load exports with
-    venv = pathlib.Path(__file__).resolve().parent.parent / ".venv"
-    if (venv / "bin" / "python").exists() and pathlib.Path(sys.prefix).resolve() != venv.resolve():
-        # scripts/setup.sh --python made it (its python links to the base interpreter: compare
-        # the environment's prefix, not the executable)
-        os.execv(str(venv / "bin" / "python"), [str(venv / "bin" / "python"), *sys.argv])
-    print(f"SKIPPED: {e}; run `scripts/setup.sh --python` (a .venv/ with them) or "
-          "`pip install numpy torch transformers`")
-    sys.exit(77)
+    from venv_or_skip import reexec_in_venv_or_skip
+
+    reexec_in_venv_or_skip(e, "numpy torch transformers")
 
 
 def write_shard(path, tokens):

@@ -23,12 +23,9 @@ import tempfile
 try:
     from tensorboard.backend.event_processing import event_accumulator
 except ImportError as e:
-    venv = pathlib.Path(__file__).resolve().parent.parent / ".venv"
-    if (venv / "bin" / "python").exists() and pathlib.Path(sys.prefix).resolve() != venv.resolve():
-        os.execv(str(venv / "bin" / "python"), [str(venv / "bin" / "python"), *sys.argv])
-    print(f"SKIPPED: {e}; run `scripts/setup.sh --python` (a .venv/ with it) or "
-          "`pip install tensorboard`")
-    sys.exit(77)
+    from venv_or_skip import reexec_in_venv_or_skip
+
+    reexec_in_venv_or_skip(e, "tensorboard")
 
 
 def f32(x):

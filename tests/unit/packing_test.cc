@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "model/config.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "trainer/device.h"
@@ -31,18 +32,11 @@ std::unique_ptr<Backend> test_backend() {
   return be.ok() ? std::move(*be) : nullptr;
 }
 
+// The presets tiny-gpt2 and tiny-llama (GQA: 4 query heads, 2 kv heads).
 ModelConfig tiny(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 50;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.hidden = 32;
-  c.n_head = 4;
-  c.n_kv_head = arch == Arch::kLLaMA ? 2 : 4;
-  c.intermediate = arch == Arch::kLLaMA ? 48 : 128;
-  c.tied_embeddings = arch == Arch::kGPT2;
-  return c;
+  auto c = preset(arch == Arch::kGPT2 ? "tiny-gpt2" : "tiny-llama");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
 }
 
 constexpr int kT = 24;
