@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "common/status.h"
+#include "common/trace.h"
 
 namespace zt {
 namespace {
@@ -236,6 +237,7 @@ void Transformer::embed(UnitEngine& e, const int* tokens, const int* targets, in
     a_->ids_ticket =
         be_->copy_to_device_async(a_->positions.data(), host + 2 * max_n, n * sizeof(int));
   }
+  TraceSpan span(Track::kCompute, "embedding");
   const int u = layout_.embedding_unit();
   DType t;  // the lookup widens only its rows, not the whole (vocabulary-sized) unit
   const void* p = e.fetch_stored(u, &t);
@@ -255,6 +257,7 @@ static TensorView fetch_block(UnitEngine& e, int u) {
 }
 
 void Transformer::block_forward(UnitEngine& e, int l) {
+  TraceSpan span(Track::kCompute, "forward block", l);
   const int u = layout_.block_unit(l);
   block_compute(fetch_block(e, u), l);
   e.release(u);
@@ -321,6 +324,7 @@ void Transformer::set_classifier_chunk_rows(int rows) {
 
 double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool train,
                          float dscale, float* logits_host) {
+  TraceSpan span(Track::kCompute, train ? "head forward and backward" : "head");
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, V = c.vocab_size;
@@ -388,6 +392,7 @@ Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, c
 }
 
 void Transformer::block_backward(UnitEngine& e, int l) {
+  TraceSpan span(Track::kCompute, "backward block", l);
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int N = B_ * T_, C = c.hidden, I = c.intermediate, QKV = c.qkv_dim();
@@ -454,6 +459,7 @@ void Transformer::backward(UnitEngine& e) {
       for (int l = end - 1; l >= first; --l) block_backward(e, l);
     }
   }
+  TraceSpan span(Track::kCompute, "embedding backward");
   const int u = layout_.embedding_unit();
   float* g = e.grads(u);
   be_->embedding_backward(g + a_->off.wte, at(g, a_->off.wpe), act(a_->dx),

@@ -7,8 +7,9 @@
 #   stage2_cpu  stage 2, optimizer (fp32 master weights and Adam moments) in CPU memory;
 #   stage2_dpu  the same with the delayed parameter update (after 1 ordinary step);
 #   stage3_cpu  stage 3, parameters and optimizer in CPU memory;
-# then `zerotrain compare` (the table, $OUT/table.md) and scripts/plot_runs.py (the picture,
-# $OUT/study.png). On the CPU backend each configuration runs a few steps (--steps, default 3;
+# each traced from its second step (zerotrain.trace: $OUT/<name>/trace_rank0.json, for
+# Perfetto), then `zerotrain compare` (the table, $OUT/table.md, with the exposed
+# communication and offload time) and scripts/plot_runs.py (the picture, $OUT/study.png). On the CPU backend each configuration runs a few steps (--steps, default 3;
 # the whole study takes about 4 minutes on 2 cores) and needs its device and host memory in
 # RAM at once: one that does not fit the RAM available is skipped, saying so (the delayed
 # update needs about 23.2 GiB). On a GPU it is the seed study itself (give more --steps).
@@ -64,10 +65,13 @@ write_config stage3_cpu '"stage": 3, "stage3_param_persistence_threshold": 0,
  "offload_param": {"device": "cpu", "pin_memory": true},
  "offload_optimizer": {"device": "cpu", "pin_memory": true}'
 
+TRACE=()
+((STEPS >= 2)) && TRACE=(--trace_steps "2,$STEPS")
 train() {  # name
   $ZT train --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 --steps "$STEPS" \
     --device "$DEVICE" --train_data "$OUT/data/train_*.bin" --val_data "$OUT/data/val_*.bin" \
-    --val_every 0 --val_batches 2 --sample_tokens 0 --memory_report --run_dir "$OUT/$1"
+    --val_every 0 --val_batches 2 --sample_tokens 0 --memory_report --run_dir "$OUT/$1" \
+    "${TRACE[@]}"
 }
 echo "== stage0: no offload (expected: the device-memory error)"
 if train stage0 > "$OUT/stage0.log" 2>&1; then

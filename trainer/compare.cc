@@ -21,7 +21,7 @@ using nlohmann::json;
 struct Run {
   std::string dir;
   json info;  // run.json
-  std::vector<double> step_ms, tokens_per_s;
+  std::vector<double> step_ms, tokens_per_s, exposed_comm_ms, exposed_offload_ms;
   double loss = NAN, val_loss = NAN;
 };
 
@@ -59,6 +59,12 @@ absl::StatusOr<Run> load(const std::string& dir) {
     r.step_ms.push_back(j["step_ms"].get<double>());
     r.tokens_per_s.push_back(j.value("tokens_per_s", NAN));
     r.loss = j.value("loss", NAN);
+    if (j.contains("trace")) {  // a traced step (zerotrain.trace)
+      const json& t = j["trace"];
+      r.exposed_comm_ms.push_back(t.value("exposed_comm_ms", NAN));
+      r.exposed_offload_ms.push_back(t.value("exposed_copy_ms", NAN) +
+                                     t.value("exposed_optimizer_ms", NAN));
+    }
   }
   if (r.step_ms.empty())
     return absl::InvalidArgumentError(absl::StrCat("'", metrics, "' holds no training step"));
@@ -96,9 +102,18 @@ absl::StatusOr<std::string> compare_runs(const CompareOptions& o) {
               "runs '", runs[0].dir, "' and '", r.dir, "' differ in ", key, " (",
               runs[0].info.value(key, json()).dump(), " against ", r.info.value(key, json()).dump(),
               "); compare them anyway with --allow_different"));
-  const std::vector<std::string> head = {"run",         "model",     "layout",    "B x T",
-                                         "peak device", "peak host", "step (ms)", "tokens/s",
-                                         "loss",        "val loss"};
+  const std::vector<std::string> head = {"run",
+                                         "model",
+                                         "layout",
+                                         "B x T",
+                                         "peak device",
+                                         "peak host",
+                                         "step (ms)",
+                                         "tokens/s",
+                                         "exposed comm (ms)",
+                                         "exposed offload (ms)",
+                                         "loss",
+                                         "val loss"};
   std::vector<std::vector<std::string>> rows;
   for (const Run& r : runs) {
     const json& i = r.info;
@@ -110,7 +125,8 @@ absl::StatusOr<std::string> compare_runs(const CompareOptions& o) {
                                  i.value("packed", false) ? " packed" : ""),
                     format_bytes(i.value("peak_device_bytes", (int64_t)0)),
                     format_bytes(i.value("peak_host_bytes", (int64_t)0)), ms(median(r.step_ms)),
-                    ms(median(r.tokens_per_s)), loss(r.loss), loss(r.val_loss)});
+                    ms(median(r.tokens_per_s)), ms(median(r.exposed_comm_ms)),
+                    ms(median(r.exposed_offload_ms)), loss(r.loss), loss(r.val_loss)});
   }
   std::ostringstream out;
   if (o.markdown) {

@@ -18,10 +18,12 @@ struct CompareOptions {
 
 // The table: per run, its directory, model, stage and offload, micro-batch x T, peak device
 // memory (the tracker's, max over ranks), peak host memory (maximum resident set, max over
-// ranks), median step time (ms) and tokens/s over its steps, and the final training and
-// validation loss ("-" without validation). Errors (InvalidArgument): no run directory; one without
-// run.json or metrics.jsonl (names it: did the run finish?), or with no step; runs whose model
-// or training data differ (names both), unless allow_different.
+// ranks), median step time (ms) and tokens/s over its steps, the exposed communication and
+// offload (copies and optimizer) time of its traced steps (median ms; "-" when not traced:
+// zerotrain.trace), and the final training and validation loss ("-" without validation). Errors
+// (InvalidArgument): no run directory; one without run.json or metrics.jsonl (names it: did the run
+// finish?), or with no step; runs whose model or training data differ (names both), unless
+// allow_different.
 absl::StatusOr<std::string> compare_runs(const CompareOptions& o);
 
 }  // namespace zt

@@ -803,6 +803,25 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
     ZT_RETURN_IF_ERROR(d.get_int({"warmup_steps"}, &z->delayed_param_update_warmup, 0));
     ZT_RETURN_IF_ERROR(d.finish());
   }
+  ZT_ASSIGN_OR_RETURN(const json* trace, section(r, {"trace"}));
+  if (trace) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader t, ObjectReader::make(&src, *trace, "zerotrain.trace"));
+    ZT_RETURN_IF_ERROR(t.get_bool({"enabled"}, &z->trace.enabled));
+    ZT_RETURN_IF_ERROR(t.get_string({"output_path"}, &z->trace.output_path));
+    ZT_ASSIGN_OR_RETURN(const json* steps, t.raw({"steps"}));
+    if (steps) {
+      const bool ok = steps->is_array() && steps->size() == 2 && (*steps)[0].is_number_integer() &&
+                      (*steps)[1].is_number_integer() && (*steps)[0].get<int64_t>() >= 1 &&
+                      (*steps)[1].get<int64_t>() >= (*steps)[0].get<int64_t>();
+      if (!ok)
+        return t.error("steps", absl::StrCat("must be [first, last], whole steps with 1 <= first "
+                                             "<= last, got ",
+                                             show(*steps)));
+      z->trace.first_step = (*steps)[0].get<int64_t>();
+      z->trace.last_step = (*steps)[1].get<int64_t>();
+    }
+    ZT_RETURN_IF_ERROR(t.finish());
+  }
   ZT_RETURN_IF_ERROR(r.get_string({"attention"}, &z->attention));
   if (!z->attention.empty())
     if (const auto a = parse_attention(z->attention); !a.ok())
@@ -898,6 +917,28 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
           ".job_name is empty: it names the directory the monitor writes in (DeepSpeed's "
           "default \"DeepSpeedJobName\")"));
   }
+  ZT_ASSIGN_OR_RETURN(const json* comms, section(r, {"comms_logger"}));
+  if (comms) {
+    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *comms, "comms_logger"));
+    CommsLoggerOptions& o = c->comms_logger_options;
+    bool debug = false;
+    ZT_RETURN_IF_ERROR(p.get_bool({"enabled"}, &c->comms_logger));
+    ZT_RETURN_IF_ERROR(p.get_bool({"verbose"}, &o.verbose));
+    ZT_RETURN_IF_ERROR(p.get_bool({"prof_all"}, &o.prof_all));
+    ZT_RETURN_IF_ERROR(p.get_bool({"debug"}, &debug));
+    ZT_ASSIGN_OR_RETURN(const json* ops, p.raw({"prof_ops"}));
+    if (ops) {
+      if (!ops->is_array())
+        return p.error("prof_ops",
+                       absl::StrCat("expected a list of operation names, got ", show(*ops)));
+      for (const json& op : *ops) {
+        if (!op.is_string())
+          return p.error("prof_ops", absl::StrCat("expected operation names, got ", show(op)));
+        o.prof_ops.insert(op.get<std::string>());
+      }
+    }
+    ZT_RETURN_IF_ERROR(p.finish());
+  }
   // W&B and Comet log to their services, which a trainer without Python cannot reach: a
   // disabled section (DeepSpeed's keys only) is accepted, an enabled one refused with the way
   // to the same curves.
@@ -920,26 +961,12 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
           "\"csv_monitor\" (W&B and Comet import both) and the run's metrics.jsonl, or set "
           "enabled to false"));
   }
-  for (const char* k : {"comms_logger",
-                        "autotuning",
-                        "data_efficiency",
-                        "curriculum_learning",
-                        "compression_training",
-                        "elasticity",
-                        "amp",
-                        "sparse_attention",
-                        "pipeline",
-                        "checkpoint",
-                        "data_types",
-                        "communication_data_type",
-                        "seq_parallel_communication_data_type",
-                        "torch_autocast",
-                        "nebula",
-                        "hybrid_engine",
-                        "compile",
-                        "weight_quantization",
-                        "timers",
-                        "dataloader_drop_last"}) {
+  for (const char* k :
+       {"autotuning", "data_efficiency", "curriculum_learning", "compression_training",
+        "elasticity", "amp", "sparse_attention", "pipeline", "checkpoint", "data_types",
+        "communication_data_type", "seq_parallel_communication_data_type", "torch_autocast",
+        "nebula", "hybrid_engine", "compile", "weight_quantization", "timers",
+        "dataloader_drop_last"}) {
     r.unsupported(k);
   }
   r.unsupported("zero_allow_untested_optimizer", false);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/optimizer_math.h"
+#include "zero/comm_logger.h"
 #include "zero/deepspeed_defaults.h"
 #include "zero/offload_device.h"
 
@@ -173,6 +174,16 @@ struct ZerotrainConfig {
   // zero_optimization.offload_optimizer on cpu or nvme.
   bool delayed_param_update = false;
   int64_t delayed_param_update_warmup = 10;
+  // "trace": {"enabled": bool, "steps": [first, last], "output_path": dir} (also --trace_steps):
+  // a Chrome trace of those steps, trace_rank<r>.json per rank in output_path (default: the
+  // run directory), and each traced step's exposed communication, copy and optimizer time in
+  // the log and metrics.jsonl (common/trace.h). Default steps [2, 3]: after the first step's
+  // allocations.
+  struct Trace {
+    bool enabled = false;
+    int64_t first_step = 2, last_step = 3;
+    std::string output_path;
+  } trace;
   // Stages 1-2 on the CPU backend with every rank on one node: one working copy of the
   // parameters per node, in shared memory, and a barrier instead of the all-gather after each
   // step (zero/engine.h EngineOptions::node_shared_params; elsewhere a warning, no effect).
@@ -248,6 +259,10 @@ struct DsConfig {
   FlopsProfilerConfig flops_profiler;
   MonitorConfig csv_monitor;
   MonitorConfig tensorboard;
+  // "comms_logger": {"enabled", "verbose", "prof_all", "prof_ops", "debug"} (DeepSpeed's
+  // CommsConfig; zero/comm_logger.h). debug is accepted without effect.
+  bool comms_logger = false;
+  CommsLoggerOptions comms_logger_options;
   ZerotrainConfig zerotrain;
   // One line each for keys accepted without effect in this build (printed once at start).
   std::vector<std::string> notices;

@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
@@ -133,6 +134,10 @@ ABSL_FLAG(std::string, attention, "",
 ABSL_FLAG(bool, gradient_checkpointing, false,
           "train, estimate: activation checkpointing, configured by the ds_config's "
           "activation_checkpointing section (as zerotrain.gradient_checkpointing)");
+ABSL_FLAG(std::string, trace_steps, "",
+          "train: FIRST,LAST: a Chrome trace of those steps (trace_rank<r>.json in the run "
+          "directory, or zerotrain.trace.output_path) and their exposed communication, copy and "
+          "optimizer time; also zerotrain.trace");
 ABSL_FLAG(std::string, device_memory_limit, "",
           "train: cap on device memory, e.g. 8GiB (as the ds_config key "
           "zerotrain.device_memory_limit; give one or both equal)");
@@ -300,6 +305,14 @@ int train(const std::function<bool(const std::string&)>& given) {
     if (!bytes.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(
                          "--device_memory_limit: ", bytes.status().message())));
     o.device_memory_limit = *bytes;
+  }
+  if (const std::string steps = absl::GetFlag(FLAGS_trace_steps); !steps.empty()) {
+    const std::vector<std::string> p = absl::StrSplit(steps, ',');
+    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &o.trace_first) ||
+        !absl::SimpleAtoi(p[1], &o.trace_last) || o.trace_first < 1 || o.trace_last < o.trace_first)
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--trace_steps '", steps,
+                       "': give FIRST,LAST, whole steps with 1 <= FIRST <= LAST, e.g. 2,3")));
   }
   const char* ahead = std::getenv("ZEROTRAIN_PARAM_READ_AHEAD");
   o.param_read_ahead = !(ahead && std::string(ahead) == "0");

@@ -62,18 +62,34 @@ absl::Status MetricsWriter::write(const nlohmann::json& line) {
 }
 
 nlohmann::json StepRecord::json() const {
-  return {{"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"step_ms", step_ms},
-          {"tokens_per_s", tokens_per_s},
-          {"forward_ms", forward_ms},
-          {"backward_ms", backward_ms},
-          {"optimizer_ms", optimizer_ms},
-          {"comm_wait_ms", comm_wait_ms},
-          {"loss_scale", loss_scale},
-          {"skipped", skipped}};
+  nlohmann::json j = {{"step", step},
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"step_ms", step_ms},
+                      {"tokens_per_s", tokens_per_s},
+                      {"forward_ms", forward_ms},
+                      {"backward_ms", backward_ms},
+                      {"optimizer_ms", optimizer_ms},
+                      {"comm_wait_ms", comm_wait_ms},
+                      {"loss_scale", loss_scale},
+                      {"skipped", skipped}};
+  if (offload)
+    j["offload"] = {{"grad_out_ms", offload->grad_out_ms},
+                    {"cpu_step_ms", offload->cpu_step_ms},
+                    {"param_in_ms", offload->param_in_ms},
+                    {"nvme_read_ms", offload->nvme_read_ms},
+                    {"nvme_write_ms", offload->nvme_write_ms}};
+  if (trace) {
+    const double ms = trace->step_ms > 0 ? trace->step_ms : 1;
+    j["trace"] = {{"exposed_comm_ms", trace->exposed_comm_ms},
+                  {"exposed_copy_ms", trace->exposed_copy_ms},
+                  {"exposed_optimizer_ms", trace->exposed_optimizer_ms},
+                  {"exposed_comm_share", trace->exposed_comm_ms / ms},
+                  {"exposed_copy_share", trace->exposed_copy_ms / ms},
+                  {"exposed_optimizer_share", trace->exposed_optimizer_ms / ms}};
+  }
+  return j;
 }
 
 namespace {
@@ -107,6 +123,15 @@ class ConsoleSink final : public MetricsSink {
             "read wait %.1f | NVMe write wait %.1f\n",
             o.grad_out_ms, o.cpu_step_ms, o.param_in_ms, o.nvme_read_ms, o.nvme_write_ms);
       }
+    }
+    if (s.trace) {  // exposed: on the training thread, not hidden behind compute
+      const TraceSummary& t = *s.trace;
+      const double pct = t.step_ms > 0 ? 100 / t.step_ms : 0;
+      std::printf(
+          "  traced (rank 0, ms, share of the step) | exposed communication %.1f (%.1f%%) | "
+          "copies %.1f (%.1f%%) | optimizer %.1f (%.1f%%)\n",
+          t.exposed_comm_ms, t.exposed_comm_ms * pct, t.exposed_copy_ms, t.exposed_copy_ms * pct,
+          t.exposed_optimizer_ms, t.exposed_optimizer_ms * pct);
     }
     std::fflush(stdout);
     return absl::OkStatus();

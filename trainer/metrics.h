@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/trace.h"
 #include "zero/offload_device.h"
 
 namespace zt {
@@ -33,8 +34,12 @@ struct StepRecord {
   double comm_wait_ms = 0;  // waiting for gathers and reductions
   double recompute_ms = 0;  // activation checkpointing: the backward's recompute (in backward_ms)
   std::optional<OffloadTimes> offload;  // the step's offload phases, when anything is offloaded
+  std::optional<TraceSummary> trace;    // a traced step's exposed times (zerotrain.trace)
   // The metrics.jsonl line: step, loss, lr, grad_norm, step_ms, tokens_per_s, forward_ms,
-  // backward_ms, optimizer_ms, comm_wait_ms, loss_scale, skipped (the README's fields).
+  // backward_ms, optimizer_ms, comm_wait_ms, loss_scale, skipped (the README's fields); with
+  // offload "offload" {grad_out_ms, cpu_step_ms, param_in_ms, nvme_read_ms, nvme_write_ms}, and
+  // for a traced step "trace" {exposed_comm_ms, exposed_copy_ms, exposed_optimizer_ms, and each
+  // as a share of the step}.
   nlohmann::json json() const;
 };
 

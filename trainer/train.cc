@@ -19,6 +19,7 @@
 #include "common/file.h"
 #include "common/status.h"
 #include "common/timer.h"
+#include "common/trace.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/hf_weights.h"
@@ -37,6 +38,7 @@
 #include "trainer/run_config.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
+#include "zero/comm_logger.h"
 #include "zero/engine.h"
 #include "zero/mpi_comm.h"
 #include "zero/offload_device.h"
@@ -47,6 +49,8 @@ namespace {
 // Everything a run builds before its first step; validated up front so that bad input
 // fails before any work.
 struct Run {
+  // comms_logger: what comm's collectives took (declared first: destroyed after comm).
+  std::unique_ptr<CommLogger> comms_log;
   // The MPI communicator NCCL bootstraps over, kept while comm is NCCL (else null).
   std::unique_ptr<Communicator> host_comm;
   // Collectives on the backend's memory (MPI, single-process, or NCCL); host scalars too.
@@ -397,6 +401,12 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(check_saves(opt, r.ds.zerotrain));
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
+  ZerotrainConfig::Trace& trace = r.ds.zerotrain.trace;
+  if (opt.trace_first > 0) trace = {true, opt.trace_first, opt.trace_last, trace.output_path};
+  if (trace.enabled) {
+    if (trace.output_path.empty()) trace.output_path = opt.run_dir;
+    Tracer::instance().configure(r.comm->rank(), trace.first_step, trace.last_step);
+  }
   ZT_ASSIGN_OR_RETURN(r.model, resolve_model(opt.model, opt.init_from, opt.max_seq_len));
   r.B = static_cast<int>(r.ds.batch.train_micro_batch_size_per_gpu);
   r.gas = static_cast<int>(r.ds.batch.gradient_accumulation_steps);
@@ -617,6 +627,10 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
         write_json(opt.run_dir, absl::StrCat("memory_report_rank", rank, ".json"), report));
   }
   ZT_RETURN_IF_ERROR(write_run_summary(opt, r));
+  if (r.comms_log && rank == 0)  // DeepSpeed's log_summary, of rank 0's collectives
+    std::printf("comms_logger summary (rank 0):\n%s", r.comms_log->summary().c_str());
+  if (r.ds.zerotrain.trace.enabled)  // each rank its own file
+    ZT_RETURN_IF_ERROR(Tracer::instance().write(r.ds.zerotrain.trace.output_path));
   if (opt.comm_report) {
     // Node-shared parameters: a barrier, not an all-gather, publishes the updated working copy.
     nlohmann::json report = comm_report(comm_steps, offload_steps, (int64_t)layout.total_numel(),
@@ -669,6 +683,16 @@ absl::Status run_train(const TrainOptions& opt) {
     r.host_comm = std::move(r.comm);
     r.comm = std::move(device_comm);
   }
+  if (r.ds.comms_logger) {
+    const int rank = r.comm->rank();
+    r.comms_log = std::make_unique<CommLogger>(r.ds.comms_logger_options, r.comm->world_size(),
+                                               rank, rank == 0 ? stdout : nullptr);
+    r.comm->set_logger(r.comms_log.get());
+    if (rank == 0 && !r.comm->logs_collectives())
+      std::fprintf(stderr,
+                   "notice: comms_logger: this communicator (NCCL, or one rank) does not time "
+                   "its collectives yet; the summary will be empty\n");
+  }
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_model(r); })));
   // auto may resolve differently where a node lacks cuDNN: one attention for every rank.
   ZT_RETURN_IF_ERROR(check_same_on_all_ranks(*r.comm, "attention", r.attention));
@@ -699,6 +723,7 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   r.engine->reset_comm_wait();
   std::vector<int> pos(r.train->packed() ? x.size() : 0);  // packed rows: positions per example
   int* positions = pos.empty() ? nullptr : pos.data();
+  Tracer::instance().begin_step(step);
   for (int micro = 0; micro < r.gas; ++micro) {
     r.train->next_batch(x.data(), y.data(), positions);
     r.engine->begin_pass();
@@ -736,6 +761,7 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   s.recompute_ms = r.transformer->recompute_ms();
   r.transformer->reset_recompute_ms();
   if (r.engine->offloaded()) s.offload = r.engine->offload_times() - offload_t0;
+  if (const TraceSummary ts = Tracer::instance().end_step(step); ts.step > 0) s.trace = ts;
   s.step_ms = t.ms();
   return s;
 }

@@ -35,6 +35,8 @@ struct TrainOptions {
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
   bool gradient_checkpointing = false;  // also zerotrain.gradient_checkpointing
+  // --trace_steps FIRST,LAST: zerotrain.trace on for those steps (0, 0: as the ds_config says).
+  int64_t trace_first = 0, trace_last = 0;
   // The NVMe parameter store reads shards ahead; main turns it off when the environment has
   // ZEROTRAIN_PARAM_READ_AHEAD=0 (benchmarks/param_read_ahead.py's comparison).
   bool param_read_ahead = true;

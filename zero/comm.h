@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -21,6 +22,8 @@
 #include "common/memory.h"
 
 namespace zt {
+
+class CommLogger;
 
 enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kScalar, kCount };
 inline constexpr size_t kNumCollKinds = static_cast<size_t>(CollKind::kCount);
@@ -75,6 +78,11 @@ class Communicator {
   // Cumulative counters since construction (or reset_stats()).
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
+  // comms_logger (zero/comm_logger.h): each collective's time from here on goes to `logger`
+  // (null: none). The MPI communicator times them on its communication thread; the others
+  // do not log yet.
+  void set_logger(CommLogger* logger) { logger_.store(logger); }
+  virtual bool logs_collectives() const { return false; }
 
  protected:
   void count(CollKind k, int64_t elements, size_t elem_bytes) {
@@ -84,6 +92,7 @@ class Communicator {
     c.bytes += elements * static_cast<int64_t>(elem_bytes);
   }
   CommStats stats_{};
+  std::atomic<CommLogger*> logger_{nullptr};
 };
 
 class Backend;

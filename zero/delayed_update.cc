@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "common/status.h"
+#include "common/trace.h"
 
 namespace zt {
 
@@ -33,6 +34,7 @@ void DelayedUpdate::start(const std::function<const void*(int)>& device_grad,
   const int threads = omp_get_max_threads();
   worker_ = std::thread([this, as, threads] {
     omp_set_num_threads(threads);
+    TraceSpan span(Track::kDelayedUpdate, "delayed update");
     try {
       for (int u = 0; u < (int)units_.size(); ++u) {
         Unit& x = units_[u];

@@ -1,6 +1,7 @@
 // The engine's gradient buffers and their reduction (all-reduce, reduce-scatter), per unit.
 #include "common/status.h"
 #include "common/timer.h"
+#include "common/trace.h"
 #include "zero/engine_unit.h"
 
 namespace zt {
@@ -96,7 +97,9 @@ void Engine::reduce_to_shard(PendingReduce& p, UnitState& s) {
 void Engine::finish_reduce(PendingReduce& p) {
   Timer t;
   p.req.wait();
-  comm_wait_ms_ += t.ms();
+  const double waited = t.ms();
+  comm_wait_ms_ += waited;
+  trace_elapsed(Track::kCompute, "wait for communication", waited);
   if (p.shard_of_all_reduce)
     be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * unit(p.unit).shard,
               unit(p.unit).shard * 4);

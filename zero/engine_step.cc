@@ -6,6 +6,7 @@
 #include "common/fault.h"
 #include "common/status.h"
 #include "common/timer.h"
+#include "common/trace.h"
 #include "zero/engine_unit.h"
 #include "zero/param_gatherer.h"
 
@@ -124,7 +125,9 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
   Timer t;
   for (CommRequest& g : gathers) g.wait();
   if (shared) shared_barrier();
-  comm_wait_ms_ += t.ms();
+  const double waited = t.ms();
+  comm_wait_ms_ += waited;
+  trace_elapsed(Track::kCompute, "wait for communication", waited);
 }
 
 // Snapshots every owned gradient as the step would read it (the stored ones are then zeroed by

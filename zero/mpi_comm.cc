@@ -21,6 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/cleanup.h"
 #include "common/status.h"
+#include "common/timer.h"
+#include "common/trace.h"
+#include "zero/comm_logger.h"
 
 namespace zt {
 namespace {
@@ -82,11 +85,12 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
+  bool logs_collectives() const override { return true; }
 
   CommRequest all_reduce(void* buf, size_t n, DType t) override {
     require_f32("all_reduce", t);
     count(CollKind::kAllReduce, 2 * static_cast<int64_t>(n), dtype_size(t));
-    return issue([this, buf, n] {
+    return issue("all_reduce", n * dtype_size(t), [this, buf, n] {
       auto* p = static_cast<float*>(buf);
       for (size_t off = 0; off < n;) {  // MPI counts are int: chunk huge buffers
         const int c = static_cast<int>(std::min<size_t>(n - off, size_t{1} << 30));
@@ -100,7 +104,7 @@ class MpiCommunicator final : public Communicator {
     require_f32("reduce_scatter", t);
     require_int_count("reduce_scatter", n);
     count(CollKind::kReduceScatter, static_cast<int64_t>(n) * world_, dtype_size(t));
-    return issue([this, in, out, n] {
+    return issue("reduce_scatter", n * world_ * dtype_size(t), [this, in, out, n] {
       const int c = static_cast<int>(n);
       const size_t out_bytes = n * sizeof(float), in_bytes = out_bytes * world_;
       if (in == out) {  // result lands in the first n elements of the buffer
@@ -120,26 +124,27 @@ class MpiCommunicator final : public Communicator {
     count(CollKind::kAllGather, static_cast<int64_t>(n) * world_, dtype_size(t));
     // Moved as opaque elements of the dtype's size (no arithmetic).
     MPI_Datatype dt = dtype_size(t) == 4 ? MPI_FLOAT : MPI_UINT16_T;
-    return issue([this, in, out, n, dt, esize = dtype_size(t)] {
-      const int c = static_cast<int>(n);
-      const size_t in_bytes = n * esize, out_bytes = in_bytes * world_;
-      char* own = static_cast<char*>(out) + static_cast<size_t>(rank_) * in_bytes;
-      if (in == own) {  // shard already in place in the full buffer
-        ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
-      } else if (overlaps(in, in_bytes, out, out_bytes)) {
-        std::memmove(own, in, in_bytes);
-        ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
-      } else {
-        ZT_CHECK_MPI(MPI_Allgather(in, c, dt, out, c, dt, comm_));
-      }
-    });
+    return issue("all_gather", n * world_ * dtype_size(t),
+                 [this, in, out, n, dt, esize = dtype_size(t)] {
+                   const int c = static_cast<int>(n);
+                   const size_t in_bytes = n * esize, out_bytes = in_bytes * world_;
+                   char* own = static_cast<char*>(out) + static_cast<size_t>(rank_) * in_bytes;
+                   if (in == own) {  // shard already in place in the full buffer
+                     ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+                   } else if (overlaps(in, in_bytes, out, out_bytes)) {
+                     std::memmove(own, in, in_bytes);
+                     ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+                   } else {
+                     ZT_CHECK_MPI(MPI_Allgather(in, c, dt, out, c, dt, comm_));
+                   }
+                 });
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
     if (root < 0 || root >= world_)
       ZT_MPI_FAIL(absl::StrCat("broadcast root ", root, " outside world of ", world_));
     count(CollKind::kBroadcast, static_cast<int64_t>(bytes), 1);
-    issue([this, buf, bytes, root] {
+    issue("broadcast", bytes, [this, buf, bytes, root] {
       auto* p = static_cast<char*>(buf);
       for (size_t off = 0; off < bytes;) {
         const int c = static_cast<int>(std::min<size_t>(bytes - off, size_t{1} << 30));
@@ -150,13 +155,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    issue([this] { ZT_CHECK_MPI(MPI_Barrier(comm_)); }).wait();
+    issue("barrier", 0, [this] { ZT_CHECK_MPI(MPI_Barrier(comm_)); }).wait();
   }
 
   void all_reduce_scalars(double* v, int k, ScalarOp op) override {
     count(CollKind::kScalar, k, sizeof(double));
     MPI_Op mop = op == ScalarOp::kSum ? MPI_SUM : op == ScalarOp::kMax ? MPI_MAX : MPI_MIN;
-    issue([this, v, k, mop] {
+    issue("all_reduce (scalars)", k * sizeof(double), [this, v, k, mop] {
       ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, k, MPI_DOUBLE, mop, comm_));
     }).wait();
   }
@@ -173,12 +178,18 @@ class MpiCommunicator final : public Communicator {
       ZT_MPI_FAIL(absl::StrCat("MPI ", what, " of ", n, " elements per rank exceeds INT_MAX"));
   }
 
-  // Queues `op` for the communication thread; the request waits until it has run.
-  CommRequest issue(std::function<void()> op) {
+  // Queues `op` for the communication thread; the request waits until it has run. `name` and
+  // `bytes` (the buffer the collective spans) label its span in a trace (common/trace.h).
+  CommRequest issue(const char* name, size_t bytes, std::function<void()> op) {
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back(std::move(op));
+      queue_.push_back([this, name, bytes, op = std::move(op)] {
+        TraceSpan span(Track::kCommunication, name, -1, (int64_t)bytes);
+        Timer t;
+        op();
+        if (CommLogger* log = logger_.load()) log->record(name, (int64_t)bytes, t.ms());
+      });
       seq = ++issued_;
     }
     work_cv_.notify_one();

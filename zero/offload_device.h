@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/trace.h"
 
 namespace zt {
 
@@ -35,7 +36,16 @@ struct OffloadTimes {
 class OffloadClock {
  public:
   enum Phase { kGradOut, kCpuStep, kParamIn, kNvmeRead, kNvmeWrite, kPhases };
-  void add(Phase p, double ms) { us_[p].fetch_add((int64_t)(ms * 1e3)); }
+  // Also a span on the trace's track of the phase, when a traced step runs (common/trace.h).
+  void add(Phase p, double ms) {
+    us_[p].fetch_add((int64_t)(ms * 1e3));
+    static constexpr Track kTracks[kPhases] = {Track::kDeviceToHost, Track::kOptimizer,
+                                               Track::kHostToDevice, Track::kNvmeRead,
+                                               Track::kNvmeWrite};
+    static constexpr const char* kNames[kPhases] = {"gradients to host", "optimizer step",
+                                                    "parameters to device", "read", "write"};
+    trace_elapsed(kTracks[p], kNames[p], ms);
+  }
   OffloadTimes times() const {
     auto ms = [this](Phase p) { return us_[p].load() / 1e3; };
     return {ms(kGradOut), ms(kCpuStep), ms(kParamIn), ms(kNvmeRead), ms(kNvmeWrite)};

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/timer.h"
+#include "common/trace.h"
 
 namespace zt {
 
@@ -84,7 +85,9 @@ void ParamGatherer::wait_gathered(Unit& s) {
   if (!s.pending) return;
   Timer t;
   s.req.wait();
-  comm_wait_ms_ += t.ms();
+  const double waited = t.ms();
+  comm_wait_ms_ += waited;
+  trace_elapsed(Track::kCompute, "wait for communication", waited);
   s.pending = false;
 }
 

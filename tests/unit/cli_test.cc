@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "data/shard.h"
 #include "tests/unit/cli_helpers.h"
 
@@ -704,6 +706,7 @@ TEST_F(Cli, CompareTabulatesRunsAndRefusesDifferentModels) {
   const Result md = run("compare --markdown " + path("s0") + " " + path("s2"));
   ASSERT_EQ(md.code, 0) << md.out;
   EXPECT_EQ(md.out.rfind("| run | model | layout |", 0), 0u) << md.out;
+  EXPECT_NE(md.out.find("| - | - |"), std::string::npos) << "untraced: no exposed times";
   expect_user_error(run("compare " + path("s0") + " " + path("gpt")),
                     {"differ in model_config", "--allow_different"});
   EXPECT_EQ(run("compare --allow_different " + path("s0") + " " + path("gpt")).code, 0);
@@ -1002,4 +1005,118 @@ TEST_F(Cli, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
 }
 
 }  // namespace
+// zerotrain.trace on a 2-rank stage-3 run with parameters and optimizer in CPU memory: each
+// rank writes Chrome trace events (complete events, named process and tracks) with compute,
+// communication (with bytes), both copy directions and the optimizer on tracks of their own,
+// every event inside the traced step it belongs to; metrics.jsonl carries each traced step's
+// exposed times, which agree with wall_clock_breakdown's within 10%. Bad steps are refused.
+// comms_logger in the same run prints DeepSpeed's log_summary, which counts at least the
+// collectives the two traced steps hold.
+TEST_F(Cli, TracedStage3OffloadRunHasEveryTrackInsideItsSteps) {
+  write(path("t.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "wall_clock_breakdown": true,
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+        "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}},
+      "comms_logger": {"enabled": true, "verbose": false, "prof_all": true},
+      "zerotrain": {"trace": {"enabled": true, "steps": [2, 3], "output_path": ")" +
+                            path("traces") + R"("}}})");
+  const Result r = test::run_shell(std::string(ZT_MPIRUN) + " -np 2 " + kBin +
+                                   " train --model tiny-llama --seq_len 16 --steps 4"
+                                   " --sample_tokens 0 --val_every 0 --train_data '" +
+                                   path("train_*.bin") + "' --deepspeed " + path("t.json") +
+                                   " --run_dir " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("traced (rank 0, ms, share of the step) | exposed communication"),
+            std::string::npos)
+      << r.out;
+  // The summary's all_gather counts (third column of each size row) against the trace.
+  const size_t summary = r.out.find("comms_logger summary (rank 0):");
+  ASSERT_NE(summary, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("busbw_avg (Gbps)", summary), std::string::npos);
+  int64_t logged_gathers = 0;
+  {
+    std::istringstream lines(r.out.substr(r.out.find("\nall_gather\n", summary) + 12));
+    for (std::string line; std::getline(lines, line) && line.rfind("  ", 0) == 0;) {
+      std::istringstream cells(line);
+      std::string size, unit;
+      int64_t count = 0;
+      cells >> size >> unit >> count;
+      logged_gathers += count;
+    }
+  }
+  int64_t traced_gathers = 0;
+  for (int rank : {0, 1}) {
+    std::ifstream in(path("traces/trace_rank" + std::to_string(rank) + ".json"));
+    ASSERT_TRUE(in) << "no trace of rank " << rank;
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    std::map<std::string, int> per_track;
+    std::vector<std::pair<double, double>> steps;
+    bool named = false;
+    for (const auto& e : doc["traceEvents"]) {
+      EXPECT_EQ(e["pid"], rank);
+      if (e["ph"] == "M") named |= e["name"] == "process_name";
+      if (e["ph"] != "X") continue;
+      ++per_track[e["cat"]];
+      if (e["cat"] == "compute" && e["name"].get<std::string>().rfind("step ", 0) == 0)
+        steps.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+      if (e["cat"] == "communication" && e["name"] != "barrier")
+        EXPECT_GT(e["args"]["bytes"].get<int64_t>(), 0) << e.dump();
+      if (rank == 0 && e["name"] == "all_gather") ++traced_gathers;
+    }
+    EXPECT_TRUE(named);
+    ASSERT_EQ(steps.size(), 2u) << "steps 2 and 3 traced, rank " << rank;
+    for (const char* track :
+         {"compute", "communication", "device->host", "host->device", "optimizer"})
+      EXPECT_GT(per_track[track], 0) << track << ", rank " << rank;
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      const double a = e["ts"], b = a + e["dur"].get<double>();
+      EXPECT_TRUE(std::any_of(steps.begin(), steps.end(),
+                              [&](auto w) { return a >= w.first && b <= w.second; }))
+          << e.dump() << " outside the traced steps, rank " << rank;
+    }
+  }
+  EXPECT_GT(traced_gathers, 0);
+  EXPECT_GE(logged_gathers, traced_gathers);
+  EXPECT_GT(logged_gathers, 0);
+  std::ifstream metrics(path("run/metrics.jsonl"));
+  int traced = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("step_ms")) continue;
+    const int64_t step = j["step"];
+    EXPECT_EQ(j.contains("trace"), step == 2 || step == 3) << line;
+    if (!j.contains("trace")) continue;
+    ++traced;
+    const auto& t = j["trace"];
+    const auto& o = j["offload"];
+    auto near = [&](double got, double want, const char* what) {
+      EXPECT_NEAR(got, want, 0.1 * want + 0.05) << what << ", step " << step;
+    };
+    near(t["exposed_comm_ms"], j["comm_wait_ms"], "communication");
+    near(t["exposed_copy_ms"], o["grad_out_ms"].get<double>() + o["param_in_ms"].get<double>(),
+         "copies");
+    near(t["exposed_optimizer_ms"],
+         o["cpu_step_ms"].get<double>() + o["nvme_read_ms"].get<double>() +
+             o["nvme_write_ms"].get<double>(),
+         "optimizer");
+    EXPECT_NEAR(t["exposed_comm_share"].get<double>(),
+                t["exposed_comm_ms"].get<double>() / j["step_ms"].get<double>(), 0.05);
+  }
+  EXPECT_EQ(traced, 2);
+  const Result table = run("compare --markdown " + path("run"));  // the exposed times in it
+  ASSERT_EQ(table.code, 0) << table.out;
+  const std::string row = table.out.substr(table.out.rfind("\n| run "));
+  const std::vector<std::string> cells = absl::StrSplit(row, " | ");
+  ASSERT_GE(cells.size(), 10u) << row;
+  EXPECT_NE(cells[8], "-") << row;  // exposed comm (ms)
+  EXPECT_NE(cells[9], "-") << row;  // exposed offload (ms)
+  write(path("bad.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "zerotrain": {"trace": {"enabled": true, "steps": [3, 2]}}})");
+  expect_user_error(run(train("--deepspeed " + path("bad.json"))),
+                    {"zerotrain.trace.steps", "[first, last]"});
+  expect_user_error(run(train("--deepspeed " + path("ds.json") + " --trace_steps 2")),
+                    {"--trace_steps '2'", "FIRST,LAST"});
+}
+
 }  // namespace zt

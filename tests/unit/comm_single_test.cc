@@ -1,13 +1,18 @@
 // The single-process communicator (world size 1). Reference: with one rank, a sum over ranks is
 // the rank's own value, reduce-scatter and all-gather are copies; counters follow the paper's
 // convention with world_size = 1 (all-reduce of n -> 2n, RS/AG -> n).
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "zero/comm.h"
+#include "zero/comm_logger.h"
 #include "zero/mpi_comm.h"
 
 namespace zt {
@@ -103,6 +108,49 @@ TEST(MpiRuntime, DetectsLaunchersByEnvironment) {
     unsetenv(v);
   }
   EXPECT_FALSE(launched_under_mpi());
+}
+
+// comms_logger's bandwidths, nccl-tests' PERFORMANCE.md convention (which DeepSpeed's
+// calc_bw_log follows): algbw = bytes / time; busbw = algbw x 2(n-1)/n for an all-reduce,
+// (n-1)/n for a reduce-scatter or all-gather, 1 for a broadcast. 1 GB in one second is 8 Gbps.
+TEST(CommLogger, BandwidthsFollowNcclTests) {
+  auto [alg, bus] = CommLogger::bandwidth_gbps("all_reduce", 1'000'000'000, 1000, 4);
+  EXPECT_DOUBLE_EQ(alg, 8.0);
+  EXPECT_DOUBLE_EQ(bus, 12.0);
+  std::tie(alg, bus) = CommLogger::bandwidth_gbps("reduce_scatter", 1'000'000'000, 500, 4);
+  EXPECT_DOUBLE_EQ(alg, 16.0);
+  EXPECT_DOUBLE_EQ(bus, 12.0);
+  std::tie(alg, bus) = CommLogger::bandwidth_gbps("all_gather", 1'000'000'000, 1000, 2);
+  EXPECT_DOUBLE_EQ(bus, 4.0);
+  std::tie(alg, bus) = CommLogger::bandwidth_gbps("broadcast", 1'000'000'000, 1000, 8);
+  EXPECT_DOUBLE_EQ(bus, 8.0);
+}
+
+// The summary groups by operation and message size with counts and latencies; prof_all false
+// keeps prof_ops alone (DeepSpeed's torch names are ours); verbose prints each as it completes.
+TEST(CommLogger, SummaryCountsWhatProfOpsAsksFor) {
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* verbose = open_memstream(&buf, &len);
+  CommLogger log({.verbose = true, .prof_all = false, .prof_ops = {"reduce_scatter_tensor"}}, 2, 0,
+                 verbose);
+  log.record("reduce_scatter", 4096, 2.0);
+  log.record("reduce_scatter", 4096, 4.0);
+  log.record("reduce_scatter", 1024, 1.0);
+  log.record("all_gather", 4096, 1.0);  // not asked for
+  std::fclose(verbose);
+  const std::string lines(buf, len), table = log.summary();
+  std::free(buf);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3) << lines;
+  EXPECT_NE(lines.find("comm op: reduce_scatter | time (ms): 2.000 | msg size: 4.00 KiB"),
+            std::string::npos)
+      << lines;
+  EXPECT_EQ(table.find("all_gather"), std::string::npos) << table;
+  EXPECT_NE(table.find("reduce_scatter"), std::string::npos) << table;
+  // 4 KiB: 2 calls, 6 ms in all, 3 ms on average.
+  const size_t row = table.find("4.00 KiB");
+  ASSERT_NE(row, std::string::npos) << table;
+  EXPECT_NE(table.find("2         6.00                3.000", row), std::string::npos) << table;
 }
 
 }  // namespace

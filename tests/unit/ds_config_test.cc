@@ -511,8 +511,22 @@ TEST(DsConfig, NotImplementedFeaturesSaySo) {
   EXPECT_TRUE(
       Contains(error_of(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})", 1, unimpl),
                {"not implemented in this build"}));
-  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "comms_logger": {}})", 1, unimpl),
-                       {"comms_logger", "known DeepSpeed"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "autotuning": {}})", 1, unimpl),
+                       {"autotuning", "known DeepSpeed"}));
+  // comms_logger is read (DeepSpeed's keys).
+  auto cl = parse_ds_config(R"({"train_batch_size": 8, "comms_logger": {"enabled": true,
+                                "verbose": true, "prof_all": false, "debug": false,
+                                "prof_ops": ["all_reduce", "all_gather_into_tensor"]}})",
+                            1, "test.json");
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->comms_logger);
+  EXPECT_TRUE(cl->comms_logger_options.verbose);
+  EXPECT_FALSE(cl->comms_logger_options.prof_all);
+  EXPECT_EQ(cl->comms_logger_options.prof_ops,
+            (std::set<std::string>{"all_reduce", "all_gather_into_tensor"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "comms_logger": {"prof_ops": "x"}})", 1,
+                                absl::StatusCode::kInvalidArgument),
+                       {"comms_logger.prof_ops", "list of operation names"}));
   // flops_profiler is read (DeepSpeed's keys; the per-module ones are accepted).
   auto fp = parse_ds_config(R"({"train_batch_size": 8, "flops_profiler": {"enabled": true,
                                 "profile_step": 3, "module_depth": -1, "top_modules": 1,
