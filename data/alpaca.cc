@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -208,7 +209,9 @@ absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionP
   InstructionPrepareReport rep;
   rep.seq_len = o.seq_len;
   std::vector<std::vector<Piece>> kept;  // per kept example, its pieces
+  Progress progress("tokenizing examples", (int64_t)examples.size(), true, /*items=*/true);
   for (const InstructionExample& e : examples) {
+    progress.add(1);
     Piece s;
     if (tok.bos_id() >= 0) s.tokens.push_back(tok.bos_id());
     for (int id : tok.encode(format_prompt(tmpl, e))) s.tokens.push_back(id);

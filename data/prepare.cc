@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -65,10 +66,17 @@ absl::Status prepare_text(const PrepareOptions& o) {
   }
 
   std::vector<uint32_t> tokens;  // (N,) all documents, each [BOS] + its tokens
+  int64_t input_bytes = 0;
+  for (const std::string& path : o.inputs) {
+    std::error_code ec;
+    input_bytes += (int64_t)std::filesystem::file_size(path, ec);
+  }
+  Progress progress("tokenizing", input_bytes);  // file by file
   for (const std::string& path : o.inputs) {
     ZT_ASSIGN_OR_RETURN(const std::string text, read_text(path));
     if (tok.bos_id() >= 0) tokens.push_back(static_cast<uint32_t>(tok.bos_id()));
     for (int id : tok.encode(text)) tokens.push_back(static_cast<uint32_t>(id));
+    progress.add((int64_t)text.size());
   }
   const auto n = static_cast<int64_t>(tokens.size());
   const auto n_val = static_cast<int64_t>(std::llround(o.val_fraction * n));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/fault.h"
 #include "common/file.h"
+#include "common/progress.h"
 #include "common/status.h"
 
 namespace zt {
@@ -34,11 +35,18 @@ nlohmann::json state_names(const Engine& engine) {
 // (AdamW: master | m | v). Returns its size and CRC-32 (zlib's).
 absl::StatusOr<std::pair<uint64_t, uint32_t>> write_rank_file(const std::string& path,
                                                               Engine& engine,
-                                                              const ParamLayout& layout) {
+                                                              const ParamLayout& layout,
+                                                              bool report) {
   ZT_ASSIGN_OR_RETURN(FileWriter f, FileWriter::create(path));
   uint64_t bytes = 0;
   uLong crc = crc32(0L, Z_NULL, 0);
   const int k = optimizer_info(engine.optimizer().kind()).num_states;
+  int64_t total = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const auto [begin, end] = engine.saved_range(u);
+    total += (int64_t)(end - begin) * (1 + k) * 4;
+  }
+  Progress progress("saving " + path, total, report);
   std::vector<std::vector<float>> arrays(1 + k);
   for (int u = 0; u < layout.num_units(); ++u) {
     const auto [begin, end] = engine.saved_range(u);
@@ -52,6 +60,7 @@ absl::StatusOr<std::pair<uint64_t, uint32_t>> write_rank_file(const std::string&
       ZT_RETURN_IF_ERROR(f.write(a.data(), n * 4));
       crc = crc32_z(crc, reinterpret_cast<const Bytef*>(a.data()), n * 4);
       bytes += n * 4;
+      progress.update((int64_t)bytes);
     }
   }
   ZT_RETURN_IF_ERROR(f.close());
@@ -140,7 +149,8 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   ZT_RETURN_IF_ERROR(agree_on_all_ranks(comm, made, "to create the checkpoint directory"));
   // Each rank's file, then (size, crc, ranges) of every rank in one scalar reduction: rank r
   // fills its row of a zeroed table (every value is exact in a double).
-  const auto written = write_rank_file((fs::path(tmp) / rank_file(rank)).string(), engine, layout);
+  const auto written =
+      write_rank_file((fs::path(tmp) / rank_file(rank)).string(), engine, layout, rank == 0);
   fault_point("save.rank_file_written");  // this rank's file whole, no meta.json yet
   const size_t row = 2 + 2 * (size_t)U;
   std::vector<double> table((size_t)world * row, 0.0);
@@ -229,7 +239,7 @@ absl::Status check_identity(const std::string& dir, const nlohmann::json& saved,
 
 absl::StatusOr<TrainingState> load_checkpoint(
     const std::string& dir, const std::function<nlohmann::json(int format_version)>& identity,
-    Engine& engine, const ParamLayout& layout) {
+    Engine& engine, const ParamLayout& layout, bool report) {
   ZT_ASSIGN_OR_RETURN(const nlohmann::json meta, read_checkpoint_meta(dir));
   TrainingState st;
   st.meta_checked = checkpoint_meta_checked(meta);
@@ -268,7 +278,8 @@ absl::StatusOr<TrainingState> load_checkpoint(
       [&](int u, std::span<const float> master, std::span<const std::span<const float>> states) {
         engine.set_unit_state(u, master, states);
         return absl::OkStatus();
-      }));
+      },
+      report));
   engine.set_steps_taken((int)st.adam_steps);
   if (st.loss_scaler) engine.restore_loss_scaler(*st.loss_scaler);
   return st;

@@ -62,9 +62,9 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
 // identity(the save's format version) equals the saved identity (error naming each field that
 // differs, both values), that every file has its recorded size,
 // and while reading, each file's CRC-32 (error naming the file). Not collective; the caller
-// agrees the outcome across ranks.
+// agrees the outcome across ranks. `report`: a progress line on stderr (rank 0).
 absl::StatusOr<TrainingState> load_checkpoint(
     const std::string& dir, const std::function<nlohmann::json(int format_version)>& identity,
-    Engine& engine, const ParamLayout& layout);
+    Engine& engine, const ParamLayout& layout, bool report = false);
 
 }  // namespace zt

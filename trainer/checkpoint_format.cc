@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "common/status.h"
 
 namespace zt {
@@ -196,7 +197,7 @@ absl::StatusOr<std::vector<std::string>> checkpoint_state_names(const nlohmann::
 }
 
 absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
-                             const ParamLayout& layout, const UnitStateFn& fn) {
+                             const ParamLayout& layout, const UnitStateFn& fn, bool report) {
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata '", meta_path, "': ", why));
@@ -268,6 +269,9 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
     // handed on; each file is read front to back.
     std::vector<std::vector<float>> whole(arrays);
     std::vector<std::span<const float>> states(arrays - 1);
+    int64_t total = 0;
+    for (const RankFile& f : files) total += (int64_t)f.bytes;
+    Progress progress("reading checkpoint " + dir, total, report);
     for (int u = 0; u < U; ++u) {
       const size_t numel = layout.units()[u].numel;
       for (std::vector<float>& a : whole) a.assign(numel, 0.f);
@@ -286,6 +290,7 @@ absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
       }
       for (size_t i = 1; i < arrays; ++i) states[i - 1] = whole[i];
       ZT_RETURN_IF_ERROR(fn(u, whole[0], states));
+      progress.add((int64_t)(arrays * numel * 4));
     }
     for (const RankFile& f : files)
       if (f.read != f.bytes || (uint32_t)f.running != f.crc)

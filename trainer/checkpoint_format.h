@@ -67,10 +67,10 @@ absl::StatusOr<std::vector<std::string>> checkpoint_state_names(const nlohmann::
 // and calls fn(u, master, states) in unit order, states in checkpoint_state_names' order.
 // Checks the metadata against the layout, each file's size before and CRC-32 after reading,
 // and that each unit's slices tile it exactly once: errors name the file. fn's error stops the
-// reading.
+// reading. With `report`, a progress line on stderr (common/progress.h).
 using UnitStateFn = std::function<absl::Status(int u, std::span<const float> master,
                                                std::span<const std::span<const float>> states)>;
 absl::Status read_checkpoint(const std::string& dir, const nlohmann::json& meta,
-                             const ParamLayout& layout, const UnitStateFn& fn);
+                             const ParamLayout& layout, const UnitStateFn& fn, bool report = true);
 
 }  // namespace zt

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/memory.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "data/alpaca.h"
 #include "data/prepare.h"
@@ -51,6 +52,9 @@ ABSL_FLAG(double, val_fraction, 0.1, "prepare: share of tokens (from the end) fo
 ABSL_FLAG(std::string, format, "text",
           "prepare: text (plain text files) or alpaca (instruction JSON: a loss mask trains only "
           "the responses, one example per --seq_len row, or several with --pack; data/alpaca.h)");
+ABSL_FLAG(bool, quiet, false,
+          "no progress lines for long phases (loading weights, tokenizing, saving, resuming, "
+          "exporting; otherwise a bar on a terminal, a line every 5 s in a log)");
 ABSL_FLAG(bool, markdown, false, "compare: a Markdown table (for docs/)");
 ABSL_FLAG(bool, allow_different, false,
           "compare: compare runs whose model or training data differ");
@@ -484,6 +488,7 @@ int main(int argc, char** argv) {
     return zt::kUserErrorExitCode;
   }
   const std::string cmd = pos[1];
+  zt::set_progress_quiet(absl::GetFlag(FLAGS_quiet));
   if (cmd == "compare") {  // the run directories are its arguments
     zt::CompareOptions o{{pos.begin() + 2, pos.end()},
                          absl::GetFlag(FLAGS_markdown),

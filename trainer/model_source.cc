@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "model/hf_weights.h"
 #include "model/init.h"
@@ -74,13 +75,17 @@ absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string
 }
 
 absl::Status load_initial_params(const ModelConfig& c, const ParamLayout& layout,
-                                 const std::string& init_from, uint64_t seed, Engine& engine) {
+                                 const std::string& init_from, uint64_t seed, Engine& engine,
+                                 bool report) {
   std::vector<float> host;
+  Progress progress(init_from.empty() ? "initialising weights" : "loading weights " + init_from,
+                    (int64_t)layout.total_numel() * 4, report);
   if (init_from.empty()) {
     for (int u = 0; u < layout.num_units(); ++u) {
       host.resize(layout.units()[u].numel);
       init_unit(c, layout.units()[u], u, seed, host);
       engine.set_unit_params(u, host);
+      progress.add((int64_t)host.size() * 4);
     }
     return absl::OkStatus();
   }
@@ -98,6 +103,7 @@ absl::Status load_initial_params(const ModelConfig& c, const ParamLayout& layout
     host.resize(layout.units()[u].numel);
     ZT_RETURN_IF_ERROR(load_hf_unit(reader, c, layout, u, host));
     engine.set_unit_params(u, host);
+    progress.add((int64_t)host.size() * 4);
   }
   return absl::OkStatus();
 }

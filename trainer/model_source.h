@@ -34,9 +34,11 @@ absl::StatusOr<ModelConfig> model_of(const std::string& model, const std::string
 // Every unit's initial parameters into `engine`: init_from's weights (converted to fp32, as
 // model/hf_weights.h maps them), or with init_from empty the model's random initialisation
 // from `seed` (model/init.h). Collective in stages 1-3 (Engine::set_unit_params). Errors: a
-// missing or mis-shaped tensor, an unreadable file.
+// missing or mis-shaped tensor, an unreadable file. `report`: a progress line on stderr (the
+// caller's rank 0; common/progress.h).
 absl::Status load_initial_params(const ModelConfig& c, const ParamLayout& layout,
-                                 const std::string& init_from, uint64_t seed, Engine& engine);
+                                 const std::string& init_from, uint64_t seed, Engine& engine,
+                                 bool report = false);
 
 // The sentencepiece model at `path`, which must not have more tokens than the model's
 // vocabulary. Errors: unreadable or invalid file; too many tokens (saying both sizes).

@@ -163,7 +163,8 @@ absl::Status run_sample(const SampleCommand& cmd) {
           return absl::OkStatus();
         }));
   } else {
-    ZT_RETURN_IF_ERROR(load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine));
+    ZT_RETURN_IF_ERROR(
+        load_initial_params(c, model.layout(), cmd.init_from, s.seed, engine, /*report=*/true));
   }
   generate(model, engine, *comm, tok, s, stdout);
   if (std::fflush(stdout) != 0 || std::ferror(stdout))  // e.g. redirected onto a full disk

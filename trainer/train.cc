@@ -279,7 +279,7 @@ absl::Status resume(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(const TrainingState st,
                       load_checkpoint(
                           *dir, [&](int version) { return resume_identity(opt, r, version); },
-                          *r.engine, r.transformer->layout()));
+                          *r.engine, r.transformer->layout(), r.comm->rank() == 0));
   if (!st.meta_checked && r.comm->rank() == 0)
     std::fprintf(stderr, "%s\n", unchecked_meta_notice(*dir).c_str());
   ZT_RETURN_IF_ERROR(r.train->restore(st.data));
@@ -513,8 +513,8 @@ absl::Status setup_engine(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
     r.metrics.emplace(std::move(m));
   }
-  ZT_RETURN_IF_ERROR(
-      load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed, *r.engine));
+  ZT_RETURN_IF_ERROR(load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed,
+                                         *r.engine, r.comm->rank() == 0));
   return absl::OkStatus();
 }
 
