@@ -120,75 +120,6 @@ absl::StatusOr<LossMask> read_mask(const std::string& path) {
   return LossMask{std::vector<uint8_t>(bytes.begin() + kMaskHeaderBytes, bytes.end()), header[3]};
 }
 
-absl::StatusOr<Overlong> parse_overlong(std::string_view name) {
-  if (name == "skip") return Overlong::kSkip;
-  if (name == "truncate") return Overlong::kTruncate;
-  if (name == "split") return Overlong::kSplit;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--overlong '", std::string(name), "' is not one of skip, truncate, split"));
-}
-
-namespace {
-
-// An example (or a piece of one) as tokens and mask flags, at most T long.
-struct Piece {
-  std::vector<uint32_t> tokens;
-  std::vector<uint8_t> flags;
-};
-
-// Rows of T tokens: each piece alone (padded), or packed best-fit decreasing. Pads with EOS
-// (untrained); in packed rows the padding starts an "example" of its own, so its positions
-// also count from 0.
-std::vector<Piece> lay_out(const std::vector<Piece>& pieces, size_t T, bool pack, uint32_t eos) {
-  std::vector<std::vector<size_t>> rows;  // piece indices
-  if (!pack) {
-    for (size_t i = 0; i < pieces.size(); ++i) rows.push_back({i});
-  } else {
-    std::vector<size_t> order(pieces.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return pieces[a].tokens.size() > pieces[b].tokens.size();
-    });
-    std::multimap<size_t, size_t> room;  // free tokens -> row
-    for (size_t i : order) {
-      const size_t n = pieces[i].tokens.size();
-      auto it = room.lower_bound(n);  // the fullest row it fits in
-      size_t r;
-      if (it == room.end()) {
-        r = rows.size();
-        rows.emplace_back();
-        room.emplace(T - n, r);
-      } else {
-        r = it->second;
-        const size_t left = it->first - n;
-        room.erase(it);
-        room.emplace(left, r);
-      }
-      rows[r].push_back(i);
-    }
-  }
-  std::vector<Piece> out;
-  for (const auto& row : rows) {
-    Piece r;
-    for (size_t i : row) {
-      r.tokens.insert(r.tokens.end(), pieces[i].tokens.begin(), pieces[i].tokens.end());
-      r.flags.insert(r.flags.end(), pieces[i].flags.begin(), pieces[i].flags.end());
-      if (!pack) continue;
-      // Nothing before it in the row predicts an example's first token (a split piece's is
-      // trained otherwise): it starts the example, untrained.
-      uint8_t& first = r.flags[r.flags.size() - pieces[i].flags.size()];
-      first = kMaskExampleStart;
-    }
-    if (pack && r.tokens.size() < T) r.flags.push_back(kMaskExampleStart), r.tokens.push_back(eos);
-    r.tokens.resize(T, eos);
-    r.flags.resize(T, 0);
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-}  // namespace
-
 absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionPrepareOptions& o) {
   if (o.seq_len < 2)
     return absl::InvalidArgumentError(absl::StrCat("--seq_len ", o.seq_len, " must be at least 2"));
@@ -219,23 +150,9 @@ absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionP
     for (int id : tok.encode(e.output)) s.tokens.push_back(id);
     s.tokens.push_back(tok.eos_id());
     s.flags.resize(s.tokens.size(), kMaskTrained);
-    std::vector<Piece> pieces;
-    if (s.tokens.size() > T) {
-      ++rep.overlong;
-      if (o.overlong == Overlong::kSkip) continue;
-      // Packed, a piece's first token is never a target (lay_out), so split pieces overlap
-      // by one token: each starts at the previous one's last, trained there.
-      const size_t end = o.overlong == Overlong::kTruncate ? T : s.tokens.size();
-      const size_t stride = o.pack ? T - 1 : T;
-      for (size_t at = 0;; at += stride) {
-        const size_t n = std::min(T, end - at);
-        pieces.push_back({{s.tokens.begin() + at, s.tokens.begin() + at + n},
-                          {s.flags.begin() + at, s.flags.begin() + at + n}});
-        if (at + n >= end) break;
-      }
-    } else {
-      pieces.push_back(std::move(s));
-    }
+    rep.overlong += s.tokens.size() > T;
+    std::vector<Piece> pieces = cut(s, T, o.overlong, o.pack);
+    if (pieces.empty()) continue;
     for (const Piece& p : pieces) rep.tokens += (int64_t)p.tokens.size();
     kept.push_back(std::move(pieces));
   }
@@ -256,20 +173,10 @@ absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionP
     std::vector<Piece> pieces;
     for (size_t i = begin; i < end; ++i)
       pieces.insert(pieces.end(), kept[i].begin(), kept[i].end());
-    std::vector<uint32_t> tokens;
-    std::vector<uint8_t> flags;
-    for (const Piece& row : lay_out(pieces, T, o.pack, (uint32_t)tok.eos_id())) {
-      tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
-      flags.insert(flags.end(), row.flags.begin(), row.flags.end());
-      rep.trained += std::count_if(row.flags.begin(), row.flags.end(),
-                                   [](uint8_t f) { return f & kMaskTrained; });
-      ++rep.rows;
-    }
-    tokens.push_back(tok.eos_id());  // the last sequence's T+1-th token (a masked target)
-    flags.push_back(0);
-    const std::string path = (std::filesystem::path(o.out_dir) / name).string();
-    ZT_RETURN_IF_ERROR(write_shard(path, tokens, tok.vocab_size()));
-    return write_mask(mask_path_for(path), LossMask{std::move(flags), o.seq_len});
+    const uint32_t eos = tok.eos_id();
+    return write_rows((std::filesystem::path(o.out_dir) / name).string(),
+                      lay_out(pieces, T, o.pack, eos), o.seq_len, eos, tok.vocab_size(), &rep.rows,
+                      &rep.trained);
   };
   ZT_RETURN_IF_ERROR(write("train_000000.bin", 0, n_train));
   if (n_train < kept.size()) ZT_RETURN_IF_ERROR(write("val_000000.bin", n_train, kept.size()));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/rows.h"
 
 namespace zt {
 
@@ -46,14 +47,6 @@ PromptTemplate alpaca_template();
 // {"prompt_input": "...", "prompt_no_input": "..."}. Errors name the file and the key.
 absl::StatusOr<PromptTemplate> load_template(const std::string& path);
 std::string format_prompt(const PromptTemplate& t, const InstructionExample& e);
-
-// What happens to an example longer than T tokens: left out, cut to its first T tokens, or cut
-// into pieces of T (the last shorter): consecutive rows when padded (a row's last position
-// predicts the next piece's first token), examples of their own when packed, overlapping by
-// one token so that every token is still a target once (a packed example's first is not).
-enum class Overlong { kSkip, kTruncate, kSplit };
-// "skip", "truncate", "split". Error: InvalidArgument naming the choices.
-absl::StatusOr<Overlong> parse_overlong(std::string_view name);
 
 struct InstructionPrepareOptions {
   std::string tokenizer_path;

@@ -17,6 +17,11 @@ struct PrepareOptions {
   double val_fraction = 0.1;               // share of tokens (from the end) for validation
   std::optional<int> model_vocab_size;     // when set, the tokenizer must not exceed it
   int64_t max_shard_tokens = 100'000'000;  // tokens per train shard at most
+  // --pack: documents packed into rows of seq_len tokens (data/rows.h), each attending only to
+  // itself, longer ones cut into pieces that overlap by one token; a mask beside each shard
+  // marks where each starts (and that every token but a piece's first is trained).
+  bool pack = false;
+  int seq_len = 256;
 };
 
 // Tokenizes each input as [BOS] + encode(file contents), concatenates them in order and
@@ -25,7 +30,8 @@ struct PrepareOptions {
 // hold uint16 tokens for vocabularies <= 65,536, else uint32. With val_fraction 0 no val
 // shard is written. Stale train_NNNNNN.bin files of an earlier run beyond the new ones, and
 // a stale val_000000.bin when val_fraction is 0, are removed, so train_*.bin globs match
-// only this run. Prints one summary line to stdout.
+// only this run. Prints one summary line to stdout. With pack, rows of seq_len tokens instead
+// (prepare_packed in prepare.cc: the last val_fraction of the pieces for validation).
 // Errors (InvalidArgument unless said): tokenizer unloadable (see Tokenizer::load); no
 // inputs; an input missing (NotFound), unreadable or empty; val_fraction outside [0, 0.5];
 // tokenizer vocabulary larger than model_vocab_size; the val part (when val_fraction > 0)

@@ -59,8 +59,9 @@ ABSL_FLAG(bool, markdown, false, "compare: a Markdown table (for docs/)");
 ABSL_FLAG(bool, allow_different, false,
           "compare: compare runs whose model or training data differ");
 ABSL_FLAG(bool, pack, false,
-          "prepare --format alpaca: pack several whole examples into each --seq_len row (each "
-          "attends only to itself, positions restart) instead of one padded example a row");
+          "prepare: pack several whole examples (alpaca) or documents (text) into each "
+          "--seq_len row, each attending only to itself with positions restarting, instead of "
+          "one padded example a row (alpaca) or one stream (text)");
 ABSL_FLAG(std::string, overlong, "skip",
           "prepare --format alpaca: an example longer than --seq_len is skipped, truncated (to its "
           "first T tokens) or split (into pieces of T; data/alpaca.h)");
@@ -211,6 +212,8 @@ int prepare(bool seq_len_given) {
     o.inputs.emplace_back(s);
   o.out_dir = absl::GetFlag(FLAGS_out);
   o.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  o.pack = absl::GetFlag(FLAGS_pack);
+  o.seq_len = seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 256;
   if (o.tokenizer_path.empty() || o.inputs.empty() || o.out_dir.empty())
     return fail(absl::InvalidArgumentError(
         "prepare needs --tokenizer MODEL --input FILE[,FILE] --out DIR"));

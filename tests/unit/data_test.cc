@@ -707,6 +707,72 @@ TEST_F(DataTest, PackedInstructionRowsHoldWholeExamplesWithRestartingPositions) 
   }
 }
 
+// prepare --pack for plain text: each file is a document ([BOS] + its tokens), packed into rows
+// with the positions restarting at each; one longer than T is cut into pieces that overlap by
+// one token. Every document token but BOS is a target exactly once, and each target is the
+// next token of its own document. Preparing the same directory unpacked afterwards leaves no
+// mask behind (the loader would misread the shards with it).
+TEST_F(DataTest, PackedTextDocumentsTrainEveryTokenOnceWithinTheirDocument) {
+  SKIP_WITHOUT_TOKENIZER();
+  auto tok = Tokenizer::load(kTokenizer);
+  ASSERT_TRUE(tok.ok());
+  const int T = 64;
+  PrepareOptions o;
+  o.tokenizer_path = kTokenizer;
+  o.out_dir = path("out");
+  o.val_fraction = 0;
+  o.pack = true;
+  o.seq_len = T;
+  int64_t want_targets = 0;
+  std::vector<std::vector<int>> docs;
+  for (int d = 0; d < 7; ++d) {
+    std::string text;
+    for (int w = 0; w < (d == 6 ? 60 : 2 + 3 * d); ++w)
+      text += "w" + std::to_string(d * 100 + w) + " ";
+    o.inputs.push_back(path("doc" + std::to_string(d) + ".txt"));
+    std::ofstream(o.inputs.back()) << text;
+    std::vector<int> t = {tok->bos_id()};
+    for (int id : tok->encode(text)) t.push_back(id);
+    want_targets += (int64_t)t.size() - 1;
+    docs.push_back(t);
+  }
+  ASSERT_GT(docs.back().size(), (size_t)2 * T);  // the last is cut into pieces
+  ASSERT_TRUE(prepare_text(o).ok());
+  DataLoaderOptions lo;
+  lo.pattern = path("out/train_*.bin");
+  lo.B = 1, lo.T = T, lo.vocab_size = 32000;
+  auto loader = DataLoader::open(lo);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE(loader->packed());
+  int64_t targets = 0;
+  int whole = 0;
+  for (int64_t r = 0; r < loader->num_batches_per_epoch(); ++r) {
+    std::vector<int> in(T), tg(T), pos(T);
+    loader->next_batch(in.data(), tg.data(), pos.data());
+    for (int t = 0; t < T; ++t) {
+      if (tg[t] < 0) continue;
+      ++targets;
+      ASSERT_TRUE(t + 1 < T && pos[t + 1] == pos[t] + 1) << "a target across an example, row " << r;
+      EXPECT_EQ(tg[t], in[t + 1]);
+    }
+    for (int t = 0; t < T; ++t)  // whole documents, found at position 0 with their BOS
+      if (pos[t] == 0 && in[t] == tok->bos_id())
+        for (const auto& d : docs)
+          whole += t + d.size() <= (size_t)T && std::equal(d.begin(), d.end(), in.begin() + t) &&
+                   (t + d.size() == (size_t)T || pos[t + d.size()] == 0);
+  }
+  EXPECT_EQ(targets, want_targets);
+  const auto fits = std::count_if(docs.begin(), docs.end(), [&](auto& d) { return d.size() <= T; });
+  ASSERT_GE(fits, 2);
+  EXPECT_EQ(whole, fits);  // the documents that fit a row, each whole once
+  o.pack = false;
+  ASSERT_TRUE(prepare_text(o).ok());
+  EXPECT_FALSE(std::filesystem::exists(path("out/train_000000.mask")));
+  auto plain = DataLoader::open(lo);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->packed());
+}
+
 // The bar for packing: the shared Alpaca seed tasks fill at least 90% of their rows at
 // T = 512 (padded, one example a row, they fill about a third).
 TEST_F(DataTest, PackingFillsTheSeedTasksRowsAtT512) {
