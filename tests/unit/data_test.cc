@@ -593,6 +593,15 @@ TEST_F(DataTest, InstructionShardsTrainOnlyTheResponses) {
   EXPECT_TRUE(Contains(std::string(other.status().message()), "train with --seq_len 64"));
 }
 
+// A loader over the shards `pattern` that serves one row of T tokens a batch (Llama 2's
+// vocabulary).
+DataLoaderOptions one_row_at_a_time(const std::string& pattern, int T) {
+  DataLoaderOptions lo;
+  lo.pattern = pattern;
+  lo.B = 1, lo.T = T, lo.vocab_size = 32000;
+  return lo;
+}
+
 // prepare --format alpaca --pack: each row holds whole examples, one after another, each
 // starting with BOS at position 0 (the loader's positions count up within an example and
 // restart at the next); a row's last example is followed by EOS padding, untrained. Every
@@ -632,9 +641,7 @@ TEST_F(DataTest, PackedInstructionRowsHoldWholeExamplesWithRestartingPositions) 
     const auto report = prepare_instructions(o);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_EQ(report->overlong, 1);
-    DataLoaderOptions lo;
-    lo.pattern = path("out/train_*.bin");
-    lo.B = 1, lo.T = T, lo.vocab_size = 32000;
+    const DataLoaderOptions lo = one_row_at_a_time(path("out/train_*.bin"), T);
     auto loader = DataLoader::open(lo);
     ASSERT_TRUE(loader.ok()) << loader.status();
     EXPECT_TRUE(loader->packed());
@@ -738,9 +745,7 @@ TEST_F(DataTest, PackedTextDocumentsTrainEveryTokenOnceWithinTheirDocument) {
   }
   ASSERT_GT(docs.back().size(), (size_t)2 * T);  // the last is cut into pieces
   ASSERT_TRUE(prepare_text(o).ok());
-  DataLoaderOptions lo;
-  lo.pattern = path("out/train_*.bin");
-  lo.B = 1, lo.T = T, lo.vocab_size = 32000;
+  const DataLoaderOptions lo = one_row_at_a_time(path("out/train_*.bin"), T);
   auto loader = DataLoader::open(lo);
   ASSERT_TRUE(loader.ok()) << loader.status();
   ASSERT_TRUE(loader->packed());
