@@ -25,11 +25,23 @@ struct Run {
   double loss = NAN, val_loss = NAN;
 };
 
+// Median of the finite values; NaN when there are none (a NaN loss dumps as null).
 double median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// j[key] as a number: NaN when absent or null (NaN and inf dump as null); an error naming
+// the file, line and key when it holds anything else.
+absl::StatusOr<double> number(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return NAN;
+  if (!j[key].is_number())
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"", key, "\" is ", j[key].dump(), ", not a number"));
+  return j[key].get<double>();
 }
 
 absl::StatusOr<Run> load(const std::string& dir) {
@@ -54,16 +66,23 @@ absl::StatusOr<Run> load(const std::string& dir) {
     if (!j.is_object())
       return absl::InvalidArgumentError(
           absl::StrCat("'", metrics, "' line ", line_no, " is not a JSON object"));
-    if (j.contains("val_loss")) r.val_loss = j["val_loss"].get<double>();
+    const std::string where = absl::StrCat("'", metrics, "' line ", line_no);
+    if (j.contains("val_loss")) {
+      ZT_ASSIGN_OR_RETURN(r.val_loss, number(j, "val_loss", where));
+    }
     if (!j.contains("step_ms")) continue;
-    r.step_ms.push_back(j["step_ms"].get<double>());
-    r.tokens_per_s.push_back(j.value("tokens_per_s", NAN));
-    r.loss = j.value("loss", NAN);
-    if (j.contains("trace")) {  // a traced step (zerotrain.trace)
+    ZT_ASSIGN_OR_RETURN(const double step_ms, number(j, "step_ms", where));
+    ZT_ASSIGN_OR_RETURN(const double tokens_per_s, number(j, "tokens_per_s", where));
+    ZT_ASSIGN_OR_RETURN(r.loss, number(j, "loss", where));
+    r.step_ms.push_back(step_ms);
+    r.tokens_per_s.push_back(tokens_per_s);
+    if (j.contains("trace") && j["trace"].is_object()) {  // a traced step (zerotrain.trace)
       const json& t = j["trace"];
-      r.exposed_comm_ms.push_back(t.value("exposed_comm_ms", NAN));
-      r.exposed_offload_ms.push_back(t.value("exposed_copy_ms", NAN) +
-                                     t.value("exposed_optimizer_ms", NAN));
+      ZT_ASSIGN_OR_RETURN(const double comm, number(t, "exposed_comm_ms", where));
+      ZT_ASSIGN_OR_RETURN(const double copy, number(t, "exposed_copy_ms", where));
+      ZT_ASSIGN_OR_RETURN(const double opt, number(t, "exposed_optimizer_ms", where));
+      r.exposed_comm_ms.push_back(comm);
+      r.exposed_offload_ms.push_back(copy + opt);
     }
   }
   if (r.step_ms.empty())
@@ -84,9 +103,7 @@ std::string layout(const json& i) {
 std::string ms(double v) { return std::isnan(v) ? "-" : absl::StrFormat("%.0f", v); }
 std::string loss(double v) { return std::isnan(v) ? "-" : absl::StrFormat("%.4f", v); }
 
-}  // namespace
-
-absl::StatusOr<std::string> compare_runs(const CompareOptions& o) {
+absl::StatusOr<std::string> compare_table(const CompareOptions& o) {
   if (o.run_dirs.empty())
     return absl::InvalidArgumentError("compare needs one or more run directories");
   std::vector<Run> runs;
@@ -151,6 +168,18 @@ absl::StatusOr<std::string> compare_runs(const CompareOptions& o) {
   line(head);
   for (const auto& row : rows) line(row);
   return out.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> compare_runs(const CompareOptions& o) {
+  try {
+    return compare_table(o);
+  } catch (const nlohmann::json::exception& e) {  // a run.json key of the wrong type
+    return absl::InvalidArgumentError(
+        absl::StrCat("compare: a run.json holds a value of the wrong type (", e.what(),
+                     "); was it written by `zerotrain train`?"));
+  }
 }
 
 }  // namespace zt

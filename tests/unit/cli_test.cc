@@ -35,8 +35,8 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::test_dir("cli");
-    ASSERT_TRUE(test::write_random_shards(dir_, {"train_000000.bin", "val_000000.bin"}, 4000,
-                                          256, 1));
+    ASSERT_TRUE(
+        test::write_random_shards(dir_, {"train_000000.bin", "val_000000.bin"}, 4000, 256, 1));
     write(path("ds.json"), R"({"train_micro_batch_size_per_gpu": 2,
                               "gradient_accumulation_steps": 2,
                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})");
@@ -57,8 +57,8 @@ class Cli : public ::testing::Test {
 // with "LEFT:" and what is left in DIR. Code 77: the mount failed (the caller skips).
 Result run_with_mount(const std::string& mount_cmd, const std::string& dir,
                       const std::string& args) {
-  const std::string cmd = "unshare -m bash -c '" + mount_cmd + " " + dir + " || exit 77; " +
-                          kBin + " " + args + "; code=$?; echo LEFT:$(ls -A " + dir +
+  const std::string cmd = "unshare -m bash -c '" + mount_cmd + " " + dir + " || exit 77; " + kBin +
+                          " " + args + "; code=$?; echo LEFT:$(ls -A " + dir +
                           "); exit $code' 2>&1";
   std::FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -189,7 +189,8 @@ TEST_F(Cli, CheckpointOnAFullDiskKeepsThePreviousOne) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
   const std::string ck = path("ck");
   fs::create_directories(ck);
-  const std::string base = kBin + " " + train("--deepspeed " + path("ds.json") + " --save_dir " + ck);
+  const std::string base =
+      kBin + " " + train("--deepspeed " + path("ds.json") + " --save_dir " + ck);
   std::string second = base;
   second.replace(second.find("--steps 3"), 9, "--steps 6 --resume");
   const std::string cmd = "unshare -m bash -c 'mount -t tmpfs -o size=2m tmpfs " + ck +
@@ -216,8 +217,7 @@ TEST_F(Cli, CheckpointOnAFullDiskKeepsThePreviousOne) {
 // 2 naming the file and the reason; metrics.jsonl keeps only complete lines.
 TEST_F(Cli, FailedWritesStopTheRunWithTheReason) {
   const std::string limited = "bash -c 'trap \"\" XFSZ; ulimit -f 1; " + kBin + " " +
-                              train("--deepspeed " + path("ds.json")) +
-                              " --steps 30 > /dev/null'";
+                              train("--deepspeed " + path("ds.json")) + " --steps 30 > /dev/null'";
   const Result r = test::run_shell(limited);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("cannot write '" + path("run/metrics.jsonl") + "': File too large"),
@@ -228,8 +228,8 @@ TEST_F(Cli, FailedWritesStopTheRunWithTheReason) {
   for (std::string line; std::getline(in, line); ++lines)
     EXPECT_TRUE(nlohmann::json::accept(line)) << "torn line: " << line;
   EXPECT_GT(lines, 0);
-  const Result full = test::run_shell("(" + kBin + " " + train("--deepspeed " + path("ds.json")) +
-                                      " > /dev/full)");
+  const Result full =
+      test::run_shell("(" + kBin + " " + train("--deepspeed " + path("ds.json")) + " > /dev/full)");
   EXPECT_EQ(full.code, 2) << full.out;
   EXPECT_NE(full.out.find("cannot write to standard output: No space left on device"),
             std::string::npos)
@@ -251,9 +251,9 @@ TEST_F(Cli, FailedReportAndExportWritesStopAndNameTheFile) {
   }
   fs::remove_all(path("run"));
   ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --save_dir " + path("ck"))).code, 0);
-  const Result ex = test::run_shell("bash -c 'trap \"\" XFSZ; ulimit -f 1; " + kBin +
-                                    " export --checkpoint " + path("ck") + " --out " +
-                                    path("ex") + "'");
+  const Result ex =
+      test::run_shell("bash -c 'trap \"\" XFSZ; ulimit -f 1; " + kBin + " export --checkpoint " +
+                      path("ck") + " --out " + path("ex") + "'");
   EXPECT_EQ(ex.code, 2) << ex.out;
   EXPECT_NE(ex.out.find("File too large"), std::string::npos) << ex.out;
   EXPECT_NE(ex.out.find(path("ex")), std::string::npos) << ex.out;
@@ -301,8 +301,8 @@ TEST_F(Cli, ParamOffloadToNvmeChecksItsBuffersAndCleansUp) {
                      "set buffer_size to at least"});
   expect_user_error(
       run(train(cfg(R"("max_in_cpu": 0, "buffer_count": 1000000, "buffer_size": 1000000000000)"))),
-                    {"offload_param: buffer_count 1000000", "more than this machine's",
-                     "lower buffer_count or buffer_size"});
+      {"offload_param: buffer_count 1000000", "more than this machine's",
+       "lower buffer_count or buffer_size"});
   // Under the default max_in_cpu every shard of this model stays in host memory: no buffer.
   EXPECT_EQ(run(train(cfg(R"("buffer_size": 1000)"))).code, 0);
   EXPECT_TRUE(fs::is_empty(path("swap")));
@@ -328,8 +328,8 @@ TEST_F(Cli, NvmeOffloadWithoutODirectFallsBackWithOneWarning) {
                                path("ram") + R"(", "max_in_cpu": 0},
       "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
                                path("ram") + R"("}}})");
-  const auto [code, out] =
-      run_with_mount("mount -t ramfs ramfs", path("ram"), train("--deepspeed " + path("nvme.json")));
+  const auto [code, out] = run_with_mount("mount -t ramfs ramfs", path("ram"),
+                                          train("--deepspeed " + path("nvme.json")));
   if (code == 77) GTEST_SKIP() << "cannot mount a ramfs here: " << out;
   EXPECT_EQ(code, 0) << out;
   const std::string warning = "warning: " + path("ram") + " does not support O_DIRECT";
@@ -361,7 +361,8 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
         "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
         "zerotrain": {"gradient_checkpointing": true}, "wall_clock_breakdown": true,
         "steps_per_print": 1,
-        "activation_checkpointing": )" + section + "}");
+        "activation_checkpointing": )" +
+                               section + "}");
     return "--deepspeed " + path("ac.json");
   };
   const Result every2 = run(train(cfg(R"({"number_checkpoints": 1, "partition_activations": true,
@@ -434,10 +435,11 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
 TEST_F(Cli, ValidationRunsEveryNStepsOnTheSameBatches) {
   write(path("lr0.json"), R"({"train_micro_batch_size_per_gpu": 2,
                               "optimizer": {"type": "AdamW", "params": {"lr": 0}}})");
-  const Result r = run("train --model tiny-llama --seq_len 16 --steps 5 --sample_tokens 0"
-                       " --val_every 2 --val_batches 2 --run_dir " + path("run") +
-                       " --train_data '" + path("train_*.bin") + "' --val_data '" +
-                       path("val_*.bin") + "' --deepspeed " + path("lr0.json"));
+  const Result r =
+      run("train --model tiny-llama --seq_len 16 --steps 5 --sample_tokens 0"
+          " --val_every 2 --val_batches 2 --run_dir " +
+          path("run") + " --train_data '" + path("train_*.bin") + "' --val_data '" +
+          path("val_*.bin") + "' --deepspeed " + path("lr0.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream f(path("run/metrics.jsonl"));
   std::vector<int64_t> steps;
@@ -460,28 +462,28 @@ TEST_F(Cli, ResumeContinuesTheMetricsLog) {
                       " --save_interval 2 --run_dir " + path("job")))
                 .code,
             0);
-  const Result resumed = run(train("--deepspeed " + path("ds.json") + " --steps 6 --save_dir " +
-                                   path("ck2") + " --resume_from " + ck + "/step_00000004" +
-                                   " --run_dir " + path("job")));
+  const Result resumed =
+      run(train("--deepspeed " + path("ds.json") + " --steps 6 --save_dir " + path("ck2") +
+                " --resume_from " + ck + "/step_00000004" + " --run_dir " + path("job")));
   ASSERT_EQ(resumed.code, 0) << resumed.out;
-  ASSERT_EQ(run(train("--deepspeed " + path("ds.json") + " --steps 6 --run_dir " +
-                      path("straight")))
-                .code,
-            0);
+  ASSERT_EQ(
+      run(train("--deepspeed " + path("ds.json") + " --steps 6 --run_dir " + path("straight")))
+          .code,
+      0);
   EXPECT_EQ(test::metric_values(path("job"), "loss"),
             test::metric_values(path("straight"), "loss"));
-  EXPECT_EQ(test::metric_values(path("job"), "step"),
-            (std::vector<double>{1, 2, 3, 4, 5, 6}))
+  EXPECT_EQ(test::metric_values(path("job"), "step"), (std::vector<double>{1, 2, 3, 4, 5, 6}))
       << "steps after the save are written once";
 }
 
 // flops_profiler: the table of profile_step; an output_file in a directory that cannot be
 // written is an error before any step; a profile_step outside the run says so.
 TEST_F(Cli, FlopsProfilerPrintsItsStepAndChecksItsFile) {
-  write(path("prof.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  write(path("prof.json"),
+        R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
       "flops_profiler": {"enabled": true, "profile_step": 2, "output_file": ")" +
-                               path("prof.txt") + R"("}})");
+            path("prof.txt") + R"("}})");
   const Result r = run(train("--deepspeed " + path("prof.json")));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("flops profile of step 2"), std::string::npos) << r.out;
@@ -494,7 +496,8 @@ TEST_F(Cli, FlopsProfilerPrintsItsStepAndChecksItsFile) {
   const Result bad = run(train("--deepspeed " + path("bad.json")));
   expect_user_error(bad, {"flops_profiler.output_file", "/nonexistent/dir"});
   EXPECT_EQ(bad.out.find("step    1"), std::string::npos) << "stopped before training";
-  write(path("late.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  write(path("late.json"),
+        R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
       "flops_profiler": {"enabled": true, "profile_step": 9}})");
   const Result late = run(train("--deepspeed " + path("late.json")));
@@ -630,7 +633,8 @@ TEST_F(Cli, Fp16ScalerFollowsDeepSpeedUnderForcedOverflows) {
     EXPECT_EQ(skipped, pattern) << name;
     // Step k + 1 runs with the scale after DeepSpeed's update k (the fixture's convention).
     for (int k = 0; k < kSteps; ++k) {
-      const double want = k == 0 ? c["initial_scale"].get<double>() : c["scales"][k - 1].get<double>();
+      const double want =
+          k == 0 ? c["initial_scale"].get<double>() : c["scales"][k - 1].get<double>();
       EXPECT_EQ(scales[k], want) << name << " step " << k + 1;
     }
     ++cases;
@@ -713,6 +717,35 @@ TEST_F(Cli, CompareTabulatesRunsAndRefusesDifferentModels) {
   expect_user_error(run("compare " + path("s0") + " " + dir_.string()),
                     {"has no run.json", dir_.string()});
   expect_user_error(run("compare"), {"one or more run directories"});
+
+  // A diverged step dumps its loss as null: the row shows "-" for that loss and the median
+  // skips it; a value of the wrong type is named with its file and line, never a crash.
+  fs::copy(path("s0"), path("nan"), fs::copy_options::recursive);
+  std::ofstream(path("nan/metrics.jsonl"), std::ios::app)
+      << R"({"step": 4, "loss": null, "step_ms": null, "tokens_per_s": 1.0})"
+      << "\n";
+  const Result nan = run("compare " + path("nan"));
+  ASSERT_EQ(nan.code, 0) << nan.out;
+  std::vector<double> ms = test::metric_values(path("s0"), "step_ms");
+  std::sort(ms.begin(), ms.end());
+  const std::string nan_row = nan.out.substr(nan.out.find("\nnan ") + 1);
+  EXPECT_NE(nan_row.find(" " + absl::StrFormat("%.0f", ms[1]) + "  "), std::string::npos)
+      << "the median of the three finite step times\n"
+      << nan.out;
+  EXPECT_EQ(nan_row.find(absl::StrFormat("%.4f", test::metric_values(path("s0"), "loss").back())),
+            std::string::npos)
+      << "the last loss is null, shown as -\n"
+      << nan.out;
+  std::ofstream(path("nan/metrics.jsonl"), std::ios::app)
+      << R"({"step": 5, "loss": "low", "step_ms": 3.0})"
+      << "\n";
+  expect_user_error(run("compare " + path("nan")),
+                    {"metrics.jsonl' line 5", "\"loss\" is \"low\""});
+  fs::copy_file(path("s0/metrics.jsonl"), path("nan/metrics.jsonl"),
+                fs::copy_options::overwrite_existing);
+  write(path("nan/run.json"), R"({"stage": "two"})");
+  expect_user_error(run("compare " + path("s0") + " " + path("nan") + " --allow_different"),
+                    {"wrong type"});
 }
 
 TEST_F(Cli, UnknownFlagNamesClosest) {
@@ -763,10 +796,11 @@ TEST_F(Cli, ExportNamesTheTokenizersSpecialTokens) {
   std::vector<uint32_t> toks(2000);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint32_t)(i * 7919 % 32000);
   ASSERT_TRUE(write_shard(path("big_000000.bin"), toks, 32000).ok());
-  const Result tr = run("train --model shakespeare-llama --seq_len 16 --steps 1 --sample_tokens 0"
-                        " --val_every 0 --run_dir " + path("run") + " --train_data " +
-                        path("big_000000.bin") + " --deepspeed " + path("ds.json") +
-                        " --save_dir " + path("ck"));
+  const Result tr =
+      run("train --model shakespeare-llama --seq_len 16 --steps 1 --sample_tokens 0"
+          " --val_every 0 --run_dir " +
+          path("run") + " --train_data " + path("big_000000.bin") + " --deepspeed " +
+          path("ds.json") + " --save_dir " + path("ck"));
   ASSERT_EQ(tr.code, 0) << tr.out;
   const Result ex = run("export --checkpoint " + path("ck") + " --out " + path("hf") +
                         " --tokenizer " + kShared + "llama2_tokenizer.model");
@@ -799,8 +833,7 @@ TEST_F(Cli, SchedulerWaitsWhileFp16StepsAreSkipped) {
   const int applied_before[] = {0, 1, 1, 1, 2, 3};
   ASSERT_EQ(lr.size(), 6u);
   for (int k = 0; k < 6; ++k)
-    EXPECT_NEAR(lr[k], 1e-4 + 9e-5 * std::max(applied_before[k] - 1, 0), 1e-12)
-        << "step " << k + 1;
+    EXPECT_NEAR(lr[k], 1e-4 + 9e-5 * std::max(applied_before[k] - 1, 0), 1e-12) << "step " << k + 1;
 }
 
 TEST_F(Cli, ShardTokensOutsideModelVocabulary) {
@@ -917,9 +950,10 @@ TEST_F(Cli, MaxSeqLenIsAContextKnob) {
   const std::string ds = "--deepspeed " + path("ds.json") + " ";
   const Result longer = run(train(ds + "--max_seq_len 256 --seq_len 128"));
   EXPECT_EQ(longer.code, 0) << longer.out;
-  const std::string gpt2 = "train --model tiny-gpt2 --steps 1 --sample_tokens 0 --val_every 0 "
-                           "--run_dir " + path("g") + " --train_data '" + path("train_*.bin") +
-                           "' " + ds;
+  const std::string gpt2 =
+      "train --model tiny-gpt2 --steps 1 --sample_tokens 0 --val_every 0 "
+      "--run_dir " +
+      path("g") + " --train_data '" + path("train_*.bin") + "' " + ds;
   const Result shorter = run(gpt2 + "--max_seq_len 32 --seq_len 32");
   EXPECT_EQ(shorter.code, 0) << shorter.out;
   expect_user_error(run(gpt2 + "--max_seq_len 32 --seq_len 33"), {"--seq_len 33", "32"});
@@ -960,7 +994,8 @@ TEST_F(Cli, SampleCommand) {
                               0),
             0u)
       << wrapped.out;
-  expect_user_error(run(base + "--template " + path("none.json")), {"prompt template", "none.json"});
+  expect_user_error(run(base + "--template " + path("none.json")),
+                    {"prompt template", "none.json"});
   // A flag only train reads is refused rather than ignored.
   expect_user_error(run(base + "--deepspeed " + path("ds.json")),
                     {"--deepspeed is a train flag; sample does not read it"});
@@ -982,18 +1017,22 @@ std::vector<double> losses_in(const std::string& run_dir) {
 TEST_F(Cli, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
   for (int stage : {0, 1, 2, 3}) {
     const std::string zero = "\"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}";
-    write(path("g2.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    write(path("g2.json"),
+          R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, )" +
-                               zero + "}");
-    write(path("g1.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              zero + "}");
+    write(path("g1.json"),
+          R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, )" +
-                               zero + "}");
-    const std::string args = " train --model tiny-llama --seq_len 16 --steps 70 --sample_tokens 0"
-                             " --val_every 0 --train_data '" + path("train_*.bin") + "'";
+              zero + "}");
+    const std::string args =
+        " train --model tiny-llama --seq_len 16 --steps 70 --sample_tokens 0"
+        " --val_every 0 --train_data '" +
+        path("train_*.bin") + "'";
     const Result one = run(args + " --deepspeed " + path("g2.json") + " --run_dir " + path("one"));
     ASSERT_EQ(one.code, 0) << one.out;
-    const std::string two_cmd = std::string(ZT_MPIRUN) + " -np 2 " + kBin + args +
-                                " --deepspeed " + path("g1.json") + " --run_dir " + path("two");
+    const std::string two_cmd = std::string(ZT_MPIRUN) + " -np 2 " + kBin + args + " --deepspeed " +
+                                path("g1.json") + " --run_dir " + path("two");
     const Result two = test::run_shell(two_cmd);
     ASSERT_EQ(two.code, 0) << two.out;
     const std::vector<double> a = losses_in(path("one")), b = losses_in(path("two"));
