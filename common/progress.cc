@@ -1,5 +1,6 @@
 #include "common/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,12 @@ std::string eta(double s) {
   if (s >= 3600) return absl::StrFormat("%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
   if (s >= 60) return absl::StrFormat("%dm%02ds", (int)(s / 60), (int)s % 60);
   return absl::StrFormat("%ds", (int)s);
+}
+
+// The terminal's columns (stderr's), 80 when it does not say.
+size_t terminal_width() {
+  winsize w{};
+  return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? w.ws_col : 80;
 }
 
 }  // namespace
@@ -67,13 +74,24 @@ void Progress::show(bool final) {
       final ? absl::StrFormat("done in %s", eta(elapsed))
             : absl::StrFormat("ETA %s", rate > 0 ? eta((total_ - done_) / rate) : "?");
   if (tty_) {
-    constexpr int kWidth = 30;
-    const int fill = (int)(frac * kWidth);
-    std::string bar(kWidth, ' ');
-    std::fill(bar.begin(), bar.begin() + fill, '=');
-    if (fill < kWidth) bar[fill] = '>';
-    std::fprintf(stderr, "\r%s [%s] %3.0f%% %s, %s\033[K%s", label_.c_str(), bar.c_str(),
-                 100 * frac, amount.c_str(), tail.c_str(), final ? "\n" : "");
+    // A line longer than the terminal wraps, and "\r" then redraws only its last row: the bar
+    // shrinks from 30 columns to 10 (or goes), then the label is cut from the left.
+    const std::string text = absl::StrFormat(" %3.0f%% %s, %s", 100 * frac, amount, tail);
+    const int avail = (int)terminal_width() - 1 - (int)text.size();
+    int bar_w = std::min(30, avail - (int)label_.size() - 3);
+    if (bar_w < 10) bar_w = avail >= 3 + 10 + 20 ? 10 : 0;
+    const int label_room = std::max(0, avail - (bar_w ? bar_w + 3 : 0));
+    std::string label = label_;
+    if ((int)label.size() > label_room)
+      label = label_room > 3 ? "..." + label.substr(label.size() - (label_room - 3)) : "";
+    std::string bar;
+    if (bar_w) {
+      const int fill = (int)(frac * bar_w);
+      bar = " [" + std::string(fill, '=') + (fill < bar_w ? ">" : "") +
+            std::string(std::max(0, bar_w - fill - 1), ' ') + "]";
+    }
+    std::fprintf(stderr, "\r%s%s%s\033[K%s", label.c_str(), bar.c_str(), text.c_str(),
+                 final ? "\n" : "");
   } else {
     std::fprintf(stderr, "%s: %.0f%% %s, %s\n", label_.c_str(), 100 * frac, amount.c_str(),
                  tail.c_str());

@@ -1,7 +1,8 @@
-// Progress of a long phase (loading weights, tokenizing, saving, resuming, exporting, NVMe
-// pre-allocation) on stderr: on a terminal one line redrawn in place, "label [=====>   ] 45%
-// 1.20 GiB / 2.67 GiB, 310 MiB/s, ETA 5s"; elsewhere (a log file, a pipe) a plain line every
-// 5 seconds and one at the end; nothing with --quiet (set_progress_quiet) or for phases that
+// Progress of a long phase (loading weights, tokenizing, saving, resuming, exporting) on
+// stderr: on a terminal one line redrawn in place, "label [=====>   ] 45% 1.20 GiB / 2.67 GiB,
+// 310 MiB/s, ETA 5s", a long label cut from the left ("...t/model.safetensors") to fit the
+// terminal's width; elsewhere (a log file, a pipe) a plain line every 5 seconds and one at the
+// end; nothing with --quiet (set_progress_quiet) or for phases that
 // end within a second. Only one rank reports (the caller passes enabled = rank 0).
 //
 // No Debian package offers a C++ progress bar (indicators and the like are header-only

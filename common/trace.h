@@ -6,7 +6,9 @@
 //                  thread's waits for communication ("wait for communication");
 //   communication  each collective as the communication thread runs it, with its bytes;
 //   device->host, host->device   gradient and parameter copies of offload;
-//   optimizer      CPU Adam, per tile of a sub-group;  nvme read / nvme write: the swapper;
+//   optimizer      CPU Adam, per tile of a sub-group;
+//   nvme read / nvme write   the time a caller waited for the swapper's reads and writes
+//                  (the I/O itself runs in the kernel's io_uring, behind these waits);
 //   delayed update the ZeRO-Offload delayed parameter update's background step.
 // Times are the host's: on the CPU backend they are the work itself; on a GPU a kernel's span
 // is its launch, and the waits (communication, copies) are what the host spent blocked.

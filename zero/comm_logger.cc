@@ -1,5 +1,9 @@
 #include "zero/comm_logger.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/memory.h"
@@ -14,33 +18,41 @@ std::string canonical(const std::string& op) {
   return op;
 }
 
+// DeepSpeed's trim_mean(data, 0.1) (deepspeed/utils/timer.py): sorted, k = round(0.1 n)
+// dropped from each end (Python's round: half to even, as nearbyint), the mean of the rest.
+double trim_mean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t k = (size_t)std::nearbyint(0.1 * (double)v.size());
+  if (v.size() <= 2 * k) return 0;
+  return std::accumulate(v.begin() + k, v.end() - k, 0.0) / (double)(v.size() - 2 * k);
+}
+
 }  // namespace
 
 std::pair<double, double> CommLogger::bandwidth_gbps(const std::string& op, int64_t bytes,
                                                      double ms, int world) {
   if (ms <= 0) return {0, 0};
-  const double algbw = (double)bytes * 8 / (ms / 1e3) / 1e9;
+  const double rate = (double)bytes * 8 / (ms / 1e3) / 1e9;  // size / time, Gbps
   const double n = world;
-  const double factor = op.rfind("all_reduce", 0) == 0                 ? 2 * (n - 1) / n
-                        : op == "reduce_scatter" || op == "all_gather" ? (n - 1) / n
-                                                                       : 1.0;
-  return {algbw, algbw * factor};
+  if (op.rfind("all_reduce", 0) == 0) return {2 * rate, rate * 2 * (n - 1) / n};
+  if (op == "reduce_scatter" || op == "all_gather") return {rate, rate * (n - 1) / n};
+  return {rate, rate};
 }
 
 void CommLogger::record(const char* op, int64_t bytes, double ms) {
   const std::string name = op;
   if (!o_.prof_all) {
     bool wanted = false;
-    for (const std::string& p : o_.prof_ops) wanted |= canonical(p) == name;
+    for (const std::string& p : o_.prof_ops)  // "all_reduce" covers "all_reduce (scalars)"
+      wanted |= name == canonical(p) || name.rfind(canonical(p) + " (", 0) == 0;
     if (!wanted) return;
   }
   const auto [algbw, busbw] = bandwidth_gbps(name, bytes, ms, world_);
   std::lock_guard<std::mutex> lk(mu_);
   Stat& s = stats_[name][bytes];
-  ++s.count;
-  s.total_ms += ms;
-  s.algbw_sum += algbw;
-  s.busbw_sum += busbw;
+  s.ms.push_back(ms);
+  s.tput.push_back(algbw);
+  s.busbw.push_back(busbw);
   if (o_.verbose && out_)
     std::fprintf(out_,
                  "rank=%d | comm op: %s | time (ms): %.3f | msg size: %s | algbw (Gbps): %.2f | "
@@ -58,8 +70,9 @@ std::string CommLogger::summary() const {
     for (const auto& [bytes, s] : sizes)
       absl::StrAppend(
           &out, absl::StrFormat("%-24s%-16s%-10d%-20.2f%-18.3f%-18.2f%-18.2f\n", "",
-                                format_bytes(bytes), s.count, s.total_ms, s.total_ms / s.count,
-                                s.algbw_sum / s.count, s.busbw_sum / s.count));
+                                format_bytes(bytes), s.ms.size(),
+                                std::accumulate(s.ms.begin(), s.ms.end(), 0.0), trim_mean(s.ms),
+                                trim_mean(s.tput), trim_mean(s.busbw)));
   }
   return out;
 }

@@ -5,10 +5,13 @@
 // algorithmic and bus bandwidth), and with verbose one line per collective as it completes.
 //
 // Message size is the bytes of the whole buffer the collective spans: n for an all-reduce of
-// n, n x N_d for a reduce-scatter or all-gather of n a rank. Bandwidths follow nccl-tests'
-// PERFORMANCE.md, as DeepSpeed's calc_bw_log does: algbw = size / time; busbw = algbw x
-// 2(N_d - 1)/N_d for an all-reduce, x (N_d - 1)/N_d for a reduce-scatter or all-gather, x 1 for
-// a broadcast or barrier; in Gbps (10^9 bits per second).
+// n, n x N_d for a reduce-scatter or all-gather of n a rank. Bandwidths as DeepSpeed's
+// calc_bw_log computes them (from nccl-tests' PERFORMANCE.md, with one difference): tput
+// (algbw) = size / time, except an all-reduce's, which DeepSpeed counts as 2 x size / time;
+// busbw = size / time x 2(N_d - 1)/N_d for an all-reduce, x (N_d - 1)/N_d for a reduce-scatter
+// or all-gather, x 1 for a broadcast or barrier; in Gbps (10^9 bits per second). The summary's
+// averages are DeepSpeed's trim_mean(x, 0.1): the mean after dropping round(0.1 n) of the
+// smallest and of the largest values.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace zt {
 
@@ -35,16 +39,15 @@ class CommLogger {
   // One collective `op` over `bytes`, `ms` long. Thread-safe.
   void record(const char* op, int64_t bytes, double ms);
   // DeepSpeed's log_summary table: per operation, per message size: count, total latency (ms),
-  // average latency (ms), average algbw and busbw (Gbps).
+  // trimmed mean latency (ms), trimmed mean tput and busbw (Gbps).
   std::string summary() const;
-  // algbw and busbw of one `op` over `bytes` in `ms` on `world` ranks, in Gbps.
+  // tput and busbw of one `op` over `bytes` in `ms` on `world` ranks, in Gbps (calc_bw_log).
   static std::pair<double, double> bandwidth_gbps(const std::string& op, int64_t bytes, double ms,
                                                   int world);
 
  private:
-  struct Stat {
-    int64_t count = 0;
-    double total_ms = 0, algbw_sum = 0, busbw_sum = 0;
+  struct Stat {  // every sample, as DeepSpeed keeps them, for the trimmed means
+    std::vector<double> ms, tput, busbw;
   };
   CommsLoggerOptions o_;
   int world_, rank_;

@@ -110,12 +110,13 @@ TEST(MpiRuntime, DetectsLaunchersByEnvironment) {
   EXPECT_FALSE(launched_under_mpi());
 }
 
-// comms_logger's bandwidths, nccl-tests' PERFORMANCE.md convention (which DeepSpeed's
-// calc_bw_log follows): algbw = bytes / time; busbw = algbw x 2(n-1)/n for an all-reduce,
-// (n-1)/n for a reduce-scatter or all-gather, 1 for a broadcast. 1 GB in one second is 8 Gbps.
-TEST(CommLogger, BandwidthsFollowNcclTests) {
+// comms_logger's bandwidths as DeepSpeed's calc_bw_log computes them (comms_logging.py):
+// tput = bytes / time, twice that for an all-reduce; busbw = bytes / time x 2(n-1)/n for an
+// all-reduce, (n-1)/n for a reduce-scatter or all-gather, 1 for a broadcast. 1 GB in one
+// second is 8 Gbps.
+TEST(CommLogger, BandwidthsFollowDeepSpeedsCalcBwLog) {
   auto [alg, bus] = CommLogger::bandwidth_gbps("all_reduce", 1'000'000'000, 1000, 4);
-  EXPECT_DOUBLE_EQ(alg, 8.0);
+  EXPECT_DOUBLE_EQ(alg, 16.0);
   EXPECT_DOUBLE_EQ(bus, 12.0);
   std::tie(alg, bus) = CommLogger::bandwidth_gbps("reduce_scatter", 1'000'000'000, 500, 4);
   EXPECT_DOUBLE_EQ(alg, 16.0);
@@ -138,6 +139,10 @@ TEST(CommLogger, SummaryCountsWhatProfOpsAsksFor) {
   log.record("reduce_scatter", 4096, 4.0);
   log.record("reduce_scatter", 1024, 1.0);
   log.record("all_gather", 4096, 1.0);  // not asked for
+  CommLogger scalars({.prof_all = false, .prof_ops = {"all_reduce"}}, 2, 0, nullptr);
+  scalars.record("all_reduce (scalars)", 16, 1.0);
+  EXPECT_NE(scalars.summary().find("all_reduce (scalars)"), std::string::npos)
+      << "prof_ops all_reduce covers the scalar all-reduces";
   std::fclose(verbose);
   const std::string lines(buf, len), table = log.summary();
   std::free(buf);
@@ -151,6 +156,16 @@ TEST(CommLogger, SummaryCountsWhatProfOpsAsksFor) {
   const size_t row = table.find("4.00 KiB");
   ASSERT_NE(row, std::string::npos) << table;
   EXPECT_NE(table.find("2         6.00                3.000", row), std::string::npos) << table;
+}
+
+// The averages are DeepSpeed's trim_mean(x, 0.1): of ten latencies 1..9 and an outlier of
+// 1000 ms, round(0.1 x 10) = 1 is dropped from each end: the mean of 2..9 is 5.5 ms.
+TEST(CommLogger, AveragesDropTheOutliersAsDeepSpeedsTrimMean) {
+  CommLogger log({}, 2, 0, nullptr);
+  for (int i = 1; i <= 9; ++i) log.record("broadcast", 1000, i);
+  log.record("broadcast", 1000, 1000);
+  const std::string table = log.summary();
+  EXPECT_NE(table.find("10        1045.00             5.500"), std::string::npos) << table;
 }
 
 }  // namespace

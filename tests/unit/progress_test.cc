@@ -4,6 +4,8 @@
 #include "common/progress.h"
 
 #include <gtest/gtest.h>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +63,41 @@ TEST(Progress, PlainLinesOffATerminalAndSilenceWhenQuickOrQuiet) {
             }),
             "");
   set_progress_quiet(false);
+}
+
+// On a terminal 100 columns wide, a label too long for the line is cut from the left and the
+// bar narrowed so the redrawn line never wraps (a wrapped line is redrawn only in its last row).
+TEST(Progress, ALongLabelIsCutToTheTerminalsWidth) {
+  int master = -1, slave = -1;
+  winsize w{};
+  w.ws_col = 100;
+  w.ws_row = 24;
+  if (openpty(&master, &slave, nullptr, nullptr, &w) != 0) GTEST_SKIP() << "no pseudo-terminal";
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(slave, STDERR_FILENO);
+  const std::string label = "loading /a/very/long/directory/of/checkpoints/model.safetensors";
+  {
+    Progress p(label, 2048);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    p.update(2048);
+  }
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(slave);
+  std::string out(4096, '\0');
+  out.resize(std::max<ssize_t>(0, read(master, out.data(), out.size())));
+  close(master);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();  // onlcr
+  const size_t last = out.rfind('\r');
+  ASSERT_NE(last, std::string::npos) << out;
+  std::string line = out.substr(last + 1);
+  line = line.substr(0, line.find("\033[K"));
+  EXPECT_LE(line.size(), 99u) << line;
+  EXPECT_EQ(line.rfind("...", 0), 0u) << line;
+  EXPECT_NE(line.find("safetensors [==========] 100%"), std::string::npos) << line;
+  EXPECT_NE(line.find("100%"), std::string::npos) << line;
 }
 
 }  // namespace
