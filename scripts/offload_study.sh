@@ -18,19 +18,22 @@
 # Usage: scripts/offload_study.sh [--init_from HF_DIR] [--data FILE.json] [--steps N]
 #                                 [--out DIR] [--shared DIR] [--device cpu|cuda|auto]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-SHARED=../shared/data OUT=runs/offload_study STEPS=3 DATA="" INIT="" DEVICE=auto
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SHARED=$ROOT/../shared/data OUT=$ROOT/runs/offload_study STEPS=3 DATA="" INIT="" DEVICE=auto
+# Paths given on the command line are the caller's: resolved before the cd below.
 while (($#)); do
   case "$1" in
-    --init_from) INIT=$2; shift 2 ;;
-    --data) DATA=$2; shift 2 ;;
+    --init_from) INIT=$(realpath -m -- "$2"); shift 2 ;;
+    --data) DATA=$(realpath -m -- "$2"); shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    --shared) SHARED=$2; shift 2 ;;
+    --out) OUT=$(realpath -m -- "$2"); shift 2 ;;
+    --shared) SHARED=$(realpath -m -- "$2"); shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     *) echo "offload_study: unknown option '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "offload_study: --steps '$STEPS' is not a count" >&2; exit 2; }
+cd "$ROOT"
 DATA=${DATA:-$SHARED/alpaca_seed_tasks.json}
 TOK=$SHARED/llama2_tokenizer.model
 for f in "$DATA" "$TOK"; do
@@ -40,7 +43,14 @@ ZT=build/zerotrain
 [[ -x $ZT ]] || { echo "offload_study: $ZT not built (run scripts/setup.sh)" >&2; exit 2; }
 MODEL=(--model tinyllama-1.1b)
 [[ -n $INIT ]] && MODEL=(--init_from "$INIT")
-rm -rf "$OUT" && mkdir -p "$OUT"
+# $OUT is replaced only when it is empty or an earlier study's (its marker file): never a
+# directory the user meant to keep.
+MARK=.zerotrain_offload_study
+if [[ -e $OUT && ! -e $OUT/$MARK && -n $(ls -A "$OUT" 2>/dev/null) ]]; then
+  echo "offload_study: $OUT exists and is not an earlier study's output; give another --out" >&2
+  exit 2
+fi
+rm -rf "$OUT" && mkdir -p "$OUT" && touch "$OUT/$MARK"
 
 echo "== data: $DATA, packed into rows of 512 tokens"
 $ZT prepare --format alpaca --pack --tokenizer "$TOK" --input "$DATA" --out "$OUT/data" \
@@ -77,7 +87,7 @@ echo "== stage0: no offload (expected: the device-memory error)"
 if train stage0 > "$OUT/stage0.log" 2>&1; then
   echo "offload_study: stage 0 fit in 8 GiB (unexpected for TinyLlama-1.1B)" >&2
 else
-  grep -m1 "^error" "$OUT/stage0.log" | cut -c1-400
+  grep -m1 "^error" "$OUT/stage0.log" | cut -c1-400 || tail -n 3 "$OUT/stage0.log"
 fi
 # Without a GPU the device pool is host memory too: a configuration needs its device and host
 # totals (zerotrain estimate) in RAM at once. One that does not fit is skipped, saying so,
@@ -85,9 +95,15 @@ fi
 has_gpu() { [[ $DEVICE == cuda ]] || { [[ $DEVICE == auto ]] && [[ -e /dev/nvidia0 ]]; }; }
 fits() {  # name: 0 if it fits, else prints why and returns 1
   has_gpu && return 0
-  local need avail
-  need=$($ZT estimate --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 2>/dev/null |
-    awk '/^device total/ {d = $3} /^host total/ {h = $3} END {printf "%.2f", d + h}')
+  local need avail estimate
+  if ! estimate=$($ZT estimate --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 2>&1) ||
+    ! need=$(awk '/^device total/ {d = $3; nd++} /^host total/ {h = $3; nh++}
+                  END {if (!nd || !nh) exit 1; printf "%.2f", d + h}' <<< "$estimate"); then
+    echo "   skipped: zerotrain estimate gave no device and host totals:" >&2
+    head -n 3 <<< "$estimate" >&2
+    echo "$1: skipped, no memory estimate" >> "$OUT/skipped.txt"
+    return 1
+  fi
   avail=$(awk '/^MemAvailable/ {printf "%.2f", $2 / 2^20}' /proc/meminfo)
   if awk -v n="$need" -v a="$avail" 'BEGIN {exit !(n > a)}'; then
     echo "   skipped: needs $need GiB of RAM on the CPU backend (device pool and host memory" \
@@ -110,9 +126,15 @@ for name in stage2_cpu stage2_dpu stage3_cpu; do
   echo "   ($(( $(date +%s) - start )) s with set-up)"
   runs+=("$OUT/$name")
 done
+if ((${#runs[@]} == 0)); then
+  echo "offload_study: no configuration ran (see above); no table, no picture" >&2
+  exit 1
+fi
 echo "== table ($OUT/table.md)"
 $ZT compare --markdown "${runs[@]}" | tee "$OUT/table.md"
-[[ -f $OUT/skipped.txt ]] && sed 's/^/skipped: /' "$OUT/skipped.txt" | tee -a "$OUT/table.md"
+if [[ -f $OUT/skipped.txt ]]; then
+  sed 's/^/skipped: /' "$OUT/skipped.txt" | tee -a "$OUT/table.md"
+fi
 # The python3 on PATH, or Debian's (where setup.sh put python3-matplotlib) when PATH's lacks it.
 PY=""
 for p in python3 /usr/bin/python3; do

@@ -7,8 +7,11 @@ metrics.jsonl, as `zerotrain compare` does.
 
     python3 scripts/plot_runs.py RUN_DIR... --out FILE.png [--title TEXT]
 
-Needs matplotlib (scripts/setup.sh installs Debian's python3-matplotlib). Exit 2 with a message
-for a directory that is not a finished run.
+The memory panels stack each category's own peak (they need not peak at the same moment, so a
+bar's top can exceed the true peak, which a black tick marks, from run.json: the device pool's
+high-water mark, and the process's maximum resident set for the host); NVMe swap files
+are storage, not host memory, and are left out. Needs matplotlib (scripts/setup.sh installs
+Debian's python3-matplotlib). Exit 2 with a message for a directory that is not a finished run.
 """
 import argparse
 import json
@@ -16,14 +19,22 @@ import os
 import sys
 
 
+def die(message):
+    print(f"plot_runs: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(run_dir):
     paths = [os.path.join(run_dir, f) for f in ("run.json", "metrics.jsonl")]
     for p in paths:
         if not os.path.exists(p):
-            sys.exit(f"plot_runs: {run_dir} has no {os.path.basename(p)}: not the --run_dir of a "
-                     "finished `zerotrain train`?")
-    info = json.load(open(paths[0]))
-    rows = [json.loads(line) for line in open(paths[1]) if line.strip()]
+            die(f"{run_dir} has no {os.path.basename(p)}: not the --run_dir of a finished "
+                "`zerotrain train`?")
+    try:
+        info = json.load(open(paths[0]))
+        rows = [json.loads(line) for line in open(paths[1]) if line.strip()]
+    except ValueError as e:
+        die(f"{run_dir}: not JSON ({e})")
     per_step = (info["micro_batch"] * info["seq_len"] * info["gradient_accumulation"] *
                 info["world_size"])
     steps = [r for r in rows if "step_ms" in r]
@@ -41,24 +52,30 @@ def color(category):
     return COLORS.setdefault(category, f"C{len(COLORS) % 10}")
 
 
-def memory_bars(ax, runs, pool, total_key, title):
-    """Stacked bars of peak bytes by category (GiB), one bar per run."""
+SKIP = {"nvme"}  # storage, not memory
+
+
+def memory_bars(ax, runs, pool, total_key, total_label, title):
+    """Stacked bars of each category's peak bytes (GiB), one bar per run; a black tick at the
+    run's true peak total (run.json); a grey bar for a run without a memory report."""
     cats = []
     for r in runs:
         if r["memory"]:
-            cats += [c for c, v in r["memory"][pool].items() if v["peak_bytes"] and c not in cats]
-    bottoms = [0.0] * len(runs)
+            cats += [c for c, v in r["memory"][pool].items()
+                     if v["peak_bytes"] and c not in cats and c not in SKIP]
     names = [r["name"] for r in runs]
-    for c in cats or ["total"]:
-        heights = []
-        for r in runs:
-            if r["memory"]:
-                heights.append(r["memory"][pool].get(c, {}).get("peak_bytes", 0) / 2**30)
-            else:
-                heights.append(r["info"][total_key] / 2**30 if c == "total" else 0)  # run.json
+    bottoms = [0.0] * len(runs)
+    for c in cats:
+        heights = [r["memory"][pool].get(c, {}).get("peak_bytes", 0) / 2**30 if r["memory"] else 0
+                   for r in runs]
         ax.bar(names, heights, bottom=bottoms, label=c, color=color(c))
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_ylabel("GiB (peak)")
+    bare = [r["info"].get(total_key, 0) / 2**30 if not r["memory"] else 0 for r in runs]
+    if any(bare):
+        ax.bar(names, bare, color="lightgrey", hatch="//", label="peak total (no report)")
+    ax.scatter(names, [r["info"].get(total_key, 0) / 2**30 for r in runs], marker="_", s=400,
+               color="black", zorder=3, label=total_label)
+    ax.set_ylabel("GiB")
     ax.set_title(title)
     ax.legend(fontsize=7)
     ax.tick_params(axis="x", labelrotation=20, labelsize=7)
@@ -75,7 +92,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("plot_runs: needs matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        die("needs matplotlib (scripts/setup.sh installs python3-matplotlib)")
     runs = [load(d) for d in a.runs]
     fig, ax = plt.subplots(2, 2, figsize=(12, 8))
     for r in runs:
@@ -90,15 +107,19 @@ def main():
     ax[0][0].legend(fontsize=7)
     ax[0][1].set(xlabel="step", ylabel="tokens/s", title="throughput")
     ax[0][1].legend(fontsize=7)
-    memory_bars(ax[1][0], runs, "categories", "peak_device_bytes", "device memory by category")
-    memory_bars(ax[1][1], runs, "host_categories", "peak_host_bytes", "host memory by category")
+    memory_bars(ax[1][0], runs, "categories", "peak_device_bytes", "peak total (run.json)",
+                "device memory: each category's peak")
+    # The host tick is the process's maximum resident set: on the CPU backend it holds the
+    # device pool too.
+    memory_bars(ax[1][1], runs, "host_categories", "peak_host_bytes",
+                "process max RSS (run.json)", "host memory: each category's peak")
     if a.title:
         fig.suptitle(a.title)
     fig.tight_layout()
     try:
         fig.savefig(a.out, dpi=100)
     except OSError as e:
-        sys.exit(f"plot_runs: cannot write {a.out}: {e}")
+        die(f"cannot write {a.out}: {e}")
     print(f"plot_runs: wrote {a.out} ({len(runs)} runs)")
 
 
