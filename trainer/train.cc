@@ -723,7 +723,7 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   r.engine->reset_comm_wait();
   std::vector<int> pos(r.train->packed() ? x.size() : 0);  // packed rows: positions per example
   int* positions = pos.empty() ? nullptr : pos.data();
-  Tracer::instance().begin_step(step);
+  TracedStep traced(step);
   for (int micro = 0; micro < r.gas; ++micro) {
     r.train->next_batch(x.data(), y.data(), positions);
     r.engine->begin_pass();
@@ -738,9 +738,13 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
     s.backward_ms += tb.ms();
   }
   s.loss /= r.gas;
+  double loss_wait_ms = 0;
   if (r.comm->world_size() > 1) {  // the global mean over ranks
+    Timer tl;
     r.comm->all_reduce_scalars(&s.loss, 1, ScalarOp::kSum);
     s.loss /= r.comm->world_size();
+    loss_wait_ms = tl.ms();
+    trace_elapsed(Track::kCompute, "wait for communication", loss_wait_ms);
   }
   // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
   const OptimizerConfig& o = r.ds.optimizer;
@@ -757,11 +761,11 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   s.loss_scale = st.loss_scale;
   s.skipped = st.skipped;
   s.next_loss_scale = r.engine->loss_scale();
-  s.comm_wait_ms = r.engine->comm_wait_ms();
+  s.comm_wait_ms = r.engine->comm_wait_ms() + loss_wait_ms;
   s.recompute_ms = r.transformer->recompute_ms();
   r.transformer->reset_recompute_ms();
   if (r.engine->offloaded()) s.offload = r.engine->offload_times() - offload_t0;
-  if (const TraceSummary ts = Tracer::instance().end_step(step); ts.step > 0) s.trace = ts;
+  if (const TraceSummary ts = traced.end(); ts.step > 0) s.trace = ts;
   s.step_ms = t.ms();
   return s;
 }
@@ -817,6 +821,13 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
                  "notice: flops_profiler.profile_step %lld is not among this run's steps "
                  "(%lld to %lld): no profile\n",
                  (long long)profile_step, (long long)r.start_step + 1, (long long)opt.steps);
+  const ZerotrainConfig::Trace& trace = r.ds.zerotrain.trace;
+  if (root && trace.enabled && (trace.last_step <= r.start_step || trace.first_step > opt.steps))
+    std::fprintf(stderr,
+                 "notice: zerotrain.trace steps %lld to %lld are not among this run's steps "
+                 "(%lld to %lld): no trace\n",
+                 (long long)trace.first_step, (long long)trace.last_step,
+                 (long long)r.start_step + 1, (long long)opt.steps);
   for (int64_t step = r.start_step + 1; step <= opt.steps; ++step) {
     const bool profiling = r.profiler && step == profile_step;
     if (profiling) r.profiler->set_recording(true);

@@ -171,7 +171,13 @@ size_t Engine::host_bytes(MemCategory c, bool peak) const {
   return b;
 }
 OffloadTimes Engine::offload_times() const {
-  return optimizer_->times() + (params_ ? params_->times() : OffloadTimes{});
+  return optimizer_->times() + (params_ ? params_->times() : OffloadTimes{}) +
+         delayed_clock_.times();
+}
+
+void Engine::note_comm_wait(double ms) {
+  comm_wait_ms_ += ms;
+  trace_elapsed(Track::kCompute, "wait for communication", ms);
 }
 int64_t Engine::bytes_to_host() const {
   return optimizer_->bytes_to_host() + (delayed_ ? delayed_->bytes_to_host() : 0);

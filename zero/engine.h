@@ -262,11 +262,14 @@ class Engine final : public UnitEngine {
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
   std::unique_ptr<DelayedUpdate> delayed_;  // DPU: made at the first delayed step
   int64_t delayed_to_device_ = 0;           // its weights published to the device
+  OffloadClock delayed_clock_;  // the training thread's snapshot and copy-back around it
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
   int t_ = 0;
   double comm_wait_ms_ = 0;  // waiting for reductions (the gatherer counts its own)
+  // The training thread waited `ms` for communication: the breakdown's and the trace's.
+  void note_comm_wait(double ms);
   std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.

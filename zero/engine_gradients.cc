@@ -97,9 +97,7 @@ void Engine::reduce_to_shard(PendingReduce& p, UnitState& s) {
 void Engine::finish_reduce(PendingReduce& p) {
   Timer t;
   p.req.wait();
-  const double waited = t.ms();
-  comm_wait_ms_ += waited;
-  trace_elapsed(Track::kCompute, "wait for communication", waited);
+  note_comm_wait(t.ms());
   if (p.shard_of_all_reduce)
     be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * unit(p.unit).shard,
               unit(p.unit).shard * 4);

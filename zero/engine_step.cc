@@ -40,7 +40,11 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   for (size_t u = 0; u < units_.size(); ++u)  // kInSlot is never set for an offloaded gradient
     if (counted(units_[u]))
       ss += units_[u].owned_ss == UnitState::SumSq::kInSlot ? slots[u] : host_ss[u];
-  if (world_ > 1) comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
+  if (world_ > 1) {
+    Timer t;
+    comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
+    note_comm_wait(t.ms());
+  }
   // A non-finite gradient anywhere makes the sum non-finite on every rank.
   st.grad_norm = std::sqrt(ss) / st.loss_scale;
   const bool forced = forced_overflow();  // tests only (common/fault.h)
@@ -125,9 +129,7 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
   Timer t;
   for (CommRequest& g : gathers) g.wait();
   if (shared) shared_barrier();
-  const double waited = t.ms();
-  comm_wait_ms_ += waited;
-  trace_elapsed(Track::kCompute, "wait for communication", waited);
+  note_comm_wait(t.ms());
 }
 
 // Snapshots every owned gradient as the step would read it (the stored ones are then zeroed by
@@ -142,6 +144,7 @@ void Engine::start_delayed_update(const OptimizerStep& as) {
     delayed_ =
         std::make_unique<DelayedUpdate>(be_, optimizer_.get(), std::move(slices), opt_.param_dtype);
   }
+  Timer t;  // the gradient snapshot: the training thread copies before the worker starts
   delayed_->start(
       [&](int u) -> const void* {
         UnitState& s = units_[u];
@@ -149,13 +152,23 @@ void Engine::start_delayed_update(const OptimizerStep& as) {
         return s.host_grads ? nullptr : g.data;  // null: the state's host store has it
       },
       as);
+  delayed_clock_.add(OffloadClock::kGradOut, t.ms());
 }
 
 void Engine::finish_delayed_update() {
   if (!delayed_ || !delayed_->running()) return;
+  Timer waited;
   delayed_->wait();
+  // The part of the background step that compute did not hide: exposed optimizer time (the
+  // breakdown's cpu_step_ms already holds the whole step, from the worker's clock).
+  trace_elapsed(Track::kOptimizer, "wait for delayed update", waited.ms());
   // Node-shared: other ranks may still be reading the parameters in this step's backward.
-  if (shared_) shared_barrier();
+  if (shared_) {
+    Timer b;
+    shared_barrier();
+    note_comm_wait(b.ms());
+  }
+  Timer copied;
   std::vector<UnitState*> gather_units;
   delayed_->for_each_result([&](int u, const void* out, size_t bytes) {
     UnitState& s = units_[u];
@@ -168,6 +181,7 @@ void Engine::finish_delayed_update() {
     }
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   });
+  delayed_clock_.add(OffloadClock::kParamIn, copied.ms());
   gather_owned_slices(gather_units);
 }
 
