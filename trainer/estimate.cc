@@ -18,6 +18,7 @@
 #include "trainer/engine_options.h"
 #include "trainer/run_config.h"
 #include "zero/estimator.h"
+#include "zero/paper_tables.h"
 
 namespace zt {
 namespace {
@@ -233,10 +234,11 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
   if (!o.table.empty()) {
-    if (o.table != "zero-paper")
-      return absl::InvalidArgumentError("--table " + o.table +
-                                        " is unknown; use --table zero-paper");
-    return zero_paper_table();
+    if (o.table == "zero-paper") return zero_paper_table();
+    if (o.table == "zero-offload") return render_paper_tables(zero_offload_tables());
+    if (o.table == "zero-infinity") return render_paper_tables(zero_infinity_tables());
+    return absl::InvalidArgumentError(
+        "--table " + o.table + " is unknown; use zero-paper, zero-offload or zero-infinity");
   }
   if (o.gpus_per_node < 1 || o.nodes < 1)
     return absl::InvalidArgumentError("--gpus_per_node and --nodes must be >= 1");

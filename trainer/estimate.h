@@ -11,7 +11,9 @@
 namespace zt {
 
 struct EstimateOptions {
-  std::string table;    // "zero-paper": print Table 1 and Figure 1 of the ZeRO paper
+  // "zero-paper": Table 1 and Figure 1 of the ZeRO paper; "zero-offload", "zero-infinity": the
+  // ZeRO-Offload and ZeRO-Infinity papers' tables (zero/paper_tables.h).
+  std::string table;
   std::string formula;  // "deepspeed": DeepSpeed's estimate_zero{2,3}_model_states_mem_needs
   std::string model;    // preset; empty -> params
   int64_t params = 0;   // Ψ when no preset

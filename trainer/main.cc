@@ -95,7 +95,7 @@ ABSL_FLAG(uint64_t, seed, 1337,
 ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
 // estimate (also --model, --seq_len)
 ABSL_FLAG(std::string, table, "",
-          "estimate: 'zero-paper' prints Table 1 and Figure 1 of the ZeRO paper");
+          "estimate: 'zero-paper' (ZeRO Table 1, Figure 1), 'zero-offload', 'zero-infinity'");
 ABSL_FLAG(std::string, formula, "", "estimate: 'deepspeed' prints DeepSpeed's estimator formulas");
 ABSL_FLAG(int64_t, params, 0, "estimate: parameter count Psi (instead of --model)");
 ABSL_FLAG(int64_t, largest_layer_params, 0,
@@ -163,7 +163,8 @@ constexpr const char* kUsage =
     "  estimate --model PRESET | --params N [--stage S --dp N_d --offload_optimizer cpu ...]\n"
     "           [--micro_batch B --seq_len T --device cuda (a GPU's 16-bit activations, no fp32\n"
     "            view of 16-bit weights)]\n"
-    "           --table zero-paper | --formula deepspeed [--gpus_per_node G --nodes n]\n"
+    "           --table zero-paper|zero-offload|zero-infinity\n"
+    "           --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
     "lists every flag.";

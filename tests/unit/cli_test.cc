@@ -564,6 +564,25 @@ TEST_F(Cli, CommReportIsThePapersVolume) {
   }
 }
 
+// ZeRO-Offload §3's minimum volume, measured: one rank, bf16, stage 2 with the optimizer on the
+// CPU moves the 16-bit gradients out (2Ψ bytes) and the 16-bit parameters back in (2Ψ) each
+// step, 4M in all (zerotrain estimate --table zero-offload prints the same from the formula).
+TEST_F(Cli, OffloadMovesTheZeroOffloadPapersFourM) {
+  const int64_t psi =
+      256 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 + 256 * 64;
+  write(path("off.json"), R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+  const Result r = run(train("--deepspeed " + path("off.json") + " --comm_report"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(path("run") + "/comm_report_rank0.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["steps"].size(), 3u);
+  for (const auto& step : j["steps"]) {
+    EXPECT_EQ(step["offload"]["device_to_host_bytes"].get<int64_t>(), 2 * psi) << step.dump();
+    EXPECT_EQ(step["offload"]["host_to_device_bytes"].get<int64_t>(), 2 * psi) << step.dump();
+  }
+}
+
 // fp16's loss-scaler keys reach the run, against DeepSpeed's dynamic scaler rule (an overflow
 // skips the step; once `hysteresis` overflows have used up the counter, each further overflow
 // halves the scale; the counter is refilled only by clean steps): from 2^initial_scale_power

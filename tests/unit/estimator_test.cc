@@ -585,6 +585,12 @@ TEST(EstimateCommand, ModesAndErrors) {
   auto t = estimate_text(o);
   ASSERT_TRUE(t.ok());
   EXPECT_NE(t->find("4187 / 2218 / 250"), std::string::npos);
+  for (const char* table : {"zero-offload", "zero-infinity"}) {  // zero/paper_tables.h
+    o.table = table;
+    t = estimate_text(o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_NE(t->find("[paper: "), std::string::npos) << *t;
+  }
 
   o = {};
   o.formula = "deepspeed";
@@ -606,7 +612,7 @@ TEST(EstimateCommand, ModesAndErrors) {
   EXPECT_NE(t->find("device model states"), std::string::npos);
 
   for (auto bad : std::vector<std::function<void(EstimateOptions&)>>{
-           [](EstimateOptions& x) { x.table = "zero-infinity"; },
+           [](EstimateOptions& x) { x.table = "zero-infinity-2"; },
            [](EstimateOptions& x) { x.formula = "megatron"; },
            [](EstimateOptions& x) { x.stage = 4; },
            [](EstimateOptions& x) { x.offload_optimizer = "gpu"; },
