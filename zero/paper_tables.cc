@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -267,12 +268,169 @@ std::string wrap(const std::string& text, const std::string& indent) {
   return line.empty() ? out : absl::StrCat(out, line, "\n");
 }
 
+// ---- The largest model per system (ZeRO-Offload Figure 7, ZeRO-Infinity Figure 6(a)) ----
+
+// One DGX-2 as both papers use it: V100 32 GB GPUs, 1.5 TB of host memory, 28 TB of NVMe (ZeRO-
+// Infinity Figure 2(b)). The model-state budget of a GPU is the papers' own anchor: 1.4B is the
+// largest model PyTorch trains (16 bytes a parameter: 22.4 GB); the rest of the 32 GB holds
+// activations, working buffers and fragmentation at the papers' batch sizes, taken as the same
+// for every system.
+constexpr double kGpuStateBudget = 16 * 1.4e9, kHostBytes = 1.5e12, kNvmeBytes = 28e12;
+
+// A ZeRO layout on N ranks of one node.
+struct Layout {
+  int stage, n;
+  OffloadDevice optimizer = OffloadDevice::kNone, params = OffloadDevice::kNone;
+};
+
+// Does a model of Ψ parameters (100 equal blocks, so buffers sized by the largest unit are a
+// block's) fit: model states within the GPU budget, the node's host memory (all N ranks) and
+// its NVMe, by zerotrain's memory model (bf16, K = 12)?
+bool fits(const Layout& l, double psi) {
+  EstimateInput in;
+  in.unit_numel.assign(100, (int64_t)(psi / 100));
+  in.stage = l.stage;
+  in.dp = l.n;
+  in.offload_optimizer = l.optimizer;
+  in.offload_param = l.params;
+  const auto e = estimate_memory(in);
+  return e.ok() && (double)e->device_model_states() <= kGpuStateBudget &&
+         (double)e->host_total() * l.n <= kHostBytes && (double)e->nvme() * l.n <= kNvmeBytes;
+}
+
+// The largest Ψ that fits, in billions (bisection on 1e8 .. 1e14; within 0.1%).
+double largest_billions(const Layout& l) {
+  double lo = 1e8, hi = 1e14;
+  if (!fits(l, lo)) return 0;
+  while (hi / lo > 1.001) {
+    const double mid = std::sqrt(lo * hi);
+    (fits(l, mid) ? lo : hi) = mid;
+  }
+  return lo / 1e9;
+}
+
+// As the figures print sizes: one decimal below 10 ("1.4", "8"), whole billions above.
+std::string billions(double b) {
+  if (!std::isfinite(b)) return "-";
+  if (b >= 10) return absl::StrCat(std::llround(b));
+  std::string s = fixed(b, 1);
+  if (s.size() > 2 && s.substr(s.size() - 2) == ".0") s.resize(s.size() - 2);
+  return s;
+}
+
+constexpr char kLargestNotes[] =
+    "Billions of parameters. Rule: a GPU holds 22.4 GB of model states (the papers' own anchor: "
+    "PyTorch's largest, 1.4B x 16 bytes; the rest of the V100's 32 GB goes to activations and "
+    "buffers), one DGX-2 node 1.5 TB of host memory and 28 TB of NVMe (ZeRO-Infinity Figure "
+    "2(b)); each ZeRO system's bytes per parameter come from zerotrain's memory model (bf16, "
+    "K = 12), Megatron's from tensor parallelism (16 bytes / MP); model parallelism that the "
+    "papers add to ZeRO-Offload is not modelled. The papers measured real runs: their "
+    "activations grow with the model and their batch sizes differ per system, which this rule "
+    "does not follow, so most cells differ by 5-40%.";
+
+PaperTable offload_figure7() {
+  PaperTable t{"zero-offload/figure7",
+               "ZeRO-Offload Figure 7: the size of the biggest model that can be trained on a "
+               "single GPU, 4 and 16 GPUs (one DGX-2 node)",
+               kLargestNotes,
+               {"1 GPU", "4 GPUs", "16 GPUs"},
+               {}};
+  const OffloadDevice kCpu = OffloadDevice::kCpu;
+  const int gpus[] = {1, 4, 16};
+  struct System {
+    const char* name;
+    const char* printed[3];
+    std::function<double(int)> largest;  // NAN: not modelled
+    const char* note;
+  };
+  const System systems[] = {
+      {"PyTorch DDP", {"1.4", "1.4", "1.4"},
+       [&](int n) { return largest_billions({0, n}); }, ""},
+      {"Megatron", {"1.4", "4.5", "15"},
+       [&](int n) { return kGpuStateBudget / (16.0 / n) / 1e9; },
+       "tensor parallelism over all GPUs would give 16 bytes / MP a parameter; Megatron also "
+       "replicates its embeddings and keeps activations that do not shrink with MP"},
+      {"ZeRO-2", {"1.4", "3.9", "8"},
+       [&](int n) { return largest_billions({2, n}); },
+       "stage 2 keeps 2 + 14 / N_d bytes a parameter on a GPU; the measured bars also carry "
+       "each run's activations"},
+      {"SwapAdvisor", {"8", "8", "8"}, [](int) { return NAN; },
+       "not a ZeRO layout (swapping by a genetic search): not modelled"},
+      {"L2L", {"17", "17", "17"}, [](int) { return NAN; },
+       "not a ZeRO layout (one layer at a time on the GPU): not modelled"},
+      {"ZeRO-Offload", {"13", "30", "70"},
+       [&](int n) { return largest_billions({2, n, kCpu}); },
+       "stage 2 with the optimizer on the CPU keeps the 2-byte p16 of every parameter on each "
+       "GPU, whatever N_d; the paper adds model parallelism (MP 2-8, its Table 3) beyond one GPU "
+       "and ran 13B at batch 4"},
+  };
+  for (const System& sys : systems) {
+    PaperRow row{sys.name, {}};
+    for (int i = 0; i < 3; ++i) {
+      const std::string ours = billions(sys.largest(gpus[i]));
+      row.cells.push_back(cell(ours, sys.printed[i], sys.note));
+    }
+    t.rows.push_back(std::move(row));
+  }
+  // The paper's headline ratio: 13B on one GPU against PyTorch's 1.4B.
+  const double ratio = largest_billions({2, 1, kCpu}) / largest_billions({0, 1});
+  t.rows.push_back({"ZeRO-Offload / PyTorch",
+                    {cell(fixed(ratio, 1) + "x", "9.3x",
+                          "the paper's 13B ran at batch 4 a GPU, its models up to 2B at batch 32 "
+                          "(its Table 3): the larger activations of the small models left "
+                          "PyTorch less of the GPU for model states than this rule gives it"),
+                     cell("", ""), cell("", "")}});
+  return t;
+}
+
+PaperTable infinity_figure6a() {
+  PaperTable t{"zero-infinity/figure6a",
+               "ZeRO-Infinity Figure 6(a): max model size w.r.t. ZeRO strategies (one DGX-2, 16 "
+               "GPUs)",
+               kLargestNotes,
+               {"Max model size (B)"},
+               {}};
+  const OffloadDevice kCpu = OffloadDevice::kCpu, kNvme = OffloadDevice::kNvme;
+  struct System {
+    const char* name;
+    const char* printed;
+    double largest;
+    const char* note;
+  };
+  const System systems[] = {
+      {"Data parallel", "1.4", largest_billions({0, 16}), ""},
+      {"ZeRO 2", "10", largest_billions({2, 16}),
+       "2 + 14/16 bytes a parameter on a GPU; the paper's 10B ran at batch 1 a GPU"},
+      {"ZeRO Offload", "13", largest_billions({2, 16, kCpu}),
+       "the 2-byte p16 of every parameter on each GPU; the paper's 13B ran at batch 1"},
+      {"ZeRO 3", "20", largest_billions({3, 16}),
+       "16/16 bytes a parameter on a GPU; the paper's 20B is the largest of its configurations "
+       "(Table 4) that ran"},
+      {"3D Parallelism", "20", NAN, "tensor and pipeline parallelism: not modelled"},
+      {"ZeRO-Inf-CPU", "70", largest_billions({3, 16, kCpu, kCpu}),
+       "host memory holds p16, g16 and the fp32 states (16 bytes a parameter): 1.5 TB / 16; the "
+       "paper's 70B is its largest configuration that ran (hidden 8K, 125 layers), with "
+       "activation checkpoints and pinned buffers in host memory as well"},
+      {"ZeRO-Inf-NVMe", "1000", largest_billions({3, 16, kNvme, kNvme}),
+       "zerotrain keeps the 16-bit gradient shards in host memory (2 bytes a parameter for the "
+       "node: 1.5 TB / 2 less the NVMe windows) where DeepSpeed's optimizer swapper writes them "
+       "to NVMe (swap_out_gradients); "
+       "the bar has no printed value, 1000 is the configuration of the paper's Table 4 (1000B) "
+       "that ran"},
+  };
+  for (const System& s : systems)
+    t.rows.push_back({s.name, {cell(billions(s.largest), s.printed, s.note)}});
+  return t;
+}
+
 }  // namespace
 
-std::vector<PaperTable> zero_offload_tables() { return {offload_table1(), offload_volume()}; }
+std::vector<PaperTable> zero_offload_tables() {
+  return {offload_table1(), offload_volume(), offload_figure7()};
+}
 
 std::vector<PaperTable> zero_infinity_tables() {
-  return {infinity_figure2a(), infinity_bandwidth(), infinity_table3()};
+  return {infinity_figure2a(), infinity_bandwidth(), infinity_table3(), infinity_figure6a()};
 }
 
 std::string render_paper_tables(const std::vector<PaperTable>& tables) {
