@@ -82,9 +82,17 @@ std::vector<std::string> preset_names() {
 absl::StatusOr<ModelConfig> preset(std::string_view name) {
   for (const auto& p : presets())
     if (name == p.name) return p.config;
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".json") {  // transformers' from_config
+    ZT_ASSIGN_OR_RETURN(const std::string text,
+                        read_file(std::string(name), "--model (a Hugging Face config.json)"));
+    ZT_ASSIGN_OR_RETURN(ModelConfig c, config_from_hf_json(text, name));
+    ZT_RETURN_IF_ERROR(validate(c));
+    return c;
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown model preset '", std::string(name),
-                   "'; choose one of: ", absl::StrJoin(preset_names(), ", ")));
+      absl::StrCat("unknown model preset '", std::string(name), "'; choose one of: ",
+                   absl::StrJoin(preset_names(), ", "),
+                   ", or give a Hugging Face config.json (a model of its shape)"));
 }
 
 absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source) {

@@ -57,8 +57,10 @@ void for_each_field(const ModelConfig& c, F&& f) {
 // Names accepted by --model, in the order `zerotrain info` lists them.
 std::vector<std::string> preset_names();
 // Preset by name (gpt2-124m/350m/774m/1558m, tinyllama-1.1b, llama-7b, llama2-7b, and the
-// small test/demo sizes tiny-gpt2, tiny-llama, shakespeare-llama). Unknown name -> error
-// listing the presets.
+// small test/demo sizes tiny-gpt2, tiny-llama, shakespeare-llama), or the path of a Hugging
+// Face config.json (a name ending ".json": a model of that shape, as transformers'
+// from_config; train initialises it randomly). Unknown name -> error listing the presets;
+// an unreadable or invalid file -> error naming it.
 absl::StatusOr<ModelConfig> preset(std::string_view name);
 // Parses a Hugging Face config.json (model_type "gpt2" or "llama").
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std::string_view where);

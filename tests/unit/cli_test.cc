@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "data/shard.h"
+#include "model/config.h"
 #include "tests/unit/cli_helpers.h"
 
 namespace zt {
@@ -789,6 +790,29 @@ TEST_F(Cli, MissingFiles) {
                         path("missing.txt") + " --out " + path("out")),
                     {"missing.txt"});
   expect_user_error(run("info --model gpt5"), {"unknown model preset 'gpt5'"});
+}
+
+// --model FILE.json: a Hugging Face config.json gives a model of its shape with random weights
+// (transformers' from_config): tiny-llama with 3 layers instead of 2 has one more block,
+// 36,992 parameters (CommReportIsThePapersVolume's closed form), and trains; an invalid file
+// is named.
+TEST_F(Cli, ModelFromAHuggingFaceConfigJson) {
+  ModelConfig c = *preset("tiny-llama");
+  c.n_layer = 3;
+  write(path("three.json"), hf_config_json(c, "float32", -1, -1));
+  const Result info = run("info --model " + path("three.json"));
+  ASSERT_EQ(info.code, 0) << info.out;
+  const int64_t psi =
+      256 * 64 + 3 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 + 256 * 64;
+  EXPECT_NE(info.out.find(std::to_string(psi)), std::string::npos) << info.out;
+  std::string cmd = train("--deepspeed " + path("ds.json"));
+  cmd.replace(cmd.find("tiny-llama"), 10, path("three.json"));
+  const Result r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("5 units"), std::string::npos) << "embedding, 3 blocks, head\n" << r.out;
+  write(path("bad.json"), R"({"model_type": "llama", "hidden_size": 0})");
+  expect_user_error(run("info --model " + path("bad.json")), {"bad.json"});
+  expect_user_error(run("info --model " + path("none.json")), {"none.json"});
 }
 
 TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
