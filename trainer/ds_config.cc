@@ -776,25 +776,30 @@ absl::Status parse_activation_checkpointing(const std::string& src, const json& 
   return absl::OkStatus();
 }
 
+// A memory cap: bytes (an integer >= 0) or a size with a unit ("8GiB"); absent or null: 0.
+absl::Status parse_memory_limit(ObjectReader& r, const char* key, int64_t* out) {
+  ZT_ASSIGN_OR_RETURN(const json* limit, r.raw({key}));
+  if (!limit || limit->is_null()) return absl::OkStatus();
+  if (limit->is_number_unsigned() || (limit->is_number_integer() && limit->get<int64_t>() >= 0)) {
+    if (!limit->is_number_integer() || limit->get<uint64_t>() > uint64_t{9'000'000'000'000'000'000})
+      return r.error(key, absl::StrCat(show(*limit), " bytes is more than the 9e18 bytes allowed"));
+    *out = limit->get<int64_t>();
+  } else if (limit->is_string()) {
+    auto bytes = parse_byte_size(limit->get<std::string>());
+    if (!bytes.ok()) return r.error(key, std::string(bytes.status().message()));
+    *out = *bytes;
+  } else {
+    return r.error(key, absl::StrCat("expected bytes (an integer >= 0) or a size such as \"8GiB\", "
+                                     "got ",
+                                     show(*limit)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainConfig* z) {
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zerotrain"));
-  ZT_ASSIGN_OR_RETURN(const json* limit, r.raw({"device_memory_limit"}));
-  if (limit && !limit->is_null()) {
-    if (limit->is_number_unsigned() || (limit->is_number_integer() && limit->get<int64_t>() >= 0)) {
-      if (!limit->is_number_integer() || limit->get<uint64_t>() > uint64_t{9'000'000'000'000'000'000})
-        return r.error("device_memory_limit",
-                       absl::StrCat(show(*limit), " bytes is more than the 9e18 bytes allowed"));
-      z->device_memory_limit = limit->get<int64_t>();
-    } else if (limit->is_string()) {
-      auto bytes = parse_byte_size(limit->get<std::string>());
-      if (!bytes.ok()) return r.error("device_memory_limit", std::string(bytes.status().message()));
-      z->device_memory_limit = *bytes;
-    } else {
-      return r.error("device_memory_limit",
-                     absl::StrCat("expected bytes (an integer >= 0) or a size such as \"8GiB\", "
-                                  "got ", show(*limit)));
-    }
-  }
+  ZT_RETURN_IF_ERROR(parse_memory_limit(r, "device_memory_limit", &z->device_memory_limit));
+  ZT_RETURN_IF_ERROR(parse_memory_limit(r, "host_memory_limit", &z->host_memory_limit));
   ZT_ASSIGN_OR_RETURN(const json* dpu, section(r, {"delayed_param_update"}));
   if (dpu) {
     ZT_ASSIGN_OR_RETURN(ObjectReader d,

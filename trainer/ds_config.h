@@ -168,6 +168,11 @@ struct ZerotrainConfig {
   // with a unit ("8GiB", "7.5GB"). An allocation past it stops the run with the bytes in use
   // per category and what the estimator says would fit.
   int64_t device_memory_limit = 0;
+  // Cap on this rank's host memory for model states and offload buffers (the host categories
+  // of memory_report: optimizer state, gradients, parameters, pinned staging, cpu_checkpointing's
+  // checkpoints; not NVMe), as device_memory_limit; 0: none. Checked after set-up and after each
+  // step against the peaks, so a run stops at most one step after passing it.
+  int64_t host_memory_limit = 0;
   // "delayed_param_update": {"enabled": bool, "warmup_steps": int >= 0}: the ZeRO-Offload
   // paper's one-step delayed parameter update (zero/engine.h EngineOptions::
   // delayed_update_after) after warmup_steps ordinary steps (default 10). Needs

@@ -208,11 +208,13 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   row("nvme", [](const MemoryEstimate& e) { return e.nvme(); });
   const int64_t device =
       o.device_memory > 0 ? o.device_memory : (ds ? ds->zerotrain.device_memory_limit : 0);
-  if (device > 0 || o.host_memory > 0) {
+  const int64_t host =
+      o.host_memory > 0 ? o.host_memory : (ds ? ds->zerotrain.host_memory_limit : 0);
+  if (device > 0 || host > 0) {
     out += "\n";
     for (size_t k = 0; k < es.size(); ++k) {
       if (es.size() > 1) out += "stage " + std::to_string(stages[k]) + " ";
-      out += fit_text(es[k], device, o.host_memory);
+      out += fit_text(es[k], device, host);
     }
   }
   return out;

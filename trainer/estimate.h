@@ -35,7 +35,7 @@ struct EstimateOptions {
   // it), for N_d = dp ranks; the dtype, offload, stage and micro_batch options must be unset.
   std::string deepspeed;
   // Bytes available per rank (0: not checked): the estimate then says whether it fits. The
-  // ds_config's zerotrain.device_memory_limit serves when device_memory is 0.
+  // ds_config's zerotrain.device_memory_limit and host_memory_limit serve when these are 0.
   int64_t device_memory = 0, host_memory = 0;
   // "cuda": activations in the working dtype, as a GPU keeps them; otherwise fp32, as the CPU
   // backend (train's --device; auto counts as the CPU here, so the estimate is the same on

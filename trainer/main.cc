@@ -146,6 +146,9 @@ ABSL_FLAG(std::string, trace_steps, "",
 ABSL_FLAG(std::string, device_memory_limit, "",
           "train: cap on device memory, e.g. 8GiB (as the ds_config key "
           "zerotrain.device_memory_limit; give one or both equal)");
+ABSL_FLAG(std::string, host_memory_limit, "",
+          "train: cap on this rank's host memory for model states and offload buffers, e.g. "
+          "16GiB (as zerotrain.host_memory_limit; give one or both equal)");
 
 namespace {
 
@@ -309,12 +312,15 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.memory_report = absl::GetFlag(FLAGS_memory_report);
   o.comm_report = absl::GetFlag(FLAGS_comm_report);
   o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);
-  if (const std::string lim = absl::GetFlag(FLAGS_device_memory_limit); !lim.empty()) {
-    auto bytes = zt::parse_byte_size(lim);
-    if (!bytes.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(
-                         "--device_memory_limit: ", bytes.status().message())));
-    o.device_memory_limit = *bytes;
-  }
+  for (auto [flag, name, out] :
+       {std::tuple{&FLAGS_device_memory_limit, "--device_memory_limit", &o.device_memory_limit},
+        std::tuple{&FLAGS_host_memory_limit, "--host_memory_limit", &o.host_memory_limit}})
+    if (const std::string lim = absl::GetFlag(*flag); !lim.empty()) {
+      auto bytes = zt::parse_byte_size(lim);
+      if (!bytes.ok())
+        return fail(absl::InvalidArgumentError(absl::StrCat(name, ": ", bytes.status().message())));
+      *out = *bytes;
+    }
   if (const std::string steps = absl::GetFlag(FLAGS_trace_steps); !steps.empty()) {
     const std::vector<std::string> p = absl::StrSplit(steps, ',');
     if (p.size() != 2 || !absl::SimpleAtoi(p[0], &o.trace_first) ||
@@ -532,7 +538,8 @@ int main(int argc, char** argv) {
     for (const char* flag :
          {"--deepspeed", "--train_data", "--val_data", "--run_dir", "--steps", "--val_every",
           "--val_batches", "--shuffle", "--memory_report", "--comm_report",
-          "--gradient_checkpointing", "--device_memory_limit", "--attention", "--save_dir",
+          "--gradient_checkpointing", "--device_memory_limit", "--host_memory_limit",
+          "--attention", "--save_dir",
           "--save_interval", "--keep_last", "--resume", "--resume_from"})
       if (given(flag))
         return fail(absl::InvalidArgumentError(

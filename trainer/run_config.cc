@@ -43,6 +43,11 @@ absl::StatusOr<DsConfig> resolve_run_config(std::string_view text, int world,
     return clash(path, "device_memory_limit", format_bytes(f.device_memory_limit),
                  format_bytes(z.device_memory_limit));
   if (f.device_memory_limit > 0) z.device_memory_limit = f.device_memory_limit;
+  if (f.host_memory_limit > 0 && z.host_memory_limit > 0 &&
+      f.host_memory_limit != z.host_memory_limit)
+    return clash(path, "host_memory_limit", format_bytes(f.host_memory_limit),
+                 format_bytes(z.host_memory_limit));
+  if (f.host_memory_limit > 0) z.host_memory_limit = f.host_memory_limit;
   if (f.gradient_checkpointing) z.gradient_checkpointing = true;
   if (ds.activation_checkpointing.given && !z.gradient_checkpointing)
     ds.notices.push_back(

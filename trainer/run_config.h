@@ -16,6 +16,7 @@ namespace zt {
 struct KeyFlags {
   std::string attention;                // --attention ("": not given)
   int64_t device_memory_limit = 0;      // --device_memory_limit, bytes (0: not given)
+  int64_t host_memory_limit = 0;        // --host_memory_limit, bytes (0: not given)
   bool gradient_checkpointing = false;  // --gradient_checkpointing (only turns it on)
   std::string save_dir;                 // --save_dir ("": not given)
   int64_t save_interval = -1;           // --save_interval (-1: not given)

@@ -394,6 +394,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
                       resolve_run_config(r.ds_text, r.comm->world_size(), opt.deepspeed,
                                          {.attention = opt.attention,
                                           .device_memory_limit = opt.device_memory_limit,
+                                          .host_memory_limit = opt.host_memory_limit,
                                           .gradient_checkpointing = opt.gradient_checkpointing,
                                           .save_dir = opt.save_dir,
                                           .save_interval = opt.save_interval,
@@ -501,6 +502,34 @@ absl::Status setup_model(Run& r) {
   return absl::OkStatus();
 }
 
+// zerotrain.host_memory_limit against the host categories (model states, offload buffers and
+// cpu_checkpointing's checkpoints; not NVMe), at their peaks, as memory_report counts them; collective, so every rank stops together. Checked after
+// set-up and after each step rather than at each allocation.
+absl::Status check_host_memory_limit(Run& r) {
+  const int64_t limit = r.ds.zerotrain.host_memory_limit;
+  if (limit <= 0) return absl::OkStatus();
+  std::string in_use;
+  double peak = 0;
+  for (size_t k = 0; k < kNumMemCategories; ++k) {
+    const auto c = static_cast<MemCategory>(k);
+    const size_t b = c == MemCategory::kNvme ? 0
+                                             : r.engine->host_bytes(c, /*peak=*/true) +
+                                                   r.transformer->host_tracker().peak(c);
+    if (b == 0) continue;
+    peak += (double)b;
+    absl::StrAppend(&in_use, in_use.empty() ? "" : ", ", std::string(mem_category_name(c)), " ",
+                    format_bytes((int64_t)b));
+  }
+  double worst[1] = {peak};
+  r.comm->all_reduce_scalars(worst, 1, ScalarOp::kMax);
+  if (worst[0] <= (double)limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "host memory limit ", format_bytes(limit), " exceeded: a rank holds ",
+      format_bytes((int64_t)worst[0]), " of model states and offload buffers at its peak (rank ",
+      r.comm->rank(), ": ", in_use, "); `zerotrain estimate --host_memory` says what fits, or "
+      "raise the limit"));
+}
+
 // The ZeRO engine on r's model, communicator and state, and its initial weights. Resuming is a
 // phase of its own: with node-shared parameters every rank writes whole units, so the
 // checkpoint's values must not be written while another rank may still write the initial ones
@@ -515,7 +544,7 @@ absl::Status setup_engine(const TrainOptions& opt, Run& r) {
   }
   ZT_RETURN_IF_ERROR(load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed,
                                          *r.engine, r.comm->rank() == 0));
-  return absl::OkStatus();
+  return check_host_memory_limit(r);
 }
 
 absl::Status setup_resume(const TrainOptions& opt, Run& r) {
@@ -597,6 +626,7 @@ absl::Status write_run_summary(const TrainOptions& opt, Run& r) {
       {"world_size", r.comm->world_size()},
       {"device", std::string(r.backend->name())},
       {"device_memory_limit", (int64_t)r.backend->memory_limit()},
+      {"host_memory_limit", r.ds.zerotrain.host_memory_limit},
       {"steps", opt.steps},
       {"peak_device_bytes", (int64_t)peaks[0]},
       {"peak_host_bytes", (int64_t)peaks[1]}};
@@ -835,6 +865,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     const CommStats comm_before = r.comm->stats();
     const OffloadTraffic offload_before{r.engine->bytes_to_host(), r.engine->bytes_to_device()};
     ZT_ASSIGN_OR_RETURN(StepRecord rec, train_step(r, step, x, y));
+    ZT_RETURN_IF_ERROR(check_host_memory_limit(r));
     comm_steps.push_back(comm_delta(r.comm->stats(), comm_before));
     offload_steps.push_back({r.engine->bytes_to_host() - offload_before.to_host,
                              r.engine->bytes_to_device() - offload_before.to_device});

@@ -34,6 +34,7 @@ struct TrainOptions {
   bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit
+  int64_t host_memory_limit = 0;        // bytes (0: none); also zerotrain.host_memory_limit
   bool gradient_checkpointing = false;  // also zerotrain.gradient_checkpointing
   // --trace_steps FIRST,LAST: zerotrain.trace on for those steps (0, 0: as the ds_config says).
   int64_t trace_first = 0, trace_last = 0;

@@ -75,6 +75,35 @@ void expect_user_error(const Result& r, std::vector<std::string> phrases) {
   for (const auto& p : phrases) EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
 }
 
+// "zerotrain": {"host_memory_limit": ...} (or the flag) caps a rank's host memory for offloaded
+// model states and buffers: tiny-llama's fp32 stage 2 with the optimizer on the CPU holds 1.63
+// MiB of gradients and optimizer state after set-up (K = 8 + 4 bytes of gradient a parameter,
+// 106,816 parameters: 1,281,792 + 427,264 bytes) and adds 289 KiB of pinned staging at its
+// first step: 1 MiB stops it at set-up, 1.7 MiB after step 1, each with exit 2 and the
+// categories; 8 MiB fits. estimate reads the same key.
+TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
+  auto ds = [&](const std::string& limit) {
+    write(path("host.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        "zerotrain": {"host_memory_limit": ")" + limit + R"("}})");
+    return train("--deepspeed " + path("host.json"));
+  };
+  Result r = run(ds("1MiB"));
+  expect_user_error(r, {"host memory limit 1.00 MiB exceeded", "optimizer 1.22 MiB",
+                        "grads 417.25 KiB"});
+  EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
+  r = run(ds("1.7MiB"));
+  // pinned_host exists only once the first step ran; the run stops before step 2.
+  expect_user_error(r, {"host memory limit 1.70 MiB exceeded", "pinned_host 289.00 KiB"});
+  EXPECT_EQ(r.out.find("step    2/"), std::string::npos) << r.out;
+  EXPECT_EQ(run(ds("8MiB")).code, 0);
+  const Result e = run("estimate --model tiny-llama --seq_len 16 --deepspeed " + path("host.json"));
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("of 8.00 MiB -> fits"), std::string::npos) << e.out;
+  expect_user_error(run(train("--deepspeed " + path("host.json") + " --host_memory_limit 1GiB")),
+                    {"host_memory_limit", "disagree"});
+}
+
 // "zerotrain": {"device_memory_limit": ...} (or the flag) caps the device pool: past it the run
 // stops at once with exit 2, the bytes in use per category, and what the estimator says fits.
 TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
