@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/dtype.h"
 #include "common/file.h"
 #include "common/memory.h"
@@ -19,6 +20,8 @@
 #include "trainer/run_config.h"
 #include "zero/estimator.h"
 #include "zero/paper_tables.h"
+#include "zero/step_time.h"
+#include "trainer/hardware_probe.h"
 
 namespace zt {
 namespace {
@@ -70,6 +73,59 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
 }
 
 std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
+
+// --time: the step-time model (zero/step_time.h) for the run a ds_config describes.
+absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
+  if (o.deepspeed.empty() || o.model.empty() || o.seq_len <= 0)
+    return absl::InvalidArgumentError(
+        "estimate --time needs --deepspeed ds_config.json, --model and --seq_len T");
+  const int dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
+  ZT_ASSIGN_OR_RETURN(const std::string text,
+                      read_file(o.deepspeed, "the DeepSpeed config (--deepspeed)"));
+  ZT_ASSIGN_OR_RETURN(const DsConfig ds,
+                      resolve_run_config(text, dp, o.deepspeed,
+                                         {.gradient_checkpointing = o.gradient_checkpointing}));
+  ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+  Hardware hw;
+  std::string source;
+  if (o.hardware == "this") {
+    ZT_ASSIGN_OR_RETURN(hw, measure_this_machine(o.nvme_path.empty() ? "/tmp" : o.nvme_path,
+                                                 false, &source));
+  } else {
+    ZT_ASSIGN_OR_RETURN(hw, hardware_profile(o.hardware));
+    source = hw.source;
+  }
+  const ZeroConfig& z = ds.zero;
+  StepTimeInput in{.model = c,
+                   .micro_batch = (int)ds.batch.train_micro_batch_size_per_gpu,
+                   .seq_len = o.seq_len,
+                   .gradient_accumulation = (int)ds.batch.gradient_accumulation_steps,
+                   .stage = z.stage,
+                   .ranks = dp,
+                   .offload_optimizer = z.offload_optimizer.device,
+                   .offload_param = z.offload_param.device,
+                   .checkpointing = ds.zerotrain.gradient_checkpointing,
+                   .overlap_comm = z.overlap_comm,
+                   .delayed_update = ds.zerotrain.delayed_param_update,
+                   .param_bytes = ds.bf16.enabled || ds.fp16.enabled ? 2 : 4,
+                   .grad_bytes = ds.bf16.enabled || ds.fp16.enabled ? 2 : 4};
+  ZT_ASSIGN_OR_RETURN(const StepTime t, predict_step(in, hw));
+  std::string out = absl::StrFormat(
+      "Step time of %s with %s on %d rank(s), hardware %s (%s):\n"
+      "  GEMM %.0f GFLOP/s a device x efficiency %.2f; memory %.0f GB/s; host %.0f GB/s; "
+      "PCIe %.0f GB/s; collectives %.0f GB/s; NVMe %.1f GB/s\n\n",
+      o.model, o.deepspeed, dp, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
+      hw.device_bw / 1e9, hw.host_bw / 1e9, hw.pcie_bw / 1e9, hw.link_bw / 1e9, hw.nvme_bw / 1e9);
+  for (const auto& [name, sec] : {std::pair{"compute", t.compute}, {"communication", t.comm},
+                                  {"offload copies", t.copies}, {"optimizer", t.optimizer},
+                                  {"nvme", t.nvme}})
+    absl::StrAppend(&out, absl::StrFormat("  %-16s %10.1f ms\n", name, sec * 1e3));
+  for (const std::string& w : t.overlaps) absl::StrAppend(&out, "  overlapped: ", w, "\n");
+  absl::StrAppend(&out, absl::StrFormat("  %-16s %10.1f ms\n  %-16s %10.0f\n  %-16s %9.1f%%\n",
+                                        "step", t.step * 1e3, "tokens/s", t.tokens_per_s, "MFU",
+                                        100 * t.mfu));
+  return out;
+}
 
 absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
   EstimateInput in;
@@ -235,6 +291,7 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 }  // namespace
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
+  if (o.time) return time_text(o);
   if (!o.table.empty()) {
     if (o.table == "zero-paper") return zero_paper_table();
     if (o.table == "zero-offload") return render_paper_tables(zero_offload_tables());

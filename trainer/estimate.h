@@ -41,6 +41,11 @@ struct EstimateOptions {
   // backend (train's --device; auto counts as the CPU here, so the estimate is the same on
   // every machine).
   std::string device = "cpu";
+  // --time: the step-time model (zero/step_time.h) for the --deepspeed run on `hardware` (a
+  // built-in profile, or "this": measured here, the drive under nvme_path or /tmp).
+  bool time = false;
+  std::string hardware = "this";
+  std::string nvme_path;
 };
 
 // Prints the estimate to stdout. Errors name the flag to change.

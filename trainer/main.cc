@@ -97,6 +97,13 @@ ABSL_FLAG(bool, shuffle, true, "train: shuffle the training data each epoch");
 ABSL_FLAG(std::string, table, "",
           "estimate: 'zero-paper' (ZeRO Table 1, Figure 1), 'zero-offload', 'zero-infinity'");
 ABSL_FLAG(std::string, formula, "", "estimate: 'deepspeed' prints DeepSpeed's estimator formulas");
+ABSL_FLAG(bool, time, false,
+          "estimate: the step-time model for --deepspeed's run (compute, communication, "
+          "offload copies, optimizer, NVMe; overlaps, tokens/s, MFU)");
+ABSL_FLAG(std::string, hardware, "this",
+          "estimate --time: h100, h200, a100-80gb, a100-40gb, v100-32gb, rtx3070, rtx4090, cpu, "
+          "or this (measured here and cached)");
+ABSL_FLAG(std::string, nvme_path, "", "estimate --time --hardware this: where to time the drive");
 ABSL_FLAG(int64_t, params, 0, "estimate: parameter count Psi (instead of --model)");
 ABSL_FLAG(int64_t, largest_layer_params, 0,
           "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
@@ -167,6 +174,7 @@ constexpr const char* kUsage =
     "           [--micro_batch B --seq_len T --device cuda (a GPU's 16-bit activations, no fp32\n"
     "            view of 16-bit weights)]\n"
     "           --table zero-paper|zero-offload|zero-infinity\n"
+    "           --time --deepspeed ds.json --model M --seq_len T [--dp N --hardware H|this]\n"
     "           --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
@@ -373,6 +381,9 @@ int estimate(bool model_given) {
   o.offload_param = absl::GetFlag(FLAGS_offload_param);
   o.gradient_checkpointing = absl::GetFlag(FLAGS_gradient_checkpointing);
   o.device = absl::GetFlag(FLAGS_device);
+  o.time = absl::GetFlag(FLAGS_time);
+  o.hardware = absl::GetFlag(FLAGS_hardware);
+  o.nvme_path = absl::GetFlag(FLAGS_nvme_path);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
   if (o.micro_batch > 0 || !o.deepspeed.empty()) o.seq_len = absl::GetFlag(FLAGS_seq_len);

@@ -844,6 +844,28 @@ TEST_F(Cli, ModelFromAHuggingFaceConfigJson) {
   expect_user_error(run("info --model " + path("none.json")), {"none.json"});
 }
 
+// estimate --time: the step-time model on a built-in profile and on this machine (measured,
+// cached under $XDG_CACHE_HOME), with the errors a user can cause.
+TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
+  setenv("XDG_CACHE_HOME", path("cache").c_str(), 1);
+  const std::string base =
+      "estimate --time --deepspeed " + path("ds.json") + " --model tiny-llama --seq_len 16";
+  const Result h100 = run(base + " --hardware h100 --dp 2");
+  ASSERT_EQ(h100.code, 0) << h100.out;
+  for (const char* want : {"compute", "communication", "optimizer", "step", "tokens/s", "MFU"})
+    EXPECT_NE(h100.out.find(want), std::string::npos) << want << "\n" << h100.out;
+  const Result here = run(base + " --nvme_path " + dir_.string());
+  ASSERT_EQ(here.code, 0) << here.out;
+  EXPECT_NE(here.out.find("measured now"), std::string::npos) << here.out;
+  EXPECT_TRUE(fs::exists(path("cache/zerotrain/hardware_this.json")));
+  EXPECT_NE(run(base + " --nvme_path " + dir_.string()).out.find("measured here earlier"),
+            std::string::npos);
+  unsetenv("XDG_CACHE_HOME");
+  expect_user_error(run(base + " --hardware tpu"), {"--hardware 'tpu' is unknown", "h100"});
+  expect_user_error(run("estimate --time --model tiny-llama --seq_len 16"),
+                    {"estimate --time needs --deepspeed"});
+}
+
 TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
   if (!fs::exists(kShared + "llama2_tokenizer.model")) GTEST_SKIP() << "shared data absent";
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " + kShared +

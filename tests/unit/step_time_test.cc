@@ -1,0 +1,83 @@
+// zero/step_time.h by hand: the phases of a step from their work and the rates, and what overlaps
+// what on a GPU and on the CPU backend.
+#include "zero/step_time.h"
+
+#include <gtest/gtest.h>
+
+#include "model/layout.h"
+
+namespace zt {
+namespace {
+
+Hardware toy(bool cpu) {
+  Hardware h;
+  h.name = "toy";
+  h.cpu_backend = cpu;
+  h.peak_flops = 1e12;
+  h.efficiency = 0.5;
+  h.device_bw = 1e12;
+  h.host_bw = 100e9;
+  h.pcie_bw = 10e9;
+  h.link_bw = 50e9;
+  h.nvme_bw = 2e9;
+  return h;
+}
+
+// gpt2-124m: 6 Ψ_matmul + 12 L T C FLOPs a token, Ψ_matmul = Ψ - the token and position
+// embedding + the tied head read again (V x C) = Ψ - 1024 x 768.
+TEST(StepTime, FlopsPerTokenArePalmsCount) {
+  const ModelConfig c = *preset("gpt2-124m");
+  const double psi = (double)ParamLayout(c).total_numel();
+  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 1024),
+                   6 * (psi - 1024.0 * 768) + 12.0 * 12 * 1024 * 768);
+}
+
+// Stage 2 with the optimizer on the CPU on 4 GPUs: compute F / (peak x efficiency); the
+// reduce-scatter and all-gather move 3/4 x Ψ x 2 bytes each over the link; the copies Ψ/4 x
+// (2 + 2) bytes over PCIe; Adam 28 bytes for each of its Ψ/4 parameters from host memory shared
+// by the 4 ranks. overlap_comm hides the collectives behind the compute; the delayed update
+// the host side.
+TEST(StepTime, PhasesAndOverlapsOnAGpu) {
+  StepTimeInput in;
+  in.model = *preset("gpt2-124m");
+  in.micro_batch = 8;
+  in.seq_len = 1024;
+  in.stage = 2;
+  in.ranks = 4;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  const double psi = (double)ParamLayout(in.model).total_numel();
+  const StepTime t = *predict_step(in, toy(false));
+  const double flops = training_flops_per_token(in.model, 1024) * 8 * 1024;
+  EXPECT_DOUBLE_EQ(t.compute, flops / 0.5e12);
+  EXPECT_DOUBLE_EQ(t.comm, (0.75 * psi * 2 * 2) / 50e9);
+  EXPECT_DOUBLE_EQ(t.copies, psi / 4 * 4 / 10e9);
+  EXPECT_DOUBLE_EQ(t.optimizer, psi / 4 * 28 / (100e9 / 4));
+  EXPECT_DOUBLE_EQ(t.step, std::max(t.compute, t.comm) + t.copies + t.optimizer);
+  EXPECT_DOUBLE_EQ(t.tokens_per_s, 8 * 1024 * 4 / t.step);
+  in.delayed_update = true;
+  const StepTime d = *predict_step(in, toy(false));
+  EXPECT_DOUBLE_EQ(d.step, std::max({t.compute, t.comm, t.copies + t.optimizer}));
+}
+
+// The CPU backend: 2 ranks share the node's rates, and every phase adds up; NVMe reads and
+// writes the 24 bytes of master, m and v a parameter.
+TEST(StepTime, CpuBackendSharesTheNodeAndAddsUp) {
+  StepTimeInput in;
+  in.model = *preset("tiny-llama");
+  in.micro_batch = 2;
+  in.seq_len = 16;
+  in.stage = 1;
+  in.ranks = 2;
+  in.offload_optimizer = OffloadDevice::kNvme;
+  const double psi = (double)ParamLayout(in.model).total_numel();
+  const StepTime t = *predict_step(in, toy(true));
+  EXPECT_DOUBLE_EQ(t.compute, training_flops_per_token(in.model, 16) * 32 / (0.5e12 / 2));
+  EXPECT_DOUBLE_EQ(t.nvme, psi * 24 / 2e9);
+  EXPECT_DOUBLE_EQ(t.step, t.compute + t.comm + t.copies + t.optimizer + t.nvme);
+  EXPECT_FALSE(predict_step({.model = in.model, .micro_batch = 0, .seq_len = 16}, toy(true)).ok());
+  EXPECT_FALSE(hardware_profile("tpu").ok());
+  EXPECT_TRUE(hardware_profile("h100").ok());
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,142 @@
+#include "zero/step_time.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/layout.h"
+
+namespace zt {
+namespace {
+
+// Per device and direction, the rate a pinned copy reaches over PCIe of each generation x16
+// (ZeRO-Infinity measures ~12 GB/s on gen3).
+constexpr double kPcie3 = 12e9, kPcie4 = 25e9, kPcie5 = 50e9;
+
+std::vector<Hardware> profiles() {
+  // GPUs: dense bf16 tensor-core FLOP/s with fp32 accumulation and memory bandwidth from the
+  // vendor datasheets; collectives at ~80% of NVLink's per-direction rate; the host a server's
+  // (~150 GB/s) or a desktop's (~50 GB/s), NVMe a PCIe gen4 drive (~6 GB/s).
+  return {
+      {"h100", false, 989e12, 0.5, 3.35e12, 150e9, kPcie5, 360e9, 6e9,
+       "H100 SXM datasheet; NVLink 4 450 GB/s a direction; PCIe gen5"},
+      {"h200", false, 989e12, 0.5, 4.8e12, 150e9, kPcie5, 360e9, 6e9,
+       "H200 SXM datasheet; NVLink 4; PCIe gen5"},
+      {"a100-80gb", false, 312e12, 0.5, 2.0e12, 150e9, kPcie4, 240e9, 6e9,
+       "A100 80GB SXM datasheet; NVLink 3 300 GB/s a direction; PCIe gen4"},
+      {"a100-40gb", false, 312e12, 0.5, 1.555e12, 150e9, kPcie4, 240e9, 6e9,
+       "A100 40GB SXM datasheet; NVLink 3; PCIe gen4"},
+      {"v100-32gb", false, 125e12, 0.5, 0.9e12, 100e9, kPcie3, 120e9, 3e9,
+       "V100 SXM2 datasheet (fp16 tensor cores); NVLink 2 150 GB/s a direction; PCIe gen3"},
+      {"rtx3070", false, 40.6e12, 0.5, 448e9, 50e9, kPcie4, 20e9, 6e9,
+       "GeForce RTX 3070 (GA104: fp16 tensor with fp32 accumulation); no NVLink: PCIe "
+       "peer-to-peer"},
+      {"rtx4090", false, 165e12, 0.5, 1008e9, 50e9, kPcie4, 20e9, 6e9,
+       "GeForce RTX 4090 (AD102: fp16 tensor with fp32 accumulation); no NVLink: PCIe "
+       "peer-to-peer"},
+      // The CPU backend on the 2-core development machine (`--hardware this` measures any):
+      // OpenBLAS sgemm 380 GFLOP/s, of which a training step reaches 0.6 (gpt2-124m, stage 0:
+      // 1.65 s for 4 x 128 tokens); memcpy 10 GB/s; its disk 1 GB/s.
+      {"cpu", true, 380e9, 0.6, 10e9, 10e9, 10e9, 10e9, 1e9,
+       "the 2-core development machine, measured (docs/estimator.md)"},
+  };
+}
+
+// Matmul parameters of c (every 2-D weight the GEMMs read, the untied or tied head included,
+// the embedding lookup excluded).
+double matmul_params(const ModelConfig& c) {
+  const ParamLayout layout(c);
+  double psi = (double)layout.total_numel() - (double)layout.units()[0].numel;  // no embedding
+  if (c.tied_embeddings) psi += (double)c.vocab_size * c.hidden;  // the head reads it again
+  return psi;
+}
+
+}  // namespace
+
+absl::StatusOr<Hardware> hardware_profile(const std::string& name) {
+  for (const Hardware& h : profiles())
+    if (h.name == name) return h;
+  return absl::InvalidArgumentError(absl::StrCat("--hardware '", name, "' is unknown; use ",
+                                                 absl::StrJoin(hardware_profile_names(), ", "),
+                                                 " or this (measured here)"));
+}
+
+std::vector<std::string> hardware_profile_names() {
+  std::vector<std::string> n;
+  for (const Hardware& h : profiles()) n.push_back(h.name);
+  return n;
+}
+
+double training_flops_per_token(const ModelConfig& c, int seq_len) {
+  return 6 * matmul_params(c) + 12.0 * c.n_layer * seq_len * c.hidden;
+}
+
+absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& hw) {
+  if (in.ranks < 1 || in.micro_batch < 1 || in.seq_len < 1 || in.gradient_accumulation < 1)
+    return absl::InvalidArgumentError(
+        "estimate --time needs ranks, micro-batch, seq_len and "
+        "gradient accumulation of at least 1");
+  const ModelConfig& c = in.model;
+  const double N = in.ranks, psi = (double)ParamLayout(c).total_numel();
+  const double tokens = (double)in.micro_batch * in.seq_len * in.gradient_accumulation;
+  // The CPU backend's ranks share the node: each gets 1/N of its cores and memory bandwidth.
+  const double share = hw.cpu_backend ? N : 1;
+  StepTime t;
+  double flops = training_flops_per_token(c, in.seq_len) * tokens;
+  if (in.checkpointing) flops += flops / 3;  // the forward again
+  t.compute = flops / (hw.peak_flops / share * hw.efficiency);
+  // Collectives: bus bytes a rank moves (nccl-tests' busbw convention).
+  const double G = in.grad_bytes, P = in.param_bytes, f = (N - 1) / N;
+  double bus = 0;
+  if (N > 1) {
+    if (in.stage == 0) bus = 2 * f * psi * G;            // all-reduce of the gradient
+    if (in.stage == 1) bus = f * psi * 4 + f * psi * P;  // fp32 reduce-scatter, all-gather
+    if (in.stage == 2) bus = f * psi * G + f * psi * P;  // reduce-scatter, all-gather
+    if (in.stage == 3) bus = f * psi * G + 2 * f * psi * P * in.gradient_accumulation;
+  }
+  t.comm = bus / (hw.link_bw / share);
+  // Offload copies, per rank: the owned shard's gradient out and parameter in (stages 2-3;
+  // stage 1 sends the fp32 reduced shard), and with parameter offload every shard fetched in
+  // the forward and again in the backward of each micro-batch.
+  const double owned = in.stage == 0 ? psi : psi / N;
+  double copy = 0;
+  if (in.offload_optimizer != OffloadDevice::kNone)
+    copy += owned * (in.stage == 1 ? 4 : G) + owned * P;
+  if (in.offload_param != OffloadDevice::kNone) copy += 2 * psi / N * P * in.gradient_accumulation;
+  t.copies = copy / (hw.cpu_backend ? hw.host_bw / share : hw.pcie_bw);
+  // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
+  // by its ranks), else on the device.
+  const bool on_host = hw.cpu_backend || in.offload_optimizer != OffloadDevice::kNone;
+  t.optimizer = owned * 28 / (on_host ? hw.host_bw / N : hw.device_bw);
+  if (in.offload_optimizer == OffloadDevice::kNvme) t.nvme = owned * N * 24 / hw.nvme_bw;
+  if (in.offload_param == OffloadDevice::kNvme)
+    t.nvme += 2 * psi * P * in.gradient_accumulation / hw.nvme_bw;
+  // What overlaps what.
+  double step = t.compute;
+  if (hw.cpu_backend) {
+    step += t.comm + t.copies + t.optimizer + t.nvme;
+    t.overlaps.push_back("CPU backend: every phase on the same cores, one after another");
+  } else {
+    if (in.overlap_comm && in.stage >= 1) {
+      step = std::max(step, t.comm);
+      t.overlaps.push_back("collectives behind the backward (overlap_comm)");
+    } else {
+      step += t.comm;
+    }
+    const double host_side = t.copies + t.optimizer + t.nvme;
+    if (in.delayed_update && in.offload_optimizer != OffloadDevice::kNone) {
+      step = std::max(step, host_side);
+      t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");
+    } else {
+      step += host_side;
+    }
+  }
+  t.step = step;
+  t.tokens_per_s = tokens * N / step;
+  // MFU: the model's FLOPs (without recomputation) over the devices' peak.
+  t.mfu = training_flops_per_token(c, in.seq_len) * tokens / step / (hw.peak_flops / share);
+  return t;
+}
+
+}  // namespace zt

@@ -1,0 +1,72 @@
+// A step-time model (`zerotrain estimate --time`): each phase of one optimizer step predicted from
+// its work and the hardware's rates, then what overlaps what, the step, tokens/s and MFU. The
+// shape of the "T_total = T_compute + T_comm + T_offload" model ZeRO-Offload's material teaches,
+// with zerotrain's own byte counts:
+//   compute    training FLOPs (6 Ψ_matmul + 12 L T C a token, PaLM's count; + the forward again
+//              with activation checkpointing) / (the device's GEMM rate x efficiency);
+//   comm       the bus bytes of the stage's collectives (all-reduce 2(N-1)/N x the gradient,
+//              reduce-scatter and all-gather (N-1)/N each; stage 3 gathers forward and backward)
+//              / the link's bus bandwidth;
+//   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
+//              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
+//   optimizer  Adam's bytes (28 a parameter: fp32 master, m and v read and written, the 16-bit
+//              gradient in and parameter out) / the memory bandwidth of where it runs;
+//   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
+// On a GPU the collectives overlap the backward (overlap_comm) and the delayed update hides the
+// CPU step and its copies behind the next step's compute; on the CPU backend every phase runs on
+// the same cores, one after another, and ranks on one node share its cores and memory bandwidth.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "zero/offload_device.h"
+
+namespace zt {
+
+// Rates of one machine: a node of `devices` devices (GPUs, or for the CPU backend the node
+// itself, shared by its ranks). FLOP/s and bytes/s.
+struct Hardware {
+  std::string name;
+  bool cpu_backend = false;  // the CPU backend: devices share the node's cores and memory
+  double peak_flops = 0;     // per device: dense bf16 tensor-core rate (fp32 GEMM on a CPU)
+  double efficiency = 0.5;   // the share of peak_flops a training step's kernels reach
+  double device_bw = 0;      // per device memory bandwidth
+  double host_bw = 0;        // the node's host memory bandwidth (CPU Adam streams it)
+  double pcie_bw = 0;        // per device and direction, host<->device
+  double link_bw = 0;        // per device bus bandwidth of collectives within the node
+  double nvme_bw = 0;        // the node's drive, read or write
+  std::string source;        // where the numbers come from
+};
+
+// Built-in profiles: "h100", "h200", "a100-80gb", "a100-40gb", "v100-32gb", "rtx3070", "rtx4090"
+// (vendor datasheets; PCIe by generation), and "cpu" (a stated 2-core reference; use
+// `--hardware this` to measure). Error lists them.
+absl::StatusOr<Hardware> hardware_profile(const std::string& name);
+std::vector<std::string> hardware_profile_names();
+
+struct StepTimeInput {
+  ModelConfig model;
+  int micro_batch = 1, seq_len = 0, gradient_accumulation = 1;
+  int stage = 0, ranks = 1;  // N_d, all on one node
+  OffloadDevice offload_optimizer = OffloadDevice::kNone, offload_param = OffloadDevice::kNone;
+  bool checkpointing = false, overlap_comm = true, delayed_update = false;
+  int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
+};
+
+struct StepTime {
+  double compute = 0, comm = 0, copies = 0, optimizer = 0, nvme = 0;  // seconds a step
+  double step = 0, tokens_per_s = 0, mfu = 0;
+  std::vector<std::string> overlaps;  // what was hidden behind what, in words
+};
+
+// Training FLOPs of one token (forward and backward; PaLM's 6 Ψ_matmul + 12 L T C, with the
+// head's matmul in Ψ_matmul and the embedding lookup not).
+double training_flops_per_token(const ModelConfig& c, int seq_len);
+
+// The prediction for one step. Errors: a rank count or shape below 1.
+absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& hw);
+
+}  // namespace zt
