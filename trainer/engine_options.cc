@@ -1,6 +1,7 @@
 #include "trainer/engine_options.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -128,8 +129,8 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.param_max_in_cpu = ds.zero.offload_param.max_in_cpu;
   in.param_buffer_count = ds.zero.offload_param.buffer_count;
   in.sub_group_size = ds.zero.sub_group_size;
-  in.nvme_pipeline = ds.zero.offload_optimizer.pipeline_read ||
-                     ds.zero.offload_optimizer.pipeline_write;
+  in.nvme_pipeline =
+      ds.zero.offload_optimizer.pipeline_read || ds.zero.offload_optimizer.pipeline_write;
   in.overlap_comm = ds.zero.overlap_comm;
   // The stage-3 prefetcher runs with overlap_comm; a tied head fetches the embedding too.
   in.live_units = ds.zero.overlap_comm || model.tied_embeddings ? 2 : 1;
@@ -175,8 +176,9 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
                       " (raise gradient_accumulation_steps to keep the global batch)");
     if (in.checkpoint_every != base.checkpoint_every ||
         in.cpu_checkpointing != base.cpu_checkpointing)
-      absl::StrAppend(&what, " and --gradient_checkpointing",
-                      in.cpu_checkpointing ? " with activation_checkpointing.cpu_checkpointing" : "");
+      absl::StrAppend(
+          &what, " and --gradient_checkpointing",
+          in.cpu_checkpointing ? " with activation_checkpointing.cpu_checkpointing" : "");
     auto same = [&](const EstimateInput& o) {
       return o.stage == stage && o.offload_optimizer == in.offload_optimizer &&
              o.micro_batch == micro_batch && o.checkpoint_every == in.checkpoint_every &&
@@ -213,6 +215,34 @@ std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int wor
   return absl::StrCat("The estimator finds nothing that fits; the least is ",
                       format_bytes(smallest_bytes), " with ", smallest->what,
                       ": raise the limit, shorten --seq_len or use a smaller model");
+}
+
+}  // namespace zt
+
+namespace zt {
+
+void use_gpu_activations(EstimateInput& in) {
+  in.activation_dtype = in.weight_dtype = in.param_dtype;
+  if (in.model) in.logits_ld = gpu_logits_row_stride(in.model->vocab_size);
+  in.classifier_chunk_bytes = std::numeric_limits<int64_t>::max();
+}
+
+StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int world, int T) {
+  const ZeroConfig& z = ds.zero;
+  const int bytes = ds.bf16.enabled || ds.fp16.enabled ? 2 : 4;
+  return {.model = model,
+          .micro_batch = (int)ds.batch.train_micro_batch_size_per_gpu,
+          .seq_len = T,
+          .gradient_accumulation = (int)ds.batch.gradient_accumulation_steps,
+          .stage = z.stage,
+          .ranks = world,
+          .offload_optimizer = z.offload_optimizer.device,
+          .offload_param = z.offload_param.device,
+          .checkpointing = ds.zerotrain.gradient_checkpointing,
+          .overlap_comm = z.overlap_comm,
+          .delayed_update = ds.zerotrain.delayed_param_update,
+          .param_bytes = bytes,
+          .grad_bytes = bytes};
 }
 
 }  // namespace zt

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "zero/engine.h"
 #include "zero/estimator.h"
+#include "zero/step_time.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_store.h"
 
@@ -41,6 +42,12 @@ absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& mode
 // backend's, fp32 for both).
 EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
                              const Backend* be = nullptr);
+// Counts activations as a GPU keeps them: in the working dtype, weights read without an fp32
+// view, the CUDA backend's logits rows (padded to 128) and (an upper bound: its chunk is a
+// sixteenth of the device's memory) the whole micro-batch's rows at once.
+void use_gpu_activations(EstimateInput& in);
+// The step-time model's input (zero/step_time.h) for this run on `world` ranks at sequence T.
+StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int world, int T);
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of
 // optimizer offload to CPU, a higher stage, both, or a smaller micro-batch that fits, with its
 // predicted bytes; or, if none fits, the smallest it found.

@@ -17,11 +17,12 @@
 #include "model/config.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
+#include "trainer/hardware_probe.h"
+#include "trainer/recommend.h"
 #include "trainer/run_config.h"
 #include "zero/estimator.h"
 #include "zero/paper_tables.h"
 #include "zero/step_time.h"
-#include "trainer/hardware_probe.h"
 
 namespace zt {
 namespace {
@@ -86,29 +87,9 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
                       resolve_run_config(text, dp, o.deepspeed,
                                          {.gradient_checkpointing = o.gradient_checkpointing}));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-  Hardware hw;
   std::string source;
-  if (o.hardware == "this") {
-    ZT_ASSIGN_OR_RETURN(hw, measure_this_machine(o.nvme_path.empty() ? "/tmp" : o.nvme_path,
-                                                 false, &source));
-  } else {
-    ZT_ASSIGN_OR_RETURN(hw, hardware_profile(o.hardware));
-    source = hw.source;
-  }
-  const ZeroConfig& z = ds.zero;
-  StepTimeInput in{.model = c,
-                   .micro_batch = (int)ds.batch.train_micro_batch_size_per_gpu,
-                   .seq_len = o.seq_len,
-                   .gradient_accumulation = (int)ds.batch.gradient_accumulation_steps,
-                   .stage = z.stage,
-                   .ranks = dp,
-                   .offload_optimizer = z.offload_optimizer.device,
-                   .offload_param = z.offload_param.device,
-                   .checkpointing = ds.zerotrain.gradient_checkpointing,
-                   .overlap_comm = z.overlap_comm,
-                   .delayed_update = ds.zerotrain.delayed_param_update,
-                   .param_bytes = ds.bf16.enabled || ds.fp16.enabled ? 2 : 4,
-                   .grad_bytes = ds.bf16.enabled || ds.fp16.enabled ? 2 : 4};
+  ZT_ASSIGN_OR_RETURN(const Hardware hw, hardware_named(o.hardware, o.nvme_path, &source));
+  const StepTimeInput in = step_time_input(ds, c, dp, o.seq_len);
   ZT_ASSIGN_OR_RETURN(const StepTime t, predict_step(in, hw));
   std::string out = absl::StrFormat(
       "Step time of %s with %s on %d rank(s), hardware %s (%s):\n"
@@ -116,14 +97,16 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
       "PCIe %.0f GB/s; collectives %.0f GB/s; NVMe %.1f GB/s\n\n",
       o.model, o.deepspeed, dp, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
       hw.device_bw / 1e9, hw.host_bw / 1e9, hw.pcie_bw / 1e9, hw.link_bw / 1e9, hw.nvme_bw / 1e9);
-  for (const auto& [name, sec] : {std::pair{"compute", t.compute}, {"communication", t.comm},
-                                  {"offload copies", t.copies}, {"optimizer", t.optimizer},
+  for (const auto& [name, sec] : {std::pair{"compute", t.compute},
+                                  {"communication", t.comm},
+                                  {"offload copies", t.copies},
+                                  {"optimizer", t.optimizer},
                                   {"nvme", t.nvme}})
     absl::StrAppend(&out, absl::StrFormat("  %-16s %10.1f ms\n", name, sec * 1e3));
   for (const std::string& w : t.overlaps) absl::StrAppend(&out, "  overlapped: ", w, "\n");
-  absl::StrAppend(&out, absl::StrFormat("  %-16s %10.1f ms\n  %-16s %10.0f\n  %-16s %9.1f%%\n",
-                                        "step", t.step * 1e3, "tokens/s", t.tokens_per_s, "MFU",
-                                        100 * t.mfu));
+  absl::StrAppend(&out,
+                  absl::StrFormat("  %-16s %10.1f ms\n  %-16s %10.0f\n  %-16s %9.1f%%\n", "step",
+                                  t.step * 1e3, "tokens/s", t.tokens_per_s, "MFU", 100 * t.mfu));
   return out;
 }
 
@@ -174,13 +157,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     return absl::InvalidArgumentError("--device '" + o.device +
                                       "' is not one of auto, cpu, cuda (estimate: cuda counts "
                                       "activations in the working dtype, as a GPU keeps them)");
-  if (o.device == "cuda") {
-    in.activation_dtype = in.weight_dtype = in.param_dtype;
-    // The CUDA backend's logits: rows padded to 128, and (an upper bound: its chunk is a
-    // sixteenth of the device's memory) the whole micro-batch's rows at once.
-    if (in.model) in.logits_ld = gpu_logits_row_stride(in.model->vocab_size);
-    in.classifier_chunk_bytes = std::numeric_limits<int64_t>::max();
-  }
+  if (o.device == "cuda") use_gpu_activations(in);
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
@@ -292,12 +269,13 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
   if (o.time) return time_text(o);
+  if (o.recommend) return recommend_text(o);
   if (!o.table.empty()) {
     if (o.table == "zero-paper") return zero_paper_table();
     if (o.table == "zero-offload") return render_paper_tables(zero_offload_tables());
     if (o.table == "zero-infinity") return render_paper_tables(zero_infinity_tables());
-    return absl::InvalidArgumentError(
-        "--table " + o.table + " is unknown; use zero-paper, zero-offload or zero-infinity");
+    return absl::InvalidArgumentError("--table " + o.table +
+                                      " is unknown; use zero-paper, zero-offload or zero-infinity");
   }
   if (o.gpus_per_node < 1 || o.nodes < 1)
     return absl::InvalidArgumentError("--gpus_per_node and --nodes must be >= 1");

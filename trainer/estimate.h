@@ -46,6 +46,10 @@ struct EstimateOptions {
   bool time = false;
   std::string hardware = "this";
   std::string nvme_path;
+  // --recommend (trainer/recommend.h): the best layouts for device_memory and host_memory;
+  // --write: the best as a ds_config at this path.
+  bool recommend = false;
+  std::string write;
 };
 
 // Prints the estimate to stdout. Errors name the flag to change.

@@ -144,4 +144,13 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
   return h;
 }
 
+absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,
+                                        std::string* source) {
+  if (name == "this")
+    return measure_this_machine(disk_dir.empty() ? "/tmp" : disk_dir, false, source);
+  ZT_ASSIGN_OR_RETURN(Hardware h, hardware_profile(name));
+  if (source) *source = h.source;
+  return h;
+}
+
 }  // namespace zt

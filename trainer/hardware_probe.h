@@ -19,4 +19,9 @@ namespace zt {
 absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool refresh,
                                               std::string* report);
 
+// `name`: a built-in profile (zero/step_time.h), or "this" (measure_this_machine, the drive under
+// disk_dir). `source` says where the numbers come from.
+absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,
+                                        std::string* source);
+
 }  // namespace zt

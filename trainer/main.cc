@@ -104,6 +104,10 @@ ABSL_FLAG(std::string, hardware, "this",
           "estimate --time: h100, h200, a100-80gb, a100-40gb, v100-32gb, rtx3070, rtx4090, cpu, "
           "or this (measured here and cached)");
 ABSL_FLAG(std::string, nvme_path, "", "estimate --time --hardware this: where to time the drive");
+ABSL_FLAG(bool, recommend, false,
+          "estimate: the best layouts for --model at --seq_len within --device_memory and "
+          "--host_memory, ranked by predicted tokens/s (--hardware)");
+ABSL_FLAG(std::string, write, "", "estimate --recommend: write the best as this ds_config");
 ABSL_FLAG(int64_t, params, 0, "estimate: parameter count Psi (instead of --model)");
 ABSL_FLAG(int64_t, largest_layer_params, 0,
           "estimate: DeepSpeed ZeRO-3 largest layer (with --params)");
@@ -175,6 +179,8 @@ constexpr const char* kUsage =
     "            view of 16-bit weights)]\n"
     "           --table zero-paper|zero-offload|zero-infinity\n"
     "           --time --deepspeed ds.json --model M --seq_len T [--dp N --hardware H|this]\n"
+    "           --recommend --model M --seq_len T --device_memory X --host_memory Y\n"
+    "             [--dp N --hardware H|this --write ds.json]\n"
     "           --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
@@ -384,9 +390,12 @@ int estimate(bool model_given) {
   o.time = absl::GetFlag(FLAGS_time);
   o.hardware = absl::GetFlag(FLAGS_hardware);
   o.nvme_path = absl::GetFlag(FLAGS_nvme_path);
+  o.recommend = absl::GetFlag(FLAGS_recommend);
+  o.write = absl::GetFlag(FLAGS_write);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.deepspeed = absl::GetFlag(FLAGS_deepspeed);
-  if (o.micro_batch > 0 || !o.deepspeed.empty()) o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  if (o.micro_batch > 0 || !o.deepspeed.empty() || o.recommend)
+    o.seq_len = absl::GetFlag(FLAGS_seq_len);
   if (const int w = absl::GetFlag(FLAGS_world_size); w != 0) {
     if (o.dp != 0 && o.dp != w)
       return fail(absl::InvalidArgumentError("--world_size and --dp disagree; give one"));

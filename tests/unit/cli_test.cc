@@ -866,6 +866,25 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
                     {"estimate --time needs --deepspeed"});
 }
 
+// estimate --recommend: the best layout for a device and host budget, written as a ds_config
+// that then trains under those limits; a budget nothing fits is refused with what to change.
+TEST_F(Cli, RecommendWritesAConfigThatTrainsWithinTheLimits) {
+  const std::string base = "estimate --recommend --model tiny-llama --seq_len 16 --hardware cpu";
+  const Result r = run(base + " --device_memory 1MiB --host_memory 8MiB --write " +
+                       path("best.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1. stage"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  std::string cmd = train("--deepspeed " + path("best.json") +
+                          " --device_memory_limit 1MiB --host_memory_limit 8MiB");
+  const Result t = run(cmd);
+  EXPECT_EQ(t.code, 0) << r.out << t.out;
+  expect_user_error(run(base + " --device_memory 64KiB --host_memory 64KiB"),
+                    {"nothing fits tiny-llama", "--dp"});
+  expect_user_error(run("estimate --recommend --model tiny-llama --seq_len 16"),
+                    {"--device_memory and --host_memory"});
+}
+
 TEST_F(Cli, TokenizerLargerThanModelVocabulary) {
   if (!fs::exists(kShared + "llama2_tokenizer.model")) GTEST_SKIP() << "shared data absent";
   expect_user_error(run(train("--deepspeed " + path("ds.json") + " --tokenizer " + kShared +
