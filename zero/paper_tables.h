@@ -3,14 +3,14 @@
 // value beside every cell where the two differ and the reason (docs/estimator.md says where each
 // printed value was read):
 //   ZeRO-Offload (Ren et al., USENIX ATC 2021, arXiv 2101.06840): Table 1 (GPU memory of each
-//     offload strategy), §3's minimum PCIe volume per iteration (4M) and Figure 7 (the biggest
-//     model per system on 1, 4 and 16 V100s);
+//     offload strategy), §3's minimum PCIe volume per iteration (4M), Table 4 (Adam latency, from
+//     the step-time model) and Figure 7 (the biggest model per system on 1, 4 and 16 V100s);
 //   ZeRO-Infinity (Rajbhandari et al., SC21, arXiv 2104.07857): Figure 2(a) (memory of 0.1T to
 //     100T models, equations 1-5), §4.2's bandwidth needs (equation 6, Figure 3), Table 3
 //     (bandwidth needs of faster accelerators) and Figure 6(a) (max model size per strategy).
 // The largest-model figures follow a stated rule (a 22.4 GB model-state budget a V100, the
 // papers' PyTorch anchor; a DGX-2's host memory and NVMe; bytes from the memory model), not the
-// papers' measured runs. ZeRO-Offload's CPU-Adam latencies (Table 4) are not here yet.
+// papers' measured runs.
 #pragma once
 
 #include <string>
