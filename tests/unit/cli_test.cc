@@ -85,12 +85,13 @@ TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
   auto ds = [&](const std::string& limit) {
     write(path("host.json"), R"({"train_micro_batch_size_per_gpu": 2,
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
-        "zerotrain": {"host_memory_limit": ")" + limit + R"("}})");
+        "zerotrain": {"host_memory_limit": ")" +
+                                 limit + R"("}})");
     return train("--deepspeed " + path("host.json"));
   };
   Result r = run(ds("1MiB"));
-  expect_user_error(r, {"host memory limit 1.00 MiB exceeded", "optimizer 1.22 MiB",
-                        "grads 417.25 KiB"});
+  expect_user_error(
+      r, {"host memory limit 1.00 MiB exceeded", "optimizer 1.22 MiB", "grads 417.25 KiB"});
   EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
   r = run(ds("1.7MiB"));
   // pinned_host exists only once the first step ran; the run stops before step 2.
@@ -870,8 +871,8 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
 // that then trains under those limits; a budget nothing fits is refused with what to change.
 TEST_F(Cli, RecommendWritesAConfigThatTrainsWithinTheLimits) {
   const std::string base = "estimate --recommend --model tiny-llama --seq_len 16 --hardware cpu";
-  const Result r = run(base + " --device_memory 1MiB --host_memory 8MiB --write " +
-                       path("best.json"));
+  const Result r =
+      run(base + " --device_memory 1MiB --host_memory 8MiB --write " + path("best.json"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("1. stage"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
@@ -1165,6 +1166,15 @@ struct TraceFile {
   std::map<int, std::string> track_names;  // tid -> thread_name
   std::vector<nlohmann::json> events;
 };
+// tiny-llama trained `steps` steps on 2 ranks with ds_config `ds`, logging into `run_dir`.
+std::string two_rank_train(const std::string& ds, const std::string& data,
+                           const std::string& run_dir, int steps) {
+  return std::string(ZT_MPIRUN) + " -np 2 " + kBin +
+         " train --model tiny-llama --seq_len 16 --sample_tokens 0 --val_every 0 --steps " +
+         std::to_string(steps) + " --train_data '" + data + "' --deepspeed " + ds + " --run_dir " +
+         run_dir;
+}
+
 TraceFile read_trace(const std::string& file, int rank) {
   TraceFile t;
   std::ifstream in(file);
@@ -1228,11 +1238,8 @@ TEST_F(Cli, TracedStage3OffloadRunHasEveryTrackInsideItsSteps) {
       "comms_logger": {"enabled": true, "verbose": false, "prof_all": true},
       "zerotrain": {"trace": {"enabled": true, "steps": [2, 3], "output_path": ")" +
                             path("traces") + R"("}}})");
-  const Result r = test::run_shell(std::string(ZT_MPIRUN) + " -np 2 " + kBin +
-                                   " train --model tiny-llama --seq_len 16 --steps 4"
-                                   " --sample_tokens 0 --val_every 0 --train_data '" +
-                                   path("train_*.bin") + "' --deepspeed " + path("t.json") +
-                                   " --run_dir " + path("run"));
+  const Result r =
+      test::run_shell(two_rank_train(path("t.json"), path("train_*.bin"), path("run"), 4));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("traced (rank 0, ms, share of the step) | exposed communication"),
             std::string::npos)
@@ -1321,11 +1328,8 @@ TEST_F(Cli, TracedDelayedUpdateOnNvmeNestsOnItsOwnTracks) {
       "zerotrain": {"delayed_param_update": {"enabled": true, "warmup_steps": 1},
         "trace": {"enabled": true, "steps": [2, 4], "output_path": ")" +
                             path("traces") + R"("}}})");
-  const Result r = test::run_shell(std::string(ZT_MPIRUN) + " -np 2 " + kBin +
-                                   " train --model tiny-llama --seq_len 16 --steps 5"
-                                   " --sample_tokens 0 --val_every 0 --train_data '" +
-                                   path("train_*.bin") + "' --deepspeed " + path("d.json") +
-                                   " --run_dir " + path("run"));
+  const Result r =
+      test::run_shell(two_rank_train(path("d.json"), path("train_*.bin"), path("run"), 5));
   ASSERT_EQ(r.code, 0) << r.out;
   for (int rank : {0, 1}) {
     const TraceFile t =
