@@ -268,8 +268,30 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 }  // namespace
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
-  if (o.time) return time_text(o);
-  if (o.recommend) return recommend_text(o);
+  if (o.time || o.recommend) {
+    if (o.time && o.recommend) return absl::InvalidArgumentError("give --time or --recommend");
+    if (o.dp < 0 || o.gpus_per_node < 1 || o.nodes < 1)
+      return absl::InvalidArgumentError("--dp, --gpus_per_node and --nodes must be >= 1");
+    if (o.nodes > 1)
+      return absl::InvalidArgumentError(
+          "--time and --recommend model one node (its ranks share NVLink or its memory); give "
+          "--dp for the ranks of one node");
+    if (o.stage != -1 || o.offload_optimizer != "none" || o.offload_param != "none" ||
+        o.micro_batch != 0 || !o.table.empty() || !o.formula.empty())
+      return absl::InvalidArgumentError(
+          "--time takes the layout from --deepspeed, --recommend tries every one: drop --stage, "
+          "--offload_*, --micro_batch, --table and --formula");
+    if (o.device == "cuda" && o.hardware == "this")
+      return absl::InvalidArgumentError(
+          "--hardware this measures this machine's CPU backend; for a GPU name its profile "
+          "(--hardware h100, ...)");
+    ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+    if (o.seq_len > c.max_seq_len && c.is_gpt2())
+      return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
+                                        o.model + "'s " + std::to_string(c.max_seq_len) +
+                                        " positions");
+    return o.time ? time_text(o) : recommend_text(o);
+  }
   if (!o.table.empty()) {
     if (o.table == "zero-paper") return zero_paper_table();
     if (o.table == "zero-offload") return render_paper_tables(zero_offload_tables());

@@ -112,15 +112,21 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
   Hardware h;
   h.name = "this";
   h.cpu_backend = true;
-  h.efficiency = 0.6;  // the CPU backend's training step against sgemm (docs/estimator.md)
+  h.efficiency = 0.65;  // the CPU backend's forward and backward against sgemm (docs/estimator.md)
   if (!refresh) {
     auto text = read_file(cache, "hardware cache");
     const nlohmann::json j =
         text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
-    if (j.is_object() && j.value("host", "") == host && j.value("cores", 0) == cores) {
-      h.peak_flops = j.value("sgemm_flops", 0.0);
-      h.host_bw = h.device_bw = h.pcie_bw = h.link_bw = j.value("copy_bytes_per_s", 0.0);
-      h.nvme_bw = j.value("disk_bytes_per_s", 0.0);
+    auto number = [&](const char* k) {
+      return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
+    };
+    const bool same = j.is_object() && j.contains("host") && j["host"].is_string() &&
+                      j["host"] == host && number("cores") == cores && j.contains("disk_dir") &&
+                      j["disk_dir"].is_string() && j["disk_dir"] == disk_dir;
+    if (same) {
+      h.peak_flops = number("sgemm_flops");
+      h.host_bw = h.device_bw = h.pcie_bw = h.link_bw = number("copy_bytes_per_s");
+      h.nvme_bw = number("disk_bytes_per_s");
       h.source = "measured here earlier (" + cache + ")";
       if (report) *report = h.source;
       if (h.peak_flops > 0 && h.host_bw > 0 && h.nvme_bw > 0) return h;
@@ -137,6 +143,7 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
   std::filesystem::create_directories(std::filesystem::path(cache).parent_path(), ec);
   const nlohmann::json j = {{"host", host},
                             {"cores", cores},
+                            {"disk_dir", disk_dir},
                             {"sgemm_flops", h.peak_flops},
                             {"copy_bytes_per_s", h.host_bw},
                             {"disk_bytes_per_s", h.nvme_bw}};
@@ -146,8 +153,9 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
 
 absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,
                                         std::string* source) {
-  if (name == "this")
-    return measure_this_machine(disk_dir.empty() ? "/tmp" : disk_dir, false, source);
+  if (name == "this" || name == "this-refresh")
+    return measure_this_machine(disk_dir.empty() ? "/tmp" : disk_dir, name == "this-refresh",
+                                source);
   ZT_ASSIGN_OR_RETURN(Hardware h, hardware_profile(name));
   if (source) *source = h.source;
   return h;

@@ -19,8 +19,8 @@ namespace zt {
 absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool refresh,
                                               std::string* report);
 
-// `name`: a built-in profile (zero/step_time.h), or "this" (measure_this_machine, the drive under
-// disk_dir). `source` says where the numbers come from.
+// `name`: a built-in profile (zero/step_time.h), "this" (measure_this_machine, the drive under
+// disk_dir), or "this-refresh" (measured again). `source` says where the numbers come from.
 absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,
                                         std::string* source);
 

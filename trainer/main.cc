@@ -102,7 +102,7 @@ ABSL_FLAG(bool, time, false,
           "offload copies, optimizer, NVMe; overlaps, tokens/s, MFU)");
 ABSL_FLAG(std::string, hardware, "this",
           "estimate --time: h100, h200, a100-80gb, a100-40gb, v100-32gb, rtx3070, rtx4090, cpu, "
-          "or this (measured here and cached)");
+          "or this (measured here and cached; this-refresh measures again)");
 ABSL_FLAG(std::string, nvme_path, "", "estimate --time --hardware this: where to time the drive");
 ABSL_FLAG(bool, recommend, false,
           "estimate: the best layouts for --model at --seq_len within --device_memory and "

@@ -128,7 +128,8 @@ PaperTable offload_table4() {
   const int billions[5] = {1, 2, 4, 8, 10};
   for (int i = 0; i < 5; ++i) {
     const double psi = billions[i] * 1e9;
-    const std::string cpu = fixed(psi * 28 / hw->host_bw, 2), gpu = fixed(psi * 28 / hw->device_bw, 2);
+    const std::string cpu = fixed(psi * 28 / hw->host_bw, 2),
+                      gpu = fixed(psi * 28 / hw->device_bw, 2);
     t.rows.push_back(
         {absl::StrCat(billions[i], " billion"),
          {cell(cpu, printed[i][0],
@@ -137,7 +138,8 @@ PaperTable offload_table4() {
           cell("-", printed[i][1], "PyTorch's CPU Adam: not modelled (not memory-bound)"),
           cell(gpu, printed[i][2],
                "a memory-bound Adam at the V100's 900 GB/s; PyTorch's GPU Adam of the time ran "
-               "several kernels a tensor (no fused or foreach step), reading states more than once (L2L "
+               "several kernels a tensor (no fused or foreach step), reading states more than once "
+               "(L2L "
                "also moves each layer's states over PCIe)")}});
   }
   return t;
@@ -154,8 +156,15 @@ constexpr InfinityRow kInfinityRows[] = {
     {"0.1T", 80, 10, 128, {"0.10", "80", "10K", "128", "1.83", "2.03", "0.05", "1.95", "1.63"}},
     {"0.5T", 100, 20, 160, {"0.50", "100", "20K", "160", "9.16", "3.91", "0.12", "6.25", "2.50"}},
     {"1T", 128, 25, 256, {"1.01", "128", "25K", "256", "18.31", "7.13", "0.20", "9.77", "3.56"}},
-    {"10T", 195, 64, 512, {"10.05", "195", "64K", "512", "182.81", "24.38", "0.76", "64.00", "8.00"}},
-    {"100T", 315, 160, 1024,
+    {"10T",
+     195,
+     64,
+     512,
+     {"10.05", "195", "64K", "512", "182.81", "24.38", "0.76", "64.00", "8.00"}},
+    {"100T",
+     315,
+     160,
+     1024,
      {"101.47", "315", "160K", "1024", "1845.70", "88.59", "3.08", "400.00", "18.00"}},
 };
 
@@ -184,25 +193,23 @@ PaperTable infinity_figure2a() {
     EstimateInput in;
     in.psi = (int64_t)params;
     const auto e = estimate_memory(in);
-    const std::string ours[10] = {
-        fixed(params / 1e12, 2),
-        absl::StrCat(r.nl),
-        absl::StrCat(r.hd_k, "K"),
-        absl::StrCat(r.heads),
-        fixed(240 * nl * hd * hd / kTiB, 2),
-        fixed(2 * node_bsz * seq * nl * per_token / kTiB, 2),
-        fixed(2 * node_bsz * seq * hd * nl / ci / kTiB, 2),
-        fixed(mswm / kGiB, 2),
-        fixed(gpu_bsz * seq * ci * per_token / kGiB, 2),
-        e.ok() ? fixed((double)e->device_model_states() / kTiB, 2) : "?"};
+    const std::string ours[10] = {fixed(params / 1e12, 2),
+                                  absl::StrCat(r.nl),
+                                  absl::StrCat(r.hd_k, "K"),
+                                  absl::StrCat(r.heads),
+                                  fixed(240 * nl * hd * hd / kTiB, 2),
+                                  fixed(2 * node_bsz * seq * nl * per_token / kTiB, 2),
+                                  fixed(2 * node_bsz * seq * hd * nl / ci / kTiB, 2),
+                                  fixed(mswm / kGiB, 2),
+                                  fixed(gpu_bsz * seq * ci * per_token / kGiB, 2),
+                                  e.ok() ? fixed((double)e->device_model_states() / kTiB, 2) : "?"};
     PaperRow row{r.size, {}};
     for (int c = 0; c < 10; ++c) {
       const std::string printed = c < 9 ? r.printed[c] : "";
       std::string note;
       if (c == 7 && ours[c] != printed)
-        note = absl::StrCat("eq. 4 gives 4 hd 4hd = 16 x ", r.hd_k,
-                            "K^2 bytes = ", ours[c], " GB; the printed ", printed,
-                            " would need hd = ",
+        note = absl::StrCat("eq. 4 gives 4 hd 4hd = 16 x ", r.hd_k, "K^2 bytes = ", ours[c],
+                            " GB; the printed ", printed, " would need hd = ",
                             fixed(std::sqrt(std::stod(printed) * kGiB / 16) / 1024, 1),
                             "K (the other rows follow eq. 4 exactly)");
       row.cells.push_back(cell(ours[c], printed, note));
@@ -229,10 +236,9 @@ PaperTable infinity_bandwidth() {
                {}};
   const double seq = 1024;
   const double pg = bandwidth_for(0.5, seq * 1) / 1e9;
-  t.rows.push_back(
-      {"params and grads, bsz 1, 50% efficiency",
-       {agrees(fixed(pg, 1) + " GB/s", "above 70 GB/s achieves over 50%",
-               "agrees: 70 GB/s is above the 50% point")}});
+  t.rows.push_back({"params and grads, bsz 1, 50% efficiency",
+                    {agrees(fixed(pg, 1) + " GB/s", "above 70 GB/s achieves over 50%",
+                            "agrees: 70 GB/s is above the 50% point")}});
   const double os = bandwidth_for(0.5, seq * 1 / 4) / 1e9;
   t.rows.push_back({"optimizer states against params and grads, same bsz, 50%",
                     {agrees(fixed(os / pg, 0) + "x", "nearly 4x higher",
@@ -249,9 +255,9 @@ PaperTable infinity_bandwidth() {
                     {agrees(fixed(ac2, 2) + " GB/s", "only 2 GB/s sustains over 50%",
                             "agrees: 2 GB/s is above the 50% point")}});
   const double ac8 = bandwidth_for(0.5, 24 * 8192.0) / 1e9;
-  t.rows.push_back({"activation checkpoints, hd 8K, 50%",
-                    {agrees(fixed(ac8, 2) + " GB/s", "below 1 GB/s",
-                            "agrees: below 1 GB/s from hd 8K on")}});
+  t.rows.push_back(
+      {"activation checkpoints, hd 8K, 50%",
+       {agrees(fixed(ac8, 2) + " GB/s", "below 1 GB/s", "agrees: below 1 GB/s from hd 8K on")}});
   return t;
 }
 
@@ -306,12 +312,14 @@ std::string wrap(const std::string& text, const std::string& indent) {
 
 // ---- The largest model per system (ZeRO-Offload Figure 7, ZeRO-Infinity Figure 6(a)) ----
 
-// One DGX-2 as both papers use it: V100 32 GB GPUs, 1.5 TB of host memory, 28 TB of NVMe (ZeRO-
+// One DGX-2 as both papers use it: V100 32 GB GPUs, 1.5 TB (binary: DIMMs) of host memory, 28 TB
+// (decimal: drives) of NVMe (ZeRO-
 // Infinity Figure 2(b)). The model-state budget of a GPU is the papers' own anchor: 1.4B is the
 // largest model PyTorch trains (16 bytes a parameter: 22.4 GB); the rest of the 32 GB holds
 // activations, working buffers and fragmentation at the papers' batch sizes, taken as the same
 // for every system.
-constexpr double kGpuStateBudget = 16 * 1.4e9, kHostBytes = 1.5e12, kNvmeBytes = 28e12;
+constexpr double kGpuStateBudget = 16 * 1.4e9, kHostBytes = 1.5 * 1024 * 1024 * 1024 * 1024,
+                 kNvmeBytes = 28e12;
 
 // A ZeRO layout on N ranks of one node.
 struct Layout {
@@ -362,7 +370,8 @@ constexpr char kLargestNotes[] =
     "K = 12), Megatron's from tensor parallelism (16 bytes / MP); model parallelism that the "
     "papers add to ZeRO-Offload is not modelled. The papers measured real runs: their "
     "activations grow with the model and their batch sizes differ per system, which this rule "
-    "does not follow, so most cells differ by 5-40%.";
+    "does not follow: cells differ by 5-84% (most under 40%; the widest where the papers added "
+    "model parallelism).";
 
 PaperTable offload_figure7() {
   PaperTable t{"zero-offload/figure7",
@@ -380,22 +389,37 @@ PaperTable offload_figure7() {
     const char* note;
   };
   const System systems[] = {
-      {"PyTorch DDP", {"1.4", "1.4", "1.4"},
-       [&](int n) { return largest_billions({0, n}); }, ""},
-      {"Megatron", {"1.4", "4.5", "15"},
+      {"PyTorch DDP",
+       {"1.4", "1.4", "1.4"},
+       [&](int n) {
+         return largest_billions({0, n});
+       },
+       ""},
+      {"Megatron",
+       {"1.4", "4.5", "15"},
        [&](int n) { return kGpuStateBudget / (16.0 / n) / 1e9; },
        "tensor parallelism over all GPUs would give 16 bytes / MP a parameter; Megatron also "
        "replicates its embeddings and keeps activations that do not shrink with MP"},
-      {"ZeRO-2", {"1.4", "3.9", "8"},
-       [&](int n) { return largest_billions({2, n}); },
+      {"ZeRO-2",
+       {"1.4", "3.9", "8"},
+       [&](int n) {
+         return largest_billions({2, n});
+       },
        "stage 2 keeps 2 + 14 / N_d bytes a parameter on a GPU; the measured bars also carry "
        "each run's activations"},
-      {"SwapAdvisor", {"8", "8", "8"}, [](int) { return NAN; },
+      {"SwapAdvisor",
+       {"8", "8", "8"},
+       [](int) { return NAN; },
        "not a ZeRO layout (swapping by a genetic search): not modelled"},
-      {"L2L", {"17", "17", "17"}, [](int) { return NAN; },
+      {"L2L",
+       {"17", "17", "17"},
+       [](int) { return NAN; },
        "not a ZeRO layout (one layer at a time on the GPU): not modelled"},
-      {"ZeRO-Offload", {"13", "30", "70"},
-       [&](int n) { return largest_billions({2, n, kCpu}); },
+      {"ZeRO-Offload",
+       {"13", "30", "70"},
+       [&](int n) {
+         return largest_billions({2, n, kCpu});
+       },
        "stage 2 with the optimizer on the CPU keeps the 2-byte p16 of every parameter on each "
        "GPU, whatever N_d; the paper adds model parallelism (MP 2-8, its Table 3) beyond one GPU "
        "and ran 13B at batch 4"},
@@ -411,7 +435,7 @@ PaperTable offload_figure7() {
   // The paper's headline ratio: 13B on one GPU against PyTorch's 1.4B.
   const double ratio = largest_billions({2, 1, kCpu}) / largest_billions({0, 1});
   t.rows.push_back({"ZeRO-Offload / PyTorch",
-                    {cell(fixed(ratio, 1) + "x", "9.3x",
+                    {cell(fixed(ratio, 1) + "x", "9.3x (13 / 1.4)",
                           "the paper's 13B ran at batch 4 a GPU, its models up to 2B at batch 32 "
                           "(its Table 3): the larger activations of the small models left "
                           "PyTorch less of the GPU for model states than this rule gives it"),
@@ -444,12 +468,12 @@ PaperTable infinity_figure6a() {
        "(Table 4) that ran"},
       {"3D Parallelism", "20", NAN, "tensor and pipeline parallelism: not modelled"},
       {"ZeRO-Inf-CPU", "70", largest_billions({3, 16, kCpu, kCpu}),
-       "host memory holds p16, g16 and the fp32 states (16 bytes a parameter): 1.5 TB / 16; the "
+       "host memory holds p16, g16 and the fp32 states (16 bytes a parameter): 1.5 TiB / 16; the "
        "paper's 70B is its largest configuration that ran (hidden 8K, 125 layers), with "
        "activation checkpoints and pinned buffers in host memory as well"},
       {"ZeRO-Inf-NVMe", "1000", largest_billions({3, 16, kNvme, kNvme}),
        "zerotrain keeps the 16-bit gradient shards in host memory (2 bytes a parameter for the "
-       "node: 1.5 TB / 2 less the NVMe windows) where DeepSpeed's optimizer swapper writes them "
+       "node: 1.5 TiB / 2 less the NVMe windows) where DeepSpeed's optimizer swapper writes them "
        "to NVMe (swap_out_gradients); "
        "the bar has no printed value, 1000 is the configuration of the paper's Table 4 (1000B) "
        "that ran"},

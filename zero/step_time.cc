@@ -36,9 +36,10 @@ std::vector<Hardware> profiles() {
        "GeForce RTX 4090 (AD102: fp16 tensor with fp32 accumulation); no NVLink: PCIe "
        "peer-to-peer"},
       // The CPU backend on the 2-core development machine (`--hardware this` measures any):
-      // OpenBLAS sgemm 380 GFLOP/s, of which a training step reaches 0.6 (gpt2-124m, stage 0:
-      // 1.65 s for 4 x 128 tokens); memcpy 10 GB/s; its disk 1 GB/s.
-      {"cpu", true, 380e9, 0.6, 10e9, 10e9, 10e9, 10e9, 1e9,
+      // OpenBLAS sgemm 375 GFLOP/s, of which its forward and backward reach 0.65 (gpt2-124m,
+      // stage 0, 4 x 128 tokens: 1.55 s); a threaded copy 32 GB/s; the drive through the
+      // swapper 5.0 GB/s (docs/estimator.md).
+      {"cpu", true, 375e9, 0.65, 32e9, 32e9, 32e9, 32e9, 5e9,
        "the 2-core development machine, measured (docs/estimator.md)"},
   };
 }
@@ -86,44 +87,58 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   double flops = training_flops_per_token(c, in.seq_len) * tokens;
   if (in.checkpointing) flops += flops / 3;  // the forward again
   t.compute = flops / (hw.peak_flops / share * hw.efficiency);
-  // Collectives: bus bytes a rank moves (nccl-tests' busbw convention).
-  const double G = in.grad_bytes, P = in.param_bytes, f = (N - 1) / N;
-  double bus = 0;
+  // Collectives: bus bytes a rank moves (nccl-tests' busbw convention). The engine reduces
+  // gradients in fp32 (4 bytes) on every micro-batch at stages 0, 2 and 3 (stage 1 once, at the
+  // accumulation boundary), and gathers the 16-bit parameters once after the step (stages 1-2)
+  // or in each micro-batch's forward and backward (stage 3).
+  const double P = in.param_bytes, G = in.grad_bytes, f = (N - 1) / N, A = in.gradient_accumulation;
+  double reduce = 0, gather = 0;
   if (N > 1) {
-    if (in.stage == 0) bus = 2 * f * psi * G;            // all-reduce of the gradient
-    if (in.stage == 1) bus = f * psi * 4 + f * psi * P;  // fp32 reduce-scatter, all-gather
-    if (in.stage == 2) bus = f * psi * G + f * psi * P;  // reduce-scatter, all-gather
-    if (in.stage == 3) bus = f * psi * G + 2 * f * psi * P * in.gradient_accumulation;
+    reduce = in.stage == 0 ? 2 * f * psi * 4 * A : f * psi * 4 * (in.stage == 1 ? 1 : A);
+    gather = in.stage == 0 ? 0 : f * psi * P * (in.stage == 3 ? 2 * A : 1);
   }
-  t.comm = bus / (hw.link_bw / share);
-  // Offload copies, per rank: the owned shard's gradient out and parameter in (stages 2-3;
-  // stage 1 sends the fp32 reduced shard), and with parameter offload every shard fetched in
-  // the forward and again in the backward of each micro-batch.
+  const double link = hw.link_bw / share;
+  t.comm = (reduce + gather) / link;
+  // Offload copies, per rank: the owned shard's gradient out (16-bit on the first micro-batch,
+  // fp32 on the others: docs/offload.md; stage 1 the fp32 reduced shard once) and the updated
+  // parameter in; with parameter offload every shard fetched in each micro-batch's forward and
+  // backward.
   const double owned = in.stage == 0 ? psi : psi / N;
   double copy = 0;
   if (in.offload_optimizer != OffloadDevice::kNone)
-    copy += owned * (in.stage == 1 ? 4 : G) + owned * P;
-  if (in.offload_param != OffloadDevice::kNone) copy += 2 * psi / N * P * in.gradient_accumulation;
+    copy += (in.stage == 1 ? owned * 4 : owned * G + owned * 4 * (A - 1)) + owned * P;
+  if (in.offload_param != OffloadDevice::kNone) copy += 2 * psi / N * P * A;
   t.copies = copy / (hw.cpu_backend ? hw.host_bw / share : hw.pcie_bw);
   // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
   // by its ranks), else on the device.
   const bool on_host = hw.cpu_backend || in.offload_optimizer != OffloadDevice::kNone;
   t.optimizer = owned * 28 / (on_host ? hw.host_bw / N : hw.device_bw);
   if (in.offload_optimizer == OffloadDevice::kNvme) t.nvme = owned * N * 24 / hw.nvme_bw;
-  if (in.offload_param == OffloadDevice::kNvme)
-    t.nvme += 2 * psi * P * in.gradient_accumulation / hw.nvme_bw;
+  if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.
   double step = t.compute;
   if (hw.cpu_backend) {
     step += t.comm + t.copies + t.optimizer + t.nvme;
     t.overlaps.push_back("CPU backend: every phase on the same cores, one after another");
   } else {
-    if (in.overlap_comm && in.stage >= 1) {
-      step = std::max(step, t.comm);
-      t.overlaps.push_back("collectives behind the backward (overlap_comm)");
+    // The reductions run behind the backward (2/3 of the compute without recomputation) with
+    // overlap_comm; stage 3's gathers behind the unit before (prefetch); stage 1-2's all-gather
+    // after the step waits.
+    const double backward = t.compute * (in.checkpointing ? 0.5 : 2.0 / 3.0);
+    double exposed = 0;
+    if (in.overlap_comm) {
+      exposed += std::max(0.0, reduce / link - backward);
+      t.overlaps.push_back("gradient reductions behind the backward (overlap_comm)");
     } else {
-      step += t.comm;
+      exposed += reduce / link;
     }
+    if (in.stage == 3) {
+      exposed += std::max(0.0, gather / link - (t.compute - std::min(t.compute, reduce / link)));
+      t.overlaps.push_back("stage 3's gathers behind the unit before (prefetch)");
+    } else {
+      exposed += gather / link;
+    }
+    step += exposed;
     const double host_side = t.copies + t.optimizer + t.nvme;
     if (in.delayed_update && in.offload_optimizer != OffloadDevice::kNone) {
       step = std::max(step, host_side);

@@ -4,16 +4,18 @@
 // with zerotrain's own byte counts:
 //   compute    training FLOPs (6 Ψ_matmul + 12 L T C a token, PaLM's count; + the forward again
 //              with activation checkpointing) / (the device's GEMM rate x efficiency);
-//   comm       the bus bytes of the stage's collectives (all-reduce 2(N-1)/N x the gradient,
-//              reduce-scatter and all-gather (N-1)/N each; stage 3 gathers forward and backward)
-//              / the link's bus bandwidth;
+//   comm       the bus bytes of the stage's collectives as the engine runs them (fp32 gradient
+//              reductions each micro-batch: all-reduce 2(N-1)/N, reduce-scatter (N-1)/N; 16-bit
+//              all-gathers (N-1)/N, after the step or, at stage 3, forward and backward) / the
+//              link's bus bandwidth;
 //   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
 //              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
 //   optimizer  Adam's bytes (28 a parameter: fp32 master, m and v read and written, the 16-bit
 //              gradient in and parameter out) / the memory bandwidth of where it runs;
 //   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
-// On a GPU the collectives overlap the backward (overlap_comm) and the delayed update hides the
-// CPU step and its copies behind the next step's compute; on the CPU backend every phase runs on
+// On a GPU the reductions overlap the backward (overlap_comm), stage 3's gathers the compute
+// (prefetch), and the delayed update hides the CPU step and its copies behind the next step;
+// stage 1-2's all-gather after the step is exposed; on the CPU backend every phase runs on
 // the same cores, one after another, and ranks on one node share its cores and memory bandwidth.
 #pragma once
 

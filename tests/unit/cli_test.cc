@@ -861,8 +861,19 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
   EXPECT_TRUE(fs::exists(path("cache/zerotrain/hardware_this.json")));
   EXPECT_NE(run(base + " --nvme_path " + dir_.string()).out.find("measured here earlier"),
             std::string::npos);
+  write(path("cache/zerotrain/hardware_this.json"), R"({"host": 5, "cores": "two"})");
+  EXPECT_NE(run(base + " --nvme_path " + dir_.string()).out.find("measured now"),
+            std::string::npos)
+      << "a damaged cache is measured again";
   unsetenv("XDG_CACHE_HOME");
   expect_user_error(run(base + " --hardware tpu"), {"--hardware 'tpu' is unknown", "h100"});
+  expect_user_error(run(base + " --hardware h100 --nodes 2"), {"one node"});
+  expect_user_error(run(base + " --hardware h100 --recommend"), {"give --time or --recommend"});
+  expect_user_error(run(base + " --hardware h100 --stage 2"), {"drop --stage"});
+  expect_user_error(run(base + " --hardware h100 --dp -1"), {"must be >= 1"});
+  expect_user_error(run("estimate --recommend --model gpt2-124m --seq_len 5000 --hardware h100 "
+                        "--device_memory 8GiB --host_memory 8GiB"),
+                    {"exceeds gpt2-124m's 1024 positions"});
   expect_user_error(run("estimate --time --model tiny-llama --seq_len 16"),
                     {"estimate --time needs --deepspeed"});
 }

@@ -49,14 +49,27 @@ TEST(StepTime, PhasesAndOverlapsOnAGpu) {
   const StepTime t = *predict_step(in, toy(false));
   const double flops = training_flops_per_token(in.model, 1024) * 8 * 1024;
   EXPECT_DOUBLE_EQ(t.compute, flops / 0.5e12);
-  EXPECT_DOUBLE_EQ(t.comm, (0.75 * psi * 2 * 2) / 50e9);
+  const double reduce = 0.75 * psi * 4 / 50e9, gather = 0.75 * psi * 2 / 50e9;
+  EXPECT_DOUBLE_EQ(t.comm, reduce + gather);
   EXPECT_DOUBLE_EQ(t.copies, psi / 4 * 4 / 10e9);
   EXPECT_DOUBLE_EQ(t.optimizer, psi / 4 * 28 / (100e9 / 4));
-  EXPECT_DOUBLE_EQ(t.step, std::max(t.compute, t.comm) + t.copies + t.optimizer);
+  // The fp32 reduce-scatter hides behind the backward (2/3 of the compute); the all-gather after
+  // the step does not.
+  EXPECT_NEAR(
+      t.step,
+      t.compute + std::max(0.0, reduce - t.compute * 2 / 3) + gather + t.copies + t.optimizer,
+      1e-12);
   EXPECT_DOUBLE_EQ(t.tokens_per_s, 8 * 1024 * 4 / t.step);
   in.delayed_update = true;
   const StepTime d = *predict_step(in, toy(false));
-  EXPECT_DOUBLE_EQ(d.step, std::max({t.compute, t.comm, t.copies + t.optimizer}));
+  EXPECT_NEAR(d.step, std::max(t.step - t.copies - t.optimizer, t.copies + t.optimizer), 1e-12);
+  // Gradient accumulation 4: the reductions and the offloaded gradient (fp32 after the first
+  // micro-batch) four times, the all-gather and the parameters in once.
+  in.delayed_update = false;
+  in.gradient_accumulation = 4;
+  const StepTime g = *predict_step(in, toy(false));
+  EXPECT_DOUBLE_EQ(g.comm, 4 * reduce + gather);
+  EXPECT_DOUBLE_EQ(g.copies, (psi / 4 * (2 + 3 * 4) + psi / 4 * 2) / 10e9);
 }
 
 // The CPU backend: 2 ranks share the node's rates, and every phase adds up; NVMe reads and
