@@ -104,6 +104,7 @@ void Tracer::add(Track t, const char* name, int index, double start_us, double d
 
 absl::Status Tracer::write(const std::string& dir) const {
   std::lock_guard<std::mutex> lk(mu_);
+  if (windows_.empty()) return absl::OkStatus();  // no traced step ran: no file
   nlohmann::json ev = nlohmann::json::array();
   ev.push_back({{"ph", "M"},
                 {"name", "process_name"},

@@ -76,7 +76,8 @@ class Tracer {
   // >= 0 is appended to the name ("forward block 3"); bytes >= 0 goes into its args.
   void add(Track t, const char* name, int index, double start_us, double dur_us,
            int64_t bytes = -1);
-  // Writes dir/trace_rank<r>.json ({"traceEvents": [...]}, named tracks). Error names the file.
+  // Writes dir/trace_rank<r>.json ({"traceEvents": [...]}, named tracks); nothing when no traced
+  // step ran. Error names the file.
   absl::Status write(const std::string& dir) const;
 
  private:

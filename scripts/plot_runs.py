@@ -33,14 +33,29 @@ def load(run_dir):
     try:
         info = json.load(open(paths[0]))
         rows = [json.loads(line) for line in open(paths[1]) if line.strip()]
-    except ValueError as e:
-        die(f"{run_dir}: not JSON ({e})")
-    per_step = (info["micro_batch"] * info["seq_len"] * info["gradient_accumulation"] *
-                info["world_size"])
-    steps = [r for r in rows if "step_ms" in r]
+        per_step = (int(info["micro_batch"]) * int(info["seq_len"]) *
+                    int(info["gradient_accumulation"]) * int(info["world_size"]))
+        steps = [r for r in rows if "step_ms" in r]
+        for r in steps:  # null: a diverged step's NaN, drawn as a gap
+            for k in ("loss", "tokens_per_s"):
+                r[k] = float("nan") if r.get(k, 0) is None else float(r[k])
+            int(r["step"])
+    except (ValueError, KeyError, TypeError) as e:
+        die(f"{run_dir}: run.json or metrics.jsonl is not what `zerotrain train` writes "
+            f"({type(e).__name__}: {e})")
+    if not steps:
+        die(f"{run_dir}: metrics.jsonl holds no training step")
     vals = [r for r in rows if "val_loss" in r]
     report = os.path.join(run_dir, "memory_report_rank0.json")
-    memory = json.load(open(report)) if os.path.exists(report) else None
+    memory = None
+    if os.path.exists(report):
+        try:
+            memory = json.load(open(report))
+            for pool in ("categories", "host_categories"):
+                for v in memory[pool].values():
+                    int(v["peak_bytes"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            die(f"{report}: not a memory report of `zerotrain train` ({type(e).__name__}: {e})")
     return {"name": os.path.basename(os.path.normpath(run_dir)), "info": info, "steps": steps,
             "vals": vals, "per_step": per_step, "memory": memory}
 
@@ -87,6 +102,8 @@ def main():
     ap.add_argument("--out", required=True, help="the PNG to write")
     ap.add_argument("--title", default="")
     a = ap.parse_args()
+    if not a.out.lower().endswith(".png"):
+        die(f"--out {a.out}: give a .png file")
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -23,6 +23,7 @@ struct Run {
   json info;  // run.json
   std::vector<double> step_ms, tokens_per_s, exposed_comm_ms, exposed_offload_ms;
   double loss = NAN, val_loss = NAN;
+  bool loss_diverged = false;  // the last step's loss was null: NaN or inf
 };
 
 // Median of the finite values; NaN when there are none (a NaN loss dumps as null).
@@ -57,7 +58,8 @@ absl::StatusOr<Run> load(const std::string& dir) {
   ZT_ASSIGN_OR_RETURN(const std::string info, read_file(run_json, "run summary"));
   r.info = json::parse(info, nullptr, false);
   if (!r.info.is_object())
-    return absl::InvalidArgumentError(absl::StrCat("'", run_json, "' is not JSON"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", run_json, "' is not a JSON object (the run summary train writes)"));
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(metrics, "metrics"));
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
@@ -74,6 +76,7 @@ absl::StatusOr<Run> load(const std::string& dir) {
     ZT_ASSIGN_OR_RETURN(const double step_ms, number(j, "step_ms", where));
     ZT_ASSIGN_OR_RETURN(const double tokens_per_s, number(j, "tokens_per_s", where));
     ZT_ASSIGN_OR_RETURN(r.loss, number(j, "loss", where));
+    r.loss_diverged = j.contains("loss") && j["loss"].is_null();
     r.step_ms.push_back(step_ms);
     r.tokens_per_s.push_back(tokens_per_s);
     if (j.contains("trace") && j["trace"].is_object()) {  // a traced step (zerotrain.trace)
@@ -143,7 +146,8 @@ absl::StatusOr<std::string> compare_table(const CompareOptions& o) {
                     format_bytes(i.value("peak_device_bytes", (int64_t)0)),
                     format_bytes(i.value("peak_host_bytes", (int64_t)0)), ms(median(r.step_ms)),
                     ms(median(r.tokens_per_s)), ms(median(r.exposed_comm_ms)),
-                    ms(median(r.exposed_offload_ms)), loss(r.loss), loss(r.val_loss)});
+                    ms(median(r.exposed_offload_ms)),
+                    r.loss_diverged ? "nan" : loss(r.loss), loss(r.val_loss)});
   }
   std::ostringstream out;
   if (o.markdown) {

@@ -201,6 +201,20 @@ int info() {
   return 0;
 }
 
+// --pack lays examples into rows of --seq_len tokens: it needs the length said, and one a model
+// can take (at most 2^20, as --max_seq_len).
+absl::Status check_pack_seq_len(bool pack, bool given, int seq_len) {
+  if (!pack) return absl::OkStatus();
+  if (!given)
+    return absl::InvalidArgumentError(
+        "--pack needs --seq_len T, the row length the model will train at (e.g. 512)");
+  if (seq_len > (1 << 20))
+    return absl::InvalidArgumentError(absl::StrCat("--seq_len ", seq_len,
+                                                   " is longer than any model takes (2^20 = "
+                                                   "1048576); give the length you train at"));
+  return absl::OkStatus();
+}
+
 int prepare(bool seq_len_given) {
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format == "alpaca") {
@@ -212,6 +226,8 @@ int prepare(bool seq_len_given) {
     a.val_fraction = absl::GetFlag(FLAGS_val_fraction);
     a.seq_len = seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 256;
     a.pack = absl::GetFlag(FLAGS_pack);
+    if (const absl::Status s = check_pack_seq_len(a.pack, seq_len_given, a.seq_len); !s.ok())
+      return fail(s);
     const auto overlong = zt::parse_overlong(absl::GetFlag(FLAGS_overlong));
     if (!overlong.ok()) return fail(overlong.status());
     a.overlong = *overlong;
@@ -233,6 +249,12 @@ int prepare(bool seq_len_given) {
   o.val_fraction = absl::GetFlag(FLAGS_val_fraction);
   o.pack = absl::GetFlag(FLAGS_pack);
   o.seq_len = seq_len_given ? absl::GetFlag(FLAGS_seq_len) : 256;
+  if (seq_len_given && !o.pack)
+    return fail(absl::InvalidArgumentError(
+        "prepare reads --seq_len for plain text only with --pack (rows of T tokens); drop it, "
+        "or add --pack"));
+  if (const absl::Status s = check_pack_seq_len(o.pack, seq_len_given, o.seq_len); !s.ok())
+    return fail(s);
   if (o.tokenizer_path.empty() || o.inputs.empty() || o.out_dir.empty())
     return fail(absl::InvalidArgumentError(
         "prepare needs --tokenizer MODEL --input FILE[,FILE] --out DIR"));
@@ -560,7 +582,7 @@ int main(int argc, char** argv) {
           "--val_batches", "--shuffle", "--memory_report", "--comm_report",
           "--gradient_checkpointing", "--device_memory_limit", "--host_memory_limit",
           "--attention", "--save_dir",
-          "--save_interval", "--keep_last", "--resume", "--resume_from"})
+          "--save_interval", "--keep_last", "--resume", "--resume_from", "--trace_steps"})
       if (given(flag))
         return fail(absl::InvalidArgumentError(
             absl::StrCat(flag, " is a train flag; sample does not read it")));

@@ -403,9 +403,21 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
   ZerotrainConfig::Trace& trace = r.ds.zerotrain.trace;
+  if (opt.trace_first > 0 && trace.enabled &&
+      (trace.first_step != opt.trace_first || trace.last_step != opt.trace_last))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace_steps ", opt.trace_first, ",", opt.trace_last, " and zerotrain.trace.steps [",
+        trace.first_step, ", ", trace.last_step, "] disagree; give one, or both equal"));
   if (opt.trace_first > 0) trace = {true, opt.trace_first, opt.trace_last, trace.output_path};
   if (trace.enabled) {
     if (trace.output_path.empty()) trace.output_path = opt.run_dir;
+    // Checked now, not after training: the trace is written at the end.
+    std::error_code ec;
+    std::filesystem::create_directories(trace.output_path, ec);
+    if (ec || ::access(trace.output_path.c_str(), W_OK) != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zerotrain.trace.output_path '", trace.output_path, "' cannot be written (",
+          ec ? ec.message() : std::strerror(errno), "); give a writable directory"));
     Tracer::instance().configure(r.comm->rank(), trace.first_step, trace.last_step);
   }
   ZT_ASSIGN_OR_RETURN(r.model, resolve_model(opt.model, opt.init_from, opt.max_seq_len));
@@ -854,7 +866,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   const ZerotrainConfig::Trace& trace = r.ds.zerotrain.trace;
   if (root && trace.enabled && (trace.last_step <= r.start_step || trace.first_step > opt.steps))
     std::fprintf(stderr,
-                 "notice: zerotrain.trace steps %lld to %lld are not among this run's steps "
+                 "notice: trace steps %lld to %lld are not among this run's steps "
                  "(%lld to %lld): no trace\n",
                  (long long)trace.first_step, (long long)trace.last_step,
                  (long long)r.start_step + 1, (long long)opt.steps);

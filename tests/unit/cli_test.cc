@@ -782,9 +782,10 @@ TEST_F(Cli, CompareTabulatesRunsAndRefusesDifferentModels) {
   EXPECT_NE(nan_row.find(" " + absl::StrFormat("%.0f", ms[1]) + "  "), std::string::npos)
       << "the median of the three finite step times\n"
       << nan.out;
+  EXPECT_NE(nan_row.find(" nan "), std::string::npos) << nan.out;
   EXPECT_EQ(nan_row.find(absl::StrFormat("%.4f", test::metric_values(path("s0"), "loss").back())),
             std::string::npos)
-      << "the last loss is null, shown as -\n"
+      << "the last loss is null, shown as nan\n"
       << nan.out;
   std::ofstream(path("nan/metrics.jsonl"), std::ios::app)
       << R"({"step": 5, "loss": "low", "step_ms": 3.0})"
@@ -820,6 +821,12 @@ TEST_F(Cli, MissingFiles) {
                         path("missing.txt") + " --out " + path("out")),
                     {"missing.txt"});
   expect_user_error(run("info --model gpt5"), {"unknown model preset 'gpt5'"});
+  // --pack needs the row length said, one a model takes; plain text reads it only to pack.
+  const std::string prep = "prepare --tokenizer t.model --input a.txt --out " + path("p");
+  expect_user_error(run(prep + " --pack"), {"--pack needs --seq_len"});
+  expect_user_error(run(prep + " --format alpaca --pack"), {"--pack needs --seq_len"});
+  expect_user_error(run(prep + " --pack --seq_len 100000000"), {"longer than any model takes"});
+  expect_user_error(run(prep + " --seq_len 64"), {"only with --pack"});
 }
 
 // --model FILE.json: a Hugging Face config.json gives a model of its shape with random weights
@@ -1371,6 +1378,14 @@ TEST_F(Cli, TracedDelayedUpdateOnNvmeNestsOnItsOwnTracks) {
   const Result late = run(train("--deepspeed " + path("ds.json") + " --trace_steps 50,60"));
   ASSERT_EQ(late.code, 0) << late.out;
   EXPECT_NE(late.out.find("are not among this run's steps"), std::string::npos) << late.out;
+  EXPECT_FALSE(fs::exists(path("run/trace_rank0.json"))) << "nothing traced: no file";
+  expect_user_error(run(train("--deepspeed " + path("d.json") + " --trace_steps 1,2")),
+                    {"--trace_steps 1,2", "disagree"});
+  write(path("ro.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "zerotrain": {"trace": {"enabled": true, "steps": [1, 1], "output_path": "/proc/nope"}}})");
+  const Result ro = run(train("--deepspeed " + path("ro.json")));
+  expect_user_error(ro, {"output_path '/proc/nope' cannot be written"});
+  EXPECT_EQ(ro.out.find("step    1/"), std::string::npos) << "refused before training";
 }
 
 }  // namespace zt
