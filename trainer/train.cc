@@ -514,6 +514,12 @@ absl::Status setup_model(Run& r) {
   return absl::OkStatus();
 }
 
+// A host category's peak bytes on this rank, as memory_report and host_memory_limit count
+// them: the engine's (offloaded states and buffers) and the Transformer's (cpu_checkpointing).
+size_t host_peak_bytes(const Run& r, MemCategory c) {
+  return r.engine->host_bytes(c, /*peak=*/true) + r.transformer->host_tracker().peak(c);
+}
+
 // zerotrain.host_memory_limit against the host categories (model states, offload buffers and
 // cpu_checkpointing's checkpoints; not NVMe), at their peaks, as memory_report counts them; collective, so every rank stops together. Checked after
 // set-up and after each step rather than at each allocation.
@@ -524,9 +530,7 @@ absl::Status check_host_memory_limit(Run& r) {
   double peak = 0;
   for (size_t k = 0; k < kNumMemCategories; ++k) {
     const auto c = static_cast<MemCategory>(k);
-    const size_t b = c == MemCategory::kNvme ? 0
-                                             : r.engine->host_bytes(c, /*peak=*/true) +
-                                                   r.transformer->host_tracker().peak(c);
+    const size_t b = c == MemCategory::kNvme ? 0 : host_peak_bytes(r, c);
     if (b == 0) continue;
     peak += (double)b;
     absl::StrAppend(&in_use, in_use.empty() ? "" : ", ", std::string(mem_category_name(c)), " ",
@@ -658,8 +662,7 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
         estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, r.backend.get());
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
-      mem.host_peak[c] =
-          r.engine->host_bytes(cat, /*peak=*/true) + r.transformer->host_tracker().peak(cat);
+      mem.host_peak[c] = host_peak_bytes(r, cat);
     }
     ZT_ASSIGN_OR_RETURN(MemoryEstimate predicted, estimate_memory(in));
     // Node-shared parameters: each rank still counts the whole working copy, the node holds one.
