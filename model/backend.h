@@ -259,6 +259,16 @@ class Backend {
   // norm needs no second pass over y on the CPU and no wait on a GPU.
   virtual void scale_add(void* y, DType y_t, const float* x, float alpha, bool accumulate,
                          size_t n, double* sum_squares) = 0;
+  // Block-wise symmetric quantization (ZeRO++'s qwZ and qgZ; the formula, storage and error
+  // bound in model/quantize.h): x (n, t) in blocks of `block` elements (even; the last may be
+  // shorter) to q (quant_bytes(n, bits) bytes; bits 8 or 4) and scales (quant_blocks(n, block)
+  // fp32), all device memory.
+  virtual void quantize_blocks(const void* x, DType t, size_t n, int bits, int block, void* q,
+                               float* scales) = 0;
+  // y (n, y_t) = the dequantized q * scale of each element; with accumulate (fp32 y only) added
+  // to y in fp32 (qgZ's sum of the ranks' pieces).
+  virtual void dequantize_blocks(const void* q, const float* scales, size_t n, int bits, int block,
+                                 void* y, DType y_t, bool accumulate) = 0;
 
  protected:
   MemoryTracker tracker_;

@@ -221,4 +221,15 @@ void ProfilingBackend::scale_add(void* y, DType yt, const float* x, float alpha,
         [&] { inner_->scale_add(y, yt, x, alpha, accumulate, n, ss); });
 }
 
+void ProfilingBackend::quantize_blocks(const void* x, DType t, size_t n, int bits, int block,
+                                       void* q, float* scales) {
+  timed("quantize_blocks", absl::StrCat(std::string(dtype_name(t)), " -> int", bits), 0,
+        [&] { inner_->quantize_blocks(x, t, n, bits, block, q, scales); });
+}
+void ProfilingBackend::dequantize_blocks(const void* q, const float* scales, size_t n, int bits,
+                                         int block, void* y, DType yt, bool accumulate) {
+  timed("dequantize_blocks", absl::StrCat("int", bits, " -> ", std::string(dtype_name(yt))), 0,
+        [&] { inner_->dequantize_blocks(q, scales, n, bits, block, y, yt, accumulate); });
+}
+
 }  // namespace zt

@@ -13,6 +13,7 @@
 
 #include "model/backend.h"
 #include "model/init.h"
+#include "model/quantize.h"
 #include "model/transformer.h"
 #include "zero/engine.h"
 #ifdef ZT_HAVE_CUDA
@@ -1031,6 +1032,57 @@ TEST_F(CudaVsCpu, TypedConversionAccumulationAndAdamW) {
 // Lion and Adagrad: the CUDA kernel runs model/optimizer_math.h's element updates as the CPU
 // does, so master, state and the bf16 working copy agree bit for bit, with bf16 gradients
 // consumed (zeroed) as they are read.
+// ZeRO++'s block quantization (model/quantize.h): the GPU's integers, scales and dequantized
+// values are the CPU's bit for bit (the CPU's are held to numpy in quantize_test), on lengths
+// and blocks that leave short tails and an odd 4-bit length.
+TEST_F(CudaVsCpu, BlockQuantizationGivesTheCpusBits) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (auto [n, bits, block] : {std::tuple<size_t, int, int>{1, 8, 2}, {37, 4, 8}, {1000, 8, 256},
+                                  {4099, 4, 512}, {130, 4, 130}}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << " n " << n << " int" << bits << " block "
+                                      << block);
+      Pair x = make(n, 2.f, (uint32_t)n);
+      DeviceBuffer xc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+          xg(gpu_.get(), n * 2, MemCategory::kWorkspace);
+      const void *inc = x.cp(), *ing = x.gp();
+      if (t == DType::kBF16) {
+        cpu_->convert(x.cp(), DType::kF32, xc.data(), t, n);
+        gpu_->convert(x.gp(), DType::kF32, xg.data(), t, n);
+        inc = xc.data(), ing = xg.data();
+      }
+      const size_t qb = quant_bytes(n, bits), nb = quant_blocks(n, block);
+      DeviceBuffer qc(cpu_.get(), qb, MemCategory::kWorkspace),
+          qg(gpu_.get(), qb, MemCategory::kWorkspace);
+      DeviceBuffer sc(cpu_.get(), nb * 4, MemCategory::kWorkspace),
+          sg(gpu_.get(), nb * 4, MemCategory::kWorkspace);
+      cpu_->quantize_blocks(inc, t, n, bits, block, qc.data(), sc.f32());
+      gpu_->quantize_blocks(ing, t, n, bits, block, qg.data(), sg.f32());
+      std::vector<uint8_t> q1(qb), q2(qb);
+      std::vector<float> s1(nb), s2(nb);
+      cpu_->copy_to_host(q1.data(), qc.data(), qb);
+      gpu_->copy_to_host(q2.data(), qg.data(), qb);
+      cpu_->copy_to_host(s1.data(), sc.data(), nb * 4);
+      gpu_->copy_to_host(s2.data(), sg.data(), nb * 4);
+      EXPECT_EQ(q1, q2);
+      EXPECT_EQ(s1, s2);
+      for (bool acc : {false, true}) {
+        Pair y = make(n, 1.f, 7);
+        cpu_->dequantize_blocks(qc.data(), sc.f32(), n, bits, block, y.cp(), DType::kF32, acc);
+        gpu_->dequantize_blocks(qg.data(), sg.f32(), n, bits, block, y.gp(), DType::kF32, acc);
+        expect_close(y, 0, acc ? "dequantize and add" : "dequantize");
+      }
+      DeviceBuffer yc(cpu_.get(), n * 2, MemCategory::kWorkspace),
+          yg(gpu_.get(), n * 2, MemCategory::kWorkspace);
+      cpu_->dequantize_blocks(qc.data(), sc.f32(), n, bits, block, yc.data(), DType::kBF16, false);
+      gpu_->dequantize_blocks(qg.data(), sg.f32(), n, bits, block, yg.data(), DType::kBF16, false);
+      std::vector<uint16_t> b1(n), b2(n);
+      cpu_->copy_to_host(b1.data(), yc.data(), n * 2);
+      gpu_->copy_to_host(b2.data(), yg.data(), n * 2);
+      EXPECT_EQ(b1, b2) << "dequantize into bf16";
+    }
+  }
+}
+
 TEST_F(CudaVsCpu, LionAndAdagradGiveTheCpusBits) {
   const size_t n = 3001;
   for (OptimizerKind k : {OptimizerKind::kLion, OptimizerKind::kAdagrad}) {

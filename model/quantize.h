@@ -1,0 +1,68 @@
+// Block-wise symmetric quantization for ZeRO++ (Wang et al., "ZeRO++", arXiv 2306.10209:
+// qwZ, Section 3.1, quantizes the weights' all-gather to int8; qgZ, Section 3.3, the gradients'
+// all-to-all to int4), shared by the CPU kernels (model/cpu/quantize.cc), the CUDA kernels
+// (model/cuda/quantize.cu) and the reference in scripts/make_quant_reference.py, so every
+// backend computes the same bits.
+//
+// x (n elements) is cut into blocks of `block` elements from its start (the last may be
+// shorter). Per block, with qmax = 2^(bits-1) - 1 (127 for 8 bits, 7 for 4):
+//   scale = max|x| / qmax                (fp32; 0 for an all-zero block)
+//   q     = clamp(rint(x / scale), -qmax, qmax)   (round half to even; 0 where scale is 0)
+//   x'    = q * scale                    (the dequantized value)
+// so |x - x'| <= scale / 2 = max|x| / (2 qmax) in every block. Symmetric and per block as
+// DeepSpeed's CUDAQuantizer (qwZ, int8) and swizzle_quant (qgZ, int4); its block sizes differ
+// (qwZ: groups near 8000 elements; qgZ: one group per row), see zero/quantized_comm.h.
+// Storage: 8 bits one int8 per element; 4 bits two per byte, element 2i in the low nibble of
+// byte i (two's complement), element 2i+1 in the high one.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define ZT_QUANT_HD __host__ __device__
+#else
+#define ZT_QUANT_HD
+#endif
+
+namespace zt {
+
+ZT_QUANT_HD constexpr int quant_qmax(int bits) { return (1 << (bits - 1)) - 1; }
+// Bytes of n quantized values at `bits` (8 or 4).
+ZT_QUANT_HD constexpr size_t quant_bytes(size_t n, int bits) {
+  return bits == 8 ? n : (n + 1) / 2;
+}
+// Scales (blocks) of n elements.
+ZT_QUANT_HD constexpr size_t quant_blocks(size_t n, int block) {
+  return (n + (size_t)block - 1) / (size_t)block;
+}
+// The scale of a block whose largest magnitude is absmax.
+ZT_QUANT_HD inline float quant_scale(float absmax, int bits) {
+  return absmax / (float)quant_qmax(bits);
+}
+// The integer a value takes under `scale` (0 when scale is 0).
+ZT_QUANT_HD inline int quant_value(float x, float scale, int bits) {
+  if (scale == 0.f) return 0;
+  const float q = rintf(x / scale);
+  const float m = (float)quant_qmax(bits);
+  return (int)(q > m ? m : q < -m ? -m : q);
+}
+// Stores q (in [-qmax, qmax]) as element i of a quantized buffer. 4 bits: read-modify-write of
+// a shared byte, so one writer per byte pair.
+ZT_QUANT_HD inline void quant_store(uint8_t* qbuf, size_t i, int q, int bits) {
+  if (bits == 8) {
+    qbuf[i] = (uint8_t)(int8_t)q;
+  } else {
+    const uint8_t nib = (uint8_t)(q & 0xF);
+    uint8_t& b = qbuf[i / 2];
+    b = (i % 2 == 0) ? (uint8_t)((b & 0xF0) | nib) : (uint8_t)((b & 0x0F) | (nib << 4));
+  }
+}
+ZT_QUANT_HD inline int quant_load(const uint8_t* qbuf, size_t i, int bits) {
+  if (bits == 8) return (int)(int8_t)qbuf[i];
+  const int nib = (i % 2 == 0) ? (qbuf[i / 2] & 0xF) : (qbuf[i / 2] >> 4);
+  return nib >= 8 ? nib - 16 : nib;
+}
+
+}  // namespace zt

@@ -1,0 +1,69 @@
+// Block-wise quantization (model/quantize.h; ZeRO++'s qwZ and qgZ) on the CPU backend against
+// the numpy reference in tests/fixtures/quant_reference.json (scripts/make_quant_reference.py):
+// the same integers, the same scales and the same dequantized values, bit for bit, and the
+// stated error bound max|x - x'| <= max|x| / (2 qmax) per block.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "json_fixture.h"
+#include "model/backend.h"
+#include "model/quantize.h"
+
+namespace zt {
+namespace {
+
+TEST(Quantize, MatchesTheNumpyReferenceBitForBit) {
+  const auto fx = load_json_fixture("quant_reference.json", "make_quant_reference.py");
+  ASSERT_TRUE(fx.contains("cases"));
+  auto be = make_cpu_backend();
+  for (const auto& c : fx["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const size_t n = c["n"];
+    const int bits = c["bits"], block = c["block"];
+    const DType t = c["dtype"] == "bf16" ? DType::kBF16 : DType::kF32;
+    std::vector<float> x = c["x"].get<std::vector<float>>();
+    std::vector<uint16_t> x16(n);
+    const void* in = x.data();
+    if (t == DType::kBF16) {  // the values are bf16 already: the conversion is exact
+      convert(x.data(), DType::kF32, x16.data(), t, n);
+      in = x16.data();
+    }
+    std::vector<uint8_t> q(quant_bytes(n, bits), 0xAA);
+    std::vector<float> scales(quant_blocks(n, block), -1.f);
+    be->quantize_blocks(in, t, n, bits, block, q.data(), scales.data());
+    const auto want_q = c["q"].get<std::vector<int>>();
+    const auto want_s = c["scales"].get<std::vector<float>>();
+    const auto want_d = c["dequantized"].get<std::vector<float>>();
+    ASSERT_EQ(scales.size(), want_s.size());
+    for (size_t b = 0; b < scales.size(); ++b) EXPECT_EQ(scales[b], want_s[b]) << "block " << b;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(quant_load(q.data(), i, bits), want_q[i]) << i;
+
+    std::vector<float> y(n);
+    be->dequantize_blocks(q.data(), scales.data(), n, bits, block, y.data(), DType::kF32, false);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(y[i], want_d[i]) << i;
+      float absmax = 0;
+      const size_t lo = i / block * block;
+      for (size_t j = lo; j < std::min(n, lo + block); ++j) absmax = std::max(absmax, std::fabs(x[j]));
+      if (absmax > 0) worst = std::max(worst, std::fabs(x[i] - y[i]) / (double)absmax);
+    }
+    EXPECT_LE(worst, 0.5 / quant_qmax(bits) * (1 + 1e-6));
+    EXPECT_NEAR(worst, c["max_error_over_absmax"].get<double>(), 1e-7);
+
+    // Accumulating adds the dequantized values to what is there, in fp32.
+    std::vector<float> acc(n, 1.f);
+    be->dequantize_blocks(q.data(), scales.data(), n, bits, block, acc.data(), DType::kF32, true);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(acc[i], 1.f + want_d[i]) << i;
+    // Into bf16: the dequantized value rounded once.
+    std::vector<uint16_t> yb(n);
+    be->dequantize_blocks(q.data(), scales.data(), n, bits, block, yb.data(), DType::kBF16, false);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(yb[i], f32_to_bf16(want_d[i])) << i;
+  }
+}
+
+}  // namespace
+}  // namespace zt
