@@ -64,6 +64,7 @@ CommStats comm_delta(const CommStats& after, const CommStats& before) {
     d[k].calls = after[k].calls - before[k].calls;
     d[k].elements = after[k].elements - before[k].elements;
     d[k].bytes = after[k].bytes - before[k].bytes;
+    d[k].inter_node_bytes = after[k].inter_node_bytes - before[k].inter_node_bytes;
   }
   return d;
 }
@@ -71,7 +72,7 @@ CommStats comm_delta(const CommStats& after, const CommStats& before) {
 int64_t comm_volume(const CommStats& step) {
   return step[(size_t)CollKind::kAllReduce].elements +
          step[(size_t)CollKind::kReduceScatter].elements +
-         step[(size_t)CollKind::kAllGather].elements;
+         step[(size_t)CollKind::kAllGather].elements + step[(size_t)CollKind::kAllToAll].elements;
 }
 
 nlohmann::json comm_report(const std::vector<CommStats>& steps,
@@ -81,15 +82,25 @@ nlohmann::json comm_report(const std::vector<CommStats>& steps,
   double sum = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     nlohmann::json kinds = nlohmann::json::object();
+    int64_t inter = 0, intra = 0;
     for (size_t k = 0; k < kNumCollKinds; ++k) {
       const CollCounters& c = steps[i][k];
       if (c.calls == 0) continue;
-      kinds[coll_kind_name(static_cast<CollKind>(k))] = {
-          {"calls", c.calls}, {"elements", c.elements}, {"bytes", c.bytes}};
+      kinds[coll_kind_name(static_cast<CollKind>(k))] = {{"calls", c.calls},
+                                                         {"elements", c.elements},
+                                                         {"bytes", c.bytes},
+                                                         {"inter_node_bytes", c.inter_node_bytes}};
+      if (k == (size_t)CollKind::kScalar) continue;
+      inter += c.inter_node_bytes;
+      intra += c.bytes - c.inter_node_bytes;
     }
     const double v = (double)comm_volume(steps[i]) / (double)psi;
     sum += v;
-    rows.push_back({{"step", i + 1}, {"collectives", kinds}, {"volume_over_psi", v}});
+    rows.push_back({{"step", i + 1},
+                    {"collectives", kinds},
+                    {"volume_over_psi", v},
+                    {"inter_node_bytes", inter},
+                    {"intra_node_bytes", intra}});
     if (i < offload.size())
       rows.back()["offload"] = {{"device_to_host_bytes", offload[i].to_host},
                                 {"host_to_device_bytes", offload[i].to_device}};
@@ -99,8 +110,9 @@ nlohmann::json comm_report(const std::vector<CommStats>& steps,
           {"world_size", world},
           {"psi", psi},
           {"convention",
-           "reduce-scatter/all-gather over n elements count n, all-reduce 2n; "
-           "scalar reductions excluded from the volume"},
+           "reduce-scatter/all-gather over n elements count n, all-reduce 2n, all-to-all its "
+           "send buffer; scalar reductions excluded from the volume and the link bytes; a "
+           "collective whose ranks span nodes counts all its bytes as inter-node"},
           {"mean_volume_over_psi", steps.empty() ? 0.0 : sum / steps.size()},
           {"steps", rows}};
 }

@@ -34,8 +34,9 @@ nlohmann::json memory_report(const MemorySnapshot& m, const EstimateInput& in,
 CommStats comm_delta(const CommStats& after, const CommStats& before);
 // Volume in the paper's convention, scalar reductions excluded (elements).
 int64_t comm_volume(const CommStats& step);
-// The comm_report.json object: per step and collective kind, calls / elements / bytes, and
-// the volume divided by Ψ.
+// The comm_report.json object: per step and collective kind, calls / elements / bytes /
+// inter_node_bytes, the step's bytes between nodes and within a node (zero/comm.h "Links"),
+// and the volume divided by Ψ.
 // offload: per step, bytes copied device -> host and host -> device by an offloaded optimizer
 // (empty, or one pair per step).
 struct OffloadTraffic {

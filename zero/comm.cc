@@ -16,6 +16,7 @@ const char* coll_kind_name(CollKind k) {
     case CollKind::kAllReduce: return "all_reduce";
     case CollKind::kReduceScatter: return "reduce_scatter";
     case CollKind::kAllGather: return "all_gather";
+    case CollKind::kAllToAll: return "all_to_all";
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kScalar: return "scalar";
     case CollKind::kCount: break;
@@ -48,6 +49,24 @@ class SingleProcessCommunicator final : public Communicator {
     count(CollKind::kAllGather, static_cast<int64_t>(n), dtype_size(t));
     move(out, in, n * dtype_size(t));
     return {};
+  }
+  CommRequest all_gather_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    count_bytes(CollKind::kAllGather, elements, (int64_t)bytes);
+    move(out, in, bytes);
+    return {};
+  }
+  CommRequest all_to_all_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    count_bytes(CollKind::kAllToAll, elements, (int64_t)bytes);
+    move(out, in, bytes);
+    return {};
+  }
+  std::unique_ptr<Communicator> split(int color, int /*key*/) override {
+    ZT_CHECK(color >= 0);
+    auto c = std::make_unique<SingleProcessCommunicator>(be_);
+    c->join(*this);
+    return c;
   }
   void broadcast(void* /*buf*/, size_t bytes, int root) override {
     ZT_CHECK(root == 0);

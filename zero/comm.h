@@ -3,8 +3,15 @@
 // buffers: the CPU backend's device memory is host memory), NCCL (CUDA device buffers, unique id
 // broadcast over MPI). Every communicator counts what each rank moves per collective kind, in
 // the ZeRO paper's convention (Rajbhandari et al. 2020, section 7): a reduce-scatter or
-// all-gather over a buffer of n elements counts n, an all-reduce 2n. Scalar reductions (loss,
-// norms, overflow flags, checks) are counted apart and excluded from that volume.
+// all-gather over a buffer of n elements counts n, an all-reduce 2n, an all-to-all its send
+// buffer. Scalar reductions (loss, norms, overflow flags, checks) are counted apart and
+// excluded from that volume.
+//
+// Links: a communicator knows whether its ranks span more than one node (spans_nodes()); every
+// byte a collective of one that does is counted as between nodes, the rest as within a node.
+// That is the ZeRO++ paper's accounting (Wang et al. 2023, Section 3: a collective is bound by
+// the slowest link it crosses), and what a hierarchical collective saves shows there: its
+// node-local steps run on a split() of the world that stays inside one node.
 #pragma once
 
 #include <array>
@@ -25,14 +32,23 @@ namespace zt {
 
 class CommLogger;
 
-enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kScalar, kCount };
+enum class CollKind {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kAllToAll,
+  kBroadcast,
+  kScalar,
+  kCount
+};
 inline constexpr size_t kNumCollKinds = static_cast<size_t>(CollKind::kCount);
 const char* coll_kind_name(CollKind k);
 
 struct CollCounters {
   int64_t calls = 0;
   int64_t elements = 0;  // paper convention: RS/AG over n elements -> n, all-reduce -> 2n
-  int64_t bytes = 0;     // elements x element size
+  int64_t bytes = 0;     // elements x element size (quantized: the bytes sent)
+  int64_t inter_node_bytes = 0;  // of bytes, those of collectives whose ranks span nodes
 };
 using CommStats = std::array<CollCounters, kNumCollKinds>;
 
@@ -69,28 +85,58 @@ class Communicator {
   // out (n * world_size) = concatenation of every rank's in (n), in rank order. in may be this
   // rank's own slice of out (out + rank * n): the all-gather is then in place.
   virtual CommRequest all_gather(const void* in, void* out, size_t n, DType t) = 0;
+  // Opaque bytes: out (bytes * world_size) = every rank's in (bytes), in rank order; `elements`
+  // is how many parameters a rank's bytes carry (quantized weights), for the volume. in and out
+  // do not overlap.
+  virtual CommRequest all_gather_bytes(const void* in, void* out, size_t bytes,
+                                       int64_t elements) = 0;
+  // Opaque bytes: in holds world_size pieces of `bytes`, piece r for rank r; out receives piece
+  // `rank()` of every rank, in rank order. `elements`: the values a piece carries (quantized
+  // gradients), for the volume. in and out do not overlap.
+  virtual CommRequest all_to_all_bytes(const void* in, void* out, size_t bytes,
+                                       int64_t elements) = 0;
   // bytes of device buffer buf from rank root to every rank; blocking.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Host scalars reduced over ranks in place; blocking; counted as kScalar.
   virtual void all_reduce_scalars(double* v, int k, ScalarOp op) = 0;
 
-  // Cumulative counters since construction (or reset_stats()).
-  const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  // The ranks with the same `color` (>= 0), ordered by `key`, as a communicator of their own
+  // (MPI_Comm_split, ncclCommSplit): hierarchical collectives run their node-local steps on one.
+  // Collective over this communicator. The group counts into this communicator's counters (one
+  // report for all) and logs to its logger; it must not outlive this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Whether the ranks of this communicator are on more than one node.
+  bool spans_nodes() const { return spans_nodes_; }
+
+  // Cumulative counters since construction (or reset_stats()), of this communicator and every
+  // group split from it.
+  const CommStats& stats() const { return root_->stats_; }
+  void reset_stats() { root_->stats_ = {}; }
   // comms_logger (zero/comm_logger.h): each collective's time from here on goes to `logger`
   // (null: none). The MPI communicator times them on its communication thread; the others
   // do not log yet.
-  void set_logger(CommLogger* logger) { logger_.store(logger); }
+  void set_logger(CommLogger* logger) { root_->logger_.store(logger); }
   virtual bool logs_collectives() const { return false; }
 
  protected:
   void count(CollKind k, int64_t elements, size_t elem_bytes) {
-    CollCounters& c = stats_[static_cast<size_t>(k)];
+    count_bytes(k, elements, elements * static_cast<int64_t>(elem_bytes));
+  }
+  void count_bytes(CollKind k, int64_t elements, int64_t bytes) {
+    CollCounters& c = root_->stats_[static_cast<size_t>(k)];
     ++c.calls;
     c.elements += elements;
-    c.bytes += elements * static_cast<int64_t>(elem_bytes);
+    c.bytes += bytes;
+    if (spans_nodes_) c.inter_node_bytes += bytes;
   }
+  CommLogger* logger() const { return root_->logger_.load(); }
+  // A group split from `parent` counts and logs through the parent's root.
+  void join(const Communicator& parent) { root_ = parent.root_; }
+  bool spans_nodes_ = false;
+
+ private:
+  Communicator* root_ = this;
   CommStats stats_{};
   std::atomic<CommLogger*> logger_{nullptr};
 };

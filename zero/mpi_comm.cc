@@ -1,5 +1,5 @@
-// MPI communicator: one communication thread runs every MPI call in issue order (see
-// mpi_comm.h). Volume counted in the ZeRO paper's convention: all-reduce of n -> 2n,
+// MPI communicator: one communication thread runs every MPI call in issue order, for the world
+// communicator and every group split from it (see mpi_comm.h). Volume counted in the ZeRO paper's convention: all-reduce of n -> 2n,
 // reduce-scatter / all-gather over the full buffer (n * world_size) -> n * world_size.
 #include "zero/mpi_comm.h"
 
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,34 +52,127 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-class MpiCommunicator final : public Communicator {
+// The one thread that runs every MPI call of a communicator and of the groups split from it,
+// in the order they were issued (MPI_THREAD_SERIALIZED; non-blocking collectives would only
+// progress when polled).
+class CommThread {
  public:
-  MpiCommunicator() {
-    ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
-    ZT_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-    ZT_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-    ZT_CHECK_MPI(MPI_Comm_size(comm_, &world_));
-    MPI_Comm node;
-    ZT_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-    ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
-    ZT_CHECK_MPI(MPI_Comm_size(node, &local_size_));
-    ZT_CHECK_MPI(MPI_Comm_free(&node));
-    g_world_rank.store(rank_);
-    // From here on only the communication thread calls MPI (thread start orders the calls above
-    // before it: MPI_THREAD_SERIALIZED).
-    thread_ = std::thread([this] { loop(); });
-  }
-
-  ~MpiCommunicator() override {
+  CommThread() : thread_([this] { loop(); }) {}
+  ~CommThread() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
     }
     work_cv_.notify_one();
     thread_.join();  // drains the queue first
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  // Queues `op`; the request waits until it has run.
+  CommRequest issue(std::function<void()> op) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(std::move(op));
+      seq = ++issued_;
+    }
+    work_cv_.notify_one();
+    return CommRequest([this, seq] {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [&] { return completed_ >= seq; });
+    });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> op;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop requested and drained
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      op();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++completed_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::function<void()>> queue_;
+  uint64_t issued_ = 0,
+           completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is constructed
+};
+
+// Every rank learns the smallest and largest node id over `comm`: whether it spans nodes.
+bool spans_nodes_of(MPI_Comm comm, int node) {
+  int mm[2] = {node, -node};
+  ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm));
+  return mm[0] != -mm[1];
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Over a duplicate of MPI_COMM_WORLD. Nodes as MPI's shared-memory split finds them, or with
+  // ranks_per_node > 0 consecutive groups of that many ranks (several "nodes" on one machine,
+  // for tests of hierarchical collectives).
+  explicit MpiCommunicator(int ranks_per_node) {
+    ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    ZT_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ZT_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    ZT_CHECK_MPI(MPI_Comm_size(comm_, &world_));
+    if (ranks_per_node > 0) {
+      node_ = rank_ / ranks_per_node;
+      local_rank_ = rank_ % ranks_per_node;
+      local_size_ = std::min(ranks_per_node, world_ - node_ * ranks_per_node);
+    } else {
+      MPI_Comm node;
+      ZT_CHECK_MPI(
+          MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+      ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+      ZT_CHECK_MPI(MPI_Comm_size(node, &local_size_));
+      node_ = rank_;  // a node's id: the smallest world rank on it
+      ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &node_, 1, MPI_INT, MPI_MIN, node));
+      ZT_CHECK_MPI(MPI_Comm_free(&node));
+    }
+    spans_nodes_ = spans_nodes_of(comm_, node_);
+    g_world_rank.store(rank_);
+    // From here on only the communication thread calls MPI (thread start orders the calls above
+    // before it: MPI_THREAD_SERIALIZED).
+    thread_ = std::make_shared<CommThread>();
+  }
+  // A group split from `parent` (on the communication thread).
+  MpiCommunicator(const MpiCommunicator& parent, MPI_Comm comm)
+      : comm_(comm),
+        thread_(parent.thread_),
+        node_(parent.node_),
+        local_rank_(parent.local_rank_),
+        local_size_(parent.local_size_) {
+    join(parent);
+    thread_
+        ->issue([this] {
+          ZT_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+          ZT_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+          ZT_CHECK_MPI(MPI_Comm_size(comm_, &world_));
+          spans_nodes_ = spans_nodes_of(comm_, node_);
+        })
+        .wait();
+  }
+
+  ~MpiCommunicator() override {
+    thread_
+        ->issue([this] {
+          int finalized = 0;
+          MPI_Finalized(&finalized);
+          if (!finalized) MPI_Comm_free(&comm_);
+        })
+        .wait();
   }
 
   int rank() const override { return rank_; }
@@ -86,6 +180,15 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   bool logs_collectives() const override { return true; }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    if (color < 0) ZT_MPI_FAIL(absl::StrCat("split color ", color, " is negative"));
+    MPI_Comm sub = MPI_COMM_NULL;
+    thread_->issue([this, color, key, &sub] {
+      ZT_CHECK_MPI(MPI_Comm_split(comm_, color, key, &sub));
+    }).wait();
+    return std::make_unique<MpiCommunicator>(*this, sub);
+  }
 
   CommRequest all_reduce(void* buf, size_t n, DType t) override {
     require_f32("all_reduce", t);
@@ -140,6 +243,26 @@ class MpiCommunicator final : public Communicator {
                  });
   }
 
+  CommRequest all_gather_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    require_int_count("all_gather_bytes", bytes);
+    count_bytes(CollKind::kAllGather, elements * world_, static_cast<int64_t>(bytes) * world_);
+    return issue("all_gather", bytes * world_, [this, in, out, bytes] {
+      const int c = static_cast<int>(bytes);
+      ZT_CHECK_MPI(MPI_Allgather(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_));
+    });
+  }
+
+  CommRequest all_to_all_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    require_int_count("all_to_all_bytes", bytes);
+    count_bytes(CollKind::kAllToAll, elements * world_, static_cast<int64_t>(bytes) * world_);
+    return issue("all_to_all", bytes * world_, [this, in, out, bytes] {
+      const int c = static_cast<int>(bytes);
+      ZT_CHECK_MPI(MPI_Alltoall(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_));
+    });
+  }
+
   void broadcast(void* buf, size_t bytes, int root) override {
     if (root < 0 || root >= world_)
       ZT_MPI_FAIL(absl::StrCat("broadcast root ", root, " outside world of ", world_));
@@ -179,55 +302,20 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Queues `op` for the communication thread; the request waits until it has run. `name` and
-  // `bytes` (the buffer the collective spans) label its span in a trace (common/trace.h).
+  // `bytes` (the buffer the collective spans) label its span in a trace (common/trace.h) and its
+  // line in the comms_logger.
   CommRequest issue(const char* name, size_t bytes, std::function<void()> op) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back([this, name, bytes, op = std::move(op)] {
-        TraceSpan span(Track::kCommunication, name, -1, (int64_t)bytes);
-        Timer t;
-        op();
-        if (CommLogger* log = logger_.load()) log->record(name, (int64_t)bytes, t.ms());
-      });
-      seq = ++issued_;
-    }
-    work_cv_.notify_one();
-    return CommRequest([this, seq] {
-      std::unique_lock<std::mutex> lk(mu_);
-      done_cv_.wait(lk, [&] { return completed_ >= seq; });
+    return thread_->issue([this, name, bytes, op = std::move(op)] {
+      TraceSpan span(Track::kCommunication, name, -1, (int64_t)bytes);
+      Timer t;
+      op();
+      if (CommLogger* log = logger()) log->record(name, (int64_t)bytes, t.ms());
     });
   }
 
-  void loop() {
-    for (;;) {
-      std::function<void()> op;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop requested and drained
-        op = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      op();
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        ++completed_;
-      }
-      done_cv_.notify_all();
-    }
-  }
-
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;
-
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
-  std::deque<std::function<void()>> queue_;
-  uint64_t issued_ = 0,
-           completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
-  bool stop_ = false;
-  std::thread thread_;
+  std::shared_ptr<CommThread> thread_;
+  int rank_ = 0, world_ = 1, node_ = 0, local_rank_ = 0, local_size_ = 1;
 };
 
 }  // namespace
@@ -280,7 +368,7 @@ MpiRuntime::~MpiRuntime() {
   if (owns_ && mpi_active()) MPI_Finalize();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator() {
+absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(int ranks_per_node) {
   if (!mpi_active()) {
     return absl::FailedPreconditionError(
         "MPI is not initialised: create MpiRuntime in main before the MPI communicator");
@@ -291,7 +379,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator() {
     return absl::FailedPreconditionError(
         "MPI was initialised below MPI_THREAD_SERIALIZED; the MPI communicator's thread needs it");
   }
-  return std::unique_ptr<Communicator>(new MpiCommunicator());
+  return std::unique_ptr<Communicator>(new MpiCommunicator(ranks_per_node));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator() {

@@ -58,7 +58,10 @@ bool mpi_active();
 // Reductions (all_reduce, reduce_scatter) are fp32 sums only (MPI has no bf16/fp16 sum; the
 // engine reduces in fp32) and abort on other dtypes; all_gather and broadcast move bytes of
 // any dtype. Per-rank counts up to INT_MAX elements for reduce_scatter/all_gather.
-absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator();
+// Nodes are those of MPI's shared-memory split (MPI_COMM_TYPE_SHARED); ranks_per_node > 0 makes
+// consecutive groups of that many ranks the nodes instead (tests of hierarchical collectives
+// on one machine).
+absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(int ranks_per_node = 0);
 
 // The communicator for this process: MPI when MPI is initialised, else single-process.
 absl::StatusOr<std::unique_ptr<Communicator>> make_host_communicator();

@@ -48,8 +48,20 @@ class NcclCommunicator final : public Communicator {
     if (boot_.rank() == 0) ZT_CHECK_NCCL(ncclGetUniqueId(&id));
     boot_.broadcast(&id, sizeof id, 0);
     ZT_CHECK_NCCL(ncclCommInitRank(&comm_, boot_.world_size(), id, boot_.rank()));
-    ZT_NCCL_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    ZT_NCCL_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    spans_nodes_ = boot_.spans_nodes();
+    init_streams();
+  }
+  // A group split from `parent`: NCCL's split of its communicator, with the same split of the
+  // bootstrap for the host scalars.
+  NcclCommunicator(NcclCommunicator& parent, int color, int key)
+      : own_boot_(parent.boot_.split(color, key)),
+        boot_(*own_boot_),
+        device_(parent.device_),
+        compute_(parent.compute_) {
+    join(parent);
+    spans_nodes_ = boot_.spans_nodes();
+    ZT_CHECK_NCCL(ncclCommSplit(parent.comm_, color, key, &comm_, nullptr));
+    init_streams();
   }
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream_);
@@ -81,6 +93,31 @@ class NcclCommunicator final : public Communicator {
     ZT_CHECK_NCCL(ncclAllGather(in, out, n, nccl_type(t), comm_, stream_));
     return completion();
   }
+  CommRequest all_gather_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    count_bytes(CollKind::kAllGather, elements * world_size(), (int64_t)bytes * world_size());
+    after_compute();
+    ZT_CHECK_NCCL(ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_));
+    return completion();
+  }
+  // One send and one receive per peer in a group (NCCL has no all-to-all collective).
+  CommRequest all_to_all_bytes(const void* in, void* out, size_t bytes,
+                               int64_t elements) override {
+    count_bytes(CollKind::kAllToAll, elements * world_size(), (int64_t)bytes * world_size());
+    after_compute();
+    ZT_CHECK_NCCL(ncclGroupStart());
+    for (int r = 0; r < world_size(); ++r) {
+      ZT_CHECK_NCCL(ncclSend(static_cast<const char*>(in) + (size_t)r * bytes, bytes, ncclUint8,
+                             r, comm_, stream_));
+      ZT_CHECK_NCCL(ncclRecv(static_cast<char*>(out) + (size_t)r * bytes, bytes, ncclUint8, r,
+                             comm_, stream_));
+    }
+    ZT_CHECK_NCCL(ncclGroupEnd());
+    return completion();
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<NcclCommunicator>(*this, color, key);
+  }
   // buf is device memory here.
   void broadcast(void* buf, size_t bytes, int root) override {
     count(CollKind::kBroadcast, static_cast<int64_t>(bytes), 1);
@@ -99,6 +136,10 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  void init_streams() {
+    ZT_NCCL_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZT_NCCL_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  }
   // The comm stream waits for everything issued so far on the compute stream.
   void after_compute() {
     ZT_NCCL_CHECK_CUDA(cudaEventRecord(ready_, compute_));
@@ -113,6 +154,7 @@ class NcclCommunicator final : public Communicator {
     return CommRequest([owned] { ZT_NCCL_CHECK_CUDA(cudaEventSynchronize(owned.get())); });
   }
 
+  std::unique_ptr<Communicator> own_boot_;  // a split group's bootstrap (else null)
   Communicator& boot_;
   int device_;
   cudaStream_t compute_;

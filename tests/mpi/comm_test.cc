@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -272,6 +273,64 @@ TEST_F(MpiCommTest, CountersFollowPaperConvention) {
   EXPECT_EQ(at(CollKind::kScalar).bytes, 16);
   comm->reset_stats();
   EXPECT_EQ(comm->stats()[0].calls, 0);
+}
+
+// Groups and links: with consecutive pairs of ranks as "nodes" (make_mpi_communicator's
+// ranks_per_node), the world spans nodes from 3 ranks on, a node's group never does, and the
+// group of each node's k-th rank does when there are two nodes or more. Bytes collectives move
+// what each rank wrote, and a group's collectives count into the world's counters, as inter-node
+// bytes exactly when the group spans nodes.
+TEST_F(MpiCommTest, SplitGroupsMoveBytesAndCountTheirLinks) {
+  EXPECT_FALSE(comm->spans_nodes());  // one machine
+  auto c = make_mpi_communicator(/*ranks_per_node=*/2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Communicator& world = **c;
+  EXPECT_EQ(world.spans_nodes(), w > 2);
+  EXPECT_EQ(world.local_rank(), r % 2);
+  std::unique_ptr<Communicator> node = world.split(r / 2, r);
+  std::unique_ptr<Communicator> cross = world.split(r % 2, r);
+  EXPECT_FALSE(node->spans_nodes());
+  EXPECT_EQ(node->world_size(), std::min(2, w - r / 2 * 2));
+  EXPECT_EQ(node->rank(), r % 2);
+  EXPECT_EQ(cross->world_size(), (w - r % 2 + 1) / 2);
+  EXPECT_EQ(cross->rank(), r / 2);
+  EXPECT_EQ(cross->spans_nodes(), cross->world_size() > 1);
+
+  world.reset_stats();
+  // all_gather_bytes in the node group: 3 bytes a rank, each the world rank and its position.
+  const int nw = node->world_size();
+  std::vector<uint8_t> mine = {uint8_t(r), uint8_t(10 + r), uint8_t(20 + r)}, got(3 * nw);
+  node->all_gather_bytes(mine.data(), got.data(), 3, 6).wait();
+  for (int k = 0; k < nw; ++k) {
+    const int from = r / 2 * 2 + k;
+    EXPECT_EQ(got[3 * k], from);
+    EXPECT_EQ(got[3 * k + 2], 20 + from);
+  }
+  // all_to_all_bytes over the world: piece p of rank q holds (q, p); rank r receives (q, r).
+  std::vector<uint8_t> send(2 * w), recv(2 * w);
+  for (int p = 0; p < w; ++p) send[2 * p] = uint8_t(r), send[2 * p + 1] = uint8_t(p);
+  world.all_to_all_bytes(send.data(), recv.data(), 2, 4).wait();
+  for (int q = 0; q < w; ++q) {
+    EXPECT_EQ(recv[2 * q], q);
+    EXPECT_EQ(recv[2 * q + 1], r);
+  }
+  // A float all-gather in the cross-node group.
+  const int cw = cross->world_size();
+  std::vector<float> f = {float(r)}, fall(cw);
+  cross->all_gather(f.data(), fall.data(), 1, DType::kF32).wait();
+  for (int k = 0; k < cw; ++k) EXPECT_EQ(fall[k], float(r % 2 + 2 * k));
+
+  const CommStats& st = world.stats();
+  EXPECT_EQ(&st, &node->stats()) << "one set of counters for the world and its groups";
+  const CollCounters ag = st[(size_t)CollKind::kAllGather], a2a = st[(size_t)CollKind::kAllToAll];
+  EXPECT_EQ(ag.calls, 2);
+  EXPECT_EQ(ag.elements, 6 * nw + cw);
+  EXPECT_EQ(ag.bytes, 3 * nw + 4 * cw);
+  EXPECT_EQ(ag.inter_node_bytes, cross->spans_nodes() ? 4 * cw : 0);
+  EXPECT_EQ(a2a.calls, 1);
+  EXPECT_EQ(a2a.elements, 4 * w);
+  EXPECT_EQ(a2a.bytes, 2 * w);
+  EXPECT_EQ(a2a.inter_node_bytes, w > 2 ? 2 * w : 0);
 }
 
 TEST_F(MpiCommTest, CheckSameAcceptsIdenticalStrings) {
