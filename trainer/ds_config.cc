@@ -693,10 +693,10 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("legacy_stage1", false);
   r.unsupported("parameter_alignment", false);
   r.unsupported("memory_efficient_linear", true);
-  r.unsupported("zero_hpz_partition_size", 1);
-  r.unsupported("zero_quantized_weights", false);
+  ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_weights"}, &z->zero_quantized_weights));
+  ZT_RETURN_IF_ERROR(r.get_int({"zero_hpz_partition_size"}, &z->zero_hpz_partition_size, 1));
+  ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_gradients"}, &z->zero_quantized_gradients));
   r.unsupported("zero_quantized_nontrainable_weights", false);
-  r.unsupported("zero_quantized_gradients", false);
   r.unsupported("stage3_module_granularity_threshold", 0);
   r.unsupported("stage3_use_all_reduce_for_fetch_params", false);
   r.unsupported("stage3_allgather_sequential", false);
@@ -713,6 +713,14 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("zenflow");
   r.unsupported("leaf_module");
   ZT_RETURN_IF_ERROR(r.finish());
+  // DeepSpeed reads the ZeRO++ keys in stage 3 only and ignores them elsewhere; we say so.
+  if (z->stage != 3 && (z->zero_quantized_weights || z->zero_hpz_partition_size > 1 ||
+                        z->zero_quantized_gradients)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
+             "zero_quantized_gradients) works on stage 3's gathers and reductions, but stage is ",
+        z->stage, "; set \"stage\": 3 or remove the ZeRO++ keys"));
+  }
   // DeepSpeed silently ignores offload at stages that cannot use it; we say so.
   if (z->offload_param.device != OffloadDevice::kNone && z->stage != 3) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -148,6 +148,12 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = ds_default::kStage3MaxReuseDistance;
   bool stage3_gather_16bit_weights_on_model_save = false;  // also the old "..._fp16_..." name
   bool round_robin_gradients = false;  // stage 1/2 with CPU offload: round-robin grad copies
+  // ZeRO++ (stage 3; zero/zeropp.h): int8 weight all-gathers (qwZ), a secondary weight
+  // partition within groups of this many ranks for the backward's gathers (hpZ; 1: off), int4
+  // hierarchical all-to-all gradient reduction (qgZ).
+  bool zero_quantized_weights = false;
+  int64_t zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
 };

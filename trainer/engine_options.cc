@@ -41,6 +41,8 @@ EngineOptions engine_options(const DsConfig& ds) {
   eo.zero.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
   eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;
   eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
+  eo.zero.zeropp = {z.zero_quantized_weights, (int)z.zero_hpz_partition_size,
+                    z.zero_quantized_gradients};
   if (ds.zerotrain.delayed_param_update)
     eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
   eo.node_shared_params = ds.zerotrain.node_shared_params;

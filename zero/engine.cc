@@ -79,10 +79,11 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   for (size_t u = 0; u < units_.size(); ++u)
     shards[u] = {units_[u].store < 0 ? units_[u].params.data() : nullptr, units_[u].store};
   const ZeroOptions& z = opt.zero;
+  if (z.stage == 3) zeropp_ = make_zeropp_groups(z.zeropp, *comm);  // checked: check_zeropp
   gatherer_ = std::make_unique<ParamGatherer>(
       be, comm, params_.get(), opt.param_dtype, z.stage3_prefetch_bucket_size,
       z.stage3_max_live_parameters, z.stage3_max_reuse_distance, z.overlap_comm, partition_,
-      std::move(shards));
+      std::move(shards), z.stage == 3 && z.zeropp.quantized_weights, zeropp_.hpz.get());
 }
 
 Engine::~Engine() {

@@ -44,6 +44,7 @@
 #include "zero/param_gatherer.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
+#include "zero/zeropp.h"
 
 namespace zt {
 
@@ -67,6 +68,7 @@ struct ZeroOptions {
   int64_t stage3_param_persistence_threshold = ds_default::kStage3ParamPersistenceThreshold;
   int64_t stage3_max_live_parameters = ds_default::kStage3MaxLiveParameters;
   int64_t stage3_max_reuse_distance = ds_default::kStage3MaxReuseDistance;
+  ZeroppOptions zeropp;  // ZeRO++ at stage 3 (zero/zeropp.h); all off by default
 };
 
 struct EngineOptions {
@@ -270,6 +272,7 @@ class Engine final : public UnitEngine {
   double comm_wait_ms_ = 0;  // waiting for reductions (the gatherer counts its own)
   // The training thread waited `ms` for communication: the breakdown's and the trace's.
   void note_comm_wait(double ms);
+  ZeroppGroups zeropp_;  // ZeRO++'s groups (hpZ, qgZ); before the gatherer, which uses them
   std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.

@@ -89,6 +89,10 @@ void Engine::reduce_gradients(int u) {
 void Engine::reduce_to_shard(PendingReduce& p, UnitState& s) {
   p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
   p.shard_of_all_reduce = !opt_.zero.reduce_scatter;
+  if (zeropp_.across && !p.shard_of_all_reduce) {  // ZeRO++ qgZ (zero/zeropp.h)
+    p.qgz = QuantizedReduce(be_, zeropp_, p.send.f32(), s.shard);
+    return;
+  }
   p.req = p.shard_of_all_reduce
               ? comm_->all_reduce(p.send.data(), s.padded, DType::kF32)
               : comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
@@ -97,6 +101,7 @@ void Engine::reduce_to_shard(PendingReduce& p, UnitState& s) {
 void Engine::finish_reduce(PendingReduce& p) {
   Timer t;
   p.req.wait();
+  if (p.qgz.active()) p.qgz.finish(p.recv.f32());
   note_comm_wait(t.ms());
   if (p.shard_of_all_reduce)
     be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * unit(p.unit).shard,

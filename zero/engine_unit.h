@@ -56,6 +56,7 @@ struct Engine::PendingReduce {
   DeviceBuffer recv;                 // fp32 shard (reduce-scatter) or empty (all-reduce in place)
   bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
   bool boundary = false;             // of the step's last micro-batch: its result is final
+  QuantizedReduce qgz;               // ZeRO++ qgZ: the quantized reduction in place of req
 };
 
 }  // namespace zt

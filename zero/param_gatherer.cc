@@ -13,7 +13,8 @@ namespace zt {
 ParamGatherer::ParamGatherer(Backend* be, Communicator* comm, ParamStore* store, DType param_dtype,
                              int64_t prefetch_bucket_size, int64_t max_live_parameters,
                              int64_t max_reuse_distance, bool overlap_comm,
-                             const std::vector<UnitPartition>& plan, std::vector<Shard> shards)
+                             const std::vector<UnitPartition>& plan, std::vector<Shard> shards,
+                             bool quantized_weights, Communicator* hpz)
     : be_(be),
       comm_(comm),
       store_(store),
@@ -22,6 +23,8 @@ ParamGatherer::ParamGatherer(Backend* be, Communicator* comm, ParamStore* store,
       max_live_(max_live_parameters),
       max_reuse_distance_(max_reuse_distance),
       overlap_comm_(overlap_comm),
+      quantized_weights_(quantized_weights),
+      hpz_(hpz),
       rank_(comm->rank()),
       world_(comm->world_size()),
       units_(plan.size()) {
@@ -56,7 +59,7 @@ void ParamGatherer::check_unit_sequence(int u) {
                      "model and batch shape"));
 }
 
-void ParamGatherer::gather(int u) {
+void ParamGatherer::gather(int u, bool backward) {
   Unit& s = units_[u];
   if (s.gathered.data()) return;
   // Checked while the sequence is being learnt (first step, or after it changed); afterwards
@@ -66,25 +69,49 @@ void ParamGatherer::gather(int u) {
   make_room(s.padded);
   const size_t pbytes = dtype_size(dtype_);
   s.gathered = DeviceBuffer(be_, (size_t)s.padded * pbytes, MemCategory::kWorkspace);
+  s.pending = true;
+  gathered_ += s.padded;
+  peak_gathered_ = std::max(peak_gathered_, gathered_);
+  if (hpz_ && backward && s.secondary.data()) {  // hpZ: within the group, from the secondaries
+    s.req = comm_of_secondary_gather(s);
+    return;
+  }
   const void* shard = s.home.device;
   if (s.home.store >= 0) {  // offloaded: into this rank's slice, then gathered in place
     char* own = static_cast<char*>(s.gathered.data()) + (size_t)rank_ * s.shard * pbytes;
     const uint64_t copy = store_->load(s.home.store, own);
     // A communicator reading device memory from the host (MPI) reads the slice at once; on a
-    // GPU the collective's stream is ordered after the copy instead.
-    if (be_->host_addressable()) be_->wait_copy(copy);
+    // GPU the collective's stream is ordered after the copy instead (qwZ's quantization runs
+    // on the compute stream, so it waits for the copy).
+    if (be_->host_addressable() || quantized_weights_) be_->wait_copy(copy);
     shard = own;
   }
-  s.req = comm_->all_gather(shard, s.gathered.data(), (size_t)s.shard, dtype_);
-  s.pending = true;
-  gathered_ += s.padded;
-  peak_gathered_ = std::max(peak_gathered_, gathered_);
+  s.refresh_secondary = hpz_ != nullptr;
+  if (quantized_weights_)
+    s.qwz = QuantizedAllGather(be_, comm_, shard, (size_t)s.shard, dtype_);
+  else
+    s.req = comm_->all_gather(shard, s.gathered.data(), (size_t)s.shard, dtype_);
+}
+
+// hpZ: the unit from the secondary shards of its group (padded / H elements each).
+CommRequest ParamGatherer::comm_of_secondary_gather(Unit& s) {
+  const size_t n = (size_t)s.padded / (size_t)hpz_->world_size();
+  return hpz_->all_gather(s.secondary.data(), s.gathered.data(), n, dtype_);
 }
 
 void ParamGatherer::wait_gathered(Unit& s) {
   if (!s.pending) return;
   Timer t;
   s.req.wait();
+  if (s.qwz.active()) s.qwz.finish(s.gathered.data());
+  if (s.refresh_secondary) {  // hpZ: keep our 1/H of the unit for the backward's gathers
+    const size_t pbytes = dtype_size(dtype_), n = (size_t)s.padded / hpz_->world_size();
+    if (!s.secondary.data()) s.secondary = DeviceBuffer(be_, n * pbytes, MemCategory::kParams);
+    be_->copy(s.secondary.data(),
+              static_cast<const char*>(s.gathered.data()) + hpz_->rank() * n * pbytes,
+              n * pbytes);
+    s.refresh_secondary = false;
+  }
   const double waited = t.ms();
   comm_wait_ms_ += waited;
   trace_elapsed(Track::kCompute, "wait for communication", waited);
@@ -126,7 +153,7 @@ void ParamGatherer::prefetch_after(size_t cursor) {
     if (gathered_ + s.padded > max_live_) return;
     if (!in_host_memory_soon(trace_[i])) return;  // its fetch waits for the drive, not this
     budget -= s.padded;
-    gather(trace_[i]);
+    gather(trace_[i], trace_backward_[i]);
   }
 }
 
@@ -181,9 +208,10 @@ const void* ParamGatherer::fetch(int u) {
     trace_valid_ = false;  // the sequence changed (e.g. evaluation): stop predicting
     if (store_) store_->forget_reads_ahead();
   }
+  const bool backward = std::find(recording_.begin(), recording_.end(), u) != recording_.end();
   recording_.push_back(u);
   ++fetches_;
-  gather(u);
+  gather(u, backward);
   wait_gathered(s);
   read_ahead(recording_.size());
   if (overlap_comm_ && trace_valid_) prefetch_after(recording_.size());
@@ -215,8 +243,15 @@ void ParamGatherer::end_step() {
     trace_ = std::move(recording_);
     trace_valid_ = true;
     recording_.clear();
+    trace_backward_.assign(trace_.size(), 0);
+    std::vector<char> seen(units_.size(), 0);
+    for (size_t i = 0; i < trace_.size(); ++i) {
+      trace_backward_[i] = seen[trace_[i]];
+      seen[trace_[i]] = 1;
+    }
   }
   drop_gathered();        // nothing stays gathered across steps: parameters changed
+  for (Unit& s : units_) s.secondary.reset();  // nor do hpZ's secondary shards
   restart_reads_ahead();  // the next step's first shards
 }
 

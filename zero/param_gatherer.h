@@ -4,8 +4,9 @@
 // step's unit sequence (the trace) in the first step, then, with overlap_comm, gathers the next
 // units ahead (stage3_prefetch_bucket_size, within stage3_max_live_parameters), keeps a
 // released unit that is fetched again within stage3_max_reuse_distance parameters, and with
-// parameters offloaded to a drive starts their reads ahead. The engine composes it; a quantized
-// or hierarchical gather (ZeRO++) replaces gather() here.
+// parameters offloaded to a drive starts their reads ahead. The engine composes it. ZeRO++
+// (zero/zeropp.h) plugs in here: qwZ sends the shards quantized, hpZ gathers a unit's backward
+// uses from the secondary shards its forward gather left within the hpZ group.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "zero/comm.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
+#include "zero/zeropp.h"
 
 namespace zt {
 
@@ -30,11 +32,13 @@ class ParamGatherer {
   };
   // plan: the partition plan, a row per unit; shards: per unit (unused for units whose
   // parameters are not sharded). be, comm and store (null: no parameter offload) outlive it.
-  // Shards are param_dtype; the stage3_* options of `zero` apply.
+  // Shards are param_dtype; the stage3_* options of `zero` apply. quantized_weights: ZeRO++'s
+  // qwZ; hpz (null: off): the hpZ group, which outlives the gatherer.
   ParamGatherer(Backend* be, Communicator* comm, ParamStore* store, DType param_dtype,
                 int64_t prefetch_bucket_size, int64_t max_live_parameters,
                 int64_t max_reuse_distance, bool overlap_comm,
-                const std::vector<UnitPartition>& plan, std::vector<Shard> shards);
+                const std::vector<UnitPartition>& plan, std::vector<Shard> shards,
+                bool quantized_weights = false, Communicator* hpz = nullptr);
   ~ParamGatherer();  // no all-gather may still write into a freed buffer
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
@@ -68,12 +72,20 @@ class ParamGatherer {
     Shard home;
     DeviceBuffer gathered;  // the whole unit while gathered
     CommRequest req;
-    bool pending = false;  // req not waited for yet
-    int live = 0;          // users now (nested fetches)
+    QuantizedAllGather qwz;  // qwZ: the quantized gather in place of req
+    bool pending = false;    // req not waited for yet
+    int live = 0;            // users now (nested fetches)
+    // hpZ: this rank's 1/H of the whole unit, kept from the forward's gather to the step's end;
+    // refresh_secondary: the gather in flight is a forward's, which refreshes it.
+    DeviceBuffer secondary;
+    bool refresh_secondary = false;
   };
   // Collective: every rank fetches the same unit, else each throws std::runtime_error.
   void check_unit_sequence(int u);
-  void gather(int u);               // issue the all-gather of unit u
+  // Issue the all-gather of unit u; `backward`: a use after the pass's first (hpZ gathers it
+  // from the secondary shards).
+  void gather(int u, bool backward);
+  CommRequest comm_of_secondary_gather(Unit& s);
   void wait_gathered(Unit& s);      // complete it
   void free_gathered(Unit& s);
   void make_room(int64_t numel);  // evict kept, not-live units above the live limit
@@ -89,10 +101,13 @@ class ParamGatherer {
   DType dtype_;
   int64_t prefetch_bucket_size_, max_live_, max_reuse_distance_;
   bool overlap_comm_;
+  bool quantized_weights_;
+  Communicator* hpz_;
   int rank_, world_;
   std::vector<Unit> units_;
   // The unit sequence of the previous step and our place in this one.
   std::vector<int> trace_, recording_;
+  std::vector<char> trace_backward_;  // per trace entry: its unit was used before in the pass
   bool trace_valid_ = false;
   // Parameter reads ahead: fetches so far, and per unit the fetch at which its shard's read
   // began (-1: none), so the prefetcher gathers only shards read for at least a unit's compute.

@@ -641,6 +641,57 @@ TEST_F(ZeroStages, Stage3VolumeIsThreePsiWhenEmbeddingAndHeadAreSmall) {
 
 // Stage 3: gathered parameters never exceed stage3_max_live_parameters plus one unit, even
 // with prefetching on.
+// ZeRO++ (zero/zeropp.h) on "nodes" of two consecutive ranks (make_mpi_communicator's
+// ranks_per_node): hpZ alone changes no bit (the backward's gathers read the forward's values
+// from the secondary shards); qwZ and qgZ quantize, so parameters stay within 2% and losses
+// within 1% of plain stage 3 over the run; the hierarchical groups' bytes count within a node
+// or between nodes as their ranks lie. Unequal nodes (3 ranks) are refused on every rank.
+TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
+  auto made = make_mpi_communicator(/*ranks_per_node=*/2);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Communicator& comm = **made;
+  const int W = comm.world_size();
+  ZeroppOptions all{true, 2, true};
+  if (W % 2 != 0) {
+    const absl::Status st = check_zeropp(all, comm);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("zero_hpz_partition_size"), std::string::npos) << st;
+    EXPECT_EQ(check_zeropp({false, 1, true}, comm).code(), absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  EngineOptions eo = fp32_clipped(3);
+  eo.param_dtype = eo.grad_dtype = DType::kBF16;
+  eo.zero.stage3_max_reuse_distance = 0;  // the backward gathers again
+  const RunResult plain = train(comm, eo, 2);
+  for (const ZeroppOptions& o : {ZeroppOptions{false, 2, false}, ZeroppOptions{true, 1, false},
+                                 ZeroppOptions{false, 1, true}, all}) {
+    SCOPED_TRACE(testing::Message() << "qwZ " << o.quantized_weights << " hpZ "
+                                    << o.hpz_partition_size << " qgZ " << o.quantized_gradients);
+    ASSERT_TRUE(check_zeropp(o, comm).ok());
+    EngineOptions z = eo;
+    z.zero.zeropp = o;
+    const RunResult r = train(comm, z, 2);
+    const bool exact = !o.quantized_weights && !o.quantized_gradients;
+    if (exact) {
+      EXPECT_EQ(r.params, plain.params) << "hpZ alone changes no bit";
+      EXPECT_EQ(r.losses, plain.losses);
+    } else {
+      EXPECT_LT(rel_param_diff(r, plain), 0.02);
+      for (size_t i = 0; i < r.losses.size(); ++i)
+        EXPECT_NEAR(r.losses[i], plain.losses[i], 0.01 * plain.losses[i]) << "step " << i + 1;
+    }
+    const CollCounters ag = r.comm_one_step[(size_t)CollKind::kAllGather];
+    const CollCounters pag = plain.comm_one_step[(size_t)CollKind::kAllGather];
+    EXPECT_EQ(ag.elements, pag.elements) << "the same parameters gathered";
+    if (o.quantized_weights && o.hpz_partition_size == 1)  // int8 + scales vs bf16
+      EXPECT_LT(ag.bytes, pag.bytes * 6 / 10);
+    if (o.quantized_gradients) {
+      EXPECT_EQ(r.comm_one_step[(size_t)CollKind::kReduceScatter].calls, 0);
+      EXPECT_GT(r.comm_one_step[(size_t)CollKind::kAllToAll].calls, 0);
+    }
+  }
+}
+
 TEST_F(ZeroStages, Stage3LiveParametersStayWithinLimit) {
   const ParamLayout layout(tiny());
   const int64_t N = comm_->world_size();

@@ -484,6 +484,29 @@ TEST(DsConfig, ZerotrainBlockNodeSharedParams) {
       << c.status();
 }
 
+// ZeRO++'s keys (DeepSpeed's names and defaults: off, hpZ partition size 1), stage 3 only.
+TEST(DsConfig, ZeroppKeysAtStage3) {
+  auto r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->zero.zero_quantized_weights);
+  EXPECT_EQ(r->zero.zero_hpz_partition_size, 1);
+  EXPECT_FALSE(r->zero.zero_quantized_gradients);
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+               "zero_quantized_weights": true, "zero_hpz_partition_size": 8,
+               "zero_quantized_gradients": true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->zero.zero_quantized_weights);
+  EXPECT_EQ(r->zero.zero_hpz_partition_size, 8);
+  EXPECT_TRUE(r->zero.zero_quantized_gradients);
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+               "zero_quantized_gradients": true}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("set \"stage\": 3"), std::string::npos) << r.status();
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+               "zero_hpz_partition_size": 0}})");
+  EXPECT_FALSE(r.ok());
+}
+
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
   auto unimpl = absl::StatusCode::kUnimplemented;
   EXPECT_TRUE(parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", 1,
