@@ -704,7 +704,12 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("override_module_apply", true);
   r.unsupported("log_trace_cache_warnings", false);
   r.unsupported("enable_sanity_checks", false);
-  r.unsupported("mics_shard_size", -1);
+  ZT_RETURN_IF_ERROR(r.get_int({"mics_shard_size"}, &z->mics_shard_size, -1));
+  if (z->mics_shard_size == 0 || (z->mics_shard_size > 0 && z->stage == 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": zero_optimization.mics_shard_size: ", z->mics_shard_size,
+        z->stage == 0 ? " needs stage 1-3 (it shards the states within groups of ranks)"
+                      : " shards nothing; use -1 (off) or the ranks per group (>= 2)"));
   r.unsupported("mics_hierarchical_params_gather", false);
   r.unsupported("cpu_offload");  // deprecated DeepSpeed names: use offload_* instead
   r.unsupported("cpu_offload_param");

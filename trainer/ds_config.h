@@ -154,6 +154,9 @@ struct ZeroConfig {
   bool zero_quantized_weights = false;
   int64_t zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;
+  // MiCS (stages 1-3; zero/zeropp.h): shard the model states within groups of this many ranks,
+  // replicated across the groups (-1: off).
+  int64_t mics_shard_size = -1;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
 };

@@ -42,7 +42,7 @@ EngineOptions engine_options(const DsConfig& ds) {
   eo.zero.stage3_max_live_parameters = z.stage3_max_live_parameters;
   eo.zero.stage3_max_reuse_distance = z.stage3_max_reuse_distance;
   eo.zero.zeropp = {z.zero_quantized_weights, (int)z.zero_hpz_partition_size,
-                    z.zero_quantized_gradients};
+                    z.zero_quantized_gradients, (int)z.mics_shard_size};
   if (ds.zerotrain.delayed_param_update)
     eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
   eo.node_shared_params = ds.zerotrain.node_shared_params;
@@ -120,7 +120,9 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   EstimateInput in;
   for (int64_t n : unit_numels(model)) in.unit_numel.push_back(n);
   in.stage = ds.zero.stage;
-  in.dp = world;
+  // MiCS shards the model states over its group, not the world (zero/zeropp.h).
+  const int mics = (int)ds.zero.mics_shard_size;
+  in.dp = mics > 0 && mics < world ? mics : world;
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;

@@ -17,22 +17,28 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       be_(be),
       comm_(comm),
       opt_(opt),
+      world_comm_(comm),
       units_(layout.num_units()),
       optimizer_(optimizer ? std::move(optimizer)
                            : make_device_optimizer_state(be, opt.optimizer.kind)),
       params_(std::move(params)) {
-  rank_ = comm->rank();
-  world_ = comm->world_size();
-  if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   const int stage = opt.zero.stage;
   ZT_CHECK(stage >= 0 && stage <= 3);
+  dp_ = comm->world_size();
+  // ZeRO++'s and MiCS's groups (checked: check_zeropp). Under MiCS the engine shards over its
+  // group: comm_, rank_ and world_ are the group's from here on.
+  if (stage > 0) zeropp_ = make_zeropp_groups(opt.zero.zeropp, *comm);
+  if (zeropp_.mics) comm_ = zeropp_.mics.get();
+  rank_ = comm_->rank();
+  world_ = comm_->world_size();
+  if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   ZT_CHECK(!params_ || stage == 3);
   host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
   // Muon's passes are collective (the all-gather of u): not from the delayed update's thread.
   ZT_CHECK(opt.delayed_update_after < 0 || opt.optimizer.kind != OptimizerKind::kMuon);
-  if (opt.optimizer.kind == OptimizerKind::kMuon) muon_ = std::make_unique<MuonUpdate>(be, comm);
+  if (opt.optimizer.kind == OptimizerKind::kMuon) muon_ = std::make_unique<MuonUpdate>(be, comm_);
   const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
   std::vector<int64_t> numels;
@@ -79,9 +85,8 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   for (size_t u = 0; u < units_.size(); ++u)
     shards[u] = {units_[u].store < 0 ? units_[u].params.data() : nullptr, units_[u].store};
   const ZeroOptions& z = opt.zero;
-  if (z.stage == 3) zeropp_ = make_zeropp_groups(z.zeropp, *comm);  // checked: check_zeropp
   gatherer_ = std::make_unique<ParamGatherer>(
-      be, comm, params_.get(), opt.param_dtype, z.stage3_prefetch_bucket_size,
+      be, comm_, params_.get(), opt.param_dtype, z.stage3_prefetch_bucket_size,
       z.stage3_max_live_parameters, z.stage3_max_reuse_distance, z.overlap_comm, partition_,
       std::move(shards), z.stage == 3 && z.zeropp.quantized_weights, zeropp_.hpz.get());
 }

@@ -248,9 +248,13 @@ class Engine final : public UnitEngine {
 
   const ParamLayout& layout_;
   Backend* be_;
+  // The ranks the states are sharded over: the world, or under MiCS this rank's group
+  // (zeropp_.mics); rank_ and world_ are this rank's place in it and its size.
   Communicator* comm_;
   EngineOptions opt_;
   int rank_ = 0, world_ = 1;
+  int dp_ = 1;  // N_d: every rank, the gradient mean's denominator
+  Communicator* world_comm_;  // every rank: replicated units' all-reduce
   std::vector<UnitPartition> partition_;  // the plan units_ were allocated by
   std::vector<UnitState> units_;
   // One double per unit on the device: Σ g² of its owned gradient, written by the pass that
@@ -272,7 +276,7 @@ class Engine final : public UnitEngine {
   double comm_wait_ms_ = 0;  // waiting for reductions (the gatherer counts its own)
   // The training thread waited `ms` for communication: the breakdown's and the trace's.
   void note_comm_wait(double ms);
-  ZeroppGroups zeropp_;  // ZeRO++'s groups (hpZ, qgZ); before the gatherer, which uses them
+  ZeroppGroups zeropp_;  // ZeRO++'s and MiCS's groups; before the gatherer, which uses them
   std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.

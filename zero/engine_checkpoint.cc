@@ -41,6 +41,8 @@ void Engine::set_unit_params(int u, std::span<const float> host) {
 
 std::pair<size_t, size_t> Engine::saved_range(int u) const {
   const UnitState& s = units_[u];
+  // MiCS: the first group saves; the others hold the same shards.
+  if (zeropp_.mics_replicas && zeropp_.mics_replicas->rank() != 0) return {0, 0};
   if (s.replicated) return {0, rank_ == 0 ? s.numel : 0};
   const size_t begin = std::min(s.numel, (size_t)rank_ * s.shard);
   return {begin, std::min(s.numel, begin + s.shard)};

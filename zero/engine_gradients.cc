@@ -53,14 +53,14 @@ void Engine::reduce_gradients(int u) {
   const bool whole = s.replicated || opt_.zero.stage == 1;
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
     // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
-    const bool final = world_ == 1 && s.replicated && boundary_;
+    const bool final = dp_ == 1 && s.replicated && boundary_;
     be_->scale_add(s.grads.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, s.holds_values(),
                    s.padded, final ? norm_slot(s) : nullptr);
     s.owned_ss = final ? UnitState::SumSq::kInSlot : UnitState::SumSq::kUnknown;
     s.mark_written();
     s.scratch.reset();
   }
-  if (world_ == 1 && whole) return;
+  if (dp_ == 1 && whole) return;
   if (whole && !boundary_) return;  // stages 0-1 reduce once per step
   PendingReduce p{u, {}, {}, {}};
   p.boundary = boundary_;
@@ -70,7 +70,7 @@ void Engine::reduce_gradients(int u) {
     p.send = DeviceBuffer(be_, s.padded * 4, MemCategory::kCommBuffers);
     be_->convert(s.grads.data(), opt_.grad_dtype, p.send.data(), DType::kF32, s.padded);
     if (s.replicated) {
-      p.req = comm_->all_reduce(p.send.data(), s.padded, DType::kF32);
+      p.req = world_comm_->all_reduce(p.send.data(), s.padded, DType::kF32);
     } else {
       reduce_to_shard(p, s);
     }
@@ -107,7 +107,12 @@ void Engine::finish_reduce(PendingReduce& p) {
     be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * unit(p.unit).shard,
               unit(p.unit).shard * 4);
   UnitState& s = unit(p.unit);
-  const float mean = 1.f / (float)world_;  // gradient_allreduce_op: mean
+  if (zeropp_.mics_replicas && !s.replicated) {  // MiCS's second hop: the shard across groups
+    Timer r;
+    zeropp_.mics_replicas->all_reduce(p.recv.data(), s.shard, DType::kF32).wait();
+    note_comm_wait(r.ms());
+  }
+  const float mean = 1.f / (float)dp_;  // gradient_allreduce_op: mean
   // The boundary's pass also sums the squares of what it writes (the step's gradient norm,
   // from cache) into the unit's norm slot; earlier micro-steps' sums would be overwritten.
   double* want_ss = p.boundary ? norm_slot(s) : nullptr;

@@ -40,6 +40,17 @@ absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world) {
         "zero_optimization.zero_hpz_partition_size: ", o.hpz_partition_size,
         " must divide the number of ranks (", n,
         "); use the ranks per node (", L, ") or 1 to turn hpZ off"));
+  const bool zeropp = o.quantized_weights || o.hpz_partition_size > 1 || o.quantized_gradients;
+  if (o.mics_shard_size != -1 && (o.mics_shard_size < 2 || n % o.mics_shard_size != 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.mics_shard_size: ", o.mics_shard_size,
+        " must be at least 2 and divide the number of ranks (", n,
+        "); use the ranks per node (", L, ") for one group per node, or -1 to turn MiCS off"));
+  if (o.mics_shard_size != -1 && zeropp)
+    return absl::InvalidArgumentError(
+        "zero_optimization: MiCS (mics_shard_size) and ZeRO++ (zero_quantized_weights, "
+        "zero_hpz_partition_size, zero_quantized_gradients) together are not implemented; "
+        "choose one");
   if (o.quantized_gradients && (-v[0] != v[1] || v[2] != 0 || n % L != 0))
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.zero_quantized_gradients: qgZ's hierarchical all-to-all needs the "
@@ -56,6 +67,10 @@ ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world) {
   if (o.quantized_gradients) {
     g.node = world.split(r / L, r);
     g.across = world.split(r % L, r);
+  }
+  if (o.mics_shard_size > 0 && o.mics_shard_size < world.world_size()) {
+    g.mics = world.split(r / o.mics_shard_size, r);
+    g.mics_replicas = world.split(r % o.mics_shard_size, r);
   }
   return g;
 }

@@ -36,6 +36,12 @@ struct ZeroppOptions {
   bool quantized_weights = false;   // qwZ
   int hpz_partition_size = 1;       // hpZ: ranks per secondary-partition group (1: off)
   bool quantized_gradients = false;  // qgZ
+  // MiCS (Zhang et al., "MiCS: Near-linear Scaling for Training Gigantic Model on Public
+  // Cloud", VLDB 2022; DeepSpeed's mics_shard_size): the model states are sharded within
+  // groups of this many consecutive ranks and replicated across the groups (-1: off, the
+  // world is one group). Gathers stay in the group; gradients are reduce-scattered in the
+  // group, then each shard is all-reduced across the groups (MiCS's 2-hop synchronisation).
+  int mics_shard_size = -1;
 };
 
 // Quantization of each (DeepSpeed quantizes qwZ to int8 in groups near 4-8K elements, qgZ to
@@ -54,9 +60,9 @@ inline constexpr int kQgzBits = 4, kQgzBlock = 128;
 size_t quantized_piece_bytes(size_t s, int bits, int block);
 
 // Whether the options can run on `world` (stage 3 is the config's check): hpz_partition_size
-// divides the world size; qgZ needs every node to hold the same number L of consecutive ranks
-// (mpirun's default --map-by slot placement). Collective (every rank gets the same verdict);
-// InvalidArgument saying what to change.
+// and mics_shard_size (>= 2) divide the world size; qgZ needs every node to hold the same number
+// L of consecutive ranks (mpirun's default --map-by slot placement); MiCS goes without ZeRO++.
+// Collective (every rank gets the same verdict); InvalidArgument saying what to change.
 absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world);
 
 // The groups the options need, split from `world` (collective; after check_zeropp).
@@ -64,6 +70,8 @@ struct ZeroppGroups {
   std::unique_ptr<Communicator> hpz;     // hpZ: consecutive groups of hpz_partition_size ranks
   std::unique_ptr<Communicator> node;    // qgZ: the ranks of this node
   std::unique_ptr<Communicator> across;  // qgZ: the ranks of this local rank, one per node
+  std::unique_ptr<Communicator> mics;          // MiCS: this rank's shard group
+  std::unique_ptr<Communicator> mics_replicas;  // MiCS: the ranks holding the same shard
 };
 ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world);
 

@@ -221,6 +221,8 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
         res.comm_one_step[k].calls = comm.stats()[k].calls - before[k].calls;
         res.comm_one_step[k].elements = comm.stats()[k].elements - before[k].elements;
         res.comm_one_step[k].bytes = comm.stats()[k].bytes - before[k].bytes;
+        res.comm_one_step[k].inter_node_bytes =
+            comm.stats()[k].inter_node_bytes - before[k].inter_node_bytes;
       }
     }
     comm.all_reduce_scalars(&loss, 1, ScalarOp::kSum);
@@ -689,6 +691,42 @@ TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
       EXPECT_EQ(r.comm_one_step[(size_t)CollKind::kReduceScatter].calls, 0);
       EXPECT_GT(r.comm_one_step[(size_t)CollKind::kAllToAll].calls, 0);
     }
+  }
+}
+
+// MiCS (zero/zeropp.h) with one group per modelled two-rank node: at stages 1-3 the losses and
+// parameters are plain sharding's to fp32 rounding (the sums run in another order); the
+// states are sharded over the group (owned elements twice plain's at 4 ranks); between nodes
+// only the gradients' shards move (an all-reduce), gathers and reduce-scatters stay inside.
+TEST_F(ZeroStages, MicsGroupsMatchPlainShardingAtEveryStage) {
+  auto made = make_mpi_communicator(/*ranks_per_node=*/2);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Communicator& comm = **made;
+  const int W = comm.world_size();
+  if (W % 2 != 0) {
+    const absl::Status st = check_zeropp({.mics_shard_size = 2}, comm);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("mics_shard_size"), std::string::npos) << st;
+    return;
+  }
+  ASSERT_TRUE(check_zeropp({.mics_shard_size = 2}, comm).ok());
+  EXPECT_FALSE(check_zeropp({.quantized_weights = true, .mics_shard_size = 2}, comm).ok());
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(testing::Message() << "stage " << stage);
+    EngineOptions eo = fp32_clipped(stage);
+    const RunResult plain = train(comm, eo, 2);
+    eo.zero.zeropp.mics_shard_size = 2;
+    const RunResult mics = train(comm, eo, 2);
+    for (size_t i = 0; i < plain.losses.size(); ++i)
+      EXPECT_NEAR(mics.losses[i], plain.losses[i], 1e-6 * plain.losses[i]) << "step " << i + 1;
+    EXPECT_LT(rel_param_diff(mics, plain), 1e-5);
+    EXPECT_EQ(mics.owned, W == 2 ? plain.owned : 2 * plain.owned);
+    int64_t inter = 0, ar_inter = 0;
+    for (size_t k = 0; k < kNumCollKinds; ++k)
+      if (k != (size_t)CollKind::kScalar) inter += mics.comm_one_step[k].inter_node_bytes;
+    ar_inter = mics.comm_one_step[(size_t)CollKind::kAllReduce].inter_node_bytes;
+    EXPECT_EQ(inter, ar_inter) << "only the gradients' all-reduce crosses nodes";
+    if (W > 2) EXPECT_GT(ar_inter, 0);
   }
 }
 

@@ -484,8 +484,9 @@ TEST(DsConfig, ZerotrainBlockNodeSharedParams) {
       << c.status();
 }
 
-// ZeRO++'s keys (DeepSpeed's names and defaults: off, hpZ partition size 1), stage 3 only.
-TEST(DsConfig, ZeroppKeysAtStage3) {
+// ZeRO++'s keys (DeepSpeed's names and defaults: off, hpZ partition size 1), stage 3 only;
+// MiCS's group size at stages 1-3.
+TEST(DsConfig, ZeroppAndMicsKeys) {
   auto r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->zero.zero_quantized_weights);
@@ -505,6 +506,24 @@ TEST(DsConfig, ZeroppKeysAtStage3) {
   r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
                "zero_hpz_partition_size": 0}})");
   EXPECT_FALSE(r.ok());
+  // MiCS: DeepSpeed's -1 (off) by default; a group size at stages 1-3; 0 and stage 0 refused;
+  // the hierarchical gather (for groups spanning nodes) is not implemented.
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zero.mics_shard_size, -1);
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "mics_shard_size": 8}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->zero.mics_shard_size, 8);
+  for (const char* bad : {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                             "mics_shard_size": 0}})",
+                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
+                             "mics_shard_size": 2}})",
+                          R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                             "mics_shard_size": 2, "mics_hierarchical_params_gather": true}})"}) {
+    r = parse(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("mics_"), std::string::npos) << r.status();
+  }
 }
 
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
