@@ -2,7 +2,8 @@
 // Training", arXiv 2306.10209; DeepSpeed's zero_quantized_weights, zero_hpz_partition_size and
 // zero_quantized_gradients) at stage 3: the quantized and hierarchical collectives the parameter
 // gatherer (zero/param_gatherer.h) and the engine's gradient reduction use in place of the plain
-// all-gather and reduce-scatter. The bytes each moves between nodes are in docs/zero.md.
+// all-gather and reduce-scatter; and MiCS's sharding groups (stages 1-3), which the engine
+// shards over instead of the world. The bytes each moves between nodes are in docs/zero.md.
 //
 // - qwZ (Section 3.1): a unit's all-gather sends each rank's shard as int8 in blocks of
 //   kQwzBlock with an fp32 scale each (model/quantize.h): piece(s) = align4(s) + 4 ceil(s/512)
