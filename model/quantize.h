@@ -48,15 +48,16 @@ ZT_QUANT_HD inline int quant_value(float x, float scale, int bits) {
   const float m = (float)quant_qmax(bits);
   return (int)(q > m ? m : q < -m ? -m : q);
 }
-// Stores q (in [-qmax, qmax]) as element i of a quantized buffer. 4 bits: read-modify-write of
-// a shared byte, so one writer per byte pair.
-ZT_QUANT_HD inline void quant_store(uint8_t* qbuf, size_t i, int q, int bits) {
+// Stores the values of elements i (even) and i + 1 (q1; ignored past the end, when has1 is
+// false), each in [-qmax, qmax]: 8 bits one byte each, 4 bits one whole byte, whose high nibble
+// is 0 past an odd length's end (the stored bytes never depend on what the buffer held).
+ZT_QUANT_HD inline void quant_store_pair(uint8_t* qbuf, size_t i, int q0, int q1, bool has1,
+                                         int bits) {
   if (bits == 8) {
-    qbuf[i] = (uint8_t)(int8_t)q;
+    qbuf[i] = (uint8_t)(int8_t)q0;
+    if (has1) qbuf[i + 1] = (uint8_t)(int8_t)q1;
   } else {
-    const uint8_t nib = (uint8_t)(q & 0xF);
-    uint8_t& b = qbuf[i / 2];
-    b = (i % 2 == 0) ? (uint8_t)((b & 0xF0) | nib) : (uint8_t)((b & 0x0F) | (nib << 4));
+    qbuf[i / 2] = (uint8_t)((q0 & 0xF) | ((has1 ? q1 & 0xF : 0) << 4));
   }
 }
 ZT_QUANT_HD inline int quant_load(const uint8_t* qbuf, size_t i, int bits) {

@@ -1,6 +1,5 @@
 // Block-wise quantization on the CPU (model/quantize.h has the formula): one block per
-// iteration of an OpenMP loop, so the 4-bit bytes two elements share stay in one thread
-// (blocks are even).
+// iteration of an OpenMP loop, a pair of elements (one 4-bit byte) at a time, as the GPU does.
 #include <algorithm>
 #include <cmath>
 
@@ -23,7 +22,11 @@ void CpuBackend::quantize_blocks(const void* x, DType t, size_t n, int bits, int
     for (size_t i = lo; i < hi; ++i) absmax = std::max(absmax, std::fabs(load_f32(x, t, i)));
     const float scale = quant_scale(absmax, bits);
     scales[b] = scale;
-    for (size_t i = lo; i < hi; ++i) quant_store(qb, i, quant_value(load_f32(x, t, i), scale, bits), bits);
+    for (size_t i = lo; i < hi; i += 2) {
+      const bool has1 = i + 1 < hi;
+      quant_store_pair(qb, i, quant_value(load_f32(x, t, i), scale, bits),
+                       has1 ? quant_value(load_f32(x, t, i + 1), scale, bits) : 0, has1, bits);
+    }
   }
 }
 

@@ -23,14 +23,9 @@ __global__ void quantize_kernel(const void* x, DType t, size_t n, int bits, int 
   const float scale = quant_scale(absmax, bits);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
   for (size_t i = lo + 2 * (size_t)threadIdx.x; i < hi; i += 2 * (size_t)blockDim.x) {
-    const int q0 = quant_value(load_as_f32(x, t, i), scale, bits);
-    const int q1 = i + 1 < hi ? quant_value(load_as_f32(x, t, i + 1), scale, bits) : 0;
-    if (bits == 8) {
-      q[i] = (uint8_t)(int8_t)q0;
-      if (i + 1 < hi) q[i + 1] = (uint8_t)(int8_t)q1;
-    } else {
-      q[i / 2] = (uint8_t)((q0 & 0xF) | ((q1 & 0xF) << 4));
-    }
+    const bool has1 = i + 1 < hi;
+    quant_store_pair(q, i, quant_value(load_as_f32(x, t, i), scale, bits),
+                     has1 ? quant_value(load_as_f32(x, t, i + 1), scale, bits) : 0, has1, bits);
   }
 }
 

@@ -1055,6 +1055,9 @@ TEST_F(CudaVsCpu, BlockQuantizationGivesTheCpusBits) {
           qg(gpu_.get(), qb, MemCategory::kWorkspace);
       DeviceBuffer sc(cpu_.get(), nb * 4, MemCategory::kWorkspace),
           sg(gpu_.get(), nb * 4, MemCategory::kWorkspace);
+      // Different garbage on each side: every stored byte must come from the values.
+      cpu_->copy_to_device(qc.data(), std::vector<uint8_t>(qb, 0xAA).data(), qb);
+      gpu_->copy_to_device(qg.data(), std::vector<uint8_t>(qb, 0x55).data(), qb);
       cpu_->quantize_blocks(inc, t, n, bits, block, qc.data(), sc.f32());
       gpu_->quantize_blocks(ing, t, n, bits, block, qg.data(), sg.f32());
       std::vector<uint8_t> q1(qb), q2(qb);
