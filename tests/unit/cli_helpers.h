@@ -55,6 +55,13 @@ inline Result run_shell(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+// The framed sample of a `zerotrain sample` output ("sample:\n---\n..."): on a loaded machine the
+// weights' loading or initialisation takes over a second and shows progress lines before it.
+inline std::string sample_of(const std::string& out) {
+  const size_t at = out.find("sample:\n---\n");
+  return at == std::string::npos ? out : out.substr(at);
+}
+
 // `key` of every line of run_dir/metrics.jsonl that has it, in order.
 inline std::vector<double> metric_values(const std::string& run_dir, const std::string& key) {
   std::vector<double> v;

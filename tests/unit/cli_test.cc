@@ -1102,21 +1102,16 @@ TEST_F(Cli, SampleCommand) {
   if (!fs::exists(tok)) GTEST_SKIP() << "shared data absent";
   const std::string base = "sample --model shakespeare-llama --threads 1 --tokenizer " + tok +
                            " --sample_prompt ROMEO: --sample_tokens 12 ";
-  // The sample itself: a loaded machine's weight initialisation takes over a second and shows
-  // its progress lines before it.
-  const auto sample_of = [](const std::string& out) {
-    const size_t at = out.find("sample:\n---\n");
-    return at == std::string::npos ? out : out.substr(at);
-  };
   const Result greedy = run(base + "--temperature 0");
   ASSERT_EQ(greedy.code, 0) << greedy.out;
-  EXPECT_EQ(sample_of(greedy.out).rfind("sample:\n---\nROMEO:", 0), 0u) << greedy.out;
+  EXPECT_EQ(test::sample_of(greedy.out).rfind("sample:\n---\nROMEO:", 0), 0u) << greedy.out;
   EXPECT_TRUE(greedy.out.ends_with("\n---\n")) << greedy.out;
-  EXPECT_EQ(sample_of(run(base + "--temperature 0").out), sample_of(greedy.out));  // deterministic
+  EXPECT_EQ(test::sample_of(run(base + "--temperature 0").out),
+            test::sample_of(greedy.out));  // deterministic
   // A 4-token window restarts the cache from its last 2 tokens as it fills.
   const Result sliding = run(base + "--seq_len 4 --seed 7");
   EXPECT_EQ(sliding.code, 0) << sliding.out;
-  EXPECT_EQ(sample_of(run(base + "--seq_len 4 --seed 7").out), sample_of(sliding.out));
+  EXPECT_EQ(test::sample_of(run(base + "--seq_len 4 --seed 7").out), test::sample_of(sliding.out));
   expect_user_error(run("sample --model shakespeare-llama"), {"--tokenizer"});
   expect_user_error(run(base + "--seq_len 300"), {"--seq_len 300", "256"});
   expect_user_error(run(base + "--seq_len 0"), {"--seq_len 0", "[1, 256]"});
