@@ -6,12 +6,13 @@
 //
 // x (n elements) is cut into blocks of `block` elements from its start (the last may be
 // shorter). Per block, with qmax = 2^(bits-1) - 1 (127 for 8 bits, 7 for 4):
-//   scale = max|x| / qmax                (fp32; 0 for an all-zero block)
+//   scale = max|x| / qmax                (fp32; 0 for an all-zero block, NaN for one
+//                                         holding a NaN or an infinity)
 //   q     = clamp(rint(x / scale), -qmax, qmax)   (round half to even; 0 where scale is 0)
 //   x'    = q * scale                    (the dequantized value)
 // so |x - x'| <= scale / 2 = max|x| / (2 qmax) in every block. Symmetric and per block as
 // DeepSpeed's CUDAQuantizer (qwZ, int8) and swizzle_quant (qgZ, int4); its block sizes differ
-// (qwZ: groups near 8000 elements; qgZ: one group per row), see zero/quantized_comm.h.
+// (qwZ: groups near 8000 elements; qgZ: one group per row), see zero/zeropp.h.
 // Storage: 8 bits one int8 per element; 4 bits two per byte, element 2i in the low nibble of
 // byte i (two's complement), element 2i+1 in the high one.
 #pragma once
@@ -37,13 +38,15 @@ ZT_QUANT_HD constexpr size_t quant_bytes(size_t n, int bits) {
 ZT_QUANT_HD constexpr size_t quant_blocks(size_t n, int block) {
   return (n + (size_t)block - 1) / (size_t)block;
 }
-// The scale of a block whose largest magnitude is absmax.
-ZT_QUANT_HD inline float quant_scale(float absmax, int bits) {
-  return absmax / (float)quant_qmax(bits);
+// The scale of a block whose largest magnitude is absmax; NaN when the block holds a NaN or an
+// infinity (finite false), so that every value of it dequantizes to NaN and a non-finite
+// gradient still reaches the norm (fp16's overflow check) through qgZ's two hops.
+ZT_QUANT_HD inline float quant_scale(float absmax, bool finite, int bits) {
+  return finite ? absmax / (float)quant_qmax(bits) : __builtin_nanf("");
 }
-// The integer a value takes under `scale` (0 when scale is 0).
+// The integer a value takes under `scale` (0 when scale is 0 or NaN).
 ZT_QUANT_HD inline int quant_value(float x, float scale, int bits) {
-  if (scale == 0.f) return 0;
+  if (!(scale > 0.f)) return 0;
   const float q = rintf(x / scale);
   const float m = (float)quant_qmax(bits);
   return (int)(q > m ? m : q < -m ? -m : q);

@@ -694,7 +694,7 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("parameter_alignment", false);
   r.unsupported("memory_efficient_linear", true);
   ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_weights"}, &z->zero_quantized_weights));
-  ZT_RETURN_IF_ERROR(r.get_int({"zero_hpz_partition_size"}, &z->zero_hpz_partition_size, 1));
+  ZT_RETURN_IF_ERROR(r.get_int({"zero_hpz_partition_size"}, &z->zero_hpz_partition_size, 1, 1 << 20));
   ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_gradients"}, &z->zero_quantized_gradients));
   r.unsupported("zero_quantized_nontrainable_weights", false);
   r.unsupported("stage3_module_granularity_threshold", 0);
@@ -704,7 +704,7 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("override_module_apply", true);
   r.unsupported("log_trace_cache_warnings", false);
   r.unsupported("enable_sanity_checks", false);
-  ZT_RETURN_IF_ERROR(r.get_int({"mics_shard_size"}, &z->mics_shard_size, -1));
+  ZT_RETURN_IF_ERROR(r.get_int({"mics_shard_size"}, &z->mics_shard_size, -1, 1 << 20));
   if (z->mics_shard_size == 0 || (z->mics_shard_size > 0 && z->stage == 0))
     return absl::InvalidArgumentError(absl::StrCat(
         src, ": zero_optimization.mics_shard_size: ", z->mics_shard_size,

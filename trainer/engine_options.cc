@@ -122,7 +122,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.stage = ds.zero.stage;
   // MiCS shards the model states over its group, not the world (zero/zeropp.h).
   const int mics = (int)ds.zero.mics_shard_size;
-  in.dp = mics > 0 && mics < world ? mics : world;
+  in.dp = mics > 1 && mics < world && world % mics == 0 ? mics : world;
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;

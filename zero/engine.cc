@@ -88,7 +88,8 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   gatherer_ = std::make_unique<ParamGatherer>(
       be, comm_, params_.get(), opt.param_dtype, z.stage3_prefetch_bucket_size,
       z.stage3_max_live_parameters, z.stage3_max_reuse_distance, z.overlap_comm, partition_,
-      std::move(shards), z.stage == 3 && z.zeropp.quantized_weights, zeropp_.hpz.get());
+      std::move(shards), z.stage == 3 && z.zeropp.quantized_weights, zeropp_.hpz.get(),
+      world_comm_);
 }
 
 Engine::~Engine() {

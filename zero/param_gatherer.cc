@@ -14,7 +14,7 @@ ParamGatherer::ParamGatherer(Backend* be, Communicator* comm, ParamStore* store,
                              int64_t prefetch_bucket_size, int64_t max_live_parameters,
                              int64_t max_reuse_distance, bool overlap_comm,
                              const std::vector<UnitPartition>& plan, std::vector<Shard> shards,
-                             bool quantized_weights, Communicator* hpz)
+                             bool quantized_weights, Communicator* hpz, Communicator* world)
     : be_(be),
       comm_(comm),
       store_(store),
@@ -25,6 +25,7 @@ ParamGatherer::ParamGatherer(Backend* be, Communicator* comm, ParamStore* store,
       overlap_comm_(overlap_comm),
       quantized_weights_(quantized_weights),
       hpz_(hpz),
+      world_comm_(world ? world : comm),
       rank_(comm->rank()),
       world_(comm->world_size()),
       units_(plan.size()) {
@@ -47,7 +48,7 @@ void ParamGatherer::check_unit_sequence(int u) {
   // Ranks that would run different unit sequences would post mismatched all-gathers and hang;
   // agree on the unit first (a scalar reduction, outside the volume accounting).
   double v[2] = {(double)u, (double)-u};
-  comm_->all_reduce_scalars(v, 2, ScalarOp::kMax);
+  world_comm_->all_reduce_scalars(v, 2, ScalarOp::kMax);
   // Every rank sees the mismatch, so each ends with the error and none is left waiting.
   if (v[0] != u || -v[1] != u)
     throw std::runtime_error(

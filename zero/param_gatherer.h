@@ -33,12 +33,14 @@ class ParamGatherer {
   // plan: the partition plan, a row per unit; shards: per unit (unused for units whose
   // parameters are not sharded). be, comm and store (null: no parameter offload) outlive it.
   // Shards are param_dtype; the stage3_* options of `zero` apply. quantized_weights: ZeRO++'s
-  // qwZ; hpz (null: off): the hpZ group, which outlives the gatherer.
+  // qwZ; hpz (null: off): the hpZ group; world (null: comm): every rank, whose unit sequences
+  // must agree (under MiCS comm is one group of them). All outlive the gatherer.
   ParamGatherer(Backend* be, Communicator* comm, ParamStore* store, DType param_dtype,
                 int64_t prefetch_bucket_size, int64_t max_live_parameters,
                 int64_t max_reuse_distance, bool overlap_comm,
                 const std::vector<UnitPartition>& plan, std::vector<Shard> shards,
-                bool quantized_weights = false, Communicator* hpz = nullptr);
+                bool quantized_weights = false, Communicator* hpz = nullptr,
+                Communicator* world = nullptr);
   ~ParamGatherer();  // no all-gather may still write into a freed buffer
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
@@ -103,6 +105,7 @@ class ParamGatherer {
   bool overlap_comm_;
   bool quantized_weights_;
   Communicator* hpz_;
+  Communicator* world_comm_;
   int rank_, world_;
   std::vector<Unit> units_;
   // The unit sequence of the previous step and our place in this one.

@@ -12,14 +12,16 @@
 // - hpZ (Section 3.2): the forward's gather also keeps this rank's 1/H of the whole unit (H =
 //   zero_hpz_partition_size consecutive ranks, a node when H is the ranks per node); the
 //   backward gathers from those secondary shards within the group, not across the world. Cost:
-//   padded/H more parameters per rank from a unit's forward to the step's end.
+//   padded/H more parameters per rank from a unit's first gather in a step (an evaluation's
+//   forward too) to the step's end.
 // - qgZ (Section 3.3): the gradient reduce-scatter becomes two all-to-alls of int4 values in
 //   blocks of kQgzBlock (128): within the node, each rank sends every node-local peer the shards of
 //   the ranks with that peer's local rank (on every node), sums what it receives (fp32); then
 //   across nodes, among the ranks of one local rank, each sends node m the sum for node m's
 //   rank, and sums the M pieces it receives: its own shard summed over all N ranks. Cross-node
 //   bytes: M pieces of s int4 values a rank, 1/L of the unit (L ranks a node) at a quarter of
-//   bf16's width (an eighth of the fp32 reduce-scatter's).
+//   bf16's width (an eighth of the fp32 reduce-scatter's). It replaces the reduce-scatter
+//   only: with reduce_scatter false the gradients are all-reduced in fp32 as without it.
 #pragma once
 
 #include <cstddef>
@@ -76,9 +78,9 @@ struct ZeroppGroups {
 };
 ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world);
 
-// qwZ: one unit's quantized all-gather in flight. start() quantizes shard (s elements of t,
-// device memory) and issues the all-gather of every rank's piece; finish() waits and writes the
-// dequantized whole unit (s * world elements of t) to out.
+// qwZ: one unit's quantized all-gather in flight. The constructor quantizes shard (s elements of
+// t, device memory) and issues the all-gather of every rank's piece; finish() waits and writes
+// the dequantized whole unit (s * world elements of t) to out.
 class QuantizedAllGather {
  public:
   QuantizedAllGather() = default;
@@ -95,7 +97,7 @@ class QuantizedAllGather {
   CommRequest req_;
 };
 
-// qgZ: one unit's hierarchical quantized reduction in flight. start() takes the whole unit's
+// qgZ: one unit's hierarchical quantized reduction in flight. The constructor takes the whole unit's
 // fp32 gradient (s * N elements; node-major ranks: rank = node * L + local) and issues the
 // node-local all-to-all; finish() completes both hops and writes this rank's shard (s fp32),
 // summed over all ranks (not averaged), to out. Deterministic: sums in a fixed rank order.

@@ -19,8 +19,13 @@ void CpuBackend::quantize_blocks(const void* x, DType t, size_t n, int bits, int
   for (int64_t b = 0; b < nb; ++b) {
     const size_t lo = (size_t)b * block, hi = std::min(n, lo + (size_t)block);
     float absmax = 0.f;
-    for (size_t i = lo; i < hi; ++i) absmax = std::max(absmax, std::fabs(load_f32(x, t, i)));
-    const float scale = quant_scale(absmax, bits);
+    bool finite = true;
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = load_f32(x, t, i);
+      finite &= std::isfinite(v);
+      absmax = std::max(absmax, std::fabs(v));
+    }
+    const float scale = quant_scale(absmax, finite, bits);
     scales[b] = scale;
     for (size_t i = lo; i < hi; i += 2) {
       const bool has1 = i + 1 < hi;

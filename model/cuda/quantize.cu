@@ -11,16 +11,26 @@ namespace {
 __global__ void quantize_kernel(const void* x, DType t, size_t n, int bits, int block, uint8_t* q,
                                 float* scales) {
   __shared__ float warps[kThreads / 32];
+  __shared__ int warps_bad[kThreads / 32];
   const size_t lo = (size_t)blockIdx.x * block;
   const size_t hi = lo + (size_t)block < n ? lo + (size_t)block : n;
   float m = 0.f;
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) m = fmaxf(m, fabsf(load_as_f32(x, t, i)));
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
+  int bad = 0;  // a NaN or an infinity (fmaxf would drop a NaN)
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const float v = load_as_f32(x, t, i);
+    bad |= !isfinite(v);
+    m = fmaxf(m, fabsf(v));
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+  }
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m, warps_bad[threadIdx.x / 32] = bad;
   __syncthreads();
   float absmax = 0.f;
-  for (int w = 0; w < (int)(blockDim.x / 32); ++w) absmax = fmaxf(absmax, warps[w]);
-  const float scale = quant_scale(absmax, bits);
+  for (int w = 0; w < (int)(blockDim.x / 32); ++w)
+    absmax = fmaxf(absmax, warps[w]), bad |= warps_bad[w];
+  const float scale = quant_scale(absmax, bad == 0, bits);
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
   for (size_t i = lo + 2 * (size_t)threadIdx.x; i < hi; i += 2 * (size_t)blockDim.x) {
     const bool has1 = i + 1 < hi;

@@ -641,8 +641,6 @@ TEST_F(ZeroStages, Stage3VolumeIsThreePsiWhenEmbeddingAndHeadAreSmall) {
   EXPECT_NEAR(volume, 3.0, 0.03 + 3.0 * (padded - psi) / psi);
 }
 
-// Stage 3: gathered parameters never exceed stage3_max_live_parameters plus one unit, even
-// with prefetching on.
 // ZeRO++ (zero/zeropp.h) on "nodes" of two consecutive ranks (make_mpi_communicator's
 // ranks_per_node): hpZ alone changes no bit (the backward's gathers read the forward's values
 // from the secondary shards); qwZ and qgZ quantize, so parameters stay within 2% and losses
@@ -692,6 +690,18 @@ TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
       EXPECT_GT(r.comm_one_step[(size_t)CollKind::kAllToAll].calls, 0);
     }
   }
+  // fp16: an infinite gradient at step 3 survives qgZ's quantized hops (its blocks dequantize
+  // to NaN), so every rank skips exactly that step.
+  EngineOptions f = eo;
+  f.param_dtype = f.grad_dtype = DType::kF16;
+  f.loss_scaling = true;
+  f.loss_scaler = {0, 8, 1000, 1, false, 1};  // 2^8: no overflow of its own
+  f.zero.zeropp = all;
+  const RunResult fp16 = train(comm, f, 1, tiny(), Optimizer::kDevice, Params::kDevice, 0, false,
+                               LastStep::kNormal, {3});
+  std::vector<bool> want(fp16.skipped_at.size(), false);
+  want[3] = true;
+  EXPECT_EQ(fp16.skipped_at, want);
 }
 
 // MiCS (zero/zeropp.h) with one group per modelled two-rank node: at stages 1-3 the losses and
@@ -730,6 +740,8 @@ TEST_F(ZeroStages, MicsGroupsMatchPlainShardingAtEveryStage) {
   }
 }
 
+// Stage 3: gathered parameters never exceed stage3_max_live_parameters plus one unit, even
+// with prefetching on.
 TEST_F(ZeroStages, Stage3LiveParametersStayWithinLimit) {
   const ParamLayout layout(tiny());
   const int64_t N = comm_->world_size();

@@ -66,5 +66,27 @@ TEST(Quantize, MatchesTheNumpyReferenceBitForBit) {
   }
 }
 
+// A block holding a NaN or an infinity gets a NaN scale: every value of it dequantizes to NaN
+// (a non-finite gradient stays visible to the norm), the other blocks are untouched.
+TEST(Quantize, NonFiniteBlocksDequantizeToNan) {
+  auto be = make_cpu_backend();
+  for (int bits : {8, 4}) {
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      std::vector<float> x(24);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * (float)i - 2.f;
+      x[13] = bad;  // in the second block of 8
+      std::vector<uint8_t> q(quant_bytes(x.size(), bits));
+      std::vector<float> scales(3), y(x.size());
+      be->quantize_blocks(x.data(), DType::kF32, x.size(), bits, 8, q.data(), scales.data());
+      be->dequantize_blocks(q.data(), scales.data(), x.size(), bits, 8, y.data(), DType::kF32,
+                            false);
+      EXPECT_TRUE(std::isnan(scales[1])) << bad;
+      EXPECT_FALSE(std::isnan(scales[0]) || std::isnan(scales[2]));
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_EQ(std::isnan(y[i]), i >= 8 && i < 16) << "element " << i << ", bad " << bad;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zt

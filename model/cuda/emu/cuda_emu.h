@@ -37,6 +37,8 @@
 // nanoseconds, so launches of millions of threads take seconds.
 #pragma once
 
+#include <math.h>  // CUDA's math functions in the global namespace (isfinite, fabsf, ...)
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
