@@ -240,6 +240,7 @@ StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int 
           .gradient_accumulation = (int)ds.batch.gradient_accumulation_steps,
           .stage = z.stage,
           .ranks = world,
+          .zeropp = engine_options(ds).zero.zeropp,
           .offload_optimizer = z.offload_optimizer.device,
           .offload_param = z.offload_param.device,
           .checkpointing = ds.zerotrain.gradient_checkpointing,

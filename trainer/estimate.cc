@@ -88,15 +88,24 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
                                          {.gradient_checkpointing = o.gradient_checkpointing}));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
   std::string source;
-  ZT_ASSIGN_OR_RETURN(const Hardware hw, hardware_named(o.hardware, o.nvme_path, &source));
-  const StepTimeInput in = step_time_input(ds, c, dp, o.seq_len);
+  ZT_ASSIGN_OR_RETURN(Hardware hw, hardware_named(o.hardware, o.nvme_path, &source));
+  if (o.inter_node_gbps > 0) hw.inter_node_bw = o.inter_node_gbps * 1e9 / 8;
+  StepTimeInput in = step_time_input(ds, c, dp, o.seq_len);
+  in.nodes = o.nodes;
   ZT_ASSIGN_OR_RETURN(const StepTime t, predict_step(in, hw));
   std::string out = absl::StrFormat(
-      "Step time of %s with %s on %d rank(s), hardware %s (%s):\n"
+      "Step time of %s with %s on %d rank(s) on %d node(s), hardware %s (%s):\n"
       "  GEMM %.0f GFLOP/s a device x efficiency %.2f; memory %.0f GB/s; host %.0f GB/s; "
-      "PCIe %.0f GB/s; collectives %.0f GB/s; NVMe %.1f GB/s\n\n",
-      o.model, o.deepspeed, dp, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
+      "PCIe %.0f GB/s; collectives %.0f GB/s; NVMe %.1f GB/s\n",
+      o.model, o.deepspeed, dp, o.nodes, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
       hw.device_bw / 1e9, hw.host_bw / 1e9, hw.pcie_bw / 1e9, hw.link_bw / 1e9, hw.nvme_bw / 1e9);
+  if (o.nodes > 1)
+    absl::StrAppend(&out, absl::StrFormat(
+                              "  between nodes %.1f GB/s a rank\n",
+                              (hw.inter_node_bw > 0 ? hw.inter_node_bw : kInterNodeDefault) / 1e9));
+  absl::StrAppend(&out, absl::StrFormat("  collectives' bus bytes a rank: %.1f MB within a node, "
+                                        "%.1f MB between nodes a step (docs/zero.md)\n\n",
+                                        t.intra_node_bytes / 1e6, t.inter_node_bytes / 1e6));
   for (const auto& [name, sec] : {std::pair{"compute", t.compute},
                                   {"communication", t.comm},
                                   {"offload copies", t.copies},
@@ -272,10 +281,12 @@ absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
     if (o.time && o.recommend) return absl::InvalidArgumentError("give --time or --recommend");
     if (o.dp < 0 || o.gpus_per_node < 1 || o.nodes < 1)
       return absl::InvalidArgumentError("--dp, --gpus_per_node and --nodes must be >= 1");
-    if (o.nodes > 1)
+    if (o.recommend && o.nodes > 1)
       return absl::InvalidArgumentError(
-          "--time and --recommend model one node (its ranks share NVLink or its memory); give "
-          "--dp for the ranks of one node");
+          "--recommend models one node (its ranks share NVLink or its memory); give --dp for the "
+          "ranks of one node");
+    if (o.inter_node_gbps < 0 || (o.inter_node_gbps > 0 && !o.time))
+      return absl::InvalidArgumentError("--inter_node_gbps is --time's, and positive");
     if (o.stage != -1 || o.offload_optimizer != "none" || o.offload_param != "none" ||
         o.micro_batch != 0 || !o.table.empty() || !o.formula.empty())
       return absl::InvalidArgumentError(

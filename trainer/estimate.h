@@ -46,6 +46,7 @@ struct EstimateOptions {
   bool time = false;
   std::string hardware = "this";
   std::string nvme_path;
+  double inter_node_gbps = 0;  // --time over several --nodes: Gbit/s a rank between nodes (0: the profile's)
   // --recommend (trainer/recommend.h): the best layouts for device_memory and host_memory;
   // --write: the best as a ds_config at this path.
   bool recommend = false;

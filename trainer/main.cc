@@ -104,6 +104,9 @@ ABSL_FLAG(std::string, hardware, "this",
           "estimate --time: h100, h200, a100-80gb, a100-40gb, v100-32gb, rtx3070, rtx4090, cpu, "
           "or this (measured here and cached; this-refresh measures again)");
 ABSL_FLAG(std::string, nvme_path, "", "estimate --time --hardware this: where to time the drive");
+ABSL_FLAG(double, inter_node_gbps, 0,
+          "estimate --time over several --nodes: Gbit/s a rank between nodes (0: 400, a GPU's "
+          "InfiniBand NIC)");
 ABSL_FLAG(bool, recommend, false,
           "estimate: the best layouts for --model at --seq_len within --device_memory and "
           "--host_memory, ranked by predicted tokens/s (--hardware)");
@@ -411,6 +414,7 @@ int estimate(bool model_given) {
   o.device = absl::GetFlag(FLAGS_device);
   o.time = absl::GetFlag(FLAGS_time);
   o.hardware = absl::GetFlag(FLAGS_hardware);
+  o.inter_node_gbps = absl::GetFlag(FLAGS_inter_node_gbps);
   o.nvme_path = absl::GetFlag(FLAGS_nvme_path);
   o.recommend = absl::GetFlag(FLAGS_recommend);
   o.write = absl::GetFlag(FLAGS_write);

@@ -73,11 +73,53 @@ double training_flops_per_token(const ModelConfig& c, int seq_len) {
   return 6 * matmul_params(c) + 12.0 * c.n_layer * seq_len * c.hidden;
 }
 
+StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
+  const int N = in.ranks, M = std::max(1, in.nodes), L = std::max(1, N / M);
+  const double P = in.param_bytes, A = in.gradient_accumulation;
+  const auto f = [](double k) { return (k - 1) / k; };  // a ring's share of the buffer a rank sends
+  // Where a collective over `ranks` consecutive ranks runs: between nodes once it spans them.
+  const auto add = [&](LinkBytes& b, int ranks, double bytes) {
+    (ranks > L && M > 1 ? b.inter : b.intra) += bytes;
+  };
+  StepLinkBytes b;
+  if (N == 1) return b;
+  const ZeroppOptions& z = in.zeropp;
+  // MiCS: states sharded over S ranks, replicated across N / S groups.
+  const int S = z.mics_shard_size > 1 && z.mics_shard_size < N ? z.mics_shard_size : N;
+  const double reductions = in.stage == 1 ? 1 : A;  // stage 1 reduces once a step
+  if (in.stage == 0) {
+    add(b.reduce, N, 2 * f(N) * psi * 4 * A);
+    return b;
+  }
+  if (in.stage == 3 && z.quantized_gradients) {  // qgZ: int4 within the node, then across
+    const double q = 0.5 + 4.0 / kQgzBlock;
+    b.reduce.intra += f(L) * psi * q * A;
+    if (M > 1) b.reduce.inter += f(M) * psi / L * q * A;
+  } else {
+    add(b.reduce, S, f(S) * psi * 4 * reductions);
+  }
+  if (S < N) add(b.reduce, N, 2 * f(N / S) * psi / S * 4 * reductions);  // MiCS's second hop
+  if (in.stage < 3) {
+    add(b.gather, S, f(S) * psi * P);  // the updated slices, once after the step
+    return b;
+  }
+  const double forward = z.quantized_weights ? 1 + 4.0 / kQwzBlock : P;  // qwZ: int8 + scales
+  add(b.gather, S, f(S) * psi * forward * A);
+  if (z.hpz_partition_size > 1)  // hpZ: the backward within its group, unquantized
+    add(b.gather, z.hpz_partition_size, f(z.hpz_partition_size) * psi * P * A);
+  else
+    add(b.gather, S, f(S) * psi * forward * A);
+  return b;
+}
+
 absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& hw) {
   if (in.ranks < 1 || in.micro_batch < 1 || in.seq_len < 1 || in.gradient_accumulation < 1)
     return absl::InvalidArgumentError(
         "estimate --time needs ranks, micro-batch, seq_len and "
         "gradient accumulation of at least 1");
+  if (in.nodes < 1 || in.ranks % in.nodes != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "estimate --time: ", in.ranks, " ranks do not split evenly over ", in.nodes, " nodes"));
   const ModelConfig& c = in.model;
   const double N = in.ranks, psi = (double)ParamLayout(c).total_numel();
   const double tokens = (double)in.micro_batch * in.seq_len * in.gradient_accumulation;
@@ -91,13 +133,16 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // gradients in fp32 (4 bytes) on every micro-batch at stages 0, 2 and 3 (stage 1 once, at the
   // accumulation boundary), and gathers the 16-bit parameters once after the step (stages 1-2)
   // or in each micro-batch's forward and backward (stage 3).
-  const double P = in.param_bytes, G = in.grad_bytes, f = (N - 1) / N, A = in.gradient_accumulation;
-  double reduce = 0, gather = 0;
-  if (N > 1) {
-    reduce = in.stage == 0 ? 2 * f * psi * 4 * A : f * psi * 4 * (in.stage == 1 ? 1 : A);
-    gather = in.stage == 0 ? 0 : f * psi * P * (in.stage == 3 ? 2 * A : 1);
-  }
+  const double P = in.param_bytes, G = in.grad_bytes, A = in.gradient_accumulation;
+  const StepLinkBytes lb = link_bytes(in, psi);
+  t.intra_node_bytes = lb.reduce.intra + lb.gather.intra;
+  t.inter_node_bytes = lb.reduce.inter + lb.gather.inter;
+  // Seconds: within the node at the link's rate, between nodes at the network's; `link` is the
+  // rate that makes reduce / link and gather / link those seconds (the overlaps below use it).
   const double link = hw.link_bw / share;
+  const double inter_bw = (hw.inter_node_bw > 0 ? hw.inter_node_bw : kInterNodeDefault) / share;
+  const auto seconds = [&](const LinkBytes& b) { return b.intra / link + b.inter / inter_bw; };
+  const double reduce = seconds(lb.reduce) * link, gather = seconds(lb.gather) * link;
   t.comm = (reduce + gather) / link;
   // Offload copies, per rank: the owned shard's gradient out (16-bit on the first micro-batch,
   // fp32 on the others: docs/offload.md; stage 1 the fp32 reduced shard once) and the updated

@@ -7,7 +7,9 @@
 //   comm       the bus bytes of the stage's collectives as the engine runs them (fp32 gradient
 //              reductions each micro-batch: all-reduce 2(N-1)/N, reduce-scatter (N-1)/N; 16-bit
 //              all-gathers (N-1)/N, after the step or, at stage 3, forward and backward) / the
-//              link's bus bandwidth;
+//              link's bus bandwidth; over several nodes a collective of ranks on more than one
+//              node runs at the network's rate (zero/comm.h "Links"), ZeRO++ and MiCS moving
+//              their own bytes (link_bytes below; docs/zero.md);
 //   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
 //              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
 //   optimizer  Adam's bytes (28 a parameter: fp32 master, m and v read and written, the 16-bit
@@ -25,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "zero/offload_device.h"
+#include "zero/zeropp.h"
 
 namespace zt {
 
@@ -41,7 +44,12 @@ struct Hardware {
   double link_bw = 0;        // per device bus bandwidth of collectives within the node
   double nvme_bw = 0;        // the node's drive, read or write
   std::string source;        // where the numbers come from
+  // Per device, a direction, between nodes (its share of the node's network); 0: the profile's
+  // default for its class (kInterNodeDefault), or `estimate --time --inter_node_gbps`.
+  double inter_node_bw = 0;
 };
+// Between nodes when a profile says nothing: a 400 Gb/s InfiniBand NIC per GPU (DGX H100), 50 GB/s.
+inline constexpr double kInterNodeDefault = 50e9;
 
 // Built-in profiles: "h100", "h200", "a100-80gb", "a100-40gb", "v100-32gb", "rtx3070", "rtx4090"
 // (vendor datasheets; PCIe by generation), and "cpu" (a stated 2-core reference; use
@@ -52,7 +60,9 @@ std::vector<std::string> hardware_profile_names();
 struct StepTimeInput {
   ModelConfig model;
   int micro_batch = 1, seq_len = 0, gradient_accumulation = 1;
-  int stage = 0, ranks = 1;  // N_d, all on one node
+  int stage = 0, ranks = 1;  // N_d
+  int nodes = 1;             // the ranks spread evenly over them (ranks / nodes a node)
+  ZeroppOptions zeropp;      // ZeRO++ (stage 3) and MiCS's groups (zero/zeropp.h)
   OffloadDevice offload_optimizer = OffloadDevice::kNone, offload_param = OffloadDevice::kNone;
   bool checkpointing = false, overlap_comm = true, delayed_update = false;
   int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
@@ -60,6 +70,8 @@ struct StepTimeInput {
 
 struct StepTime {
   double compute = 0, comm = 0, copies = 0, optimizer = 0, nvme = 0;  // seconds a step
+  // The bus bytes a rank's collectives move a step, within its node and between nodes.
+  double intra_node_bytes = 0, inter_node_bytes = 0;
   double step = 0, tokens_per_s = 0, mfu = 0;
   std::vector<std::string> overlaps;  // what was hidden behind what, in words
 };
@@ -68,7 +80,20 @@ struct StepTime {
 // head's matmul in Ψ_matmul and the embedding lookup not).
 double training_flops_per_token(const ModelConfig& c, int seq_len);
 
-// The prediction for one step. Errors: a rank count or shape below 1.
+// Bus bytes a rank's collectives move in one step, within its node and between nodes, for the
+// stage and ZeRO++/MiCS options of `in` over Ψ = psi parameters: `reduce` the gradients' and
+// `gather` the parameters'. Ψ-level (no padding; at stage 3 every parameter gathered for the
+// forward and the backward, the paper's 3Ψ).
+struct LinkBytes {
+  double intra = 0, inter = 0;
+};
+struct StepLinkBytes {
+  LinkBytes reduce, gather;
+};
+StepLinkBytes link_bytes(const StepTimeInput& in, double psi);
+
+// The prediction for one step. Errors: a rank count or shape below 1, ranks that do not split
+// evenly over the nodes.
 absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& hw);
 
 }  // namespace zt

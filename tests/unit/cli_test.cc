@@ -874,7 +874,17 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
       << "a damaged cache is measured again";
   unsetenv("XDG_CACHE_HOME");
   expect_user_error(run(base + " --hardware tpu"), {"--hardware 'tpu' is unknown", "h100"});
-  expect_user_error(run(base + " --hardware h100 --nodes 2"), {"one node"});
+  // Over several nodes: each link's bytes, the network's rate; ranks must split evenly.
+  const Result two =
+      run(base + " --hardware h100 --nodes 2 --gpus_per_node 2 --inter_node_gbps 100");
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("between nodes 12.5 GB/s a rank"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("MB between nodes a step"), std::string::npos) << two.out;
+  expect_user_error(run(base + " --hardware h100 --nodes 2 --dp 3"), {"split evenly"});
+  expect_user_error(run("estimate --recommend --model tiny-llama --seq_len 16 --hardware h100 "
+                        "--device_memory 8GiB --host_memory 8GiB --nodes 2"),
+                    {"one node"});
+  expect_user_error(run(base + " --hardware h100 --inter_node_gbps -1"), {"--inter_node_gbps"});
   expect_user_error(run(base + " --hardware h100 --recommend"), {"give --time or --recommend"});
   expect_user_error(run(base + " --hardware h100 --stage 2"), {"drop --stage"});
   expect_user_error(run(base + " --hardware h100 --dp -1"), {"must be >= 1"});

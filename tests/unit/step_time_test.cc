@@ -72,6 +72,52 @@ TEST(StepTime, PhasesAndOverlapsOnAGpu) {
   EXPECT_DOUBLE_EQ(g.copies, (psi / 4 * (2 + 3 * 4) + psi / 4 * 2) / 10e9);
 }
 
+// Two nodes of 4 GPUs at stage 3 in bf16, by hand (docs/zero.md's table, Ψ-level, bus bytes):
+// plain stage 3 runs every collective across the nodes; ZeRO++ (qwZ, hpZ of 4, qgZ) gathers the
+// forward in int8 + scales across, the backward within the node, and reduces in int4 + scales
+// within the node then across on 1/4 of it; MiCS (groups of 4) keeps gathers and reduce-scatters
+// in the node and all-reduces the fp32 shards across. Communication time is each link's bytes
+// over its rate; ranks that do not split over the nodes are an error.
+TEST(StepTime, LinkBytesPerModeOverTwoNodes) {
+  StepTimeInput in;
+  in.model = *preset("tiny-llama");
+  in.micro_batch = 2;
+  in.seq_len = 16;
+  in.stage = 3;
+  in.ranks = 8;
+  in.nodes = 2;
+  const double psi = 1e6, f8 = 7.0 / 8, f4 = 3.0 / 4, f2 = 1.0 / 2;
+  StepLinkBytes b = link_bytes(in, psi);
+  EXPECT_DOUBLE_EQ(b.reduce.inter, f8 * psi * 4);
+  EXPECT_DOUBLE_EQ(b.gather.inter, 2 * f8 * psi * 2);
+  EXPECT_EQ(b.reduce.intra + b.gather.intra, 0);
+  in.zeropp = {.quantized_weights = true, .hpz_partition_size = 4, .quantized_gradients = true};
+  b = link_bytes(in, psi);
+  const double int4 = 0.5 + 4.0 / 128, int8 = 1 + 4.0 / 512;
+  EXPECT_DOUBLE_EQ(b.reduce.intra, f4 * psi * int4);
+  EXPECT_DOUBLE_EQ(b.reduce.inter, f2 * psi / 4 * int4);
+  EXPECT_DOUBLE_EQ(b.gather.inter, f8 * psi * int8);
+  EXPECT_DOUBLE_EQ(b.gather.intra, f4 * psi * 2);
+  in.zeropp = {.mics_shard_size = 4};
+  b = link_bytes(in, psi);
+  EXPECT_DOUBLE_EQ(b.reduce.intra, f4 * psi * 4);
+  EXPECT_DOUBLE_EQ(b.reduce.inter, 2 * f2 * psi / 4 * 4);
+  EXPECT_DOUBLE_EQ(b.gather.intra, 2 * f4 * psi * 2);
+  EXPECT_EQ(b.gather.inter, 0);
+  // Seconds: within at the link's 50 GB/s, between at 12.5 GB/s.
+  Hardware h = toy(false);
+  h.inter_node_bw = 12.5e9;
+  const double real_psi = (double)ParamLayout(in.model).total_numel();
+  const StepLinkBytes r = link_bytes(in, real_psi);
+  const StepTime t = *predict_step(in, h);
+  EXPECT_NEAR(t.comm,
+              (r.reduce.intra + r.gather.intra) / 50e9 + (r.reduce.inter + r.gather.inter) / 12.5e9,
+              1e-15);
+  EXPECT_DOUBLE_EQ(t.inter_node_bytes, r.reduce.inter + r.gather.inter);
+  in.ranks = 7;
+  EXPECT_FALSE(predict_step(in, h).ok());
+}
+
 // The CPU backend: 2 ranks share the node's rates, and every phase adds up; NVMe reads and
 // writes the 24 bytes of master, m and v a parameter.
 TEST(StepTime, CpuBackendSharesTheNodeAndAddsUp) {
