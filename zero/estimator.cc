@@ -106,6 +106,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     e.psi += n;
     e.padded_psi += padded;
     largest_padded = std::max(largest_padded, padded);
+    if (u.sharded_params && in.hpz_partition_size > 1)  // hpZ's secondary partition
+      params += padded / in.hpz_partition_size * P;
     switch (u.params) {
       case ParamHome::kDevice: params += (u.sharded_params ? shard : padded) * P; break;
       case ParamHome::kHost: host_params += shard * P; break;

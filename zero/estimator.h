@@ -35,6 +35,9 @@ struct EstimateInput {
   std::vector<int64_t> unit_numel;
   int stage = 0;  // ZeRO stage 0-3
   int dp = 1;     // N_d, data-parallel degree
+  // ZeRO++'s hpZ (zero/zeropp.h): each sharded unit's secondary partition, padded / this many
+  // elements a rank, held from its forward to the step's end (1: off).
+  int hpz_partition_size = 1;
   // Stage 3: units with fewer parameters stay whole on every rank, as the engine keeps them
   // (DeepSpeed's stage3_param_persistence_threshold). 0: every unit is sharded.
   int64_t stage3_param_persistence_threshold = 0;

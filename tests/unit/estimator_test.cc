@@ -211,6 +211,11 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
   EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 4 * 3);
   in.overlap_comm = true;
   EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * 4 * 3);
+  // ZeRO++'s hpZ over groups of 2: each sharded unit's secondary partition, padded / 2 (6, 4,
+  // 2 elements of bf16), on top of stage 3's shards.
+  in = small(3);
+  in.hpz_partition_size = 2;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kParams), 2 * 6 + 2 * (6 + 4 + 2));
 }
 
 TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
