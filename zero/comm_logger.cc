@@ -34,20 +34,23 @@ std::pair<double, double> CommLogger::bandwidth_gbps(const std::string& op, int6
   if (ms <= 0) return {0, 0};
   const double rate = (double)bytes * 8 / (ms / 1e3) / 1e9;  // size / time, Gbps
   const double n = world;
-  if (op.rfind("all_reduce", 0) == 0) return {2 * rate, rate * 2 * (n - 1) / n};
-  if (op == "reduce_scatter" || op == "all_gather") return {rate, rate * (n - 1) / n};
+  const auto is = [&](const char* kind) { return op.rfind(kind, 0) == 0; };
+  if (is("all_reduce")) return {2 * rate, rate * 2 * (n - 1) / n};
+  if (is("reduce_scatter") || is("all_gather") || is("all_to_all"))
+    return {rate, rate * (n - 1) / n};
   return {rate, rate};
 }
 
-void CommLogger::record(const char* op, int64_t bytes, double ms) {
-  const std::string name = op;
+void CommLogger::record(const char* op, int64_t bytes, double ms, int ranks, bool inter_node) {
+  const std::string name = inter_node ? absl::StrCat(op, " [between nodes]") : std::string(op);
   if (!o_.prof_all) {
+    const std::string base = op;  // its link class aside
     bool wanted = false;
     for (const std::string& p : o_.prof_ops)  // "all_reduce" covers "all_reduce (scalars)"
-      wanted |= name == canonical(p) || name.rfind(canonical(p) + " (", 0) == 0;
+      wanted |= base == canonical(p) || base.rfind(canonical(p) + " (", 0) == 0;
     if (!wanted) return;
   }
-  const auto [algbw, busbw] = bandwidth_gbps(name, bytes, ms, world_);
+  const auto [algbw, busbw] = bandwidth_gbps(name, bytes, ms, ranks > 0 ? ranks : world_);
   std::lock_guard<std::mutex> lk(mu_);
   Stat& s = stats_[name][bytes];
   s.ms.push_back(ms);
@@ -57,7 +60,7 @@ void CommLogger::record(const char* op, int64_t bytes, double ms) {
     std::fprintf(out_,
                  "rank=%d | comm op: %s | time (ms): %.3f | msg size: %s | algbw (Gbps): %.2f | "
                  "busbw (Gbps): %.2f\n",
-                 rank_, op, ms, format_bytes(bytes).c_str(), algbw, busbw);
+                 rank_, name.c_str(), ms, format_bytes(bytes).c_str(), algbw, busbw);
 }
 
 std::string CommLogger::summary() const {

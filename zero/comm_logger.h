@@ -9,7 +9,8 @@
 // calc_bw_log computes them (from nccl-tests' PERFORMANCE.md, with one difference): tput
 // (algbw) = size / time, except an all-reduce's, which DeepSpeed counts as 2 x size / time;
 // busbw = size / time x 2(N_d - 1)/N_d for an all-reduce, x (N_d - 1)/N_d for a reduce-scatter
-// or all-gather, x 1 for a broadcast or barrier; in Gbps (10^9 bits per second). The summary's
+// or all-gather, (N_d - 1)/N_d for an all-to-all (nccl-tests' alltoall), x 1 for a broadcast
+// or barrier; in Gbps (10^9 bits per second); N_d the ranks of the collective's group. The summary's
 // averages are DeepSpeed's trim_mean(x, 0.1): the mean after dropping round(0.1 n) of the
 // smallest and of the largest values.
 #pragma once
@@ -36,8 +37,10 @@ class CommLogger {
  public:
   CommLogger(CommsLoggerOptions o, int world, int rank, std::FILE* verbose_to)
       : o_(std::move(o)), world_(world), rank_(rank), out_(verbose_to) {}
-  // One collective `op` over `bytes`, `ms` long. Thread-safe.
-  void record(const char* op, int64_t bytes, double ms);
+  // One collective `op` over `bytes`, `ms` long, among `ranks` ranks (0: the world's); with
+  // inter_node (its ranks span nodes, zero/comm.h "Links") it is logged and summarised as
+  // "op [between nodes]", so each link class has its rows. Thread-safe.
+  void record(const char* op, int64_t bytes, double ms, int ranks = 0, bool inter_node = false);
   // DeepSpeed's log_summary table: per operation, per message size: count, total latency (ms),
   // trimmed mean latency (ms), trimmed mean tput and busbw (Gbps).
   std::string summary() const;

@@ -309,7 +309,8 @@ class MpiCommunicator final : public Communicator {
       TraceSpan span(Track::kCommunication, name, -1, (int64_t)bytes);
       Timer t;
       op();
-      if (CommLogger* log = logger()) log->record(name, (int64_t)bytes, t.ms());
+      if (CommLogger* log = logger())
+        log->record(name, (int64_t)bytes, t.ms(), world_, spans_nodes_);
     });
   }
 

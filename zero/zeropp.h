@@ -97,8 +97,8 @@ class QuantizedAllGather {
   CommRequest req_;
 };
 
-// qgZ: one unit's hierarchical quantized reduction in flight. The constructor takes the whole unit's
-// fp32 gradient (s * N elements; node-major ranks: rank = node * L + local) and issues the
+// qgZ: one unit's hierarchical quantized reduction in flight. The constructor takes the whole
+// unit's fp32 gradient (s * N elements; node-major ranks: rank = node * L + local) and issues the
 // node-local all-to-all; finish() completes both hops and writes this rank's shard (s fp32),
 // summed over all ranks (not averaged), to out. Deterministic: sums in a fixed rank order.
 class QuantizedReduce {

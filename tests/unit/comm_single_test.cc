@@ -125,6 +125,24 @@ TEST(CommLogger, BandwidthsFollowDeepSpeedsCalcBwLog) {
   EXPECT_DOUBLE_EQ(bus, 4.0);
   std::tie(alg, bus) = CommLogger::bandwidth_gbps("broadcast", 1'000'000'000, 1000, 8);
   EXPECT_DOUBLE_EQ(bus, 8.0);
+  std::tie(alg, bus) = CommLogger::bandwidth_gbps("all_to_all [between nodes]", 1'000'000'000,
+                                                   1000, 4);
+  EXPECT_DOUBLE_EQ(alg, 8.0);
+  EXPECT_DOUBLE_EQ(bus, 6.0);
+}
+
+// A collective whose ranks span nodes has rows of its own, "[between nodes]", with the busbw
+// of its group's size (here 2 of a world of 4).
+TEST(CommLogger, LinkClassesHaveTheirOwnRows) {
+  CommLogger log({}, 4, 0, nullptr);
+  log.record("all_gather", 1000, 1.0, 2, false);
+  log.record("all_gather", 1000, 1.0, 4, true);
+  const std::string table = log.summary();
+  EXPECT_NE(table.find("all_gather\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("all_gather [between nodes]\n"), std::string::npos) << table;
+  CommLogger only({.prof_all = false, .prof_ops = {"all_gather"}}, 4, 0, nullptr);
+  only.record("all_gather", 1000, 1.0, 4, true);
+  EXPECT_NE(only.summary().find("[between nodes]"), std::string::npos) << "prof_ops keeps it";
 }
 
 // The summary groups by operation and message size with counts and latencies; prof_all false
