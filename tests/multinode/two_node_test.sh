@@ -144,15 +144,21 @@ same_losses "$WORK/single_shared" "$WORK/multi_shared" "ZeRO stage 2, node_share
 # 5. ZeRO++ across the two nodes: each mode's bytes between and within nodes per step, from
 # --comm_report, equal docs/zero.md's formulas; all three together move <= 0.3x plain stage 3's
 # cross-node bytes, and after 50 steps the loss is within 1% of plain stage 3's.
+# A tiny-llama run over the two nodes with --comm_report: run_two_nodes NAME (its config
+# $WORK/NAME.json, its run directory $WORK/NAME) STEPS.
+run_two_nodes() {
+  local args=(train --model tiny-llama --seq_len 16 --deepspeed "$WORK/$1.json"
+              --train_data "$WORK/train_*.bin" --steps "$2" --sample_tokens 0 --threads 1
+              --comm_report)
+  echo "+ ($1) ${MULTI[*]} $ZT ${args[*]} --run_dir $WORK/$1"
+  timeout 180 "${ON_A[@]}" "${MULTI[@]}" "$ZT" "${args[@]}" --run_dir "$WORK/$1" \
+    > "$WORK/$1.log" 2>&1 || { tail -20 "$WORK/$1.log"; fail "$1 failed"; }
+}
 ZPP_STEPS=50
 for mode in plain qwz hpz qgz all; do
   steps=4
   [[ $mode == plain || $mode == all ]] && steps=$ZPP_STEPS
-  ZPP=(train --model tiny-llama --seq_len 16 --deepspeed "$WORK/zpp_$mode.json"
-       --train_data "$WORK/train_*.bin" --steps "$steps" --sample_tokens 0 --threads 1 --comm_report)
-  echo "+ (ZeRO++ $mode) ${MULTI[*]} $ZT ${ZPP[*]} --run_dir $WORK/zpp_$mode"
-  timeout 180 "${ON_A[@]}" "${MULTI[@]}" "$ZT" "${ZPP[@]}" --run_dir "$WORK/zpp_$mode" \
-    > "$WORK/zpp_$mode.log" 2>&1 || { tail -20 "$WORK/zpp_$mode.log"; fail "ZeRO++ $mode failed"; }
+  run_two_nodes "zpp_$mode" "$steps"
 done
 python3 - "$WORK" "$ZPP_STEPS" <<'EOF' || exit 1
 import json, sys
@@ -215,13 +221,8 @@ EOF
 # 6. MiCS with one group per node (mics_shard_size 2, fp32): only the gradients' shards cross
 # between the nodes (an all-reduce of P/2 a unit, counted 2n), every gather and reduce-scatter
 # stays inside a node, and the losses equal plain stage 3's within 1e-6.
-for mode in mics_plain mics; do
-  MICS=(train --model tiny-llama --seq_len 16 --deepspeed "$WORK/$mode.json"
-        --train_data "$WORK/train_*.bin" --steps "$STEPS" --sample_tokens 0 --threads 1 --comm_report)
-  echo "+ ($mode) ${MULTI[*]} $ZT ${MICS[*]} --run_dir $WORK/$mode"
-  timeout 180 "${ON_A[@]}" "${MULTI[@]}" "$ZT" "${MICS[@]}" --run_dir "$WORK/$mode" \
-    > "$WORK/$mode.log" 2>&1 || { tail -20 "$WORK/$mode.log"; fail "$mode failed"; }
-done
+run_two_nodes mics_plain "$STEPS"
+run_two_nodes mics "$STEPS"
 python3 - "$WORK" <<'EOF' || exit 1
 import json, sys
 work = sys.argv[1]
