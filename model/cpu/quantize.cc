@@ -1,7 +1,10 @@
 // Block-wise quantization on the CPU (model/quantize.h has the formula): one block per
-// iteration of an OpenMP loop, a pair of elements (one 4-bit byte) at a time, as the GPU does.
+// iteration of an OpenMP loop, in chunks the compiler vectorises: the values widened to fp32
+// (convert_serial), max|x| as the maximum of their magnitudes' bits (the same order as the
+// floats' for everything but NaN, which makes the block non-finite anyway), then the integers.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -9,6 +12,15 @@
 #include "model/quantize.h"
 
 namespace zt {
+namespace {
+
+constexpr size_t kChunk = 512;  // elements widened at a time (even: 4-bit pairs stay whole)
+
+void load_chunk(const void* x, DType t, size_t first, size_t n, float* out) {
+  convert_serial(static_cast<const char*>(x) + first * dtype_size(t), t, out, DType::kF32, n);
+}
+
+}  // namespace
 
 void CpuBackend::quantize_blocks(const void* x, DType t, size_t n, int bits, int block, void* q,
                                  float* scales) {
@@ -18,19 +30,34 @@ void CpuBackend::quantize_blocks(const void* x, DType t, size_t n, int bits, int
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < nb; ++b) {
     const size_t lo = (size_t)b * block, hi = std::min(n, lo + (size_t)block);
-    float absmax = 0.f;
-    bool finite = true;
-    for (size_t i = lo; i < hi; ++i) {
-      const float v = load_f32(x, t, i);
-      finite &= std::isfinite(v);
-      absmax = std::max(absmax, std::fabs(v));
+    float v[kChunk];
+    int8_t iq[kChunk];
+    uint32_t top = 0, bad = 0;
+    for (size_t c = lo; c < hi; c += kChunk) {
+      const size_t m = std::min(kChunk, hi - c);
+      load_chunk(x, t, c, m, v);
+      for (size_t j = 0; j < m; ++j) {
+        uint32_t u;
+        std::memcpy(&u, &v[j], 4);
+        u &= 0x7fffffffu;  // |v|
+        top = std::max(top, u);
+        bad |= u >= 0x7f800000u;  // an infinity or a NaN
+      }
     }
-    const float scale = quant_scale(absmax, finite, bits);
+    float absmax;
+    std::memcpy(&absmax, &top, 4);
+    const float scale = quant_scale(absmax, bad == 0, bits);
     scales[b] = scale;
-    for (size_t i = lo; i < hi; i += 2) {
-      const bool has1 = i + 1 < hi;
-      quant_store_pair(qb, i, quant_value(load_f32(x, t, i), scale, bits),
-                       has1 ? quant_value(load_f32(x, t, i + 1), scale, bits) : 0, has1, bits);
+    for (size_t c = lo; c < hi; c += kChunk) {
+      const size_t m = std::min(kChunk, hi - c);
+      load_chunk(x, t, c, m, v);
+      for (size_t j = 0; j < m; ++j) iq[j] = (int8_t)quant_value(v[j], scale, bits);
+      if (bits == 8) {
+        std::memcpy(qb + c, iq, m);
+      } else {
+        for (size_t j = 0; j < m; j += 2)
+          quant_store_pair(qb, c + j, iq[j], j + 1 < m ? iq[j + 1] : 0, j + 1 < m, bits);
+      }
     }
   }
 }
@@ -45,12 +72,25 @@ void CpuBackend::dequantize_blocks(const void* q, const float* scales, size_t n,
   for (int64_t b = 0; b < nb; ++b) {
     const size_t lo = (size_t)b * block, hi = std::min(n, lo + (size_t)block);
     const float scale = scales[b];
-    for (size_t i = lo; i < hi; ++i) {
-      const float v = (float)quant_load(qb, i, bits) * scale;
-      if (accumulate)
-        static_cast<float*>(y)[i] += v;
-      else
-        store_f32(y, yt, i, v);
+    float v[kChunk];
+    for (size_t c = lo; c < hi; c += kChunk) {
+      const size_t m = std::min(kChunk, hi - c);
+      if (bits == 8) {
+        for (size_t j = 0; j < m; ++j) v[j] = (float)(int8_t)qb[c + j] * scale;
+      } else {  // two's-complement nibbles, low first (c is even)
+        const uint8_t* pairs = qb + c / 2;
+        for (size_t p = 0; p < m / 2; ++p) {
+          v[2 * p] = (float)((int8_t)(uint8_t)(pairs[p] << 4) >> 4) * scale;
+          v[2 * p + 1] = (float)((int8_t)pairs[p] >> 4) * scale;
+        }
+        if (m % 2) v[m - 1] = (float)quant_load(qb, c + m - 1, bits) * scale;
+      }
+      if (accumulate) {
+        float* out = static_cast<float*>(y) + c;
+        for (size_t j = 0; j < m; ++j) out[j] += v[j];
+      } else {
+        convert_serial(v, DType::kF32, static_cast<char*>(y) + c * dtype_size(yt), yt, m);
+      }
     }
   }
 }
