@@ -896,6 +896,11 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
              "the CPU optimizer step with the next forward and backward, so it needs "
              "zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\"; set one, or "
              "set enabled to false"));
+  if (c->zerotrain.node_shared_params && c->zero.mics_shard_size > 0)
+    return absl::UnimplementedError(absl::StrCat(
+        src, ": zerotrain.node_shared_params: not with zero_optimization.mics_shard_size in this "
+             "build (MiCS's groups each own the whole model, so ranks of a node would write the "
+             "same slices); drop one of the two"));
   if (c->zerotrain.delayed_param_update && c->optimizer.type == OptimizerType::kMuon)
     return absl::UnimplementedError(absl::StrCat(
         src,

@@ -1,6 +1,7 @@
 #include "trainer/estimate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -76,6 +77,13 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
 std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
 
 // --time: the step-time model (zero/step_time.h) for the run a ds_config describes.
+// ZeRO++'s and MiCS's sizes as `train` checks them (zero/zeropp.h check_zeropp), the ranks
+// spread evenly over the nodes in order.
+absl::Status zeropp_as_train_checks(const DsConfig& ds, int ranks, int nodes) {
+  return zeropp_fits(engine_options(ds).zero.zeropp, ranks, ranks / nodes,
+                     (ranks + nodes - 1) / nodes, true);
+}
+
 absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   if (o.deepspeed.empty() || o.model.empty() || o.seq_len <= 0)
     return absl::InvalidArgumentError(
@@ -87,6 +95,7 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
                       resolve_run_config(text, dp, o.deepspeed,
                                          {.gradient_checkpointing = o.gradient_checkpointing}));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
+  ZT_RETURN_IF_ERROR(zeropp_as_train_checks(ds, dp, o.nodes));
   std::string source;
   ZT_ASSIGN_OR_RETURN(Hardware hw, hardware_named(o.hardware, o.nvme_path, &source));
   if (o.inter_node_gbps > 0) hw.inter_node_bw = o.inter_node_gbps * 1e9 / 8;
@@ -139,6 +148,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                            {.gradient_checkpointing = o.gradient_checkpointing}));
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
     ZT_RETURN_IF_ERROR(checkpoint_every(*ds, c).status());  // number_checkpoints vs layers
+    ZT_RETURN_IF_ERROR(zeropp_as_train_checks(*ds, dp, o.nodes));
     in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;
   } else {
@@ -277,6 +287,12 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 }  // namespace
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
+  // 0 is the flag's default: the profile's rate.
+  if (o.inter_node_gbps != 0 && (!o.time || !std::isfinite(o.inter_node_gbps) ||
+                                 o.inter_node_gbps < 1e-3 || o.inter_node_gbps > 1e6))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--inter_node_gbps ", o.inter_node_gbps,
+        ": the network between nodes for --time, in Gbit/s a rank, from 0.001 to 1000000"));
   if (o.time || o.recommend) {
     if (o.time && o.recommend) return absl::InvalidArgumentError("give --time or --recommend");
     if (o.dp < 0 || o.gpus_per_node < 1 || o.nodes < 1)
@@ -285,8 +301,7 @@ absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
       return absl::InvalidArgumentError(
           "--recommend models one node (its ranks share NVLink or its memory); give --dp for the "
           "ranks of one node");
-    if (o.inter_node_gbps < 0 || (o.inter_node_gbps > 0 && !o.time))
-      return absl::InvalidArgumentError("--inter_node_gbps is --time's, and positive");
+
     if (o.stage != -1 || o.offload_optimizer != "none" || o.offload_param != "none" ||
         o.micro_batch != 0 || !o.table.empty() || !o.formula.empty())
       return absl::InvalidArgumentError(

@@ -60,6 +60,16 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     s.padded = (size_t)p.padded;
     s.host_grads = p.host_grads;
   }
+  const ZeroppOptions& zo = opt.zero.zeropp;
+  if (stage == 3 && rank_ == 0 && dp_ == world_ &&
+      (zo.quantized_weights || zo.hpz_partition_size > 1 || zo.quantized_gradients) &&
+      std::none_of(partition_.begin(), partition_.end(),
+                   [](const UnitPartition& p) { return p.sharded_params; }))
+    std::fprintf(stderr,
+                 "warning: ZeRO++ changes nothing here: no unit is sharded (one rank, or every "
+                 "unit at or under stage3_param_persistence_threshold, %lld), so there are no "
+                 "gathers to quantize or keep in groups\n",
+                 (long long)opt.zero.stage3_param_persistence_threshold);
   // First, before any allocation that could fail on one rank alone: it is collective.
   if (opt.node_shared_params) map_shared_params();
   norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);

@@ -29,35 +29,49 @@ size_t quantized_piece_bytes(size_t s, int bits, int block) {
   return align4(quant_bytes(s, bits)) + 4 * quant_blocks(s, block);
 }
 
-absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world) {
-  const int n = world.world_size(), r = world.rank(), L = world.local_size();
-  // One reduction: the smallest and largest ranks-per-node, and whether any rank sits outside
-  // the run of consecutive ranks its local rank implies.
-  double v[3] = {(double)-L, (double)L, world.local_rank() != r % L ? 1.0 : 0.0};
-  world.all_reduce_scalars(v, 3, ScalarOp::kMax);
+absl::Status zeropp_fits(const ZeroppOptions& o, int ranks, int min_per_node, int max_per_node,
+                         bool node_by_node) {
+  const int n = ranks, L = max_per_node;
+  // What to suggest: the ranks per node where that is a size the option takes.
+  const std::string per_node =
+      L >= 2 && n % L == 0 ? absl::StrCat("the ranks per node (", L, ") or ") : "";
   if (o.hpz_partition_size < 1 || n % o.hpz_partition_size != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.zero_hpz_partition_size: ", o.hpz_partition_size,
-        " must divide the number of ranks (", n,
-        "); use the ranks per node (", L, ") or 1 to turn hpZ off"));
+        " must divide the number of ranks (", n, "); use ", per_node, "1 to turn hpZ off"));
   const bool zeropp = o.quantized_weights || o.hpz_partition_size > 1 || o.quantized_gradients;
   if (o.mics_shard_size != -1 && (o.mics_shard_size < 2 || n % o.mics_shard_size != 0))
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.mics_shard_size: ", o.mics_shard_size,
-        " must be at least 2 and divide the number of ranks (", n,
-        "); use the ranks per node (", L, ") for one group per node, or -1 to turn MiCS off"));
+        " must be at least 2 and divide the number of ranks (", n, "); use ",
+        per_node.empty() ? "" : absl::StrCat(per_node.substr(0, per_node.size() - 4),
+                                            " for one group per node, or "),
+        "-1 to turn MiCS off"));
   if (o.mics_shard_size != -1 && zeropp)
     return absl::InvalidArgumentError(
         "zero_optimization: MiCS (mics_shard_size) and ZeRO++ (zero_quantized_weights, "
         "zero_hpz_partition_size, zero_quantized_gradients) together are not implemented; "
         "choose one");
-  if (o.quantized_gradients && (-v[0] != v[1] || v[2] != 0 || n % L != 0))
+  if (o.quantized_gradients && (min_per_node != max_per_node || n % L != 0))
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.zero_quantized_gradients: qgZ's hierarchical all-to-all needs the "
-        "same number of ranks on every node, placed node by node (ranks per node from ",
-        -v[0], " to ", v[1], "); launch with mpirun's default --map-by slot and equal slots "
-        "per node, or turn qgZ off"));
+        "same number of ranks on every node (here from ", min_per_node, " to ", max_per_node,
+        "); give every node the same slots, or turn qgZ off"));
+  if (o.quantized_gradients && !node_by_node)
+    return absl::InvalidArgumentError(
+        "zero_optimization.zero_quantized_gradients: qgZ's hierarchical all-to-all needs the "
+        "ranks placed node by node (ranks 0..L-1 on the first node, ...), but they are not; "
+        "launch with mpirun's default --map-by slot (not --map-by node), or turn qgZ off");
   return absl::OkStatus();
+}
+
+absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world) {
+  const int r = world.rank(), L = world.local_size();
+  // One reduction: the smallest and largest ranks-per-node, and whether any rank sits outside
+  // the run of consecutive ranks its local rank implies; every rank then judges the same facts.
+  double v[3] = {(double)-L, (double)L, world.local_rank() != r % L ? 1.0 : 0.0};
+  world.all_reduce_scalars(v, 3, ScalarOp::kMax);
+  return zeropp_fits(o, world.world_size(), (int)-v[0], (int)v[1], v[2] == 0);
 }
 
 ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world) {

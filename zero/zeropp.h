@@ -67,6 +67,11 @@ size_t quantized_piece_bytes(size_t s, int bits, int block);
 // L of consecutive ranks (mpirun's default --map-by slot placement); MiCS goes without ZeRO++.
 // Collective (every rank gets the same verdict); InvalidArgument saying what to change.
 absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world);
+// The rule check_zeropp applies, on stated facts (`zerotrain estimate` has no communicator):
+// `ranks` in all, min_per_node..max_per_node ranks a node, node_by_node when consecutive ranks
+// share a node.
+absl::Status zeropp_fits(const ZeroppOptions& o, int ranks, int min_per_node, int max_per_node,
+                         bool node_by_node);
 
 // The groups the options need, split from `world` (collective; after check_zeropp).
 struct ZeroppGroups {

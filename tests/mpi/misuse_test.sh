@@ -53,6 +53,12 @@ expect different-models 2 "differs across ranks" -- \
 expect batch-not-divisible 4 "not divisible" -- \
   -np 4 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/six.json"
 expect stage3-unit-sequences 2 "different unit sequences" -- -np 2 "$SEQ"
+# ZeRO++'s hpZ group size must divide the ranks: refused on every rank (check_zeropp).
+cat > "$DIR/hpz.json" <<'JSON'
+{"train_batch_size": 6, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}
+JSON
+expect zeropp-hpz-size 3 "zero_hpz_partition_size: 2 must divide" -- \
+  -np 3 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/hpz.json"
 # The drive fills while the ranks reserve their NVMe swap space: a 1 MiB tmpfs (in a private
 # mount namespace around mpirun) holds one rank's optimizer state (about 0.64 MB) but not two.
 # A rank that cannot reserve names the file and the OS error; the other stops too, with its

@@ -885,6 +885,15 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
                         "--device_memory 8GiB --host_memory 8GiB --nodes 2"),
                     {"one node"});
   expect_user_error(run(base + " --hardware h100 --inter_node_gbps -1"), {"--inter_node_gbps"});
+  expect_user_error(run(base + " --hardware h100 --inter_node_gbps nan"), {"--inter_node_gbps"});
+  expect_user_error(run("estimate --model tiny-llama --inter_node_gbps 100"), {"--time"});
+  // ZeRO++ and MiCS sizes are checked as `train` checks them, the memory estimate's too.
+  write(path("hpz.json"), R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+        "zero_hpz_partition_size": 3}})");
+  const std::string hpz =
+      "estimate --deepspeed " + path("hpz.json") + " --model tiny-llama --seq_len 16 --dp 4";
+  expect_user_error(run(hpz + " --time --hardware h100"), {"zero_hpz_partition_size: 3", "(4)"});
+  expect_user_error(run(hpz), {"zero_hpz_partition_size: 3"});
   expect_user_error(run(base + " --hardware h100 --recommend"), {"give --time or --recommend"});
   expect_user_error(run(base + " --hardware h100 --stage 2"), {"drop --stage"});
   expect_user_error(run(base + " --hardware h100 --dp -1"), {"must be >= 1"});

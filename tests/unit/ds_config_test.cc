@@ -524,6 +524,10 @@ TEST(DsConfig, ZeroppAndMicsKeys) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("mics_"), std::string::npos) << r.status();
   }
+  r = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "mics_shard_size": 2},
+               "zerotrain": {"node_shared_params": true}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("node_shared_params"), std::string::npos) << r.status();
 }
 
 TEST(DsConfig, NotImplementedFeaturesSaySo) {
