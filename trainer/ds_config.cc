@@ -694,7 +694,8 @@ absl::Status parse_zero(const std::string& src, const json& v, ZeroConfig* z) {
   r.unsupported("parameter_alignment", false);
   r.unsupported("memory_efficient_linear", true);
   ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_weights"}, &z->zero_quantized_weights));
-  ZT_RETURN_IF_ERROR(r.get_int({"zero_hpz_partition_size"}, &z->zero_hpz_partition_size, 1, 1 << 20));
+  ZT_RETURN_IF_ERROR(
+      r.get_int({"zero_hpz_partition_size"}, &z->zero_hpz_partition_size, 1, 1 << 20));
   ZT_RETURN_IF_ERROR(r.get_bool({"zero_quantized_gradients"}, &z->zero_quantized_gradients));
   r.unsupported("zero_quantized_nontrainable_weights", false);
   r.unsupported("stage3_module_granularity_threshold", 0);

@@ -123,7 +123,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   // MiCS shards the model states over its group, not the world (zero/zeropp.h).
   const int mics = (int)ds.zero.mics_shard_size;
   in.dp = mics > 1 && mics < world && world % mics == 0 ? mics : world;
-  if (ds.zero.stage == 3) in.hpz_partition_size = (int)ds.zero.zero_hpz_partition_size;
+  in.hpz_partition_size = (int)ds.zero.zero_hpz_partition_size;  // > 1 at stage 3 only
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;

@@ -76,7 +76,6 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
 
 std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
 
-// --time: the step-time model (zero/step_time.h) for the run a ds_config describes.
 // ZeRO++'s and MiCS's sizes as `train` checks them (zero/zeropp.h check_zeropp), the ranks
 // spread evenly over the nodes in order.
 absl::Status zeropp_as_train_checks(const DsConfig& ds, int ranks, int nodes) {
@@ -84,6 +83,7 @@ absl::Status zeropp_as_train_checks(const DsConfig& ds, int ranks, int nodes) {
                      (ranks + nodes - 1) / nodes, true);
 }
 
+// --time: the step-time model (zero/step_time.h) for the run a ds_config describes.
 absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   if (o.deepspeed.empty() || o.model.empty() || o.seq_len <= 0)
     return absl::InvalidArgumentError(
@@ -109,9 +109,8 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
       o.model, o.deepspeed, dp, o.nodes, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
       hw.device_bw / 1e9, hw.host_bw / 1e9, hw.pcie_bw / 1e9, hw.link_bw / 1e9, hw.nvme_bw / 1e9);
   if (o.nodes > 1)
-    absl::StrAppend(&out, absl::StrFormat(
-                              "  between nodes %.1f GB/s a rank\n",
-                              (hw.inter_node_bw > 0 ? hw.inter_node_bw : kInterNodeDefault) / 1e9));
+    absl::StrAppend(&out, absl::StrFormat("  between nodes %.1f GB/s a rank\n",
+                                          hw.inter_node() / 1e9));
   absl::StrAppend(&out, absl::StrFormat("  collectives' bus bytes a rank: %.1f MB within a node, "
                                         "%.1f MB between nodes a step (docs/zero.md)\n\n",
                                         t.intra_node_bytes / 1e6, t.inter_node_bytes / 1e6));
@@ -301,7 +300,6 @@ absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
       return absl::InvalidArgumentError(
           "--recommend models one node (its ranks share NVLink or its memory); give --dp for the "
           "ranks of one node");
-
     if (o.stage != -1 || o.offload_optimizer != "none" || o.offload_param != "none" ||
         o.micro_batch != 0 || !o.table.empty() || !o.formula.empty())
       return absl::InvalidArgumentError(

@@ -211,6 +211,7 @@ const void* ParamGatherer::fetch(int u) {
   }
   const bool backward = std::find(recording_.begin(), recording_.end(), u) != recording_.end();
   recording_.push_back(u);
+  recording_backward_.push_back(backward);
   ++fetches_;
   gather(u, backward);
   wait_gathered(s);
@@ -230,6 +231,7 @@ bool ParamGatherer::release(int u) {
 
 void ParamGatherer::begin_pass() {
   recording_.clear();
+  recording_backward_.clear();
   restart_reads_ahead();
 }
 
@@ -242,14 +244,10 @@ void ParamGatherer::end_step() {
   // The recorded sequence drives prefetch and reuse from the next step on.
   if (!recording_.empty()) {
     trace_ = std::move(recording_);
+    trace_backward_ = std::move(recording_backward_);
     trace_valid_ = true;
     recording_.clear();
-    trace_backward_.assign(trace_.size(), 0);
-    std::vector<char> seen(units_.size(), 0);
-    for (size_t i = 0; i < trace_.size(); ++i) {
-      trace_backward_[i] = seen[trace_[i]];
-      seen[trace_[i]] = 1;
-    }
+    recording_backward_.clear();
   }
   drop_gathered();        // nothing stays gathered across steps: parameters changed
   for (Unit& s : units_) s.secondary.reset();  // nor do hpZ's secondary shards

@@ -110,7 +110,8 @@ class ParamGatherer {
   std::vector<Unit> units_;
   // The unit sequence of the previous step and our place in this one.
   std::vector<int> trace_, recording_;
-  std::vector<char> trace_backward_;  // per trace entry: its unit was used before in the pass
+  // Per entry of each: its unit was used before in the pass (a backward use; hpZ).
+  std::vector<char> trace_backward_, recording_backward_;
   bool trace_valid_ = false;
   // Parameter reads ahead: fetches so far, and per unit the fetch at which its shard's read
   // began (-1: none), so the prefetcher gathers only shards read for at least a unit's compute.

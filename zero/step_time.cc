@@ -137,13 +137,11 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   const StepLinkBytes lb = link_bytes(in, psi);
   t.intra_node_bytes = lb.reduce.intra + lb.gather.intra;
   t.inter_node_bytes = lb.reduce.inter + lb.gather.inter;
-  // Seconds: within the node at the link's rate, between nodes at the network's; `link` is the
-  // rate that makes reduce / link and gather / link those seconds (the overlaps below use it).
-  const double link = hw.link_bw / share;
-  const double inter_bw = (hw.inter_node_bw > 0 ? hw.inter_node_bw : kInterNodeDefault) / share;
-  const auto seconds = [&](const LinkBytes& b) { return b.intra / link + b.inter / inter_bw; };
-  const double reduce = seconds(lb.reduce) * link, gather = seconds(lb.gather) * link;
-  t.comm = (reduce + gather) / link;
+  // Seconds: within the node at the link's rate, between nodes at the network's.
+  const double link = hw.link_bw / share, inter = hw.inter_node() / share;
+  const auto seconds = [&](const LinkBytes& b) { return b.intra / link + b.inter / inter; };
+  const double reduce = seconds(lb.reduce), gather = seconds(lb.gather);
+  t.comm = reduce + gather;
   // Offload copies, per rank: the owned shard's gradient out (16-bit on the first micro-batch,
   // fp32 on the others: docs/offload.md; stage 1 the fp32 reduced shard once) and the updated
   // parameter in; with parameter offload every shard fetched in each micro-batch's forward and
@@ -172,16 +170,16 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
     const double backward = t.compute * (in.checkpointing ? 0.5 : 2.0 / 3.0);
     double exposed = 0;
     if (in.overlap_comm) {
-      exposed += std::max(0.0, reduce / link - backward);
+      exposed += std::max(0.0, reduce - backward);
       t.overlaps.push_back("gradient reductions behind the backward (overlap_comm)");
     } else {
-      exposed += reduce / link;
+      exposed += reduce;
     }
     if (in.stage == 3) {
-      exposed += std::max(0.0, gather / link - (t.compute - std::min(t.compute, reduce / link)));
+      exposed += std::max(0.0, gather - (t.compute - std::min(t.compute, reduce)));
       t.overlaps.push_back("stage 3's gathers behind the unit before (prefetch)");
     } else {
-      exposed += gather / link;
+      exposed += gather;
     }
     step += exposed;
     const double host_side = t.copies + t.optimizer + t.nvme;

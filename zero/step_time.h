@@ -44,12 +44,16 @@ struct Hardware {
   double link_bw = 0;        // per device bus bandwidth of collectives within the node
   double nvme_bw = 0;        // the node's drive, read or write
   std::string source;        // where the numbers come from
-  // Per device, a direction, between nodes (its share of the node's network); 0: the profile's
-  // default for its class (kInterNodeDefault), or `estimate --time --inter_node_gbps`.
+  // Per device, a direction, between nodes (its share of the node's network), as `estimate
+  // --time --inter_node_gbps` sets it; 0: kInterNodeDefault (inter_node() gives the rate).
   double inter_node_bw = 0;
+  double inter_node() const;
 };
-// Between nodes when a profile says nothing: a 400 Gb/s InfiniBand NIC per GPU (DGX H100), 50 GB/s.
+// Between nodes when nothing says otherwise: a 400 Gb/s InfiniBand NIC per GPU (DGX H100).
 inline constexpr double kInterNodeDefault = 50e9;
+inline double Hardware::inter_node() const {
+  return inter_node_bw > 0 ? inter_node_bw : kInterNodeDefault;
+}
 
 // Built-in profiles: "h100", "h200", "a100-80gb", "a100-40gb", "v100-32gb", "rtx3070", "rtx4090"
 // (vendor datasheets; PCIe by generation), and "cpu" (a stated 2-core reference; use

@@ -32,21 +32,20 @@ size_t quantized_piece_bytes(size_t s, int bits, int block) {
 absl::Status zeropp_fits(const ZeroppOptions& o, int ranks, int min_per_node, int max_per_node,
                          bool node_by_node) {
   const int n = ranks, L = max_per_node;
-  // What to suggest: the ranks per node where that is a size the option takes.
+  // Suggest the ranks per node where that is a size the options take.
   const std::string per_node =
-      L >= 2 && n % L == 0 ? absl::StrCat("the ranks per node (", L, ") or ") : "";
+      L >= 2 && n % L == 0 ? absl::StrCat("the ranks per node (", L, ")") : "";
   if (o.hpz_partition_size < 1 || n % o.hpz_partition_size != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.zero_hpz_partition_size: ", o.hpz_partition_size,
-        " must divide the number of ranks (", n, "); use ", per_node, "1 to turn hpZ off"));
+        " must divide the number of ranks (", n, "); use ", per_node,
+        per_node.empty() ? "" : " or ", "1 to turn hpZ off"));
   const bool zeropp = o.quantized_weights || o.hpz_partition_size > 1 || o.quantized_gradients;
   if (o.mics_shard_size != -1 && (o.mics_shard_size < 2 || n % o.mics_shard_size != 0))
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.mics_shard_size: ", o.mics_shard_size,
-        " must be at least 2 and divide the number of ranks (", n, "); use ",
-        per_node.empty() ? "" : absl::StrCat(per_node.substr(0, per_node.size() - 4),
-                                            " for one group per node, or "),
-        "-1 to turn MiCS off"));
+        " must be at least 2 and divide the number of ranks (", n, "); use ", per_node,
+        per_node.empty() ? "" : " for one group per node, or ", "-1 to turn MiCS off"));
   if (o.mics_shard_size != -1 && zeropp)
     return absl::InvalidArgumentError(
         "zero_optimization: MiCS (mics_shard_size) and ZeRO++ (zero_quantized_weights, "
