@@ -66,13 +66,16 @@ c = json.load(open(f"{work}/ds.json"))
 zpp = {"plain": {}, "qwz": {"zero_quantized_weights": True},
        "hpz": {"zero_hpz_partition_size": 2}, "qgz": {"zero_quantized_gradients": True},
        "all": {"zero_quantized_weights": True, "zero_hpz_partition_size": 2,
-               "zero_quantized_gradients": True}}
+               "zero_quantized_gradients": True},
+       # hpZ with the prefetcher gathering ahead: its backward gathers stay in the node too
+       "hpz_prefetch": {"zero_hpz_partition_size": 2, "stage3_prefetch_bucket_size": 50000000}}
 for name, keys in zpp.items():
     z = dict(c, bf16={"enabled": True})
     z["scheduler"] = dict(c["scheduler"], params=dict(c["scheduler"]["params"], total_num_steps=60))
     z["zero_optimization"] = dict(stage=3, overlap_comm=True, stage3_prefetch_bucket_size=0,
                                   stage3_param_persistence_threshold=0,
-                                  stage3_max_reuse_distance=0, **keys)
+                                  stage3_max_reuse_distance=0)
+    z["zero_optimization"].update(keys)
     json.dump(z, open(f"{work}/zpp_{name}.json", "w"), indent=1)
 # MiCS (fp32): one shard group per node, against plain stage 3 with the same options.
 for name, keys in {"mics_plain": {}, "mics": {"mics_shard_size": 2}}.items():
@@ -155,7 +158,7 @@ run_two_nodes() {
     > "$WORK/$1.log" 2>&1 || { tail -20 "$WORK/$1.log"; fail "$1 failed"; }
 }
 ZPP_STEPS=50
-for mode in plain qwz hpz qgz all; do
+for mode in plain qwz hpz qgz all hpz_prefetch; do
   steps=4
   [[ $mode == plain || $mode == all ]] && steps=$ZPP_STEPS
   run_two_nodes "zpp_$mode" "$steps"
@@ -188,6 +191,7 @@ want = {  # (between nodes, within a node) bytes per step
     "plain": (gather16(forward + backward) + rs32, 0),
     "qwz": (qwz(forward + backward) + rs32, 0),
     "hpz": (gather16(forward) + rs32, gather16(backward)),
+    "hpz_prefetch": (gather16(forward) + rs32, gather16(backward)),
     "qgz": (gather16(forward + backward) + qgz_inter, qgz_intra),
     "all": (qwz(forward) + qgz_inter, gather16(backward) + qgz_intra),
 }
