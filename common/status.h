@@ -42,4 +42,10 @@ namespace zt {
 // Exit code for every error a user can cause (bad flags, files, configs, data).
 inline constexpr int kUserErrorExitCode = 2;
 
+// `s` with "where: " before its message (the file or key it is about); ok stays ok.
+inline absl::Status prefixed(const absl::Status& s, absl::string_view where) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
 }  // namespace zt

@@ -66,6 +66,11 @@ std::string type_name(const json& v) {
   return "object";
 }
 
+// "string \"yes\"", "number 3", "null": what a wrong value was, for "expected X, got ...".
+std::string typed(const json& v) {
+  return v.is_null() ? "null" : absl::StrCat(type_name(v), " ", show(v));
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -94,7 +99,7 @@ class ObjectReader {
                                                      path.empty() ? "top level" : path,
                                                      ": expected an object "
                                                      "{...}, got ",
-                                                     type_name(value), " ", show(value)));
+                                                     typed(value)));
     }
     return ObjectReader(source, &value, std::move(path));
   }
@@ -156,9 +161,13 @@ class ObjectReader {
       x = v->get<int64_t>();
     } else if (v->is_number_float()) {
       double d = v->get<double>();
-      if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) {
+      if (!std::isfinite(d) || d != std::floor(d)) {
         return error(last_name_,
                      absl::StrCat("value ", show(*v), " is not an integer; allowed: ", allowed));
+      }
+      if (d < (double)lo || d > (double)hi || std::fabs(d) >= 0x1p63) {  // before the cast
+        return error(last_name_,
+                     absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
       }
       x = static_cast<int64_t>(d);
     } else {
@@ -276,8 +285,7 @@ class ObjectReader {
       : source_(source), obj_(obj), path_(std::move(path)) {}
 
   absl::Status type_error(const json& v, const std::string& allowed) const {
-    return error(last_name_,
-                 absl::StrCat("expected ", allowed, ", got ", type_name(v), " ", show(v)));
+    return error(last_name_, absl::StrCat("expected ", allowed, ", got ", typed(v)));
   }
   absl::Status null_error() const {
     return error(last_name_, "null is not allowed here; give a value or remove the key");
@@ -465,8 +473,8 @@ absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerCon
   ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
   if (!type) return r.error("type", absl::StrCat("missing; give ", kTypes));
   if (!type->is_string()) {
-    return r.error("type", absl::StrCat("expected a string (", kTypes, "), got ", type_name(*type),
-                                        " ", show(*type)));
+    return r.error("type",
+                   absl::StrCat("expected a string (", kTypes, "), got ", typed(*type)));
   }
   const std::string name = lower(type->get<std::string>());
   if (name == "adam") {
@@ -517,8 +525,7 @@ absl::Status parse_scheduler(const std::string& src, const json& v, SchedulerCon
                    "missing; give one of WarmupLR, WarmupDecayLR, "
                    "WarmupCosineLR");
   if (!type->is_string()) {
-    return r.error("type",
-                   absl::StrCat("expected a string, got ", type_name(*type), " ", show(*type)));
+    return r.error("type", absl::StrCat("expected a string, got ", typed(*type)));
   }
   std::string name = type->get<std::string>();
   if (name == "WarmupLR") {

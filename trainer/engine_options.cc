@@ -57,9 +57,7 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> open_swapper(const DsConfig& ds,
                                                           const char* key) {
   AioOptions aio{ds.aio.block_size, ds.aio.queue_depth, ds.aio.single_submit};
   auto swapper = NvmeSwapper::open(nvme_path, aio);
-  if (!swapper.ok())
-    return absl::Status(swapper.status().code(),
-                        absl::StrCat(key, ": ", swapper.status().message()));
+  if (!swapper.ok()) return prefixed(swapper.status(), key);
   return swapper;
 }
 

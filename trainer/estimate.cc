@@ -77,10 +77,12 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
 std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host);
 
 // ZeRO++'s and MiCS's sizes as `train` checks them (zero/zeropp.h check_zeropp), the ranks
-// spread evenly over the nodes in order.
-absl::Status zeropp_as_train_checks(const DsConfig& ds, int ranks, int nodes) {
-  return zeropp_fits(engine_options(ds).zero.zeropp, ranks, ranks / nodes,
-                     (ranks + nodes - 1) / nodes, true);
+// spread evenly over the nodes in order; errors name the config `path`.
+absl::Status zeropp_as_train_checks(const DsConfig& ds, const std::string& path, int ranks,
+                                    int nodes) {
+  return prefixed(zeropp_fits(engine_options(ds).zero.zeropp, ranks, ranks / nodes,
+                              (ranks + nodes - 1) / nodes, true),
+                  path);
 }
 
 // --time: the step-time model (zero/step_time.h) for the run a ds_config describes.
@@ -95,7 +97,7 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
                       resolve_run_config(text, dp, o.deepspeed,
                                          {.gradient_checkpointing = o.gradient_checkpointing}));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-  ZT_RETURN_IF_ERROR(zeropp_as_train_checks(ds, dp, o.nodes));
+  ZT_RETURN_IF_ERROR(zeropp_as_train_checks(ds, o.deepspeed, dp, o.nodes));
   std::string source;
   ZT_ASSIGN_OR_RETURN(Hardware hw, hardware_named(o.hardware, o.nvme_path, &source));
   if (o.inter_node_gbps > 0) hw.inter_node_bw = o.inter_node_gbps * 1e9 / 8;
@@ -147,7 +149,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                            {.gradient_checkpointing = o.gradient_checkpointing}));
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
     ZT_RETURN_IF_ERROR(checkpoint_every(*ds, c).status());  // number_checkpoints vs layers
-    ZT_RETURN_IF_ERROR(zeropp_as_train_checks(*ds, dp, o.nodes));
+    ZT_RETURN_IF_ERROR(zeropp_as_train_checks(*ds, o.deepspeed, dp, o.nodes));
     in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;
   } else {

@@ -357,7 +357,7 @@ int train(const std::function<bool(const std::string&)>& given) {
     if (const std::string lim = absl::GetFlag(*flag); !lim.empty()) {
       auto bytes = zt::parse_byte_size(lim);
       if (!bytes.ok())
-        return fail(absl::InvalidArgumentError(absl::StrCat(name, ": ", bytes.status().message())));
+        return fail(zt::prefixed(bytes.status(), name));
       *out = *bytes;
     }
   if (const std::string steps = absl::GetFlag(FLAGS_trace_steps); !steps.empty()) {
@@ -382,8 +382,7 @@ int export_checkpoint() {
   o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   auto bytes = zt::parse_byte_size(absl::GetFlag(FLAGS_max_shard_size));
   if (!bytes.ok())
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--max_shard_size: ", bytes.status().message())));
+    return fail(zt::prefixed(bytes.status(), "--max_shard_size"));
   o.max_shard_bytes = *bytes;
   const absl::Status s = zt::run_export(o);
   return s.ok() ? 0 : fail(s);

@@ -551,7 +551,8 @@ absl::Status check_host_memory_limit(Run& r) {
 // checkpoint's values must not be written while another rank may still write the initial ones
 // (the agreement between the phases orders them).
 absl::Status setup_engine(const TrainOptions& opt, Run& r) {
-  ZT_RETURN_IF_ERROR(check_zeropp(engine_options(r.ds).zero.zeropp, *r.comm));  // collective
+  ZT_RETURN_IF_ERROR(  // collective
+      prefixed(check_zeropp(engine_options(r.ds).zero.zeropp, *r.comm), opt.deepspeed));
   r.engine =
       std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
                                engine_options(r.ds), std::move(r.optimizer), std::move(r.params));

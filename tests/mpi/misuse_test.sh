@@ -57,7 +57,7 @@ expect stage3-unit-sequences 2 "different unit sequences" -- -np 2 "$SEQ"
 cat > "$DIR/hpz.json" <<'JSON'
 {"train_batch_size": 6, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}
 JSON
-expect zeropp-hpz-size 3 "zero_hpz_partition_size: 2 must divide" -- \
+expect zeropp-hpz-size 3 "hpz.json: zero_optimization.zero_hpz_partition_size: 2 must divide" -- \
   -np 3 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/hpz.json"
 # The drive fills while the ranks reserve their NVMe swap space: a 1 MiB tmpfs (in a private
 # mount namespace around mpirun) holds one rank's optimizer state (about 0.64 MB) but not two.

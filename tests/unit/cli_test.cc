@@ -892,8 +892,9 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
         "zero_hpz_partition_size": 3}})");
   const std::string hpz =
       "estimate --deepspeed " + path("hpz.json") + " --model tiny-llama --seq_len 16 --dp 4";
-  expect_user_error(run(hpz + " --time --hardware h100"), {"zero_hpz_partition_size: 3", "(4)"});
-  expect_user_error(run(hpz), {"zero_hpz_partition_size: 3"});
+  expect_user_error(run(hpz + " --time --hardware h100"),
+                    {"hpz.json: zero_optimization.zero_hpz_partition_size: 3", "(4)"});
+  expect_user_error(run(hpz), {"hpz.json: zero_optimization.zero_hpz_partition_size: 3"});
   expect_user_error(run(base + " --hardware h100 --recommend"), {"give --time or --recommend"});
   expect_user_error(run(base + " --hardware h100 --stage 2"), {"drop --stage"});
   expect_user_error(run(base + " --hardware h100 --dp -1"), {"must be >= 1"});

@@ -368,6 +368,12 @@ TEST(DsConfig, WrongTypeNamesPathValueAndAllowed) {
                        {"fp16.enabled", "expected a boolean", "\"yes\""}));
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1.5}})"),
                        {"zero_optimization.stage", "not an integer", "[0, 3]"}));
+  // An integral float past the range is out of range, not "not an integer"; null is said once.
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1e30}})"),
+                       {"zero_optimization.stage", "1e+30 is out of range", "[0, 3]"}));
+  const std::string null_bool = error_of(R"({"train_batch_size": 8, "fp16": {"enabled": null}})");
+  EXPECT_TRUE(Contains(null_bool, {"fp16.enabled", "expected a boolean", "got null"}));
+  EXPECT_FALSE(Contains(null_bool, {"null null"})) << null_bool;
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": 3})"),
                        {"zero_optimization", "expected an object"}));
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
