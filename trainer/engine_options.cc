@@ -122,6 +122,8 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   const int mics = (int)ds.zero.mics_shard_size;
   in.dp = mics > 1 && mics < world && world % mics == 0 ? mics : world;
   in.hpz_partition_size = (int)ds.zero.zero_hpz_partition_size;  // > 1 at stage 3 only
+  in.quantized_weights = ds.zero.zero_quantized_weights;
+  in.quantized_gradients = ds.zero.zero_quantized_gradients;
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;

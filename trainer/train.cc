@@ -660,8 +660,9 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     mem.device_peak = (int64_t)r.backend->tracker().peak_total();
-    const EstimateInput in =
+    EstimateInput in =
         estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, r.backend.get());
+    in.ranks_per_node = r.comm->local_size();
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
       mem.host_peak[c] = host_peak_bytes(r, cat);

@@ -12,6 +12,7 @@
 #include "model/transformer.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
+#include "zero/zeropp.h"
 
 namespace zt {
 
@@ -65,6 +66,34 @@ PartitionOptions partition_options(const EstimateInput& in) {
           .param_host_elems = in.offload_param == OffloadDevice::kNvme
                                   ? in.param_max_in_cpu
                                   : std::numeric_limits<int64_t>::max()};
+}
+
+// ZeRO++'s quantized buffers (zero/zeropp.cc), stage 3, for units of at most `shard` elements a
+// rank. `reduce`: qgZ's, on top of the reduction's own, with `in_flight` reductions pending: each
+// holds its node-local all-to-all's int4 send and receive pieces (N of them each), and the oldest
+// one's finish adds this rank's M node sums in fp32 before they are freed (its cross-node hop, 2M
+// pieces, comes after: never more). `gather`: qwZ's, each gather in flight (live_units, as the
+// workspace counts them) holding this rank's int8 piece and all N. The gathers run ahead in the
+// forward (and in the backward only when units are gathered again), the reductions in the
+// backward: the two phases' peaks are not summed.
+struct ZeroppBuffers {
+  int64_t reduce = 0, gather = 0;
+};
+static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int64_t in_flight) {
+  ZeroppBuffers b;
+  if (in.stage != 3) return b;
+  const int64_t N = in.dp;
+  const int64_t L = in.ranks_per_node > 0 ? std::min<int64_t>(in.ranks_per_node, N) : N;
+  const int64_t M = N / L;
+  if (in.quantized_gradients) {
+    const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQgzBits, kQgzBlock);
+    b.reduce = L > 1 ? in_flight * 2 * piece * N + 4 * shard * M : 2 * piece * M;
+  }
+  if (in.quantized_weights) {
+    const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQwzBits, kQwzBlock);
+    b.gather = std::max(in.live_units, 1) * (N + 1) * piece;
+  }
+  return b;
 }
 
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
@@ -201,6 +230,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (in.stage >= 2) comm += in_flight * largest_shard * 4;   // its reduced shard
     if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
     if (host_grads) comm += largest_shard * G;  // the shard rounded to G on its way out
+    const ZeroppBuffers z = zeropp_buffers(in, largest_shard, in_flight);
+    comm = std::max(comm + z.reduce, z.gather);
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {

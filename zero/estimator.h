@@ -38,6 +38,11 @@ struct EstimateInput {
   // ZeRO++'s hpZ (zero/zeropp.h): each sharded unit's secondary partition, padded / this many
   // elements a rank, held from its forward to the step's end (1: off).
   int hpz_partition_size = 1;
+  // ZeRO++'s qwZ and qgZ: their int8 / int4 collective buffers (kCommBuffers), qgZ's for
+  // ranks_per_node ranks a node (L; 0: every rank on one node).
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
+  int ranks_per_node = 0;
   // Stage 3: units with fewer parameters stay whole on every rank, as the engine keeps them
   // (DeepSpeed's stage3_param_persistence_threshold). 0: every unit is sharded.
   int64_t stage3_param_persistence_threshold = 0;

@@ -101,6 +101,7 @@ struct RunResult {
   int64_t params_to_device_one_step = 0;
   size_t owned = 0;  // elements this rank owns (sum of its shards)
   size_t device_peak = 0;  // device bytes, all categories
+  size_t comm_buffers_peak = 0;  // device bytes of MemCategory::kCommBuffers
   std::vector<UnitPartition> partition;  // Engine::partition()
 };
 
@@ -231,6 +232,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   res.peak_gathered = engine.peak_gathered_numel();
   res.node_shared = engine.node_shared();
   res.device_peak = be->tracker().peak_total();
+  res.comm_buffers_peak = be->tracker().peak(MemCategory::kCommBuffers);
   for (size_t k = 0; k < kNumMemCategories; ++k)  // staging buffers exist after a step
     res.host[k] = (int64_t)engine.host_bytes(static_cast<MemCategory>(k));
   if (const MemoryTracker* h = engine.optimizer().host_tracker()) {
@@ -688,6 +690,19 @@ TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
     if (o.quantized_gradients) {
       EXPECT_EQ(r.comm_one_step[(size_t)CollKind::kReduceScatter].calls, 0);
       EXPECT_GT(r.comm_one_step[(size_t)CollKind::kAllToAll].calls, 0);
+    }
+    if (o.quantized_gradients && !o.quantized_weights) {  // the estimator's qgZ buffers, exact
+      EstimateInput in;
+      in.unit_numel = unit_numels(tiny());
+      in.stage = 3;
+      in.dp = W;
+      in.overlap_comm = z.zero.overlap_comm;
+      in.stage3_param_persistence_threshold = 0;
+      in.quantized_gradients = true;
+      in.ranks_per_node = 2;
+      const auto e = estimate_memory(in);
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ((int64_t)r.comm_buffers_peak, e->dev(MemCategory::kCommBuffers));
     }
   }
   // fp16: an infinite gradient at step 3 survives qgZ's quantized hops (its blocks dequantize

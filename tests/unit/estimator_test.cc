@@ -216,6 +216,29 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
   in = small(3);
   in.hpz_partition_size = 2;
   EXPECT_EQ(estimate_memory(in)->dev(M::kParams), 2 * 6 + 2 * (6 + 4 + 2));
+  // ZeRO++'s quantized buffers for the largest shard (3 elements). A piece of it: int4, 2 bytes
+  // padded to 4, plus one fp32 scale = 8 bytes; int8, 3 bytes padded to 4, plus a scale = 8.
+  // Stage 3 without overlap: one reduction pending, its fp32 shard 4 * 3 = 12.
+  in = small(3);
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12);
+  // qgZ, 2 ranks a node (L = 2, M = 2): the node-local all-to-all's send and receive, N = 4
+  // pieces each, and the oldest reduction's M = 2 fp32 node sums of 3.
+  in.quantized_gradients = true;
+  in.ranks_per_node = 2;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12 + 2 * 4 * 8 + 2 * 4 * 3);
+  // One rank a node: only the cross-node hop, M = 4 pieces each way.
+  in.ranks_per_node = 1;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12 + 2 * 4 * 8);
+  // qwZ: two gathers in flight (live_units 2), each this rank's piece and all 4 received; in
+  // the forward, where no reduction is pending, so the larger of the two phases.
+  in = small(3);
+  in.quantized_weights = true;
+  in.live_units = 2;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * (1 + 4) * 8);
+  // Stages 1-2 have neither (ZeRO++ is stage 3's).
+  in.stage = 2;
+  in.quantized_gradients = true;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12);
 }
 
 TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
