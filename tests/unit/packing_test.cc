@@ -147,7 +147,13 @@ TEST_P(Packing, EachExampleLossEqualsTheExampleAlone) {
 
 // The losses of three AdamW steps, and the gradient of every parameter at each step (by its
 // norm: a softmax ignores the key bias, whose gradient is rounding noise about zero, which
-// Adam's update would blow up to +-lr in either run).
+// Adam's update would blow up to +-lr in either run). The two runs' GEMMs have different shapes,
+// so the BLAS kernel may sum in a different order: at the first step, from equal weights, the
+// gradients differ by rounding only (7e-7 under OpenBLAS's Haswell kernels, 0 under SkylakeX's:
+// bound 1e-5); Adam then turns those differences into different updates of the elements whose
+// gradient is near zero, so later steps differ more (3.0e-5 at the third step under Haswell's:
+// bound 3e-4). Packing that leaked attention across examples or miscounted their tokens would
+// move the first step's gradients by percent.
 TEST_P(Packing, TrainingOnPackedRowsEqualsTrainingOnPaddedRows) {
   const ModelConfig c = tiny(GetParam());
   Model packed(c), padded(c);
@@ -182,7 +188,8 @@ TEST_P(Packing, TrainingOnPackedRowsEqualsTrainingOnPaddedRows) {
       for (size_t j = 0; j < grads[0][u].size(); ++j)
         num += std::pow((double)grads[0][u][j] - grads[1][u][j], 2),
             den += std::pow((double)grads[1][u][j], 2);
-      EXPECT_LT(std::sqrt(num / den), 1e-5) << "unit " << units[u].name << " step " << step;
+      EXPECT_LT(std::sqrt(num / den), step == 0 ? 1e-5 : 3e-4)
+          << "unit " << units[u].name << " step " << step;
     }
   }
 }
