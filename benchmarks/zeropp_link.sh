@@ -8,14 +8,20 @@
 # steps 3.. and the cross-node bytes a step (--comm_report). Needs root (network namespaces);
 # CPU only, so the compute side is the 2-core machine's.
 #
-# usage: benchmarks/zeropp_link.sh [path/to/zerotrain] [RATE] [STEPS]
+# With BASELINE (another build's zerotrain, e.g. of an earlier commit) its ZeRO++ runs join the
+# alternation as a third column, so a change to the ZeRO++ path is measured against the old one
+# in the same run.
+#
+# usage: benchmarks/zeropp_link.sh [path/to/zerotrain] [RATE] [STEPS] [BASELINE]
 set -uo pipefail
 ZT=${1:-$(cd "$(dirname "$0")/.." && pwd)/build/zerotrain}
 RATE=${2:-1gbit}
 STEPS=${3:-8}
+BASELINE=${4:-}
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: zeropp_link: $*"; exit 1; }
 [[ -x $ZT ]] || fail "zerotrain binary not found at $ZT"
+[[ -z $BASELINE || -x $BASELINE ]] || fail "baseline binary not found at $BASELINE"
 command -v tc >/dev/null || skip "'tc' (iproute2) not found"
 source "$(dirname "$0")/../tests/multinode/two_nodes.sh"
 
@@ -36,10 +42,13 @@ zpp = json.loads(json.dumps(base))
 zpp["zero_optimization"].update(zero_quantized_weights=True, zero_hpz_partition_size=2,
                                 zero_quantized_gradients=True)
 json.dump(zpp, open(f"{work}/zeropp.json", "w"))
+json.dump(zpp, open(f"{work}/baseline.json", "w"))
 PY
 
-run() {  # link mode repeat
-  "${ON_A[@]}" "${MULTI[@]}" "$ZT" train --model shakespeare-llama --seq_len 64 \
+run() {  # link mode repeat (mode "baseline": ZeRO++ on the BASELINE binary)
+  local bin=$ZT
+  [[ $2 == baseline ]] && bin=$BASELINE
+  "${ON_A[@]}" "${MULTI[@]}" "$bin" train --model shakespeare-llama --seq_len 64 \
     --deepspeed "$WORK/$2.json" --train_data "$WORK/train_*.bin" --steps "$STEPS" \
     --sample_tokens 0 --threads 1 --comm_report --run_dir "$WORK/$1_$2_$3" \
     > "$WORK/$1_$2_$3.log" 2>&1 || { tail -5 "$WORK/$1_$2_$3.log"; fail "$1 $2 failed"; }
@@ -55,23 +64,34 @@ for link in limited unlimited; do
     ip netns exec "$NS_A" tc qdisc del dev "$VETH_A" root
     ip netns exec "$NS_B" tc qdisc del dev "$VETH_B" root
   fi
-  for rep in 1 2; do for mode in plain zeropp; do run "$link" "$mode" "$rep"; done; done
+  for rep in 1 2; do
+    for mode in plain zeropp ${BASELINE:+baseline}; do run "$link" "$mode" "$rep"; done
+  done
 done
 
-python3 - "$WORK" "$RATE" "$STEPS" <<'PY'
+python3 - "$WORK" "$RATE" "$STEPS" "$BASELINE" <<'PY'
 import json, statistics, sys
-work, rate, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def stats(link, mode):
-    ms, inter = [], 0
+work, rate, steps, baseline = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+def stats(link, mode):  # medians over steps 3.. of both repeats: step ms, comm wait ms; bytes
+    ms, wait, inter = [], [], 0
     for rep in (1, 2):
         d = f"{work}/{link}_{mode}_{rep}"
-        ms += [json.loads(l)["step_ms"] for l in open(f"{d}/metrics.jsonl") if l.strip()][2:]
+        rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()][2:]
+        ms += [r["step_ms"] for r in rows]
+        wait += [r["comm_wait_ms"] for r in rows]
         inter = json.load(open(f"{d}/comm_report_rank0.json"))["steps"][-1]["inter_node_bytes"]
-    return statistics.median(ms), inter
-print(f"| link between the two nodes | plain stage 3 (ms/step) | ZeRO++ qwZ+hpZ+qgZ (ms/step) | speed-up | cross-node MB/step plain / ZeRO++ |")
-print("|---|---|---|---|---|")
+    return statistics.median(ms), statistics.median(wait), inter
+base_col = " ZeRO++ on the baseline (ms/step) |" if baseline else ""
+print(f"| link between the two nodes | plain stage 3 (ms/step) | ZeRO++ qwZ+hpZ+qgZ (ms/step) |"
+      f"{base_col} speed-up | cross-node MB/step plain / ZeRO++ | rank 0's communication wait "
+      f"(ms/step) plain / ZeRO++{' / baseline' if baseline else ''} |")
+print("|---|---|---|" + ("---|" if baseline else "") + "---|---|---|")
 for link, label in (("limited", f"tc tbf rate {rate}"), ("unlimited", "veth, no limit")):
-    p, pi = stats(link, "plain")
-    z, zi = stats(link, "zeropp")
-    print(f"| {label} | {p:.0f} | {z:.0f} | {p / z:.2f}x | {pi / 1e6:.1f} / {zi / 1e6:.1f} |")
+    p, pw, pi = stats(link, "plain")
+    z, zw, zi = stats(link, "zeropp")
+    b = stats(link, "baseline") if baseline else None
+    bcol = f" {b[0]:.0f} |" if b else ""
+    bwait = f" / {b[1]:.0f}" if b else ""
+    print(f"| {label} | {p:.0f} | {z:.0f} |{bcol} {p / z:.2f}x | {pi / 1e6:.1f} / {zi / 1e6:.1f} |"
+          f" {pw:.0f} / {zw:.0f}{bwait} |")
 PY

@@ -665,6 +665,22 @@ TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
   eo.param_dtype = eo.grad_dtype = DType::kBF16;
   eo.zero.stage3_max_reuse_distance = 0;  // the backward gathers again
   const RunResult plain = train(comm, eo, 2);
+  // The estimator's qgZ buffers (zero/estimator.cc), exact: the tracker's comm-buffer peak.
+  auto expect_qgz_buffers_estimated = [&](const EngineOptions& z, const RunResult& r,
+                                          const ModelConfig& c) {
+    EstimateInput in;
+    in.unit_numel = unit_numels(c);
+    in.stage = 3;
+    in.dp = W;
+    in.overlap_comm = z.zero.overlap_comm;
+    in.stage3_param_persistence_threshold = 0;
+    in.quantized_gradients = true;
+    in.ranks_per_node = 2;
+    const auto e = estimate_memory(in);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ((int64_t)r.comm_buffers_peak, e->dev(MemCategory::kCommBuffers))
+        << "overlap_comm " << z.zero.overlap_comm;
+  };
   for (const ZeroppOptions& o : {ZeroppOptions{false, 2, false}, ZeroppOptions{true, 1, false},
                                  ZeroppOptions{false, 1, true}, all}) {
     SCOPED_TRACE(testing::Message() << "qwZ " << o.quantized_weights << " hpZ "
@@ -691,18 +707,20 @@ TEST_F(ZeroStages, ZeroppStaysWithQuantizationErrorOfPlainStage3) {
       EXPECT_EQ(r.comm_one_step[(size_t)CollKind::kReduceScatter].calls, 0);
       EXPECT_GT(r.comm_one_step[(size_t)CollKind::kAllToAll].calls, 0);
     }
-    if (o.quantized_gradients && !o.quantized_weights) {  // the estimator's qgZ buffers, exact
-      EstimateInput in;
-      in.unit_numel = unit_numels(tiny());
-      in.stage = 3;
-      in.dp = W;
-      in.overlap_comm = z.zero.overlap_comm;
-      in.stage3_param_persistence_threshold = 0;
-      in.quantized_gradients = true;
-      in.ranks_per_node = 2;
-      const auto e = estimate_memory(in);
-      ASSERT_TRUE(e.ok()) << e.status();
-      EXPECT_EQ((int64_t)r.comm_buffers_peak, e->dev(MemCategory::kCommBuffers));
+    if (o.quantized_gradients && !o.quantized_weights) {
+      expect_qgz_buffers_estimated(z, r, tiny());
+      // With overlap_comm (a second reduction stays pending behind the next unit's backward):
+      // the same sums in the same order, so the same bits; four blocks, so that the largest
+      // units are pending together, as the estimate has it.
+      ModelConfig deep = tiny();
+      deep.n_layer = 4;
+      EngineOptions ov = z;
+      const RunResult r_deep = train(comm, ov, 2, deep);
+      ov.zero.overlap_comm = true;
+      const RunResult r_ov = train(comm, ov, 2, deep);
+      EXPECT_EQ(r_ov.params, r_deep.params);
+      EXPECT_EQ(r_ov.losses, r_deep.losses);
+      expect_qgz_buffers_estimated(ov, r_ov, deep);
     }
   }
   // fp16: an infinite gradient at step 3 survives qgZ's quantized hops (its blocks dequantize
