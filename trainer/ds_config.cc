@@ -321,9 +321,11 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
   auto err = [&](const std::string& msg) {
     return absl::InvalidArgumentError(absl::StrCat(src, ": batch size: ", msg));
   };
+  // `what`: the factors of `divisor` in words ("world size 4", or "a x world size 4").
   auto not_divisible = [&](const char* derived, int64_t divisor, const std::string& what) {
-    return err(absl::StrCat("train_batch_size ", *tbs, " is not divisible by ", what, " = ",
-                            divisor, ", so ", derived,
+    const bool product = what.find(" x ") != std::string::npos;
+    return err(absl::StrCat("train_batch_size ", *tbs, " is not divisible by ", what,
+                            product ? absl::StrCat(" = ", divisor) : "", ", so ", derived,
                             " cannot be derived; change "
                             "train_batch_size to a multiple of ",
                             divisor));
