@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
   const ParamOffloadOptions po{pin, o.buffer_count, o.buffer_size, o.max_in_cpu, read_ahead};
   // The largest shard the partition plan puts on the drive: the buffers are only needed when
   // there is one.
-  const EstimateInput in = estimate_input(ds, model, world, 0, 0, nullptr);
+  const EstimateInput in = estimate_input(ds, model, world, world, 0, 0, nullptr);
   int64_t largest = 0;
   for (const UnitPartition& u : plan_partition(in.unit_numel, partition_options(in)))
     if (u.params == ParamHome::kDrive) largest = std::max(largest, u.shard);
@@ -113,8 +113,8 @@ absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& mode
   return n == 0 ? 1 : (int)((L + n - 1) / n);
 }
 
-EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                             const Backend* be) {
+EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world,
+                             int ranks_per_node, int B, int T, const Backend* be) {
   EstimateInput in;
   for (int64_t n : unit_numels(model)) in.unit_numel.push_back(n);
   in.stage = ds.zero.stage;
@@ -123,7 +123,9 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.dp = mics > 1 && mics < world && world % mics == 0 ? mics : world;
   in.hpz_partition_size = (int)ds.zero.zero_hpz_partition_size;  // > 1 at stage 3 only
   in.quantized_weights = ds.zero.zero_quantized_weights;
-  in.quantized_gradients = ds.zero.zero_quantized_gradients;
+  // qgZ replaces the reduce-scatter only (with reduce_scatter false the engine all-reduces).
+  in.quantized_gradients = ds.zero.zero_quantized_gradients && ds.zero.reduce_scatter;
+  in.ranks_per_node = ranks_per_node;
   const EngineOptions eo = engine_options(ds);
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;
@@ -154,13 +156,13 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   return in;
 }
 
-std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                           int64_t limit, const Backend* be) {
+std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world,
+                           int ranks_per_node, int B, int T, int64_t limit, const Backend* be) {
   struct Try {
     std::string what;
     EstimateInput in;
   };
-  const EstimateInput base = estimate_input(ds, model, world, B, T, be);
+  const EstimateInput base = estimate_input(ds, model, world, ranks_per_node, B, T, be);
   std::vector<Try> tries;
   // ckpt: 0 as configured, 1 activation checkpointing every block, 2 also cpu_checkpointing.
   auto add = [&](int stage, bool offload, int micro_batch, int ckpt = 0) {

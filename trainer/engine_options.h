@@ -37,11 +37,11 @@ absl::StatusOr<std::unique_ptr<ParamStore>> param_store(const DsConfig& ds,
 // when zerotrain.gradient_checkpointing is false): 1, or ceil(L / number_checkpoints).
 // Errors: number_checkpoints above the model's layer count.
 absl::StatusOr<int> checkpoint_every(const DsConfig& ds, const ModelConfig& model);
-// The estimator's input for this run: `world` ranks at micro-batch B and sequence length T, on
-// backend `be` (the dtypes its kernels keep activations in and read weights in; null: the CPU
-// backend's, fp32 for both).
-EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                             const Backend* be = nullptr);
+// The estimator's input for this run: `world` ranks, `ranks_per_node` of them a node (qgZ's
+// buffers depend on it), at micro-batch B and sequence length T, on backend `be` (the dtypes its
+// kernels keep activations in and read weights in; null: the CPU backend's, fp32 for both).
+EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int world,
+                             int ranks_per_node, int B, int T, const Backend* be = nullptr);
 // Counts activations as a GPU keeps them: in the working dtype, weights read without an fp32
 // view, the CUDA backend's logits rows (padded to 128) and (an upper bound: its chunk is a
 // sixteenth of the device's memory) the whole micro-batch's rows at once.
@@ -51,7 +51,8 @@ StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int 
 // What to try when the run does not fit `limit` device bytes, by the estimator: the first of
 // optimizer offload to CPU, a higher stage, both, or a smaller micro-batch that fits, with its
 // predicted bytes; or, if none fits, the smallest it found.
-std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world, int B, int T,
-                           int64_t limit, const Backend* be = nullptr);
+std::string fit_suggestion(const DsConfig& ds, const ModelConfig& model, int world,
+                           int ranks_per_node, int B, int T, int64_t limit,
+                           const Backend* be = nullptr);
 
 }  // namespace zt

@@ -150,8 +150,8 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
     ZT_RETURN_IF_ERROR(checkpoint_every(*ds, c).status());  // number_checkpoints vs layers
     ZT_RETURN_IF_ERROR(zeropp_as_train_checks(*ds, o.deepspeed, dp, o.nodes));
-    in = estimate_input(*ds, c, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
-    in.ranks_per_node = (dp + o.nodes - 1) / o.nodes;
+    in = estimate_input(*ds, c, dp, (dp + o.nodes - 1) / o.nodes,
+                        (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
     what = o.model + " with " + o.deepspeed;
   } else {
     if (!o.model.empty()) {

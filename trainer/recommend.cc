@@ -96,7 +96,8 @@ absl::StatusOr<std::string> recommend_text(const EstimateOptions& o) {
     auto ds = resolve_run_config(config.dump(), dp, "recommend", {});
     if (!ds.ok()) return ds.status();  // our own candidates: a bug, said plainly
     EstimateInput in =
-        estimate_input(*ds, model, dp, (int)ds->batch.train_micro_batch_size_per_gpu, o.seq_len);
+        estimate_input(*ds, model, dp, dp, (int)ds->batch.train_micro_batch_size_per_gpu,
+                       o.seq_len);  // one node
     if (!hw.cpu_backend) use_gpu_activations(in);
     auto e = estimate_memory(in);
     if (!e.ok()) continue;

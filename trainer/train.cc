@@ -660,9 +660,8 @@ absl::Status write_reports(const TrainOptions& opt, Run& r, MemorySnapshot& mem,
     for (size_t c = 0; c < kNumMemCategories; ++c)
       mem.peak[c] = r.backend->tracker().peak(static_cast<MemCategory>(c));
     mem.device_peak = (int64_t)r.backend->tracker().peak_total();
-    EstimateInput in =
-        estimate_input(r.ds, r.model, r.comm->world_size(), r.B, r.T, r.backend.get());
-    in.ranks_per_node = r.comm->local_size();
+    const EstimateInput in = estimate_input(r.ds, r.model, r.comm->world_size(),
+                                            r.comm->local_size(), r.B, r.T, r.backend.get());
     for (size_t c = 0; c < kNumMemCategories; ++c) {  // offload, and cpu_checkpointing
       const MemCategory cat = static_cast<MemCategory>(c);
       mem.host_peak[c] = host_peak_bytes(r, cat);
@@ -699,8 +698,9 @@ absl::Status guarded(const Run& r, F&& f) {
   } catch (const DeviceMemoryLimitExceeded& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat(e.what(), ". ",
-                     fit_suggestion(r.ds, r.model, r.comm->world_size(), r.B, r.T,
-                                    (int64_t)r.backend->memory_limit(), r.backend.get())));
+                     fit_suggestion(r.ds, r.model, r.comm->world_size(), r.comm->local_size(),
+                                    r.B, r.T, (int64_t)r.backend->memory_limit(),
+                                    r.backend.get())));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         "out of memory allocating the model, optimizer or activations; reduce --seq_len or "

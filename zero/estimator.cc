@@ -69,15 +69,15 @@ PartitionOptions partition_options(const EstimateInput& in) {
 }
 
 // ZeRO++'s quantized buffers (zero/zeropp.cc), stage 3, for units of at most `shard` elements a
-// rank. `reduce`: qgZ's, on top of the reduction's own, with `in_flight` reductions pending: each
-// holds its node-local all-to-all's int4 send and receive pieces (N of them each), and the oldest
-// one's finish adds this rank's M node sums in fp32 before they are freed (its cross-node hop, 2M
-// pieces, comes after: never more). `gather`: qwZ's, each gather in flight (live_units, as the
-// workspace counts them) holding this rank's int8 piece and all N. The gathers run ahead in the
-// forward (and in the backward only when units are gathered again), the reductions in the
-// backward: the two phases' peaks are not summed.
+// rank, N ranks, L a node, M nodes. `reduce`: qgZ's, on top of the reduction's own, with
+// `in_flight` reductions pending: each holds its node-local all-to-all's int4 send and receive
+// pieces (N of them each; none with one rank a node), and the oldest one's finish adds this
+// rank's M node sums in fp32 before those are freed; its cross-node hop (M pieces each way)
+// comes after, so it adds to the peak only with one rank a node. `pending`: what one pending
+// reduction holds besides its fp32 shard. `gather`: qwZ's, each gather in flight (live_units, as
+// the workspace counts them) holding this rank's int8 piece and all N.
 struct ZeroppBuffers {
-  int64_t reduce = 0, gather = 0;
+  int64_t reduce = 0, pending = 0, gather = 0;
 };
 static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int64_t in_flight) {
   ZeroppBuffers b;
@@ -87,7 +87,8 @@ static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int6
   const int64_t M = N / L;
   if (in.quantized_gradients) {
     const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQgzBits, kQgzBlock);
-    b.reduce = L > 1 ? in_flight * 2 * piece * N + 4 * shard * M : 2 * piece * M;
+    b.pending = L > 1 ? 2 * piece * N : 0;
+    b.reduce = L > 1 ? in_flight * b.pending + 4 * shard * M : M > 1 ? 2 * piece * M : 0;
   }
   if (in.quantized_weights) {
     const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQwzBits, kQwzBlock);
@@ -230,8 +231,16 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (in.stage >= 2) comm += in_flight * largest_shard * 4;   // its reduced shard
     if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
     if (host_grads) comm += largest_shard * G;  // the shard rounded to G on its way out
+    // ZeRO++: the backward's reductions, with the gathers in flight beside them where the
+    // backward gathers again through qwZ (no hpZ, overlap_comm's prefetcher); and the forward's
+    // gathers, with one reduction still pending beside them where overlap_comm keeps the last
+    // unit's into the next micro-batch (gradient accumulation). An upper bound: the two
+    // overlaps need particular schedules.
     const ZeroppBuffers z = zeropp_buffers(in, largest_shard, in_flight);
-    comm = std::max(comm + z.reduce, z.gather);
+    const bool regathers = in.overlap_comm && in.hpz_partition_size <= 1;
+    const int64_t backward = comm + z.reduce + (regathers ? z.gather : 0);
+    const int64_t forward = z.gather + (in.overlap_comm ? largest_shard * 4 + z.pending : 0);
+    comm = std::max(backward, z.gather > 0 ? forward : 0);
     e.dev(M::kCommBuffers) = comm;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {

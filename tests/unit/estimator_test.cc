@@ -226,6 +226,10 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
   in.quantized_gradients = true;
   in.ranks_per_node = 2;
   EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12 + 2 * 4 * 8 + 2 * 4 * 3);
+  // With overlap_comm two reductions are pending: two fp32 shards and two node-local pairs.
+  in.overlap_comm = true;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * 12 + 2 * 2 * 4 * 8 + 2 * 4 * 3);
+  in.overlap_comm = false;
   // One rank a node: only the cross-node hop, M = 4 pieces each way.
   in.ranks_per_node = 1;
   EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12 + 2 * 4 * 8);
@@ -235,6 +239,16 @@ TEST(Estimator, PerCategoryBytesWithPaddingHandComputed) {
   in.quantized_weights = true;
   in.live_units = 2;
   EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * (1 + 4) * 8);
+  // With overlap_comm and without hpZ the backward gathers again through qwZ beside the two
+  // pending reductions: 2 * 12 + 80. (The forward's gathers beside one pending reduction, 12 +
+  // 80, are less.)
+  in.overlap_comm = true;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 2 * 12 + 2 * (1 + 4) * 8);
+  // hpZ: the backward gathers within the group, unquantized; the forward's phase is the peak.
+  in.hpz_partition_size = 2;
+  EXPECT_EQ(estimate_memory(in)->dev(M::kCommBuffers), 12 + 2 * (1 + 4) * 8);
+  in.hpz_partition_size = 1;
+  in.overlap_comm = false;
   // Stages 1-2 have neither (ZeRO++ is stage 3's).
   in.stage = 2;
   in.quantized_gradients = true;
