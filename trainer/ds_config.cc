@@ -165,9 +165,13 @@ class ObjectReader {
         return error(last_name_,
                      absl::StrCat("value ", show(*v), " is not an integer; allowed: ", allowed));
       }
-      if (d < (double)lo || d > (double)hi || std::fabs(d) >= 0x1p63) {  // before the cast
+      if (d < (double)lo) {
         return error(last_name_,
                      absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
+      }
+      if (d > (double)hi || d >= 0x1p63) {  // before the cast, which would overflow
+        return error(last_name_,
+                     absl::StrCat("value ", show(*v), " is too large; allowed: ", allowed));
       }
       x = static_cast<int64_t>(d);
     } else {
@@ -321,9 +325,9 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
   auto err = [&](const std::string& msg) {
     return absl::InvalidArgumentError(absl::StrCat(src, ": batch size: ", msg));
   };
-  // `what`: the factors of `divisor` in words ("world size 4", or "a x world size 4").
-  auto not_divisible = [&](const char* derived, int64_t divisor, const std::string& what) {
-    const bool product = what.find(" x ") != std::string::npos;
+  // `what`: the factors of `divisor` in words; `product`: more than one ("a x world size 4").
+  auto not_divisible = [&](const char* derived, int64_t divisor, const std::string& what,
+                           bool product = true) {
     return err(absl::StrCat("train_batch_size ", *tbs, " is not divisible by ", what,
                             product ? absl::StrCat(" = ", divisor) : "", ", so ", derived,
                             " cannot be derived; change "
@@ -360,7 +364,7 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
   } else if (tbs) {
     if (*tbs % world != 0) {
       return not_divisible("train_micro_batch_size_per_gpu", world,
-                           absl::StrCat("world size ", world));
+                           absl::StrCat("world size ", world), /*product=*/false);
     }
     gas = 1;
     micro = *tbs / world;

@@ -369,9 +369,15 @@ TEST(DsConfig, WrongTypeNamesPathValueAndAllowed) {
                        {"fp16.enabled", "expected a boolean", "\"yes\""}));
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1.5}})"),
                        {"zero_optimization.stage", "not an integer", "[0, 3]"}));
-  // An integral float past the range is out of range, not "not an integer"; null is said once.
+  // An integral float past the range is too large (or out of range below it), not "not an
+  // integer", also past int64's range; null is said once.
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1e30}})"),
-                       {"zero_optimization.stage", "1e+30 is out of range", "[0, 3]"}));
+                       {"zero_optimization.stage", "1e+30 is too large", "[0, 3]"}));
+  EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 1e30})"),
+                       {"train_batch_size", "1e+30 is too large"}));
+  EXPECT_TRUE(Contains(
+      error_of(R"({"train_batch_size": 8, "zero_optimization": {"mics_shard_size": -1e30}})"),
+      {"mics_shard_size", "is out of range"}));
   const std::string null_bool = error_of(R"({"train_batch_size": 8, "fp16": {"enabled": null}})");
   EXPECT_TRUE(Contains(null_bool, {"fp16.enabled", "expected a boolean", "got null"}));
   EXPECT_FALSE(Contains(null_bool, {"null null"})) << null_bool;
