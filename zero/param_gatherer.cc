@@ -150,7 +150,14 @@ void ParamGatherer::prefetch_after(size_t cursor) {
   int64_t budget = prefetch_bucket_size_;
   for (size_t i = cursor; i < trace_.size() && budget > 0; ++i) {
     const Unit& s = units_[trace_[i]];
-    if (!s.sharded || s.gathered.data()) continue;
+    if (!s.sharded) continue;
+    if (s.gathered.data()) {
+      // Gathered and in use now, but its release will free it (no reuse): it is gathered again
+      // at this fetch, within the bucket. Skipping it free would run one unit further ahead for
+      // the rest of the pass (the last block at the forward/backward turn, reuse distance 0).
+      if (s.live > 0 && !keep_for_reuse(trace_[i])) budget -= s.padded;
+      continue;
+    }
     if (gathered_ + s.padded > max_live_) return;
     if (!in_host_memory_soon(trace_[i])) return;  // its fetch waits for the drive, not this
     budget -= s.padded;
