@@ -118,15 +118,14 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   EstimateInput in;
   for (int64_t n : unit_numels(model)) in.unit_numel.push_back(n);
   in.stage = ds.zero.stage;
-  // MiCS shards the model states over its group, not the world (zero/zeropp.h).
-  const int mics = (int)ds.zero.mics_shard_size;
-  in.dp = mics > 1 && mics < world && world % mics == 0 ? mics : world;
-  in.hpz_partition_size = (int)ds.zero.zero_hpz_partition_size;  // > 1 at stage 3 only
-  in.quantized_weights = ds.zero.zero_quantized_weights;
-  // qgZ replaces the reduce-scatter only (with reduce_scatter false the engine all-reduces).
-  in.quantized_gradients = ds.zero.zero_quantized_gradients && ds.zero.reduce_scatter;
-  in.ranks_per_node = ranks_per_node;
   const EngineOptions eo = engine_options(ds);
+  const ZeroppOptions& zpp = eo.zero.zeropp;
+  in.dp = sharding_group_size(zpp, world);  // MiCS: its group, not the world
+  in.hpz_partition_size = zpp.hpz_partition_size;  // > 1 at stage 3 only
+  in.quantized_weights = zpp.quantized_weights;
+  // qgZ replaces the reduce-scatter only (with reduce_scatter false the engine all-reduces).
+  in.quantized_gradients = zpp.quantized_gradients && eo.zero.reduce_scatter;
+  in.ranks_per_node = ranks_per_node;
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;
   in.optimizer = eo.optimizer.kind;

@@ -85,7 +85,7 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
   if (N == 1) return b;
   const ZeroppOptions& z = in.zeropp;
   // MiCS: states sharded over S ranks, replicated across N / S groups.
-  const int S = z.mics_shard_size > 1 && z.mics_shard_size < N ? z.mics_shard_size : N;
+  const int S = sharding_group_size(z, N);
   const double reductions = in.stage == 1 ? 1 : A;  // stage 1 reduces once a step
   if (in.stage == 0) {
     add(b.reduce, N, 2 * f(N) * psi * 4 * A);

@@ -73,6 +73,11 @@ absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world) {
   return zeropp_fits(o, world.world_size(), (int)-v[0], (int)v[1], v[2] == 0);
 }
 
+int sharding_group_size(const ZeroppOptions& o, int ranks) {
+  const int S = o.mics_shard_size;
+  return S > 1 && S < ranks && ranks % S == 0 ? S : ranks;
+}
+
 ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world) {
   ZeroppGroups g;
   const int r = world.rank(), L = world.local_size();
@@ -81,9 +86,9 @@ ZeroppGroups make_zeropp_groups(const ZeroppOptions& o, Communicator& world) {
     g.node = world.split(r / L, r);
     g.across = world.split(r % L, r);
   }
-  if (o.mics_shard_size > 0 && o.mics_shard_size < world.world_size()) {
-    g.mics = world.split(r / o.mics_shard_size, r);
-    g.mics_replicas = world.split(r % o.mics_shard_size, r);
+  if (const int S = sharding_group_size(o, world.world_size()); S < world.world_size()) {
+    g.mics = world.split(r / S, r);
+    g.mics_replicas = world.split(r % S, r);
   }
   return g;
 }

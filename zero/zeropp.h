@@ -73,6 +73,11 @@ absl::Status check_zeropp(const ZeroppOptions& o, Communicator& world);
 absl::Status zeropp_fits(const ZeroppOptions& o, int ranks, int min_per_node, int max_per_node,
                          bool node_by_node);
 
+// The ranks the model states are sharded over among `ranks`: MiCS's group (mics_shard_size,
+// when it is a proper divisor of ranks), else all of them. The engine, the estimator and the
+// step-time model all shard by this.
+int sharding_group_size(const ZeroppOptions& o, int ranks);
+
 // The groups the options need, split from `world` (collective; after check_zeropp).
 struct ZeroppGroups {
   std::unique_ptr<Communicator> hpz;     // hpZ: consecutive groups of hpz_partition_size ranks
