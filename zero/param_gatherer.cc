@@ -74,7 +74,7 @@ void ParamGatherer::gather(int u, bool backward) {
   gathered_ += s.padded;
   peak_gathered_ = std::max(peak_gathered_, gathered_);
   if (hpz_ && backward && s.secondary.data()) {  // hpZ: within the group, from the secondaries
-    s.req = comm_of_secondary_gather(s);
+    s.req = hpz_->all_gather(s.secondary.data(), s.gathered.data(), secondary_numel(s), dtype_);
     return;
   }
   const void* shard = s.home.device;
@@ -94,10 +94,8 @@ void ParamGatherer::gather(int u, bool backward) {
     s.req = comm_->all_gather(shard, s.gathered.data(), (size_t)s.shard, dtype_);
 }
 
-// hpZ: the unit from the secondary shards of its group (padded / H elements each).
-CommRequest ParamGatherer::comm_of_secondary_gather(Unit& s) {
-  const size_t n = (size_t)s.padded / (size_t)hpz_->world_size();
-  return hpz_->all_gather(s.secondary.data(), s.gathered.data(), n, dtype_);
+size_t ParamGatherer::secondary_numel(const Unit& s) const {
+  return (size_t)s.padded / (size_t)hpz_->world_size();
 }
 
 void ParamGatherer::wait_gathered(Unit& s) {
@@ -106,7 +104,7 @@ void ParamGatherer::wait_gathered(Unit& s) {
   s.req.wait();
   if (s.qwz.active()) s.qwz.finish(s.gathered.data());
   if (s.refresh_secondary) {  // hpZ: keep our 1/H of the unit for the backward's gathers
-    const size_t pbytes = dtype_size(dtype_), n = (size_t)s.padded / hpz_->world_size();
+    const size_t pbytes = dtype_size(dtype_), n = secondary_numel(s);
     if (!s.secondary.data()) s.secondary = DeviceBuffer(be_, n * pbytes, MemCategory::kParams);
     be_->copy(s.secondary.data(),
               static_cast<const char*>(s.gathered.data()) + hpz_->rank() * n * pbytes,

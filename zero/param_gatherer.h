@@ -87,7 +87,7 @@ class ParamGatherer {
   // Issue the all-gather of unit u; `backward`: a use after the pass's first (hpZ gathers it
   // from the secondary shards).
   void gather(int u, bool backward);
-  CommRequest comm_of_secondary_gather(Unit& s);
+  size_t secondary_numel(const Unit& s) const;  // hpZ: padded / H, this rank's secondary shard
   void wait_gathered(Unit& s);      // complete it
   void free_gathered(Unit& s);
   void make_room(int64_t numel);  // evict kept, not-live units above the live limit

@@ -92,7 +92,7 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
     return b;
   }
   if (in.stage == 3 && z.quantized_gradients) {  // qgZ: int4 within the node, then across
-    const double q = 0.5 + 4.0 / kQgzBlock;
+    const double q = kQgzBits / 8.0 + 4.0 / kQgzBlock;  // an element and its scale's share
     b.reduce.intra += f(L) * psi * q * A;
     if (M > 1) b.reduce.inter += f(M) * psi / L * q * A;
   } else {
@@ -103,7 +103,7 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
     add(b.gather, S, f(S) * psi * P);  // the updated slices, once after the step
     return b;
   }
-  const double forward = z.quantized_weights ? 1 + 4.0 / kQwzBlock : P;  // qwZ: int8 + scales
+  const double forward = z.quantized_weights ? kQwzBits / 8.0 + 4.0 / kQwzBlock : P;  // qwZ
   add(b.gather, S, f(S) * psi * forward * A);
   if (z.hpz_partition_size > 1)  // hpZ: the backward within its group, unquantized
     add(b.gather, z.hpz_partition_size, f(z.hpz_partition_size) * psi * P * A);
