@@ -120,7 +120,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.stage = ds.zero.stage;
   const EngineOptions eo = engine_options(ds);
   const ZeroppOptions& zpp = eo.zero.zeropp;
-  in.dp = sharding_group_size(zpp, world);  // MiCS: its group, not the world
+  in.dp = sharding_group_size(zpp, world);         // MiCS: its group, not the world
   in.hpz_partition_size = zpp.hpz_partition_size;  // > 1 at stage 3 only
   in.quantized_weights = zpp.quantized_weights;
   // qgZ replaces the reduce-scatter only (with reduce_scatter false the engine all-reduces).

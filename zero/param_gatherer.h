@@ -88,7 +88,7 @@ class ParamGatherer {
   // from the secondary shards).
   void gather(int u, bool backward);
   size_t secondary_numel(const Unit& s) const;  // hpZ: padded / H, this rank's secondary shard
-  void wait_gathered(Unit& s);      // complete it
+  void wait_gathered(Unit& s);                  // complete it
   void free_gathered(Unit& s);
   void make_room(int64_t numel);  // evict kept, not-live units above the live limit
   bool keep_for_reuse(int u) const;

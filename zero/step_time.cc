@@ -92,7 +92,8 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
     return b;
   }
   if (in.stage == 3 && z.quantized_gradients) {  // qgZ: int4 within the node, then across
-    const double q = kQgzBits / 8.0 + 4.0 / kQgzBlock;  // an element and its scale's share
+    // Bytes an element: the int4 value and its share of the block's fp32 scale.
+    const double q = kQgzBits / 8.0 + 4.0 / kQgzBlock;
     b.reduce.intra += f(L) * psi * q * A;
     if (M > 1) b.reduce.inter += f(M) * psi / L * q * A;
   } else {
