@@ -248,6 +248,7 @@ StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int 
           .checkpointing = ds.zerotrain.gradient_checkpointing,
           .overlap_comm = z.overlap_comm,
           .delayed_update = ds.zerotrain.delayed_param_update,
+          .reduce_scatter = z.reduce_scatter,
           .param_bytes = bytes,
           .grad_bytes = bytes};
 }

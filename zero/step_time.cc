@@ -77,9 +77,11 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
   const int N = in.ranks, M = std::max(1, in.nodes), L = std::max(1, N / M);
   const double P = in.param_bytes, A = in.gradient_accumulation;
   const auto f = [](double k) { return (k - 1) / k; };  // a ring's share of the buffer a rank sends
-  // Where a collective over `ranks` consecutive ranks runs: between nodes once it spans them.
+  // Where a collective over groups of `ranks` consecutive ranks runs: between nodes once some
+  // group spans two (more ranks than a node holds, or groups not aligned to the nodes, as 4 of
+  // 6 a node: ranks 4-7 span nodes 0 and 1; the step waits for the slowest group).
   const auto add = [&](LinkBytes& b, int ranks, double bytes) {
-    (ranks > L && M > 1 ? b.inter : b.intra) += bytes;
+    (M > 1 && (ranks > L || L % ranks != 0) ? b.inter : b.intra) += bytes;
   };
   StepLinkBytes b;
   if (N == 1) return b;
@@ -91,13 +93,13 @@ StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
     add(b.reduce, N, 2 * f(N) * psi * 4 * A);
     return b;
   }
-  if (in.stage == 3 && z.quantized_gradients) {  // qgZ: int4 within the node, then across
+  if (in.stage == 3 && z.quantized_gradients && in.reduce_scatter) {  // qgZ: int4, node, across
     // Bytes an element: the int4 value and its share of the block's fp32 scale.
     const double q = kQgzBits / 8.0 + 4.0 / kQgzBlock;
     b.reduce.intra += f(L) * psi * q * A;
     if (M > 1) b.reduce.inter += f(M) * psi / L * q * A;
-  } else {
-    add(b.reduce, S, f(S) * psi * 4 * reductions);
+  } else {  // a reduce-scatter, or an all-reduce (twice the bytes) with reduce_scatter false
+    add(b.reduce, S, (in.reduce_scatter ? 1 : 2) * f(S) * psi * 4 * reductions);
   }
   if (S < N) add(b.reduce, N, 2 * f(N / S) * psi / S * 4 * reductions);  // MiCS's second hop
   if (in.stage < 3) {
@@ -120,7 +122,8 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
         "gradient accumulation of at least 1");
   if (in.nodes < 1 || in.ranks % in.nodes != 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        "estimate --time: ", in.ranks, " ranks do not split evenly over ", in.nodes, " nodes"));
+        "estimate --time: ", in.ranks, " ranks do not split evenly over ", in.nodes,
+        " nodes; give --dp a multiple of --nodes"));
   const ModelConfig& c = in.model;
   const double N = in.ranks, psi = (double)ParamLayout(c).total_numel();
   const double tokens = (double)in.micro_batch * in.seq_len * in.gradient_accumulation;

@@ -69,6 +69,10 @@ struct StepTimeInput {
   ZeroppOptions zeropp;      // ZeRO++ (stage 3) and MiCS's groups (zero/zeropp.h)
   OffloadDevice offload_optimizer = OffloadDevice::kNone, offload_param = OffloadDevice::kNone;
   bool checkpointing = false, overlap_comm = true, delayed_update = false;
+  // zero_optimization.reduce_scatter false: stages 1-3 all-reduce the gradients and keep the
+  // shard (DeepSpeed's option: twice the bytes), and qgZ, which replaces the reduce-scatter
+  // only, does not run.
+  bool reduce_scatter = true;
   int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
 };
 

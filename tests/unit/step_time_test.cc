@@ -104,6 +104,28 @@ TEST(StepTime, LinkBytesPerModeOverTwoNodes) {
   EXPECT_DOUBLE_EQ(b.reduce.inter, 2 * f2 * psi / 4 * 4);
   EXPECT_DOUBLE_EQ(b.gather.intra, 2 * f4 * psi * 2);
   EXPECT_EQ(b.gather.inter, 0);
+  // reduce_scatter false: the group's gradients all-reduced (2 (S-1)/S), and qgZ, which
+  // replaces the reduce-scatter only, off: plain stage 3's reduction, twice.
+  in.reduce_scatter = false;
+  b = link_bytes(in, psi);
+  EXPECT_DOUBLE_EQ(b.reduce.intra, 2 * f4 * psi * 4);
+  in.zeropp = {.quantized_gradients = true};
+  b = link_bytes(in, psi);
+  EXPECT_DOUBLE_EQ(b.reduce.inter, 2 * f8 * psi * 4);
+  EXPECT_EQ(b.reduce.intra, 0);
+  in.reduce_scatter = true;
+  // Groups not aligned to the nodes: 3 nodes of 4 ranks, hpZ groups of 3 (ranks 3-5 span nodes
+  // 0 and 1): its backward gathers count between nodes.
+  in.ranks = 12;
+  in.nodes = 3;
+  in.zeropp = {.hpz_partition_size = 3};
+  b = link_bytes(in, psi);
+  const double f3 = 2.0 / 3, f12 = 11.0 / 12;
+  EXPECT_DOUBLE_EQ(b.gather.inter, f12 * psi * 2 + f3 * psi * 2);
+  EXPECT_EQ(b.gather.intra, 0);
+  in.ranks = 8;
+  in.nodes = 2;
+  in.zeropp = {.mics_shard_size = 4};
   // Seconds: within at the link's 50 GB/s, between at 12.5 GB/s.
   Hardware h = toy(false);
   h.inter_node_bw = 12.5e9;
