@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <glob.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -114,9 +115,16 @@ absl::StatusOr<DataLoader> DataLoader::open(const DataLoaderOptions& options) {
                          " tokens (its loss mask says); train with --seq_len ", m.seq_len,
                          ", or prepare it again with --seq_len ", T));
       mask = std::move(m.flags);
+      loader.masked_ = true;
       loader.packed_ |=
           std::any_of(mask.begin(), mask.end(), [](uint8_t f) { return f & kMaskExampleStart; });
     }
+    std::string id = absl::StrCat(shard.num_tokens(), " tokens, CRC-32 ",
+                                  absl::Hex(shard.crc32(), absl::kZeroPad8));
+    if (!mask.empty())
+      absl::StrAppend(&id, ", loss mask CRC-32 ",
+                      absl::Hex(::crc32_z(0, mask.data(), mask.size()), absl::kZeroPad8));
+    loader.identity_.push_back(std::move(id));
     loader.num_tokens_ += shard.num_tokens();
     loader.sequences_ += (shard.num_tokens() - 1) / T;
     loader.shards_.push_back(std::move(shard));
@@ -187,24 +195,40 @@ absl::Status DataLoader::restore(const DataLoaderState& s) {
   return absl::OkStatus();
 }
 
+void DataLoader::read_row(int64_t p, int* inputs, int* targets, int* positions) {
+  const int64_t T = options_.T;
+  const auto [shard, start] = locate(p);
+  shard->read(start, std::span<int>(inputs, T));       // sequence[0 .. T)
+  shard->read(start + 1, std::span<int>(targets, T));  // sequence[1 .. T+1)
+  const std::vector<uint8_t>& mask = masks_[shard - shards_.data()];
+  if (!mask.empty())
+    for (int64_t i = 0; i < T; ++i)
+      if (!(mask[start + 1 + i] & kMaskTrained)) targets[i] = -1;  // the loss skips it
+  if (!positions) return;
+  for (int64_t i = 0; i < T; ++i)  // a row starts an example; so does each flagged token
+    positions[i] =
+        i == 0 || (!mask.empty() && (mask[start + i] & kMaskExampleStart)) ? 0 : positions[i - 1] + 1;
+}
+
 void DataLoader::next_batch(int* inputs, int* targets, int* positions) {
   const int64_t W = options_.world_size, B = options_.B, T = options_.T;
   if (state_.position / (W * B) >= batches_per_epoch_) begin_epoch(state_.epoch + 1);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto [shard, start] = locate(state_.position + options_.rank * B + b);
-    shard->read(start, std::span<int>(inputs + b * T, T));       // sequence[0 .. T)
-    shard->read(start + 1, std::span<int>(targets + b * T, T));  // sequence[1 .. T+1)
-    const std::vector<uint8_t>& mask = masks_[shard - shards_.data()];
-    if (!mask.empty())
-      for (int64_t i = 0; i < T; ++i)
-        if (!(mask[start + 1 + i] & kMaskTrained)) targets[b * T + i] = -1;  // the loss skips it
-    if (!positions) continue;
-    int* pos = positions + b * T;  // a row starts an example; so does each flagged token
-    for (int64_t i = 0; i < T; ++i)
-      pos[i] =
-          i == 0 || (!mask.empty() && (mask[start + i] & kMaskExampleStart)) ? 0 : pos[i - 1] + 1;
-  }
+  for (int64_t b = 0; b < B; ++b)
+    read_row(state_.position + options_.rank * B + b, inputs + b * T, targets + b * T,
+             positions ? positions + b * T : nullptr);
   state_.position += W * B;
+}
+
+void DataLoader::read_sequence(int64_t index, int* inputs, int* targets, int* positions) {
+  ZT_CHECK(index >= 0 && index < sequences_);
+  if (state_.epoch != 0) begin_epoch(0);
+  read_row(index, inputs, targets, positions);
+}
+
+std::vector<DataLoader::ShardIdentity> DataLoader::identity() const {
+  std::vector<ShardIdentity> ids;
+  for (size_t i = 0; i < shards_.size(); ++i) ids.push_back({shards_[i].path(), identity_[i]});
+  return ids;
 }
 
 }  // namespace zt

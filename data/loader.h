@@ -69,9 +69,26 @@ class DataLoader {
   // positions (B, T), when not null: each token's position within its example (0 at a row's
   // start and at every example start of a packed mask, +1 after; t where nothing is packed).
   void next_batch(int* inputs, int* targets, int* positions = nullptr);
+  // Sequence `index` of epoch 0's stream (0 <= index < num_sequences(), checked) into inputs,
+  // targets and positions (T ints each; positions may be null), as next_batch fills a row. For
+  // a set defined by the data alone (validation), whatever the batch and the ranks. A loader
+  // past epoch 0 goes back to its start: use one loader either this way or with next_batch.
+  void read_sequence(int64_t index, int* inputs, int* targets, int* positions = nullptr);
+  // Sequences of T+1 tokens in all shards (an epoch's, before dropping the last partial step).
+  int64_t num_sequences() const { return sequences_; }
   // Whether some shard's mask packs several examples a row (prepare --pack): the trainer then
   // passes positions to the model (Transformer::forward).
   bool packed() const { return packed_; }
+  // Whether some shard has a loss mask: targets may then be -1, and the count of trained
+  // targets differs from batch to batch.
+  bool masked() const { return masked_; }
+  // One line per shard, in path order: its path, token count and CRC-32s (of the file and of
+  // its mask). What ranks compare to know they read the same data.
+  struct ShardIdentity {
+    std::string path;
+    std::string what;  // "N tokens, CRC-32 X" (and the mask's): the path left out
+  };
+  std::vector<ShardIdentity> identity() const;
 
   // Back to the start of epoch 0 (same order as a fresh loader).
   void reset();
@@ -96,10 +113,13 @@ class DataLoader {
   void begin_epoch(int64_t epoch);  // sets shard_order_ and first_ for `epoch`
   // The shard and the first token of stream position p in this epoch.
   std::pair<const MappedShard*, int64_t> locate(int64_t p);
+  // Stream position p of this epoch into one row (T ints each; positions may be null).
+  void read_row(int64_t p, int* inputs, int* targets, int* positions);
 
   DataLoaderOptions options_;
   std::vector<MappedShard> shards_;   // sorted by path, each at least one sequence long
   std::vector<std::vector<uint8_t>> masks_;  // per shard: its loss mask (data/alpaca.h) or empty
+  std::vector<std::string> identity_;        // per shard: ShardIdentity::what
   std::vector<int64_t> shard_order_;  // this epoch's order of shard indices
   std::vector<int64_t> first_;        // stream position of shard_order_[i]'s first sequence
   int64_t perm_shard_ = -1;           // the shard whose sequence order perm_ holds (shuffle)
@@ -109,6 +129,7 @@ class DataLoader {
   int64_t batches_per_epoch_ = 0;
   int64_t num_tokens_ = 0;
   bool packed_ = false;
+  bool masked_ = false;
 };
 
 // Paths matching a glob `pattern`, sorted. Errors: NotFound naming the pattern when none.

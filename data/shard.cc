@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
@@ -222,6 +223,11 @@ uint32_t MappedShard::max_token() const {
   }
   const auto* p = reinterpret_cast<const uint32_t*>(data);
   return *std::max_element(p, p + n);
+}
+
+uint32_t MappedShard::crc32() const {
+  const auto* p = static_cast<const Bytef*>(map_);
+  return static_cast<uint32_t>(::crc32_z(::crc32_z(0, nullptr, 0), p, map_bytes_));
 }
 
 absl::StatusOr<std::vector<uint32_t>> read_shard_tokens(const std::string& path) {

@@ -65,6 +65,9 @@ class MappedShard {
   void read(int64_t start, std::span<int> out) const;
   // Largest token id in the shard (scans every token; 0 for an empty shard).
   uint32_t max_token() const;
+  // CRC-32 (zlib's) of the whole file, header included: with the size, the shard's identity
+  // when ranks check that they read the same data.
+  uint32_t crc32() const;
 
  private:
   MappedShard() = default;

@@ -372,7 +372,8 @@ double Transformer::head(UnitEngine& e, bool loss, int rows_from, int rows, bool
 }
 
 Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, const int* targets,
-                                             int B, int T, float grad_scale, const int* positions) {
+                                             int B, int T, float grad_scale, const int* positions,
+                                             double denominator) {
   embed(e, tokens, targets, B, T, positions);
   const bool train = grad_scale != 0.f;  // evaluation keeps no checkpoints
   if (train) save_checkpoint(0);
@@ -383,11 +384,12 @@ Transformer::LossResult Transformer::forward(UnitEngine& e, const int* tokens, c
   }
   LossResult r;
   for (int i = 0; i < B * T; ++i) r.num_valid += targets[i] >= 0;
-  const float dscale = r.num_valid > 0 ? grad_scale / r.num_valid : 0.f;
+  if (denominator <= 0) denominator = r.num_valid;
+  const float dscale = r.num_valid > 0 ? grad_scale / static_cast<float>(denominator) : 0.f;
   // With no valid target the gradient is zero, but the head's backward still runs so every
   // rank makes the same engine calls.
-  const double sum = head(e, true, 0, B * T, grad_scale != 0.f, dscale, nullptr);
-  r.loss = r.num_valid > 0 ? sum / r.num_valid : 0.0;
+  r.sum = head(e, true, 0, B * T, grad_scale != 0.f, dscale, nullptr);
+  r.loss = r.num_valid > 0 ? r.sum / r.num_valid : 0.0;
   return r;
 }
 

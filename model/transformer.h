@@ -58,17 +58,23 @@ class Transformer {
   void set_classifier_chunk_rows(int rows);
 
   struct LossResult {
-    double loss = 0;    // mean -log p(target) over non-ignored targets
+    double loss = 0;    // mean -log p(target) over non-ignored targets (0 when none)
+    double sum = 0;     // sum of -log p(target) over non-ignored targets
     int num_valid = 0;  // targets >= 0
   };
   // Forward on tokens and targets (host, (B,T), targets < 0 ignored). When grad_scale != 0
-  // also runs the head's backward (fused with the chunked classifier, as llm.c) with
-  // d(loss) = grad_scale, leaving backward() to finish; grad_scale = 1/GAS for gradient
-  // accumulation. B <= max_B, T <= max_T. positions (host, (B,T), or null: one example a row)
+  // also runs the head's backward (fused with the chunked classifier, as llm.c), leaving
+  // backward() to finish, with d(loss)/d(-log p) = grad_scale / denominator for every
+  // non-ignored target. denominator (> 0; 0: this call's num_valid) is the count of targets
+  // the gradient averages over: for a global batch split into G micro-batches on W ranks
+  // (each rank's gradient averaged over ranks, grad_scale = 1/G), the global batch's trained
+  // targets / (W*G), so the step's gradient is the mean over all its trained targets whatever
+  // the split (Hugging Face transformers' num_items_in_batch, since 4.46).
+  // B <= max_B, T <= max_T. positions (host, (B,T), or null: one example a row)
   // packs several examples in a row (Backend::embedding_forward's pos: 0 at each example's
   // first token, +1 after; checked); each example then computes what it would alone.
   LossResult forward(UnitEngine& e, const int* tokens, const int* targets, int B, int T,
-                     float grad_scale, const int* positions = nullptr);
+                     float grad_scale, const int* positions = nullptr, double denominator = 0);
   // Backward of the blocks and embeddings after forward(..., grad_scale != 0).
   void backward(UnitEngine& e);
   // Logits (B,T,V) for every position into host memory (for tests and evaluation).

@@ -48,7 +48,7 @@ def compare(zerotrain, hf, val, B, T, ds, run_dir, extra=()):
     shard's tokens): sequences b = 0..B-1 of T+1 tokens at stride T. Returns (ours, theirs)."""
     subprocess.run([zerotrain, "train", "--seq_len", str(T), "--sample_tokens", "0",
                     "--deepspeed", str(ds), "--init_from", str(hf), "--steps", "1",
-                    "--val_every", "0", "--val_batches", "1", "--run_dir", str(run_dir),
+                    "--val_every", "0", "--val_sequences", str(B), "--run_dir", str(run_dir),
                     *extra], check=True, capture_output=True)
     ours = next(json.loads(l)["val_loss"] for l in open(pathlib.Path(run_dir) / "metrics.jsonl")
                 if '"val_loss"' in l)

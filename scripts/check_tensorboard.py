@@ -54,7 +54,7 @@ def main():
             "csv_monitor": {**monitor, "job_name": "csv"},
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
         p = subprocess.run([a.zerotrain, "train", "--model", "tiny-llama", "--seq_len", str(T),
-                            "--steps", str(steps), "--val_every", "2", "--val_batches", "1",
+                            "--steps", str(steps), "--val_every", "2", "--val_sequences", str(B),
                             "--sample_tokens", "0", "--deepspeed", str(d / "ds.json"),
                             "--train_data", str(d / "train_*.bin"),
                             "--val_data", str(d / "val_*.bin"), "--run_dir", str(d / "run")],

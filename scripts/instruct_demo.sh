@@ -37,7 +37,7 @@ $ZT prepare --format alpaca --tokenizer "$TOK" --input "$DATA/alpaca_seed_tasks.
   --out "$OUT/alpaca" --seq_len 256 --val_fraction 0.1
 # 3. Fine-tune from the export; validation loss on the held-out responses before and after.
 $ZT train --init_from "$OUT/pretrained_hf" --seq_len 256 --steps "${FINETUNE_STEPS:-60}" \
-  --val_every 0 --val_batches 4 --sample_tokens 0 --deepspeed "$OUT/ds.json" \
+  --val_every 0 --val_sequences 16 --sample_tokens 0 --deepspeed "$OUT/ds.json" \
   --train_data "$OUT/alpaca/train_*.bin" --val_data "$OUT/alpaca/val_*.bin" \
   --run_dir "$OUT/finetune" --save_dir "$OUT/finetune_ckpt" --keep_last 1 | tail -n 2
 $ZT export --checkpoint "$OUT/finetune_ckpt" --out "$OUT/finetuned_hf" --tokenizer "$TOK"

@@ -80,7 +80,7 @@ TRACE=()
 train() {  # name
   $ZT train --deepspeed "$OUT/$1.json" "${MODEL[@]}" --seq_len 512 --steps "$STEPS" \
     --device "$DEVICE" --train_data "$OUT/data/train_*.bin" --val_data "$OUT/data/val_*.bin" \
-    --val_every 0 --val_batches 2 --sample_tokens 0 --memory_report --run_dir "$OUT/$1" \
+    --val_every 0 --val_sequences 2 --sample_tokens 0 --memory_report --run_dir "$OUT/$1" \
     "${TRACE[@]}"
 }
 echo "== stage0: no offload (expected: the device-memory error)"

@@ -80,7 +80,10 @@ ABSL_FLAG(int64_t, max_seq_len, 0,
           "only shorter)");
 ABSL_FLAG(int64_t, steps, 100, "train: optimizer steps");
 ABSL_FLAG(int, val_every, 50, "train: steps between validations (0: start and end only)");
-ABSL_FLAG(int, val_batches, 20, "train: micro-batches per validation");
+ABSL_FLAG(int64_t, val_sequences, 128,
+          "train: the validation set, as the first sequences (of --seq_len + 1 tokens) of "
+          "--val_data; the same on any micro-batch and ranks");
+ABSL_FLAG(int, val_batches, 0, "retired: use --val_sequences");
 ABSL_FLAG(int, sample_tokens, 128,
           "train: tokens to sample at the end (0: none); sample: tokens to generate");
 ABSL_FLAG(std::string, sample_prompt, "", "train, sample: text the sample continues");
@@ -323,7 +326,13 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.val_every = absl::GetFlag(FLAGS_val_every);
-  o.val_batches = absl::GetFlag(FLAGS_val_batches);
+  o.val_sequences = absl::GetFlag(FLAGS_val_sequences);
+  if (given("--val_batches"))  // counted micro-batches per rank: a set that moved with the layout
+    return fail(absl::InvalidArgumentError(
+        "--val_batches is retired: it counted micro-batches per rank, so the validation set "
+        "changed with the micro-batch and the ranks. Give --val_sequences N, the first N "
+        "sequences of --val_data whatever the layout (the old --val_batches V took V * "
+        "micro-batch * ranks)"));
   o.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   o.sample_prompt = absl::GetFlag(FLAGS_sample_prompt);
   o.temperature = absl::GetFlag(FLAGS_temperature);
@@ -582,7 +591,7 @@ int main(int argc, char** argv) {
     // Flags only train reads would be ignored without a word: refuse them instead.
     for (const char* flag :
          {"--deepspeed", "--train_data", "--val_data", "--run_dir", "--steps", "--val_every",
-          "--val_batches", "--shuffle", "--memory_report", "--comm_report",
+          "--val_sequences", "--val_batches", "--shuffle", "--memory_report", "--comm_report",
           "--gradient_checkpointing", "--device_memory_limit", "--host_memory_limit",
           "--attention", "--save_dir",
           "--save_interval", "--keep_last", "--resume", "--resume_from", "--trace_steps"})

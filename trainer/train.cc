@@ -4,12 +4,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <vector>
@@ -349,13 +351,34 @@ std::string fingerprint(const TrainOptions& opt, const Run& r) {
       {"attention", r.ds.zerotrain.attention},
       {"model", model_identity(r.model)},
       {"recipe",
-       {opt.seq_len, opt.steps, opt.val_every, opt.val_batches, opt.val_data.empty(),
+       {opt.seq_len, opt.steps, opt.val_every, opt.val_sequences, opt.val_data.empty(),
         opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
         opt.tokenizer.empty(), opt.init_from.empty()}},
       {"checkpoints",
        {r.ds.zerotrain.save_dir, r.ds.zerotrain.save_interval, r.ds.zerotrain.keep_last, opt.resume,
         opt.resume_from}}};
   return j.dump();
+}
+
+// Every rank reads the same data: the same number of shards, each of the same size and CRC-32
+// (and its loss mask's), or an error on every rank naming the first shard that differs, the
+// ranks that disagree with rank 0 and what this rank read. Paths may differ (a node's own
+// mount). One collective when they agree; one a shard, to name it, when they do not.
+absl::Status check_same_data(Communicator& comm, const DataLoader& data, const std::string& flag) {
+  const std::vector<DataLoader::ShardIdentity> ids = data.identity();
+  std::string all = absl::StrCat(ids.size(), " shards");
+  for (const auto& id : ids) absl::StrAppend(&all, "\n", id.what);
+  if (check_same_on_all_ranks(comm, flag, all).ok()) return absl::OkStatus();
+  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(
+      comm, absl::StrCat("number of token shards matching ", flag, " (", ids.size(), " here)"),
+      absl::StrCat(ids.size())));
+  for (const auto& id : ids) {
+    const absl::Status st = check_same_on_all_ranks(comm, "token shard", id.what);
+    if (!st.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", id.path, "' (here: ", id.what, "): ", st.message()));
+  }
+  return absl::InternalError("ranks disagree on their data, but on no shard");
 }
 
 // Ranges of the recipe flags (absl checks only their types).
@@ -367,7 +390,7 @@ absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
                             "--max_seq_len)"));
   if (opt.steps < 1) return bad("--steps must be at least 1");
   if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
-  if (opt.val_batches < 1) return bad("--val_batches must be at least 1");
+  if (opt.val_sequences < 1) return bad("--val_sequences must be at least 1");
   if (opt.sample_tokens < 0) return bad("--sample_tokens must be >= 0 (0: no sample)");
   ZT_RETURN_IF_ERROR(check_sampling(opt.temperature, opt.top_k, opt.top_p));
   if (opt.threads < 0 || opt.threads > 1024)
@@ -453,8 +476,12 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   ZT_ASSIGN_OR_RETURN(DataLoader train, DataLoader::open(lo));
   r.train = std::make_unique<DataLoader>(std::move(train));
   if (!opt.val_data.empty()) {
+    // Read by sequence (evaluate): one sequence is enough, whatever the batch and the ranks.
     lo.pattern = opt.val_data;
     lo.shuffle = false;
+    lo.B = 1;
+    lo.rank = 0;
+    lo.world_size = 1;
     lo.micro_batches_per_step = 1;
     ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
     r.val = std::make_unique<DataLoader>(std::move(val));
@@ -585,21 +612,37 @@ absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   return absl::OkStatus();
 }
 
-// Mean validation loss over `batches` micro-batches per rank (disjoint across ranks).
-double evaluate(Run& r, int batches) {
-  r.val->reset();
-  const int n = static_cast<int>(std::min<int64_t>(batches, r.val->num_batches_per_epoch()));
-  std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
+// The validation loss: the mean -log p over every trained target of the first `sequences`
+// sequences of the validation shards (all of them when fewer), so the set and its weighting
+// depend on the data alone, never on the micro-batch or the ranks. Each rank takes the rows of
+// its micro-batches in the training stream's interleaving; a pass's rows past the set are
+// padding that the loss ignores (targets -1), so every rank runs the same number of passes.
+double evaluate(Run& r, int64_t sequences) {
+  const int64_t n = std::min(sequences, r.val->num_sequences());
+  const int64_t B = r.B, T = r.T, W = r.comm->world_size(), rank = r.comm->rank();
+  std::vector<int> x((size_t)(B * T)), y(x.size());
   std::vector<int> pos(r.val->packed() ? x.size() : 0);
   int* positions = pos.empty() ? nullptr : pos.data();
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
-    r.val->next_batch(x.data(), y.data(), positions);
+  double v[2] = {0, 0};  // the sum of -log p, the trained targets
+  for (int64_t pass = 0; pass * W * B < n; ++pass) {
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t i = (pass * W + rank) * B + b;
+      int* p = positions ? positions + b * T : nullptr;
+      if (i < n) {
+        r.val->read_sequence(i, &x[b * T], &y[b * T], p);
+        continue;
+      }
+      std::fill_n(&x[b * T], T, 0);
+      std::fill_n(&y[b * T], T, -1);
+      if (p) std::iota(p, p + T, 0);
+    }
     r.engine->begin_pass();
-    sum += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f, positions).loss;
+    const Transformer::LossResult l =
+        r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, 0.f, positions);
+    v[0] += l.sum;
+    v[1] += l.num_valid;
   }
   r.engine->drop_gathered();
-  double v[2] = {sum, (double)n};
   r.comm->all_reduce_scalars(v, 2, ScalarOp::kSum);
   return v[1] > 0 ? v[0] / v[1] : NAN;
 }
@@ -725,6 +768,8 @@ absl::Status run_train(const TrainOptions& opt) {
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_inputs(opt, r); })));
   ZT_RETURN_IF_ERROR(
       check_same_on_all_ranks(*r.comm, "device, model, ds_config and recipe", fingerprint(opt, r)));
+  ZT_RETURN_IF_ERROR(check_same_data(*r.comm, *r.train, "--train_data"));
+  if (r.val) ZT_RETURN_IF_ERROR(check_same_data(*r.comm, *r.val, "--val_data"));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> device_comm,
                       make_device_communicator(*r.comm, *r.backend));
   if (device_comm) {
@@ -759,9 +804,13 @@ absl::Status run_train(const TrainOptions& opt) {
 
 namespace {
 
-// One optimizer step: the micro-batches' forward and backward, the loss averaged over them and
-// the ranks, the engine's step at the scheduled learning rate. What it measured comes back
-// (step_ms covers the micro-batches and the step; the caller adds the rest of its record).
+// One optimizer step: the micro-batches' forward and backward, the engine's step at the
+// scheduled learning rate. The loss and its gradient are the mean over the global batch's
+// trained targets (every micro-batch of every rank): with a loss mask the micro-batches hold
+// different counts, so the step first reads its micro-batches and agrees on the total (one
+// scalar all-reduce; without a mask the count is B*T*G*W and nothing is exchanged). What it
+// measured comes back (step_ms covers the micro-batches and the step; the caller adds the rest
+// of its record). x and y hold G*B*T ints (G = gradient accumulation steps).
 absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
                                       std::vector<int>& y) {
   StepRecord s;
@@ -769,31 +818,49 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   Timer t;
   const OffloadTimes offload_t0 = r.engine->offload_times();
   r.engine->reset_comm_wait();
+  const size_t BT = (size_t)r.B * r.T;
   std::vector<int> pos(r.train->packed() ? x.size() : 0);  // packed rows: positions per example
   int* positions = pos.empty() ? nullptr : pos.data();
+  double trained = 0;  // the global batch's trained targets
+  for (int micro = 0; micro < r.gas; ++micro) {
+    r.train->next_batch(&x[micro * BT], &y[micro * BT], positions ? positions + micro * BT : nullptr);
+    trained += std::count_if(&y[micro * BT], &y[(micro + 1) * BT], [](int v) { return v >= 0; });
+  }
+  const int W = r.comm->world_size();
+  double loss_wait_ms = 0;
+  if (r.train->masked() && W > 1) {
+    Timer tc;
+    r.comm->all_reduce_scalars(&trained, 1, ScalarOp::kSum);
+    loss_wait_ms += tc.ms();
+  } else {
+    trained *= W;
+  }
+  // Each rank's gradient is averaged over the ranks (the engine's mean) and the micro-batches
+  // (the seed's 1/G), so each micro-batch divides by the mean count per micro-batch and rank.
+  const double denominator = trained > 0 ? trained / ((double)W * r.gas) : 1.0;
   TracedStep traced(step);
   for (int micro = 0; micro < r.gas; ++micro) {
-    r.train->next_batch(x.data(), y.data(), positions);
     r.engine->begin_pass();
     r.engine->set_gradient_accumulation_boundary(micro == r.gas - 1);
     Timer tf;
     // The seed gradient carries the fp16 loss scale and the accumulation average.
     const float seed = static_cast<float>(r.engine->loss_scale() / r.gas);
-    s.loss += r.transformer->forward(*r.engine, x.data(), y.data(), r.B, r.T, seed, positions).loss;
+    s.loss += r.transformer
+                  ->forward(*r.engine, &x[micro * BT], &y[micro * BT], r.B, r.T, seed,
+                            positions ? positions + micro * BT : nullptr, denominator)
+                  .sum;
     s.forward_ms += tf.ms();
     Timer tb;
     r.transformer->backward(*r.engine);
     s.backward_ms += tb.ms();
   }
-  s.loss /= r.gas;
-  double loss_wait_ms = 0;
-  if (r.comm->world_size() > 1) {  // the global mean over ranks
+  if (W > 1) {  // the sum over ranks
     Timer tl;
     r.comm->all_reduce_scalars(&s.loss, 1, ScalarOp::kSum);
-    s.loss /= r.comm->world_size();
-    loss_wait_ms = tl.ms();
+    loss_wait_ms += tl.ms();
     trace_elapsed(Track::kCompute, "wait for communication", loss_wait_ms);
   }
+  s.loss = trained > 0 ? s.loss / trained : 0.0;
   // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
   const OptimizerConfig& o = r.ds.optimizer;
   s.lr = lr_at(r.ds.scheduler, o.lr, r.engine->steps_taken());
@@ -852,12 +919,12 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   if (nothing_to_train(opt, r)) return absl::OkStatus();
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
-    const double vl = evaluate(r, opt.val_batches);
+    const double vl = evaluate(r, opt.val_sequences);
     for (MetricsSink* s : sinks) ZT_RETURN_IF_ERROR(s->validation(step, vl));
     return absl::OkStatus();
   };
   if (r.start_step == 0) ZT_RETURN_IF_ERROR(validate_now(0));
-  std::vector<int> x((size_t)r.B * r.T), y((size_t)r.B * r.T);
+  std::vector<int> x((size_t)r.gas * r.B * r.T), y(x.size());
   std::vector<CommStats> comm_steps;
   std::vector<OffloadTraffic> offload_steps;
   MemorySnapshot mem;

@@ -20,7 +20,7 @@ struct TrainOptions {
   int64_t max_seq_len = 0;              // the model's context (0: its own); model/config.h
   int64_t steps = 100;                  // optimizer steps
   int val_every = 50;                   // steps between validations (0: only at start and end)
-  int val_batches = 20;                 // micro-batches per validation
+  int64_t val_sequences = 128;          // validation set: its first sequences (of T+1 tokens)
   int sample_tokens = 128;              // tokens generated at the end (0: none)
   std::string sample_prompt;            // text the sample continues (empty: BOS)
   float temperature = 0.8f;             // sampling temperature (0: greedy)

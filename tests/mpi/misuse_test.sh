@@ -52,6 +52,29 @@ expect different-models 2 "differs across ranks" -- \
   -np 1 "$BIN" "${COMMON[@]}" --model tiny-gpt2 --deepspeed "$DIR/a.json"
 expect batch-not-divisible 4 "not divisible" -- \
   -np 4 "$BIN" "${COMMON[@]}" --model tiny-llama --deepspeed "$DIR/six.json"
+# Ranks that read different data (on a cluster: one path, other files on each node) would
+# train silently on a mix: a shard of another size, or of the same size with one token changed,
+# stops every rank naming the shard (each rank its own path) and the rank that differs.
+mkdir "$DIR/short" "$DIR/edited"
+python3 - "$DIR" <<'PY'
+import struct, sys
+d = sys.argv[1]
+data = open(d + "/train_000000.bin", "rb").read()
+hdr = [20240520, 1, 600] + [0] * 253
+open(d + "/short/train_000000.bin", "wb").write(struct.pack("<256i", *hdr) + data[1024:1024 + 1200])
+edited = bytearray(data); edited[1024 + 2 * 2000] ^= 1
+open(d + "/edited/train_000000.bin", "wb").write(bytes(edited))
+PY
+SAME=(train --seq_len 16 --steps 2 --sample_tokens 0 --run_dir "$DIR/run" --model tiny-llama --deepspeed "$DIR/a.json")
+expect data-of-another-size 2 "train_000000.bin' (here: .* tokens, CRC-32 .*token shard differs across ranks" -- \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/train_000000.bin" : \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/short/train_000000.bin"
+expect data-one-token-changed 2 "rank(s) 1 of 2 disagree with rank 0" -- \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/train_000000.bin" : \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/edited/train_000000.bin"
+expect val-data-differs 2 "^.*--val_data '" -- \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/train_000000.bin" --val_data "$DIR/train_000000.bin" : \
+  -np 1 "$BIN" "${SAME[@]}" --train_data "$DIR/train_000000.bin" --val_data "$DIR/edited/train_000000.bin"
 expect stage3-unit-sequences 2 "different unit sequences" -- -np 2 "$SEQ"
 # ZeRO++'s hpZ group size must divide the ranks: refused on every rank (check_zeropp).
 cat > "$DIR/hpz.json" <<'JSON'

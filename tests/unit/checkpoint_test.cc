@@ -479,6 +479,12 @@ TEST_F(Checkpoint, SavesSurviveSigkill) {
                             {"--save_dir", path("ck"), "--save_interval", "1", "--keep_last", "2",
                              "--resume"});
     ASSERT_GE(pid, 0);
+    // Until the first save exists, wait for it (a loaded machine starts slowly), so the kills
+    // land while saving whatever the load.
+    for (int waited = 0; !fs::exists(path("ck") + "/latest") && waited < 120000; waited += 10) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) FAIL() << "the trainer ended before its first save";
+      usleep(10000);
+    }
     usleep(20000 + rng() % 400000);
     kill(pid, SIGKILL);
     int status = 0;
@@ -688,7 +694,7 @@ TEST_F(Checkpoint, SavesAreNotStartedOver) {
 TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
   ASSERT_TRUE(test::write_random_shards(dir_, {"val_000000.bin"}, 1000, 256, 4));
   const std::string ds = config("ds.json", 2, 1, "");
-  const std::string val = " --val_data " + path("val_*.bin") + " --val_batches 2";
+  const std::string val = " --val_data " + path("val_*.bin") + " --val_sequences 4";
   ASSERT_EQ(train(1, ds, 2, "run", "--save_dir " + path("ck") + val).code, 0);
   const std::string metrics = path("run") + "/metrics.jsonl", log = slurp(metrics);
   ASSERT_EQ(test::metric_values(path("run"), "val_loss").size(), 2u);

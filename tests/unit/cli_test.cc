@@ -441,7 +441,7 @@ TEST_F(Cli, GradientCheckpointingKeepsTheLossesAndChecksItsSection) {
 
 TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   const Result r = run(train("--deepspeed " + path("ds.json") + " --val_data '" +
-                             path("val_*.bin") + "' --val_batches 2"));
+                             path("val_*.bin") + "' --val_sequences 4"));
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream f(path("run/metrics.jsonl"));
   int steps = 0, vals = 0;
@@ -460,15 +460,15 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
 }
 
 // Validation runs at the start, after every val_every steps and at the end (llm.c's
-// val_loss_every: step % N == 0, or the last step), each time on the same first val_batches
-// micro-batches of the validation data: with lr 0 the weights never move, so every validation
+// val_loss_every: step % N == 0, or the last step), each time on the same first val_sequences
+// sequences of the validation data: with lr 0 the weights never move, so every validation
 // gives the same loss, bit for bit.
 TEST_F(Cli, ValidationRunsEveryNStepsOnTheSameBatches) {
   write(path("lr0.json"), R"({"train_micro_batch_size_per_gpu": 2,
                               "optimizer": {"type": "AdamW", "params": {"lr": 0}}})");
   const Result r =
       run("train --model tiny-llama --seq_len 16 --steps 5 --sample_tokens 0"
-          " --val_every 2 --val_batches 2 --run_dir " +
+          " --val_every 2 --val_sequences 4 --run_dir " +
           path("run") + " --train_data '" + path("train_*.bin") + "' --val_data '" +
           path("val_*.bin") + "' --deepspeed " + path("lr0.json"));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -1044,7 +1044,7 @@ TEST_F(Cli, FlagfilesGetTheSameChecks) {
   expect_user_error(run(train("--flagfile " + path("typo.flags"))), {"--stepz", "--steps"});
   write(path("self.flags"), "--flagfile=" + path("self.flags") + "\n");
   expect_user_error(run(train("--flagfile " + path("self.flags"))), {"nesting"});
-  write(path("dashes.flags"), "--val-batches=2\n--deepspeed=" + path("ds.json") + "\n");
+  write(path("dashes.flags"), "--val-sequences=2\n--deepspeed=" + path("ds.json") + "\n");
   EXPECT_EQ(run(train("--flagfile " + path("dashes.flags"))).code, 0);
   expect_user_error(run("train --fromenv=steps"), {"unknown flag --fromenv"});
 }
@@ -1052,7 +1052,8 @@ TEST_F(Cli, FlagfilesGetTheSameChecks) {
 TEST_F(Cli, FlagValuesOutOfRange) {
   const std::string ds = "--deepspeed " + path("ds.json") + " ";
   expect_user_error(run(train(ds + "--threads 100000")), {"--threads"});
-  expect_user_error(run(train(ds + "--val_batches 0")), {"--val_batches"});
+  expect_user_error(run(train(ds + "--val_sequences 0")), {"--val_sequences"});
+  expect_user_error(run(train(ds + "--val_batches 2")), {"--val_batches is retired", "--val_sequences"});
   expect_user_error(run(train(ds + "--temperature -1")), {"--temperature"});
   expect_user_error(run(train(ds + "--top_k -1")), {"--top_k"});
   expect_user_error(run(train(ds + "--sample_tokens -1")), {"--sample_tokens"});
@@ -1141,7 +1142,7 @@ TEST_F(Cli, SampleCommand) {
   // --template alpaca: the prompt is the instruction of Alpaca's template.
   const Result wrapped = run(base + "--temperature 0 --template alpaca");
   ASSERT_EQ(wrapped.code, 0) << wrapped.out;
-  EXPECT_EQ(wrapped.out.rfind("sample:\n---\nBelow is an instruction that describes a task. "
+  EXPECT_EQ(test::sample_of(wrapped.out).rfind("sample:\n---\nBelow is an instruction that describes a task. "
                               "Write a response that appropriately completes the request.\n\n"
                               "### Instruction:\nROMEO:\n\n### Response:\n",
                               0),

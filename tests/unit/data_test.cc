@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
+#include "absl/strings/str_cat.h"
 #include "data/alpaca.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -243,6 +246,41 @@ TEST_F(LoaderTest, WindowsFollowLlmcLayoutAndTargetsAreNextTokens) {
     EXPECT_EQ(in[16 + i], 48 + i);  // sample 1 starts at W*B*T + B*T
     EXPECT_EQ(tg[i], in[i] + 1);
   }
+}
+
+// read_sequence (validation's reader) gives sequence i of the stream by its index alone, every
+// sequence of every shard, the tail ones that a batch drops included: sequence i of shard k
+// starts at token k*10000 + 8j for its j-th sequence. num_sequences counts them all.
+TEST_F(LoaderTest, ReadSequenceGivesEverySequenceByIndex) {
+  auto loader = DataLoader::open(options(1, 8, 0, 1, false));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_EQ(loader->num_sequences(), 999 / 8 + 776 / 8 + 299 / 8);
+  std::vector<int> in(8), tg(8);
+  int64_t i = 0;
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < (sizes_[k] - 1) / 8; ++j, ++i) {
+      loader->read_sequence(i, in.data(), tg.data());
+      ASSERT_EQ(in[0], k * 10000 + 8 * j) << "sequence " << i;
+      ASSERT_EQ(tg[7], k * 10000 + 8 * j + 8) << "sequence " << i;
+    }
+}
+
+// The shards' identity (what ranks compare at start): the token count and the file's CRC-32,
+// zlib's, checked here on a file whose CRC is known (the bytes of "123456789" give 0xCBF43926,
+// the standard check value) and on the shard itself against zlib's crc32 of its bytes read back.
+TEST_F(LoaderTest, IdentityIsTheTokenCountAndTheFilesCrc32) {
+  auto loader = DataLoader::open(options(1, 8, 0, 1, false));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const auto ids = loader->identity();
+  ASSERT_EQ(ids.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    std::ifstream f(ids[k].path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const uLong crc = ::crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+    EXPECT_EQ(ids[k].what, absl::StrCat(sizes_[k], " tokens, CRC-32 ",
+                                        absl::Hex(crc, absl::kZeroPad8)));
+  }
+  EXPECT_EQ(::crc32(0, reinterpret_cast<const Bytef*>("123456789"), 9), 0xCBF43926u);
 }
 
 // With shuffling, each epoch reads every shard whole, one after another, in an order drawn anew

@@ -56,7 +56,7 @@ class Device : public ::testing::Test {
   std::string train(const std::string& json, const std::string& run) const {
     std::ofstream(path(run + ".json")) << json;
     return " train --model tiny-llama --seq_len 16 --steps 3 --sample_tokens 0 --val_every 2"
-           " --val_batches 2 --deepspeed " +
+           " --val_sequences 4 --deepspeed " +
            path(run + ".json") + " --run_dir " + path(run) + " --train_data '" +
            path("train_*.bin") + "' --val_data '" + path("val_*.bin") + "'";
   }
