@@ -30,8 +30,9 @@ size_t offset_of(const Unit& u, const char* name) {
 
 // A CPU's cache (32 MiB) or a GPU's memory budget: all N rows of a micro-batch, or a few
 // chunks, so (N,V) never has to fit.
-int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int N) {
-  return (int)std::clamp<size_t>(chunk_bytes / ((size_t)ld * dtype_size(t)), 1, N);
+int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int64_t N) {
+  const size_t rows = std::clamp<size_t>(chunk_bytes / ((size_t)ld * dtype_size(t)), 1, N);
+  return (int)std::min<size_t>(rows, std::numeric_limits<int>::max());
 }
 
 // Offsets (elements) of each tensor within its unit; kNone where the architecture has none.

@@ -17,9 +17,10 @@
 namespace zt {
 
 // Rows of classifier logits one chunk holds: chunk_bytes (Backend::classifier_chunk_bytes) over
-// rows of ld elements (Backend::logits_row_stride) of dtype t; at least 1, at most N. The rule
-// Transformer allocates by and zero/estimator.cc counts by.
-int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int N);
+// rows of ld elements (Backend::logits_row_stride) of dtype t; at least 1, at most N (an
+// estimate's N = B T may pass an int; the rows do not). The rule Transformer allocates by and
+// zero/estimator.cc counts by.
+int logits_chunk_rows(int ld, size_t chunk_bytes, DType t, int64_t N);
 
 class Transformer {
  public:

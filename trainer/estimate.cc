@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checked.h"
 #include "common/dtype.h"
 #include "common/file.h"
 #include "common/memory.h"
@@ -59,6 +60,17 @@ absl::StatusOr<std::string> deepspeed_text(const EstimateOptions& o) {
     head = "DeepSpeed estimate_zero{2,3}_model_states_mem_needs_all_cold (GiB = 2^30).\n\n";
   }
   const bool want2 = o.stage == -1 || o.stage == 2, want3 = o.stage == -1 || o.stage == 3;
+  std::vector<DeepSpeedRow> rows = deepspeed_zero2_estimates(s);
+  if (s.largest_layer_params > 0) {
+    const auto rows3 = deepspeed_zero3_estimates(s);
+    rows.insert(rows.end(), rows3.begin(), rows3.end());
+  }
+  for (const DeepSpeedRow& r : rows)
+    if (r.cpu_bytes == kSizeOverflow || r.gpu_bytes == kSizeOverflow)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeepSpeed's formula for ", r.options,
+          " passes 2^63 bytes (8 EiB), more than any "
+          "machine holds: reduce --params, --largest_layer_params, --gpus_per_node or --nodes"));
   if (!want2 && !want3)
     return absl::InvalidArgumentError("--formula deepspeed covers --stage 2 and 3, got --stage " +
                                       std::to_string(o.stage));
@@ -289,6 +301,10 @@ std::string fit_text(const MemoryEstimate& e, int64_t device, int64_t host) {
 }  // namespace
 
 absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
+  if (o.dp == 0 && int64_t{o.gpus_per_node} * o.nodes > std::numeric_limits<int>::max())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpus_per_node x --nodes = ", int64_t{o.gpus_per_node} * o.nodes,
+                     " ranks, more than an int counts: give fewer"));
   // 0 is the flag's default: the profile's rate.
   if (o.inter_node_gbps != 0 && (!o.time || !std::isfinite(o.inter_node_gbps) ||
                                  o.inter_node_gbps < 1e-3 || o.inter_node_gbps > 1e6))

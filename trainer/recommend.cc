@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checked.h"
 #include "common/file.h"
 #include "common/memory.h"
 #include "common/status.h"
@@ -102,7 +103,7 @@ absl::StatusOr<std::string> recommend_text(const EstimateOptions& o) {
     auto e = estimate_memory(in);
     if (!e.ok()) continue;
     if (e->device_total() > o.device_memory || e->host_total() > o.host_memory) continue;
-    if (ram > 0 && (e->device_total() + e->host_total()) * dp > ram) continue;  // the node's
+    if (ram > 0 && (Size(e->device_total()) + e->host_total()) * dp > ram) continue;  // the node's
     ZT_ASSIGN_OR_RETURN(const StepTime t,
                         predict_step(step_time_input(*ds, model, dp, o.seq_len), hw));
     fit.push_back({config, layout, *e, t});

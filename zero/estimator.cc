@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "common/checked.h"
 #include "common/status.h"
 #include "model/backend.h"
 #include "model/layout.h"
@@ -15,6 +16,8 @@
 #include "zero/zeropp.h"
 
 namespace zt {
+
+constexpr int64_t kMaxUnitNumel = int64_t{1} << 53;
 
 std::string_view offload_device_name(OffloadDevice d) {
   switch (d) {
@@ -37,15 +40,41 @@ int64_t MemoryEstimate::device_model_states() const {
   return dev(MemCategory::kParams) + dev(MemCategory::kGrads) + dev(MemCategory::kOptimizer);
 }
 int64_t MemoryEstimate::device_total() const {
-  int64_t t = 0;
+  Size t = 0;
   for (int64_t b : device) t += b;
-  return t;
+  return t.v;
 }
 int64_t MemoryEstimate::host_total() const {
-  int64_t t = 0;
+  Size t = 0;
   for (size_t c = 0; c < kNumMemCategories; ++c)
     if (c != static_cast<size_t>(MemCategory::kNvme)) t += host[c];
-  return t;
+  return t.v;
+}
+
+// An error naming the first size of `e` past int64 (8 EiB) and what to reduce; ok when none is.
+static absl::Status overflow_error(const MemoryEstimate& e, const EstimateInput& in) {
+  auto reduce = [&](MemCategory c) -> std::string {
+    if (c == MemCategory::kActivations)
+      return absl::StrCat("the micro-batch x sequence length (", in.micro_batch, " x ", in.seq_len,
+                          " tokens a rank; train_micro_batch_size_per_gpu, --micro_batch and "
+                          "--seq_len) or checkpoint activations");
+    return "the model (parameters a rank: more ranks, a smaller model) or the units in flight";
+  };
+  auto check = [&](const char* pool, MemCategory c, int64_t bytes) -> absl::Status {
+    if (bytes != kSizeOverflow) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the estimate of ", pool, " ", std::string(mem_category_name(c)),
+        " passes 2^63 bytes (8 EiB), more than any machine holds: reduce ", reduce(c)));
+  };
+  for (size_t c = 0; c < kNumMemCategories; ++c) {
+    ZT_RETURN_IF_ERROR(check("device", static_cast<MemCategory>(c), e.device[c]));
+    ZT_RETURN_IF_ERROR(check("host", static_cast<MemCategory>(c), e.host[c]));
+  }
+  if (e.device_total() == kSizeOverflow || e.host_total() == kSizeOverflow)
+    return absl::InvalidArgumentError(
+        "the estimate's total a rank passes 2^63 bytes (8 EiB), more than any machine holds: "
+        "reduce the micro-batch x sequence length or the model");
+  return absl::OkStatus();
 }
 
 std::vector<int64_t> unit_numels(const ModelConfig& c) {
@@ -77,7 +106,7 @@ PartitionOptions partition_options(const EstimateInput& in) {
 // reduction holds besides its fp32 shard. `gather`: qwZ's, each gather in flight (live_units, as
 // the workspace counts them) holding this rank's int8 piece and all N.
 struct ZeroppBuffers {
-  int64_t reduce = 0, pending = 0, gather = 0;
+  Size reduce = 0, pending = 0, gather = 0;
 };
 static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int64_t in_flight) {
   ZeroppBuffers b;
@@ -87,12 +116,14 @@ static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int6
   const int64_t M = N / L;
   if (in.quantized_gradients) {
     const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQgzBits, kQgzBlock);
-    b.pending = L > 1 ? 2 * piece * N : 0;
-    b.reduce = L > 1 ? in_flight * b.pending + 4 * shard * M : M > 1 ? 2 * piece * M : 0;
+    b.pending = L > 1 ? 2 * Size(piece) * N : 0;
+    b.reduce = L > 1   ? in_flight * b.pending + 4 * Size(shard) * M
+               : M > 1 ? 2 * Size(piece) * M
+                       : 0;
   }
   if (in.quantized_weights) {
     const int64_t piece = (int64_t)quantized_piece_bytes((size_t)shard, kQwzBits, kQwzBlock);
-    b.gather = std::max(in.live_units, 1) * (N + 1) * piece;
+    b.gather = Size(std::max(in.live_units, 1)) * (N + 1) * piece;
   }
   return b;
 }
@@ -109,8 +140,16 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   if (in.live_units < 0) return absl::InvalidArgumentError("live_units must be >= 0");
   std::vector<int64_t> units = in.unit_numel;
   if (units.empty()) units.push_back(in.psi);
-  for (int64_t n : units)
+  for (int64_t n : units) {
     if (n <= 0) return absl::InvalidArgumentError("parameter counts must be > 0");
+    // Past this, no machine holds the unit (16 PiB at two bytes a parameter); below it the
+    // size_t helpers this counts by (offload/NVMe rounding) cannot wrap.
+    if (n > kMaxUnitNumel)
+      return absl::InvalidArgumentError(
+          absl::StrCat("a unit of ", n,
+                       " parameters is more than any machine holds (at most 2^53): reduce "
+                       "the parameter count"));
+  }
 
   MemoryEstimate e;
   const int64_t N = in.dp;
@@ -126,30 +165,31 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const int64_t K = optimizer_bytes_per_param(in.optimizer, !master);
   const int64_t arrays = 1 + optimizer_info(in.optimizer).num_states;  // offloaded: master too
   e.optimizer_k = static_cast<int>(K);
-  int64_t params = 0, grads = 0, optim = 0, largest_padded = 0;
-  int64_t largest_shard = 0, owned_total = 0, nvme_state = 0;
-  int64_t host_grad_bytes = 0, host_params = 0, nvme_params = 0, largest_nvme = 0;
+  // Sums and products of sizes saturate (common/checked.h): checked once, at the end.
+  Size params = 0, grads = 0, optim = 0, owned_total = 0, nvme_state = 0;
+  Size host_grad_bytes = 0, host_params = 0, nvme_params = 0, largest_nvme = 0;
+  int64_t largest_padded = 0, largest_shard = 0;
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   const std::vector<UnitPartition> plan = plan_partition(units, po);
   for (const UnitPartition& u : plan) {
     const int64_t n = u.numel, shard = u.shard, padded = u.padded;
-    e.psi += n;
-    e.padded_psi += padded;
+    e.psi = checked_add(e.psi, n);
+    e.padded_psi = checked_add(e.padded_psi, padded);
     largest_padded = std::max(largest_padded, padded);
     if (u.sharded_params && in.hpz_partition_size > 1)  // hpZ's secondary partition
-      params += padded / in.hpz_partition_size * P;
+      params += Size(padded / in.hpz_partition_size) * P;
     switch (u.params) {
-      case ParamHome::kDevice: params += (u.sharded_params ? shard : padded) * P; break;
-      case ParamHome::kHost: host_params += shard * P; break;
+      case ParamHome::kDevice: params += Size(u.sharded_params ? shard : padded) * P; break;
+      case ParamHome::kHost: host_params += Size(shard) * P; break;
       case ParamHome::kDrive: {
-        const int64_t file = (shard * P + 4095) / 4096 * 4096;
+        const Size file = (Size(shard) * P + 4095) / 4096 * 4096;
         nvme_params += file;
         largest_nvme = std::max(largest_nvme, file);
         break;
       }
     }
-    (u.host_grads ? host_grad_bytes : grads) += u.grad_numel() * G;
-    optim += u.owned() * K;
+    (u.host_grads ? host_grad_bytes : grads) += Size(u.grad_numel()) * G;
+    optim += Size(u.owned()) * K;
     if (u.stage >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
     const size_t owned = (size_t)u.owned();
     const int st = u.stage;
@@ -157,53 +197,54 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
     nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size, in.optimizer);
     if (in.delayed_update) {
-      host_grad_bytes += (int64_t)owned * (st == 1 && N > 1 ? 4 : G);
-      host_params += (int64_t)owned * P;
+      host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
+      host_params += Size((int64_t)owned) * P;
     }
   }
 
   using M = MemCategory;
   // Parameters: stage-3 shards may live on the host or NVMe (offload/param_offload.h).
-  e.dev(M::kParams) = params;
-  e.hst(M::kParams) += host_params;
-  e.hst(M::kNvme) += nvme_params;
-  if (largest_nvme > 0) e.hst(M::kPinnedHost) += std::max<int64_t>(in.param_buffer_count, 1) * largest_nvme;
+  Size pinned = 0;
+  e.dev(M::kParams) = params.v;
+  e.hst(M::kParams) = host_params.v;
+  e.hst(M::kNvme) = nvme_params.v;
+  if (largest_nvme > 0) pinned += std::max<int64_t>(in.param_buffer_count, 1) * largest_nvme;
   // Optimizer offload: the optimizer state leaves the device, and so do the sharded gradients.
-  e.dev(M::kGrads) = grads;
-  e.hst(M::kGrads) += host_grad_bytes;
+  e.dev(M::kGrads) = grads.v;
+  e.hst(M::kGrads) = host_grad_bytes.v;
   // Two fp32 staging buffers of the largest sub-group: the gradient and the working copy.
-  const int64_t staging = 2 * 4 * (int64_t)staging_elems(granule),
-                nvme_staging = 2 * 4 * (int64_t)staging_elems(nvme_granule);
+  const Size staging = 2 * 4 * Size((int64_t)staging_elems(granule)),
+             nvme_staging = 2 * 4 * Size((int64_t)staging_elems(nvme_granule));
   switch (in.offload_optimizer) {
-    case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim; break;
+    case OffloadDevice::kNone: e.dev(M::kOptimizer) = optim.v; break;
     case OffloadDevice::kCpu:
-      e.hst(M::kOptimizer) += optim;
-      e.hst(M::kPinnedHost) += staging;
+      e.hst(M::kOptimizer) = optim.v;
+      pinned += staging;
       break;
     case OffloadDevice::kNvme:  // plus the window of master and states a sub-group is updated in
-      e.hst(M::kNvme) += nvme_state;  // an offloaded state keeps its own master
-      e.hst(M::kPinnedHost) +=
-          nvme_staging + (in.nvme_pipeline ? 2 : 1) * arrays * 4 * nvme_granule;
+      e.hst(M::kNvme) = (Size(e.hst(M::kNvme)) + nvme_state).v;  // an own master
+      pinned += nvme_staging + (in.nvme_pipeline ? 2 : 1) * arrays * 4 * Size(nvme_granule);
       break;
   }
+  e.hst(M::kPinnedHost) = pinned.v;
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
   // Needs unit sizes: with only Ψ there is no "largest unit" to speak of (reported as 0).
-  int64_t ws = 0;
+  Size ws = 0;
   if (in.unit_numel.empty()) largest_padded = 0;
-  if (in.stage == 3) ws += in.live_units * largest_padded * P;
+  if (in.stage == 3) ws += Size(in.live_units) * largest_padded * P;
   // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
   // units: one, or the head and the embedding together when they are tied (counted at the
   // largest unit's size): the decoding step's. In training the CPU's GEMMs widen a 16-bit weight
   // and sum its gradient a block of about 4 MiB at a time per thread (plus up to 8 MiB of input
   // gradient), which this term bounds for any thread count a real model meets.
   const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
-  if (in.param_dtype != in.weight_dtype) ws += views * largest_padded * 4;
+  if (in.param_dtype != in.weight_dtype) ws += views * Size(largest_padded) * 4;
   // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
   // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
-  if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += largest_padded * 4;
+  if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += Size(largest_padded) * 4;
   // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
   // before training: the workspace peak is at least that.
-  if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, largest_padded * 4);
+  if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, Size(largest_padded) * 4);
   // Muon's step (zero/muon_update.h), when the forward's and backward's workspace is free: u and
   // the update of a block unit's owned elements, its gathered u when sharded (padded), and
   // Newton-Schulz on the largest hidden matrix (its output, two iterates, three Gram-sized
@@ -221,16 +262,16 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
         ns = std::max(ns, 3 * m.rows * m.cols + 3 * r * r + 2);  // + the norm's double
       }
     }
-    ws = std::max(ws, 4 * (2 * owned + gathered + ns));
+    ws = std::max(ws, 4 * (2 * Size(owned) + gathered + ns));
   }
-  e.dev(M::kWorkspace) = ws;
+  e.dev(M::kWorkspace) = ws.v;
   if (shards && !in.unit_numel.empty()) {
     const int64_t in_flight = in.overlap_comm ? 2 : 1;
-    int64_t comm = 0;
-    if (in.stage <= 1) comm += in_flight * largest_padded * 4;  // fp32 copy being reduced
-    if (in.stage >= 2) comm += in_flight * largest_shard * 4;   // its reduced shard
+    Size comm = 0;
+    if (in.stage <= 1) comm += in_flight * Size(largest_padded) * 4;  // fp32 copy being reduced
+    if (in.stage >= 2) comm += in_flight * Size(largest_shard) * 4;   // its reduced shard
     if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
-    if (host_grads) comm += largest_shard * G;  // the shard rounded to G on its way out
+    if (host_grads) comm += Size(largest_shard) * G;  // the shard rounded to G on its way out
     // ZeRO++: the backward's reductions, with the gathers in flight beside them where the
     // backward gathers again through qwZ (no hpZ, overlap_comm's prefetcher); and the forward's
     // gathers, with one reduction still pending beside them where overlap_comm keeps the last
@@ -238,10 +279,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     // overlaps need particular schedules.
     const ZeroppBuffers z = zeropp_buffers(in, largest_shard, in_flight);
     const bool regathers = in.overlap_comm && in.hpz_partition_size <= 1;
-    const int64_t backward = comm + z.reduce + (regathers ? z.gather : 0);
-    const int64_t forward = z.gather + (in.overlap_comm ? largest_shard * 4 + z.pending : 0);
+    const Size backward = comm + z.reduce + (regathers ? z.gather : 0);
+    const Size forward = z.gather + (in.overlap_comm ? Size(largest_shard) * 4 + z.pending : 0);
     comm = std::max(backward, z.gather > 0 ? forward : 0);
-    e.dev(M::kCommBuffers) = comm;
+    e.dev(M::kCommBuffers) = comm.v;
   }
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {
     e.dev(M::kActivations) = transformer_activation_bytes(
@@ -251,6 +292,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
         *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing,
         in.activation_dtype);
   }
+  ZT_RETURN_IF_ERROR(overflow_error(e, in));
   return e;
 }
 
@@ -258,13 +300,13 @@ int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, in
                                           bool cpu_checkpointing, DType activations) {
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   if (k == 0 || !cpu_checkpointing) return 0;
-  return (c.n_layer + k - 1) / k * int64_t{B} * T * c.hidden * (int64_t)dtype_size(activations);
+  return (Size((c.n_layer + k - 1) / k) * B * T * c.hidden * (int64_t)dtype_size(activations)).v;
 }
 
 int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
                                      bool cpu_checkpointing, DType activations, int logits_ld,
                                      int64_t classifier_chunk_bytes) {
-  const int64_t N = int64_t{B} * T, C = c.hidden;
+  const Size N = Size(B) * T, C = c.hidden;
   const int64_t ld = logits_ld > 0 ? logits_ld : c.vocab_size;
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
@@ -276,19 +318,20 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t chunk = logits_chunk_rows(
       (int)ld,
       classifier_chunk_bytes > 0 ? (size_t)classifier_chunk_bytes : kCpuClassifierChunkBytes,
-      activations, (int)N);
-  int64_t acts = 0, floats = 0;  // elements in the activation dtype, and in fp32
-  acts += xs * N * C;            // x[]
+      activations, N.v);
+  Size acts = 0, floats = 0;  // elements in the activation dtype, and in fp32
+  acts += xs * N * C;         // x[]
   acts += L * (N * C + N * QKV + 3 * N * C + N * fcw + N * I);  // ln1, qkv, atty, resid_mid,
                                                                 // ln2, fc, act
-  floats += L * (2 * N + B * NH * T + 2 * N);                   // ln1 stats, lse, ln2 stats
+  floats += L * (2 * N + B * NH * Size(T) + 2 * N);             // ln1 stats, lse, ln2 stats
   acts += N * C;                                                // lnf
-  acts += chunk * ld;                                           // logits chunk
+  acts += Size(chunk) * ld;                                     // logits chunk
   floats += 2 * N + N;                                          // lnf stats, losses
   acts += N * C;                                                // dlnf
   acts += 4 * N * C + N * QKV + N * I + N * fcw;                // backward scratch
-  return acts * (int64_t)dtype_size(activations) + floats * 4 +
-         3 * N * 4;  // + tokens, targets, positions (int32)
+  return (acts * (int64_t)dtype_size(activations) + floats * 4 +
+          3 * N * 4)  // + tokens, targets, positions (int32)
+      .v;
 }
 
 // ---- ZeRO paper ----
@@ -370,7 +413,13 @@ std::string zero_paper_table() {
 
 // ---- DeepSpeed ----
 // Arithmetic mirrors the Python expression order (int products, then float factors), so the
-// int() truncations land on the same integers.
+// int() truncations land on the same integers. Python's ints do not overflow; here a product
+// past int64 gives kSizeOverflow (common/checked.h), and so does int() of a float past it.
+
+static double py_float(int64_t v) {
+  return v == kSizeOverflow ? HUGE_VAL : static_cast<double>(v);  // inf stays inf through f, 1/N
+}
+static int64_t py_int(double v) { return v >= 0x1p63 ? kSizeOverflow : static_cast<int64_t>(v); }
 
 std::vector<DeepSpeedRow> deepspeed_zero2_estimates(const DeepSpeedSetup& s) {
   const int64_t P = s.total_params, G = s.gpus_per_node, N = s.nodes * G;
@@ -379,12 +428,12 @@ std::vector<DeepSpeedRow> deepspeed_zero2_estimates(const DeepSpeedSetup& s) {
   for (bool cpu_offload : {true, false}) {
     DeepSpeedRow r;
     if (cpu_offload) {
-      r.gpu_bytes = 2 * P;
-      r.cpu_bytes = static_cast<int64_t>(static_cast<double>(P * std::max<int64_t>(4 * N, 16)) * f);
+      r.gpu_bytes = checked_mul(2, P);
+      r.cpu_bytes = py_int(py_float(checked_mul(P, std::max<int64_t>(checked_mul(4, N), 16))) * f);
       r.options = "offload_optimizer=cpu ";
     } else {
-      r.gpu_bytes = 2 * P + static_cast<int64_t>(static_cast<double>(18 * P) / N);
-      r.cpu_bytes = static_cast<int64_t>(static_cast<double>(P * 4 * G) * f);
+      r.gpu_bytes = checked_add(checked_mul(2, P), py_int(py_float(checked_mul(18, P)) / N));
+      r.cpu_bytes = py_int(py_float((Size(P) * 4 * G).v) * f);
       r.options = "offload_optimizer=none";
     }
     rows.push_back(r);
@@ -396,7 +445,7 @@ std::vector<DeepSpeedRow> deepspeed_zero3_estimates(const DeepSpeedSetup& s) {
   const int64_t P = s.total_params, L = s.largest_layer_params, G = s.gpus_per_node;
   const int64_t N = s.nodes * G;
   const double f = s.additional_buffer_factor, gf = 1.0 / s.nodes;
-  const int64_t lmem = 4 * L;
+  const int64_t lmem = checked_mul(4, L);
   // Python's max(int, float) returns the first argument on ties; the value is the same.
   auto pmax = [](double a, double b) { return b > a ? b : a; };
   std::vector<DeepSpeedRow> rows;
@@ -408,17 +457,17 @@ std::vector<DeepSpeedRow> deepspeed_zero3_estimates(const DeepSpeedSetup& s) {
         double cpu = 0;
         if (opt_cpu && param_cpu) {
           r.gpu_bytes = lmem;
-          cpu = zero_init ? static_cast<double>(P * 18) * gf * f
+          cpu = zero_init ? py_float(checked_mul(P, 18)) * gf * f
                           : static_cast<double>(P) * pmax(4.0 * G, 18 * gf) * f;
         } else if (opt_cpu) {
-          r.gpu_bytes = lmem + static_cast<int64_t>(static_cast<double>(2 * P) / N);
-          cpu = zero_init ? static_cast<double>(P * 16) * gf * f
+          r.gpu_bytes = checked_add(lmem, py_int(py_float(checked_mul(2, P)) / N));
+          cpu = zero_init ? py_float(checked_mul(P, 16)) * gf * f
                           : static_cast<double>(P) * pmax(4.0 * G, 16 * gf) * f;
         } else {
-          r.gpu_bytes = lmem + static_cast<int64_t>(static_cast<double>(18 * P) / N);
-          cpu = zero_init ? static_cast<double>(L * 4 * G) * f : static_cast<double>(P * 4 * G) * f;
+          r.gpu_bytes = checked_add(lmem, py_int(py_float(checked_mul(18, P)) / N));
+          cpu = zero_init ? py_float((Size(L) * 4 * G).v) * f : py_float((Size(P) * 4 * G).v) * f;
         }
-        r.cpu_bytes = static_cast<int64_t>(cpu);
+        r.cpu_bytes = py_int(cpu);
         r.options = std::string("offload_param=") + (param_cpu ? "cpu " : "none") +
                     ", offload_optimizer=" + (opt_cpu ? "cpu " : "none") +
                     ", zero_init=" + (zero_init ? "1" : "0");

@@ -154,7 +154,10 @@ struct MemoryEstimate {
 // with overlap_comm; stage 1 also keeps every unit's reduced fp32 shard until the step (4 bytes
 // per owned element).
 // Activations: transformer_activation_bytes(*model, micro_batch, seq_len).
-// Errors: stage not in 0-3, dp < 1, psi <= 0, offload_param without stage 3.
+// Every size is counted in saturating int64 (common/checked.h).
+// Errors: stage not in 0-3, dp < 1, psi <= 0, a unit over 2^53 parameters, offload_param without
+// stage 3; a category or total past int64 bytes (8 EiB, no machine holds it: InvalidArgument
+// naming it and what to reduce, never a wrapped negative size).
 absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in);
 
 // The partition plan's options for `in` (zero/partition.h): what the estimator counts by and the
@@ -174,6 +177,7 @@ PartitionOptions partition_options(const EstimateInput& in);
 //   ld = logits_ld (0: V) and chunk = logits_chunk_rows(ld, classifier_chunk_bytes (0: the
 //   CPU's 32 MiB), activations, N), losses (N), dlnf (N,C)
 //   backward scratch: dx, dresid, dln, datty (N,C) x4, dqkv (N,qkv_dim), dact (N,I), dfc (N,fcw)
+// kSizeOverflow (common/checked.h) when the bytes pass int64 (N = B T up to 2^62 tokens).
 // With activation checkpointing every k blocks (k >= 1): the per-layer set exists k times,
 // not L, and x[] holds ceil(L/k) + k buffers instead of L + 1 (the checkpointed block inputs,
 // a segment's k - 1 inner inputs, the head's input); with cpu_checkpointing the checkpoints
@@ -184,7 +188,7 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
                                      DType activations = DType::kF32, int logits_ld = 0,
                                      int64_t classifier_chunk_bytes = 0);
 // Host bytes of cpu_checkpointing's checkpoints: ceil(L/k) x (B T, C) in the activation dtype
-// (0 without).
+// (0 without; kSizeOverflow past int64).
 int64_t transformer_host_activation_bytes(const ModelConfig& c, int B, int T, int checkpoint_every,
                                           bool cpu_checkpointing, DType activations = DType::kF32);
 
@@ -223,6 +227,7 @@ struct DeepSpeedSetup {
   int nodes = 1;                     // n
   double additional_buffer_factor = 1.5;
 };
+// A byte count past int64 (Python's ints have no bound) is kSizeOverflow (common/checked.h).
 // ZeRO-2, rows in DeepSpeed's order: offload_optimizer=cpu, none.
 //   cpu:  GPU 2P, CPU int(P * max(4 G n, 16) * f)
 //   none: GPU 2P + int(18 P / (G n)), CPU int(4 P G f)

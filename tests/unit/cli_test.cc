@@ -1065,6 +1065,24 @@ TEST_F(Cli, FlagValuesOutOfRange) {
   expect_user_error(run("estimate --nodes 0"), {"--nodes must be >= 1"});
 }
 
+// estimate of LLaMA-7B at micro-batch 2^20 x sequence 2^20 (2^40 tokens): its activations pass
+// 2^63 bytes (estimator_test's ActivationsPastInt64AreAnError derives it by hand). Wrapped in
+// int64 they printed negative and "fits" in 80 GiB with exit 0; now exit 2, naming the size that
+// overflowed and what to reduce, and no "fits" line.
+TEST_F(Cli, EstimatePastInt64IsAnErrorNeverAFit) {
+  const Result r =
+      run("estimate --model llama-7b --micro_batch 1048576 --seq_len 1048576 "
+          "--device_memory 80GiB");
+  expect_user_error(r, {"device activations", "passes 2^63 bytes", "--micro_batch", "--seq_len"});
+  EXPECT_EQ(r.out.find("fits"), std::string::npos) << r.out;
+  // Below it, the same model is counted and does not fit.
+  const Result ok =
+      run("estimate --model llama-7b --micro_batch 1024 --seq_len 1048576 "
+          "--stage 3 --device_memory 80GiB");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("does NOT fit"), std::string::npos) << ok.out;
+}
+
 TEST_F(Cli, HostileDsConfigs) {
   write(path("deep.json"), "{\"train_batch_size\": " + std::string(100000, '[') + "1" +
                                std::string(100000, ']') + "}");

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_replace.h"
+#include "common/checked.h"
 #include "gtest/gtest.h"
 #include "model/backend.h"
 #include "model/layout.h"
@@ -670,6 +671,76 @@ TEST(EstimateCommand, ModesAndErrors) {
     bad(x);
     EXPECT_FALSE(estimate_text(x).ok());
   }
+}
+
+// common/checked.h against exact products: a 128-bit product is the reference; 3037000499 is
+// floor(sqrt(2^63 - 1)), so its square is the largest square int64 holds.
+TEST(CheckedSize, SaturatesExactlyWhereInt64Ends) {
+  for (const auto& [a, b] : std::vector<std::pair<int64_t, int64_t>>{{3037000499, 3037000499},
+                                                                     {3037000500, 3037000500},
+                                                                     {int64_t{1} << 62, 2},
+                                                                     {(int64_t{1} << 62) - 1, 2},
+                                                                     {0, kSizeOverflow - 1},
+                                                                     {-1, INT64_MIN},
+                                                                     {7, 11}}) {
+    const __int128 exact = (__int128)a * b;
+    const bool fits = exact <= INT64_MAX && exact >= INT64_MIN;
+    EXPECT_EQ(checked_mul(a, b), fits ? (int64_t)exact : kSizeOverflow) << a << " x " << b;
+  }
+  EXPECT_EQ(checked_mul(3037000499, 3037000499), 9223372030926249001);
+  EXPECT_EQ(checked_add(kSizeOverflow - 5, 5), kSizeOverflow);
+  EXPECT_EQ(checked_add(kSizeOverflow - 5, 4), kSizeOverflow - 1);
+  // Once over, every later step keeps the result over (a wrapped value would be small again).
+  const Size over = Size(int64_t{1} << 62) * 4;
+  EXPECT_TRUE(over.overflowed());
+  EXPECT_TRUE((over / 1024).overflowed());
+  EXPECT_TRUE((over - 1).overflowed());
+  EXPECT_TRUE((over * 0 + 1).overflowed());  // not 1: the true value is unknown, only too large
+  EXPECT_EQ((Size(6) * 7 + 3 - 1) / 4, 11);
+}
+
+// LLaMA-7B at micro-batch 2^20 x sequence 2^20: 2^40 tokens, each keeping at least
+// 32 x (5 x 4096 + 12288 + 3 x 11008) = 2,105,344 fp32 elements in its layers (ln1, atty,
+// resid_mid, ln2, dln: C each; qkv; fc 2I and act I), so at least 2^40 x 2,105,344 x 4 =
+// 9.26e18 bytes, past int64's 9.22e18: wrapped, it came out negative and "fit" any device.
+// It is an error naming the activations and what to reduce.
+TEST(Estimator, ActivationsPastInt64AreAnError) {
+  EstimateInput in;
+  in.model = *preset("llama-7b");
+  in.unit_numel = unit_numels(*in.model);
+  in.micro_batch = 1 << 20;
+  in.seq_len = 1 << 20;
+  EXPECT_EQ(transformer_activation_bytes(*in.model, in.micro_batch, in.seq_len), kSizeOverflow);
+  const auto e = estimate_memory(in);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* phrase : {"device activations", "passes 2^63 bytes", "micro-batch x sequence",
+                             "1048576 x 1048576", "checkpoint"})
+    EXPECT_NE(e.status().message().find(phrase), std::string::npos) << e.status();
+  in.micro_batch = 1 << 10;  // 2^30 tokens: counted, at least the layers' share
+  const auto ok = estimate_memory(in);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_GT(ok->dev(M::kActivations), (int64_t{1} << 30) * 2'105'344 * 4);
+}
+
+// Sizes past int64 in the other terms: Psi past 2^53 (the model states of such a unit pass
+// any machine) and DeepSpeed's formulas on 4e18 parameters (P x 16 passes int64; Python's ints
+// would not wrap, ours must not either).
+TEST(Estimator, ModelStatesAndDeepSpeedFormulasPastInt64AreErrors) {
+  EstimateInput in;
+  in.psi = (int64_t{1} << 53) + 1;
+  EXPECT_FALSE(estimate_memory(in).ok());
+  EstimateOptions o;
+  o.params = 4'000'000'000'000'000'000;
+  o.formula = "deepspeed";
+  o.stage = 2;
+  const auto t = estimate_text(o);
+  ASSERT_FALSE(t.ok()) << *t;
+  EXPECT_NE(t.status().message().find("passes 2^63 bytes"), std::string::npos) << t.status();
+  o.gpus_per_node = o.nodes = 65536;  // 2^32 ranks: more than an int counts
+  o.formula = "";
+  o.params = 1000;
+  EXPECT_FALSE(estimate_text(o).ok());
 }
 
 }  // namespace
