@@ -76,7 +76,7 @@ def stats(link, mode):  # medians over steps 3.. of both repeats: step ms, comm 
     ms, wait, inter = [], [], 0
     for rep in (1, 2):
         d = f"{work}/{link}_{mode}_{rep}"
-        rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()][2:]
+        rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"step_ms"' in l][2:]
         ms += [r["step_ms"] for r in rows]
         wait += [r["comm_wait_ms"] for r in rows]
         inter = json.load(open(f"{d}/comm_report_rank0.json"))["steps"][-1]["inter_node_bytes"]

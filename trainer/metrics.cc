@@ -26,7 +26,33 @@ absl::StatusOr<MetricsWriter> MetricsWriter::open(const std::string& dir) {
   return MetricsWriter(f, path);
 }
 
-absl::Status MetricsWriter::begin(int64_t resumed_step) {
+namespace {
+// The log's lines as JSON objects, in order; a torn or foreign line is skipped.
+template <class F>
+void for_each_line(const std::string& path, F&& f) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object()) f(line, j);
+  }
+}
+// The step a line is about: a step's, a validation's, or the end of training's.
+int64_t step_of(const nlohmann::json& j) {
+  for (const char* key : {"step", "end_of_training"})
+    if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
+  return -1;
+}
+}  // namespace
+
+bool MetricsWriter::ended(int64_t steps) const {
+  bool ended = false;
+  for_each_line(path_, [&](const std::string&, const nlohmann::json& j) {
+    ended |= j.contains("end_of_training") && step_of(j) == steps;
+  });
+  return ended;
+}
+
+absl::Status MetricsWriter::begin(int64_t resumed_step, bool at_end) {
   std::fclose(f_);
   f_ = nullptr;
   std::error_code ec;
@@ -36,14 +62,12 @@ absl::Status MetricsWriter::begin(int64_t resumed_step) {
       std::filesystem::rename(path_, path_ + ".prev", ec);
   } else {
     std::string kept;
-    std::ifstream in(path_);
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-          j["step"].get<int64_t>() > resumed_step)
-        continue;  // from after the save: the resumed run writes its own
-      if (!j.is_discarded()) kept += line + "\n";  // (a torn last line is dropped)
-    }
+    for_each_line(path_, [&](const std::string& line, const nlohmann::json& j) {
+      const int64_t step = step_of(j);
+      // From after the save (the resumed run writes its own), or its end logged again.
+      if (step > resumed_step || (at_end && step == resumed_step && !j.contains("loss"))) return;
+      kept += line + "\n";  // (a torn last line is dropped)
+    });
     ZT_RETURN_IF_ERROR(write_file_atomic(path_, kept));  // the old log stays until this is whole
   }
   f_ = std::fopen(path_.c_str(), resumed_step < 0 ? "w" : "a");

@@ -113,7 +113,16 @@ class MetricsWriter final : public MetricsSink {
   // previous one kept as metrics.jsonl.prev; a run resumed after step k continues the file,
   // keeping the lines of steps <= k and dropping later ones (written by the run that was
   // stopped after the save), so one log covers the whole job however often it resumes.
-  absl::Status begin(int64_t resumed_step);
+  // at_end: k is the job's last step and the run does the end of training (end_of_training)
+  // again, so step k's validation line (the final one, logged after the save) is dropped too.
+  absl::Status begin(int64_t resumed_step, bool at_end = false);
+  // The end of training at `steps` (the final validation, the reports and the sample) is done:
+  // the line {"end_of_training": steps}, the log's last (no "step" key: readers of step lines
+  // and validation lines pass it by).
+  absl::Status end_of_training(int64_t steps) { return write({{"end_of_training", steps}}); }
+  // Whether the file holds end_of_training(steps)'s line: a job relaunched after it has
+  // nothing left to do, one killed between its last save and that line has its end to finish.
+  bool ended(int64_t steps) const;
   MetricsWriter(MetricsWriter&& o) noexcept : MetricsSink(), f_(o.f_), path_(std::move(o.path_)) {
     o.f_ = nullptr;
   }

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fault.h"
 #include "common/file.h"
 #include "common/status.h"
 #include "common/timer.h"
@@ -78,6 +79,9 @@ struct Run {
   bool param_read_ahead = true;  // TrainOptions::param_read_ahead
   int64_t start_step = 0;  // steps already done (a resumed run)
   bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
+  // Resumed at --steps: metrics.jsonl records the end of training (rank 0 reads it in
+  // setup_resume, train_loop tells every rank).
+  bool ended = false;
 };
 
 // The model's configuration, each field named (a mismatch on resume names the field).
@@ -250,10 +254,12 @@ absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
                    " (or remove them) to start from step 0"));
 }
 
-// A finished job relaunched with --resume: the save is at --steps and is not to be re-saved
-// elsewhere. Such a run writes nothing (no log line, no report).
+// A finished job relaunched with --resume: the save is at --steps, is not to be re-saved
+// elsewhere, and the log records the end of training (MetricsWriter::ended). Such a run writes
+// nothing (no log line, no report). One killed between its last save and that record does the
+// end again instead (the final validation, the reports, the sample), once.
 bool nothing_to_train(const TrainOptions& opt, const Run& r) {
-  return r.start_step == opt.steps && !r.resave;
+  return r.start_step == opt.steps && !r.resave && r.ended;
 }
 
 // --resume / --resume_from: the checkpoint's weights, moments and positions replace the
@@ -594,11 +600,19 @@ absl::Status setup_engine(const TrainOptions& opt, Run& r) {
 
 absl::Status setup_resume(const TrainOptions& opt, Run& r) {
   ZT_RETURN_IF_ERROR(resume(opt, r));
+  const bool at_end = r.start_step == opt.steps && r.start_step > 0;
+  if (r.metrics && at_end && !r.resave) {
+    r.ended = r.metrics->ended(opt.steps);
+    if (!r.ended)
+      std::printf(
+          "the log records no end of training (killed after the last save?): "
+          "running the final validation, reports and sample\n");
+  }
   // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
   // a new one.
   if (!r.metrics || nothing_to_train(opt, r)) return absl::OkStatus();
   const int64_t resumed = r.start_step > 0 ? r.start_step : -1;
-  ZT_RETURN_IF_ERROR(r.metrics->begin(resumed));
+  ZT_RETURN_IF_ERROR(r.metrics->begin(resumed, at_end));
   const MonitorConfig &csv = r.ds.csv_monitor, &tb = r.ds.tensorboard;
   const int64_t batch = r.ds.batch.train_batch_size;
   if (csv.enabled) {
@@ -916,6 +930,11 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
         std::string(r.backend->name()).c_str(), omp_get_max_threads(),
         omp_get_max_threads() == 1 ? "" : "s", r.attention.c_str(),
         absl::StrCat("train ", r.train->num_tokens(), " tokens").c_str());
+  if (r.start_step == opt.steps && !r.resave) {  // whether rank 0's log records the end
+    double ended = r.ended ? 1 : 0;
+    r.comm->all_reduce_scalars(&ended, 1, ScalarOp::kMax);
+    r.ended = ended > 0;
+  }
   if (nothing_to_train(opt, r)) return absl::OkStatus();
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
@@ -981,6 +1000,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     ZT_RETURN_IF_ERROR(maybe_save(opt, r, step));
   }
   if (r.resave) ZT_RETURN_IF_ERROR(maybe_save(opt, r, opt.steps));
+  fault_point("train.before_end");    // saved at --steps, the end of training not yet done
   r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
   ZT_RETURN_IF_ERROR(validate_now(opt.steps));
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
@@ -993,6 +1013,8 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   if (root && (std::fflush(stdout) != 0 || std::ferror(stdout)))
     return absl::InternalError(
         absl::StrCat("cannot write to standard output: ", std::strerror(errno ? errno : EIO)));
+  // The end is done: a relaunch with --resume finds it logged and writes nothing.
+  if (r.metrics) ZT_RETURN_IF_ERROR(r.metrics->end_of_training(opt.steps));
   return absl::OkStatus();
 }
 

@@ -114,7 +114,7 @@ same_losses() {  # single-node run dir, two-namespace run dir, what
 python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$STEPS" "$3" <<'EOF'
 import json, sys
 def losses(path):
-    return [json.loads(line)["loss"] for line in open(path) if line.strip()]
+    return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
 single, multi, steps, what = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ok = len(single) == len(multi) == steps
 for i, (s, m) in enumerate(zip(single, multi), 1):
@@ -207,7 +207,7 @@ for mode, (inter, intra) in want.items():
 ratio = got["all"] / got["plain"]
 print(f"qwZ + hpZ + qgZ: {ratio:.3f}x plain stage 3's cross-node bytes (want <= 0.3)")
 ok &= ratio <= 0.3
-loss = lambda m: [json.loads(l)["loss"] for l in open(f"{work}/zpp_{m}/metrics.jsonl") if l.strip()]
+loss = lambda m: [json.loads(l)["loss"] for l in open(f"{work}/zpp_{m}/metrics.jsonl") if '"loss"' in l]
 p, a = loss("plain"), loss("all")
 # "The loss after 50 steps": the mean over the last 5 steps (the same batches in both runs), as
 # one batch's loss swings by 10% from step to step here and quantization noise shifts which.
@@ -243,7 +243,7 @@ ar = last["collectives"]["all_reduce"]["inter_node_bytes"]
 ok = last["inter_node_bytes"] == want_inter == ar and last["intra_node_bytes"] == want_intra
 print(f"MiCS: bytes/step between nodes {last['inter_node_bytes']} (formula {want_inter}; all of "
       f"it the gradients' all-reduce: {ar}), within {last['intra_node_bytes']} (formula {want_intra})")
-loss = lambda m: [json.loads(l)["loss"] for l in open(f"{work}/{m}/metrics.jsonl") if l.strip()]
+loss = lambda m: [json.loads(l)["loss"] for l in open(f"{work}/{m}/metrics.jsonl") if '"loss"' in l]
 p, m = loss("mics_plain"), loss("mics")
 worst = max(abs(a - b) / abs(a) for a, b in zip(p, m))
 print(f"MiCS vs plain stage 3 over {len(p)} steps: largest relative loss difference {worst:.2e} (want <= 1e-6)")

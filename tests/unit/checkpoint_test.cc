@@ -714,6 +714,43 @@ TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
   }
 }
 
+// A job killed after its last save but before the end of training (the fault point
+// train.before_end: SIGKILL there, as a scheduler's kill would) left the final validation
+// unlogged and no run.json; relaunched with --resume it does that end, once: its log then
+// equals an uninterrupted run's validation losses bit for bit (the same weights, the same
+// validation set), and a further relaunch finds the end recorded and writes nothing.
+TEST_F(Checkpoint, KilledBeforeTheEndOfTrainingFinishesItOnRelaunch) {
+  ASSERT_TRUE(test::write_random_shards(dir_, {"val_000000.bin"}, 1000, 256, 4));
+  const std::string ds = config("ds.json", 2, 1, "");
+  const std::string val = " --val_data " + path("val_*.bin") + " --val_batches 2";
+  ASSERT_EQ(train(1, ds, 3, "straight", val).code, 0);
+  const std::vector<double> want = test::metric_values(path("straight"), "val_loss");
+  ASSERT_EQ(want.size(), 2u);  // steps 0 and 3
+
+  ::setenv("ZEROTRAIN_FAULT_POINT", "train.before_end", 1);
+  const Result killed = train(1, ds, 3, "run", "--save_dir " + path("ck") + val);
+  ::unsetenv("ZEROTRAIN_FAULT_POINT");
+  ASSERT_EQ(killed.code, 128 + SIGKILL) << killed.out;
+  EXPECT_EQ(test::metric_values(path("run"), "val_loss").size(), 1u);
+  EXPECT_FALSE(fs::exists(path("run") + "/run.json"));
+
+  const Result relaunch = train(1, ds, 3, "run", "--save_dir " + path("ck") + " --resume" + val);
+  ASSERT_EQ(relaunch.code, 0) << relaunch.out;
+  EXPECT_NE(relaunch.out.find("step 3 | val loss"), std::string::npos) << relaunch.out;
+  EXPECT_EQ(test::metric_values(path("run"), "val_loss"), want);
+  EXPECT_EQ(test::metric_values(path("run"), "loss"), losses("straight"));
+  EXPECT_TRUE(fs::exists(path("run") + "/run.json"));
+  const std::string log = slurp(path("run") + "/metrics.jsonl");
+  const std::string end = "{\"end_of_training\":3}\n";
+  EXPECT_EQ(log.size() - log.rfind(end), end.size()) << log;  // the last line, once
+  EXPECT_EQ(log.find(end), log.rfind(end)) << log;
+  const Result again = train(1, ds, 3, "run", "--save_dir " + path("ck") + " --resume" + val);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("nothing to train"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("val loss"), std::string::npos) << again.out;
+  EXPECT_EQ(slurp(path("run") + "/metrics.jsonl"), log);
+}
+
 // Faults at named points (common/fault.h), each window hit every run instead of by chance:
 // killed (SIGKILL) at each point of the third of six saves (or the first pruning, or the 13th
 // NVMe write of the optimizer state: 4 initial, then 4 per step, so step 3's first), a run

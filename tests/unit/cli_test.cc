@@ -791,7 +791,7 @@ TEST_F(Cli, CompareTabulatesRunsAndRefusesDifferentModels) {
       << R"({"step": 5, "loss": "low", "step_ms": 3.0})"
       << "\n";
   expect_user_error(run("compare " + path("nan")),
-                    {"metrics.jsonl' line 5", "\"loss\" is \"low\""});
+                    {"metrics.jsonl' line 6", "\"loss\" is \"low\""});  // 3 steps, the end
   fs::copy_file(path("s0/metrics.jsonl"), path("nan/metrics.jsonl"),
                 fs::copy_options::overwrite_existing);
   write(path("nan/run.json"), R"({"stage": "two"})");
