@@ -193,7 +193,7 @@ absl::StatusOr<DirLock> DirLock::acquire(const std::string& dir, const std::stri
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
     return absl::FailedPreconditionError(absl::StrCat(
         what, " '", dir, "' is in use by another run (", holder.empty() ? "unknown" : holder,
-        "): two runs saving into one directory replace each other's saves. Wait for it to end ",
+        "): two runs writing one directory overwrite each other's files. Wait for it to end ",
         "or stop it, or give this run another ", what));
   }
   struct statfs fs;

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,7 +74,8 @@ struct Run {
   std::optional<MetricsWriter> metrics;  // rank 0 only
   std::unique_ptr<MetricsSink> csv;      // rank 0, csv_monitor.enabled
   std::unique_ptr<MetricsSink> tensorboard;  // rank 0, tensorboard.enabled
-  DirLock save_lock, run_lock;           // rank 0: save_dir and run_dir are this run's alone
+  // Rank 0: save_dir, run_dir and the monitors' folders are this run's alone.
+  DirLock save_lock, run_lock, csv_lock, tensorboard_lock;
   int B = 0, T = 0, gas = 1;
   std::string attention;  // what runs it (Backend::prepare_attention)
   bool param_read_ahead = true;  // TrainOptions::param_read_ahead
@@ -220,8 +222,9 @@ absl::Status check_saves(const TrainOptions& opt, const ZerotrainConfig& z) {
 // The directories a run writes, claimed before step 1 rather than found wanting at the first
 // save: save_dir created and writable on every rank (each writes its file there) and holding no
 // earlier run's saves unless this run resumes (a forgotten --resume would train from step 0
-// over them, and keep_last delete them); on rank 0, save_dir and run_dir locked for this run
-// alone (common/file.h DirLock).
+// over them, and keep_last delete them); on rank 0, save_dir, run_dir and the enabled monitors'
+// folders (csv_monitor's and tensorboard's output_path/job_name: two runs from one ds_config
+// would rewrite each other's CSV files) locked for this run alone (common/file.h DirLock).
 absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
   const ZerotrainConfig& z = r.ds.zerotrain;
   namespace fs = std::filesystem;
@@ -229,15 +232,21 @@ absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
   if (!z.save_dir.empty())
     ZT_RETURN_IF_ERROR(ensure_writable_dir(z.save_dir, what));
   if (r.comm->rank() == 0) {  // first: another run in them is the reason to name
-    ZT_RETURN_IF_ERROR(ensure_writable_dir(opt.run_dir, "--run_dir"));
+    const MonitorConfig &csv = r.ds.csv_monitor, &tb = r.ds.tensorboard;
+    std::vector<std::tuple<std::string, std::string, DirLock*>> dirs = {
+        {z.save_dir, what, &r.save_lock}, {opt.run_dir, "--run_dir", &r.run_lock}};
+    if (csv.enabled)
+      dirs.emplace_back(csv.dir(), "csv_monitor folder (output_path/job_name)", &r.csv_lock);
+    if (tb.enabled)
+      dirs.emplace_back(tb.dir(), "tensorboard folder (output_path/job_name)", &r.tensorboard_lock);
+    std::vector<fs::path> locked;  // one lock a directory, whatever roles it plays
     std::error_code ec;
-    for (auto [dir, name, lock] :
-         {std::tuple{z.save_dir, what, &r.save_lock},
-          std::tuple{opt.run_dir, std::string("--run_dir"), &r.run_lock}}) {
-      if (dir.empty() ||
-          (lock == &r.run_lock && !z.save_dir.empty() &&
-           fs::weakly_canonical(dir, ec) == fs::weakly_canonical(z.save_dir, ec)))
-        continue;  // one lock for a directory given as both
+    for (const auto& [dir, name, lock] : dirs) {
+      if (dir.empty()) continue;
+      if (lock != &r.save_lock) ZT_RETURN_IF_ERROR(ensure_writable_dir(dir, name));
+      const fs::path canonical = fs::weakly_canonical(dir, ec);
+      if (std::find(locked.begin(), locked.end(), canonical) != locked.end()) continue;
+      locked.push_back(canonical);
       std::string warning;
       ZT_ASSIGN_OR_RETURN(*lock, DirLock::acquire(dir, name, process_owner_line(), &warning));
       if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());

@@ -667,6 +667,51 @@ TEST_F(Checkpoint, OneRunPerSaveDirectory) {
   waitpid(holder, &status, 0);
 }
 
+// One run per monitor folder too: two runs from one ds_config share its csv_monitor's (and
+// tensorboard's) output_path/job_name, where the second would rewrite the first's CSV files
+// and both exit 0. While a run holds them, a second run is refused at start with exit 2, the
+// folder and the holder's pid named, before it writes a row (no --save_dir, distinct run_dirs:
+// the folder is the only thing they share); the first run's rows stay whole.
+TEST_F(Checkpoint, OneRunPerMonitorFolder) {
+  for (const std::string monitor : {"csv_monitor", "tensorboard"}) {
+    const std::string out = path(monitor);
+    const std::string ds = config(monitor + ".json", 2, 1,
+                                  ", \"" + monitor + "\": {\"enabled\": true, \"output_path\": \"" +
+                                      out + "\", \"job_name\": \"job\"}");
+    const pid_t pid = spawn(ds, 100000, monitor + "_first", {});
+    ASSERT_GE(pid, 0);
+    for (int i = 0; i < 600 && losses(monitor + "_first").empty(); ++i) usleep(50000);
+    const size_t trained = losses(monitor + "_first").size();
+    ASSERT_GT(trained, 0u) << "the first run never trained";
+    const Result second = train(1, ds, 3, monitor + "_second", "");
+    EXPECT_EQ(second.code, 2) << second.out;
+    EXPECT_NE(second.out.find(monitor + " folder (output_path/job_name) '" + out +
+                              "/job' is in use by another run " + "(pid " + std::to_string(pid) +
+                              " on host"),
+              std::string::npos)
+        << second.out;
+    EXPECT_TRUE(losses(monitor + "_second").empty());
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (monitor == "csv_monitor") {  // the first run's rows, whole: samples 2, 4, 6, ... in order
+      std::ifstream in(out + "/job/Train_Samples_train_loss.csv");
+      std::string line;
+      ASSERT_TRUE(std::getline(in, line));
+      EXPECT_EQ(line, "step,train_loss");
+      size_t rows = 0;
+      while (std::getline(in, line) && !line.empty())
+        EXPECT_EQ(line.substr(0, line.find(',')), std::to_string(2 * ++rows)) << line;
+      EXPECT_GE(rows, trained);
+    } else {  // one event file, the first run's (each run starts its own)
+      int events = 0;
+      for (const auto& e : fs::directory_iterator(out + "/job"))
+        events += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+      EXPECT_EQ(events, 1);
+    }
+  }
+}
+
 // A save directory is not started over by mistake: a run without --resume into a --save_dir
 // that holds saves exits 2 before training (it would train from step 0 over them, and keep_last
 // delete them); with --resume and `latest` gone (deleted, lost in a copy), the newest complete
