@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/progress.h"
 #include "common/status.h"
+#include "data/prepare.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -180,6 +181,7 @@ absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionP
   };
   ZT_RETURN_IF_ERROR(write("train_000000.bin", 0, n_train));
   if (n_train < kept.size()) ZT_RETURN_IF_ERROR(write("val_000000.bin", n_train, kept.size()));
+  remove_stale_shards(o.out_dir, 1, n_train < kept.size());
   static constexpr const char* kOverlong[] = {"skipped", "truncated", "split"};
   std::printf(
       "prepared %lld examples of '%s' (%zu train, %zu val; %lld longer than T = %zu %s) as %lld "

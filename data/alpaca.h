@@ -71,7 +71,8 @@ struct InstructionPrepareReport {
 };
 
 // Writes out_dir/train_000000.bin + .mask and val_000000.bin + .mask (unless val_fraction is 0
-// or leaves no example); the val examples are the last ones, before any packing. Prints one
+// or leaves no example); the val examples are the last ones, before any packing. What an
+// earlier prepare left in out_dir beyond these is removed (remove_stale_shards). Prints one
 // summary line (examples, overlong ones, rows, fill rate, trained tokens). Errors: unreadable
 // or invalid input (parse_alpaca), tokenizer or template errors, seq_len < 2, no example that
 // fits T, failed writes (naming the file).

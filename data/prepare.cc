@@ -35,17 +35,6 @@ std::string shard_name(const char* split, int64_t index) {
   return absl::StrFormat("%s_%06d.bin", split, index);
 }
 
-// Removes out_dir/train_NNNNNN.bin (and its mask) for NNNNNN >= first (left over from a bigger
-// earlier run).
-void remove_stale_train_shards(const fs::path& out_dir, int64_t first) {
-  std::error_code ec;
-  for (int64_t i = first;; ++i) {
-    fs::remove(mask_path_for((out_dir / shard_name("train", i)).string()), ec);
-    if (!fs::remove(out_dir / shard_name("train", i), ec)) break;
-    std::printf("prepare: removed stale %s\n", shard_name("train", i).c_str());
-  }
-}
-
 // --pack: each document ([BOS] + its tokens, all trained but BOS) cut into pieces of T that
 // overlap by one token, packed into rows of T (data/rows.h) with a mask of example starts;
 // the last val_fraction of the pieces (the corpus's end) for validation.
@@ -79,15 +68,11 @@ absl::Status prepare_packed(const PrepareOptions& o, const std::vector<Piece>& d
                                   {train_rows.begin() + at, train_rows.begin() + at + n}, o.seq_len,
                                   pad, tok.vocab_size(), &rows, &trained));
   }
-  remove_stale_train_shards(out_dir, shards);
   const std::string val_path = (out_dir / shard_name("val", 0)).string();
-  std::error_code ec;
-  if (n_val > 0) {
+  if (n_val > 0)
     ZT_RETURN_IF_ERROR(write_rows(val_path, lay_out(val, T, true, pad), o.seq_len, pad,
                                   tok.vocab_size(), &rows, &trained));
-  } else {
-    fs::remove(val_path, ec), fs::remove(mask_path_for(val_path), ec);
-  }
+  remove_stale_shards(o.out_dir, shards, n_val > 0);
   std::printf(
       "prepare: %lld tokens from %zu file(s) in %zu pieces, packed into %lld rows of T = %zu "
       "(%.1f%% of them document tokens; %zu val pieces), train in %lld shard(s), in %s\n",
@@ -97,6 +82,19 @@ absl::Status prepare_packed(const PrepareOptions& o, const std::vector<Piece>& d
 }
 
 }  // namespace
+
+void remove_stale_shards(const std::string& out_dir, int64_t num_train, bool val_written) {
+  std::error_code ec;
+  for (int64_t i = num_train;; ++i) {
+    const fs::path train = fs::path(out_dir) / shard_name("train", i);
+    fs::remove(mask_path_for(train.string()), ec);
+    if (!fs::remove(train, ec)) break;
+    std::printf("prepare: removed stale %s\n", shard_name("train", i).c_str());
+  }
+  const std::string val = (fs::path(out_dir) / shard_name("val", 0)).string();
+  if (!val_written && fs::remove(val, ec)) std::printf("prepare: removed stale val_000000.bin\n");
+  if (!val_written) fs::remove(mask_path_for(val), ec);
+}
 
 absl::Status prepare_text(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0.0 && o.val_fraction <= 0.5)) {
@@ -179,14 +177,10 @@ absl::Status prepare_text(const PrepareOptions& o) {
     ZT_RETURN_IF_ERROR(write_shard(path, all.subspan(at, count), tok.vocab_size()));
     fs::remove(mask_path_for(path), ec);  // a packed run's mask would misread this shard
   }
-  remove_stale_train_shards(out_dir, num_train_shards);
   const std::string val_path = (out_dir / shard_name("val", 0)).string();
-  if (n_val > 0) {
-    ZT_RETURN_IF_ERROR(write_shard(val_path, all.subspan(n_train), tok.vocab_size()));
-  } else {
-    fs::remove(val_path, ec);
-  }
-  fs::remove(mask_path_for(val_path), ec);
+  if (n_val > 0) ZT_RETURN_IF_ERROR(write_shard(val_path, all.subspan(n_train), tok.vocab_size()));
+  fs::remove(mask_path_for(val_path), ec);  // this val shard has no mask
+  remove_stale_shards(o.out_dir, num_train_shards, n_val > 0);
   std::printf(
       "prepare: %lld tokens from %zu file(s): train %lld tokens in %lld shard(s), "
       "val %lld tokens, %s tokens, in %s\n",

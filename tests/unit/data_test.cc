@@ -834,5 +834,53 @@ TEST_F(DataTest, PackingFillsTheSeedTasksRowsAtT512) {
   EXPECT_LT(packed->rows * 2, padded->rows);
 }
 
+// The files in `dir`, sorted.
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// prepare --format alpaca into a folder that holds an earlier dataset leaves only its own
+// files, as plain-text prepare does: after packed text in one-row shards (train_000000 to
+// train_00000N, each with its mask, and val), then 10 examples (2 for validation), then one
+// example (no validation), train_*.bin and val_*.bin match only the last prepare's shards.
+TEST_F(DataTest, AlpacaPrepareRemovesAnEarlierDatasetsShardsAndMasks) {
+  SKIP_WITHOUT_TOKENIZER();
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. ";
+  write_bytes(path("a.txt"), text);
+  PrepareOptions t;
+  t.tokenizer_path = kTokenizer;
+  t.inputs = {path("a.txt")};
+  t.out_dir = path("out");
+  t.pack = true;
+  t.seq_len = 16;
+  t.max_shard_tokens = 16;  // one row a shard
+  ASSERT_TRUE(prepare_text(t).ok());
+  ASSERT_TRUE(fs::exists(path("out/train_000003.mask")));
+  ASSERT_TRUE(fs::exists(path("out/val_000000.bin")));
+
+  std::string large = "[";
+  for (int i = 0; i < 10; ++i)
+    large += std::string(i ? ", " : "") + R"({"instruction": "Say )" + std::to_string(i) +
+             R"(.", "output": "Fine."})";
+  write_bytes(path("large.json"), large + "]");
+  InstructionPrepareOptions o{kTokenizer, path("large.json"), path("out"), "", 64, 0.2};
+  ASSERT_TRUE(prepare_instructions(o).ok());
+  EXPECT_EQ(listing(path("out")), (std::vector<std::string>{"train_000000.bin", "train_000000.mask",
+                                                            "val_000000.bin", "val_000000.mask"}));
+
+  write_bytes(path("small.json"), R"([{"instruction": "Name a colour.", "output": "Blue."}])");
+  o.input = path("small.json");
+  ASSERT_TRUE(prepare_instructions(o).ok());  // one example: none left for validation
+  EXPECT_EQ(listing(path("out")),
+            (std::vector<std::string>{"train_000000.bin", "train_000000.mask"}));
+  auto loader = DataLoader::open(one_row_at_a_time(path("out/train_*.bin"), 64));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(loader->num_batches_per_epoch(), 1);
+}
+
 }  // namespace
 }  // namespace zt
