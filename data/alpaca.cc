@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/edit_distance.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "common/progress.h"
@@ -68,6 +71,45 @@ PromptTemplate alpaca_template() {
       "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"};
 }
 
+namespace {
+
+// The placeholders format_prompt fills.
+constexpr std::string_view kInstruction = "{instruction}", kInput = "{input}";
+
+// The template text of `key` in the file `path`: each "{name}" in it (a name of 1 to 40 bytes
+// without braces, quotes or line breaks, as a placeholder typed by hand; braces around JSON or
+// code are not one) must be a known placeholder, else it would stay in every prompt as text
+// and what it meant to place would be dropped; and `required` must appear.
+absl::Status check_placeholders(const std::string& text, const char* key, const std::string& path,
+                                std::initializer_list<std::string_view> required) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt template '", path, "': \"", key, "\" ", why));
+  };
+  for (size_t open = text.find('{'); open != std::string::npos; open = text.find('{', open + 1)) {
+    const size_t close = text.find_first_of("{}\"\n", open + 1);
+    if (close == std::string::npos || text[close] != '}' || close == open + 1 ||
+        close - open - 1 > 40)
+      continue;
+    const std::string_view name = std::string_view(text).substr(open, close - open + 1);
+    if (name == kInstruction || name == kInput) continue;
+    const std::string_view closest =
+        edit_distance(name, kInstruction) <= edit_distance(name, kInput) ? kInstruction : kInput;
+    return bad(absl::StrCat("has the placeholder ", std::string(name), ", which is not one of ",
+                            std::string(kInstruction), " and ", std::string(kInput),
+                            " (did you mean ", std::string(closest),
+                            "?): it would stay in every prompt as text"));
+  }
+  for (std::string_view p : required)
+    if (text.find(p) == std::string::npos)
+      return bad(absl::StrCat("has no ", std::string(p), ": every example's ",
+                              p == kInput ? "input" : "instruction",
+                              " would be left out of its prompt; add it"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<PromptTemplate> load_template(const std::string& path) {
   ZT_ASSIGN_OR_RETURN(const std::string text, read_file(path, "prompt template"));
   ZT_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(text, path, 8));
@@ -81,6 +123,10 @@ absl::StatusOr<PromptTemplate> load_template(const std::string& path) {
           "{input})"));
     *dst = j[key].get<std::string>();
   }
+  ZT_RETURN_IF_ERROR(
+      check_placeholders(t.prompt_input, "prompt_input", path, {kInstruction, kInput}));
+  ZT_RETURN_IF_ERROR(
+      check_placeholders(t.prompt_no_input, "prompt_no_input", path, {kInstruction}));
   return t;
 }
 

@@ -44,7 +44,10 @@ struct PromptTemplate {
 // Stanford Alpaca's template (its train.py PROMPT_DICT).
 PromptTemplate alpaca_template();
 // A template file in the same JSON form as tatsu-lab/stanford_alpaca's templates:
-// {"prompt_input": "...", "prompt_no_input": "..."}. Errors name the file and the key.
+// {"prompt_input": "...", "prompt_no_input": "..."}. Errors (InvalidArgument) name the file and
+// the key: a key missing or not a string; a "{name}" that is not {instruction} or {input} (the
+// message names it, the known ones and the closest); no {instruction} in either, or no {input}
+// in prompt_input (what it would place would be dropped from every prompt).
 absl::StatusOr<PromptTemplate> load_template(const std::string& path);
 std::string format_prompt(const PromptTemplate& t, const InstructionExample& e);
 

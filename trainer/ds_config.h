@@ -294,7 +294,4 @@ absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_s
 // file -> NotFound / InvalidArgument naming the path.
 absl::StatusOr<DsConfig> load_ds_config(const std::string& path, int world_size);
 
-// Levenshtein edit distance between a and b (used for "did you mean" suggestions).
-int edit_distance(std::string_view a, std::string_view b);
-
 }  // namespace zt

@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/edit_distance.h"
 #include "common/file.h"
 #include "common/memory.h"
 #include "common/progress.h"

@@ -834,6 +834,50 @@ TEST_F(DataTest, PackingFillsTheSeedTasksRowsAtT512) {
   EXPECT_LT(packed->rows * 2, padded->rows);
 }
 
+// A prompt template's placeholders are checked where it is loaded (prepare --template and
+// sample --template): a misspelt one ({Instruction}) would stay in every prompt as text and
+// drop the instruction from every example, so it is refused, naming it, the known ones and the
+// closest; so is a template without {instruction} (or a prompt_input without {input}).
+// Stanford Alpaca's own template, and braces that are no placeholder, load.
+TEST_F(DataTest, PromptTemplatePlaceholdersAreChecked) {
+  auto load = [&](const std::string& input, const std::string& no_input) {
+    write_bytes(path("t.json"),
+                nlohmann::json{{"prompt_input", input}, {"prompt_no_input", no_input}}.dump());
+    return load_template(path("t.json"));
+  };
+  const PromptTemplate alpaca = alpaca_template();
+  const auto ok = load(alpaca.prompt_input, alpaca.prompt_no_input);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(format_prompt(*ok, {"Add.", "2 and 3", ""}),
+            format_prompt(alpaca, {"Add.", "2 and 3", ""}));
+  EXPECT_TRUE(
+      load("Reply in JSON like {\"a\": 1} or {}.\n{instruction}\n{input}\n", "{instruction} {x\n}")
+          .ok());
+  struct Case {
+    std::string input, no_input;
+    std::vector<std::string> phrases;
+  };
+  const Case cases[] = {
+      {"{Instruction}\n{input}",
+       "{instruction}",
+       {"\"prompt_input\"", "{Instruction}", "not one of {instruction} and {input}",
+        "did you mean {instruction}?"}},
+      {"{instruction}\n{input}",
+       "### {instruction}\n{inptu}",
+       {"\"prompt_no_input\"", "{inptu}", "did you mean {input}?"}},
+      {"{instruction}\n{input}", "### Response:\n", {"\"prompt_no_input\" has no {instruction}"}},
+      {"{instruction}\n", "{instruction}", {"\"prompt_input\" has no {input}"}},
+  };
+  for (const Case& c : cases) {
+    const auto t = load(c.input, c.no_input);
+    ASSERT_FALSE(t.ok()) << c.input << " | " << c.no_input;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    for (const std::string& p : c.phrases)
+      EXPECT_TRUE(Contains(std::string(t.status().message()), p));
+    EXPECT_TRUE(Contains(std::string(t.status().message()), path("t.json")));
+  }
+}
+
 // The files in `dir`, sorted.
 std::vector<std::string> listing(const std::string& dir) {
   std::vector<std::string> names;

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "common/edit_distance.h"
 #include "gtest/gtest.h"
 
 namespace zt {
