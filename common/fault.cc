@@ -50,11 +50,17 @@ bool forced_overflow() {
   return steps.count(++calls) > 0;
 }
 
-void fault_point(const char* point) {
+bool fault_fires(const char* point) {
   const Target& t = target();
-  if (t.point.empty() || t.point != point) return;
+  if (t.point.empty() || t.point != point) return false;
   static std::atomic<long> passes{0};
-  if (++passes == t.pass) ::kill(::getpid(), SIGKILL);
+  return ++passes >= t.pass;
+}
+
+void fault_point(const char* point) {
+  if (!fault_fires(point)) return;
+  const char* action = std::getenv("ZEROTRAIN_FAULT_ACTION");
+  ::kill(::getpid(), action && std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL);
 }
 
 }  // namespace zt

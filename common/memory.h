@@ -139,7 +139,7 @@ class DeviceMemoryLimitExceeded : public std::bad_alloc {
 };
 
 // Throws DeviceMemoryLimitExceeded when `bytes` more of category c would take `t` past `limit`
-// (0: no limit).
+// (0: no limit), or when the fault point "device_alloc" fires (common/fault.h).
 void check_memory_limit(const MemoryTracker& t, size_t limit, size_t bytes, MemCategory c);
 
 }  // namespace zt

@@ -104,8 +104,13 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 
 Engine::~Engine() {
   delayed_.reset();  // waits for an update still running
-  // No buffer may go while the communication thread can still write into it.
-  drain_reductions(0);
+  // No buffer may go while the communication thread can still write into it. Only waited for,
+  // not finished: finishing allocates, and past the device-memory limit (the error that may be
+  // ending the run) would throw out of this destructor and terminate the process.
+  for (PendingReduce& p : pending_) {
+    p.req.wait();
+    p.qgz.wait();
+  }
   gatherer_.reset();
   if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);
 }

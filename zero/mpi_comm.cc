@@ -92,7 +92,15 @@ class CommThread {
         op = std::move(queue_.front());
         queue_.pop_front();
       }
-      op();
+      // An exception cannot reach the issuing thread from here, and this rank would be missing
+      // from the collective the others run: end every rank with it (a buffer the host cannot
+      // allocate, say).
+      try {
+        op();
+      } catch (const std::exception& e) {
+        abort_all_ranks(kUserErrorExitCode,
+                        absl::StrCat("the communication thread failed: ", e.what()));
+      }
       {
         std::lock_guard<std::mutex> lk(mu_);
         ++completed_;

@@ -41,7 +41,11 @@ ParamGatherer::ParamGatherer(Backend* be, Communicator* comm, ParamStore* store,
 }
 
 ParamGatherer::~ParamGatherer() {
-  for (Unit& s : units_) wait_gathered(s);
+  // Waited for, not finished (wait_gathered may allocate hpZ's secondary, and throw).
+  for (Unit& s : units_) {
+    s.req.wait();
+    s.qwz.wait();
+  }
 }
 
 void ParamGatherer::check_unit_sequence(int u) {

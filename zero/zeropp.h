@@ -96,6 +96,8 @@ class QuantizedAllGather {
   QuantizedAllGather() = default;
   QuantizedAllGather(Backend* be, Communicator* comm, const void* shard, size_t s, DType t);
   void finish(void* out);
+  // Waits for the all-gather alone (no allocation, no throw): before the buffers go unfinished.
+  void wait() { req_.wait(); }
   bool active() const { return be_ != nullptr; }
 
  private:
@@ -116,6 +118,9 @@ class QuantizedReduce {
   QuantizedReduce() = default;
   QuantizedReduce(Backend* be, const ZeroppGroups& g, const float* grads, size_t s);
   void finish(float* out);
+  // Waits for the node-local all-to-all alone (no allocation, no throw): before the buffers go
+  // unfinished.
+  void wait() { req_.wait(); }
   bool active() const { return be_ != nullptr; }
 
  private:

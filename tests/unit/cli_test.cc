@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "data/shard.h"
@@ -127,6 +128,34 @@ TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
   write(path("bad.json"), R"({"train_batch_size": 4, "zerotrain": {"device_memory_limt": 5}})");
   expect_user_error(run(train("--deepspeed " + path("bad.json"))),
                     {"zerotrain.device_memory_limt", "device_memory_limit"});
+}
+
+// An allocation past the device-memory limit stops the run with exit 2 and the limit's message
+// at whichever site it happens, at stages 2 and 3 with the optimizer on the CPU and its delayed
+// update, reductions in flight (overlap_comm) and gradient accumulation. The fault point
+// device_alloc:N fails the Nth device allocation as the limit would (common/fault.h); the sweep
+// goes on until a run passes whole (N past the run's last allocation). A reduction still in
+// flight was once finished in the engine's destructor, which allocated again, threw out of it,
+// and ended the process in std::terminate (SIGABRT, exit 134).
+TEST_F(Cli, DeviceMemoryLimitAtEveryAllocationSiteExitsTwo) {
+  for (int stage : {2, 3}) {
+    write(path("dpu.json"), absl::StrCat(R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": )", stage,
+                                         R"(, "overlap_comm": true,
+        "offload_optimizer": {"device": "cpu"}}, "zerotrain": {"device_memory_limit": "1GiB",
+        "delayed_param_update": {"enabled": true, "warmup_steps": 1}}})"));
+    const std::string cmd = train("--deepspeed " + path("dpu.json") + " --steps 2");
+    int n = 1;
+    for (;; ++n) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, ", device allocation ", n));
+      const Result r = test::run_shell(absl::StrCat("ZEROTRAIN_FAULT_POINT=device_alloc:", n, " ",
+                                                    kBin, " ", cmd));
+      if (r.code == 0) break;
+      expect_user_error(r, {"device memory limit 1.00 GiB exceeded", "in use ("});
+      if (r.code != 2 || n == 1000) break;
+    }
+    EXPECT_GT(n, 10) << "a run allocates more than this";
+  }
 }
 
 // --attention / zerotrain.attention: flash and auto run anywhere (the CPU backend names its one
