@@ -179,8 +179,9 @@ struct ZerotrainConfig {
   int64_t device_memory_limit = 0;
   // Cap on this rank's host memory for model states and offload buffers (the host categories
   // of memory_report: optimizer state, gradients, parameters, pinned staging, cpu_checkpointing's
-  // checkpoints; not NVMe), as device_memory_limit; 0: none. Checked after set-up and after each
-  // step against the peaks, so a run stops at most one step after passing it.
+  // checkpoints; not NVMe), as device_memory_limit; 0: none. Checked at set-up against what the
+  // run will hold (the estimator's figures, where above what is held) and after each step
+  // against the peaks, so a run stops at most one step after passing it.
   int64_t host_memory_limit = 0;
   // "delayed_param_update": {"enabled": bool, "warmup_steps": int >= 0}: the ZeRO-Offload
   // paper's one-step delayed parameter update (zero/engine.h EngineOptions::

@@ -563,16 +563,30 @@ size_t host_peak_bytes(const Run& r, MemCategory c) {
 }
 
 // zerotrain.host_memory_limit against the host categories (model states, offload buffers and
-// cpu_checkpointing's checkpoints; not NVMe), at their peaks, as memory_report counts them; collective, so every rank stops together. Checked after
-// set-up and after each step rather than at each allocation.
-absl::Status check_host_memory_limit(Run& r) {
+// cpu_checkpointing's checkpoints; not NVMe), at their peaks, as memory_report counts them;
+// collective, so every rank stops together. Checked after set-up and after each step rather
+// than at each allocation. At set-up a category counts the larger of what it holds and what
+// the estimator predicts the run will hold: what comes at the first step (pinned staging) and
+// at the first delayed parameter update (its host snapshots, after the warm-up steps) is
+// refused before any step trains.
+absl::Status check_host_memory_limit(Run& r, bool at_setup = false) {
   const int64_t limit = r.ds.zerotrain.host_memory_limit;
   if (limit <= 0) return absl::OkStatus();
+  std::optional<MemoryEstimate> predicted;
+  if (at_setup) {
+    ZT_ASSIGN_OR_RETURN(predicted,
+                        estimate_memory(estimate_input(r.ds, r.model, r.comm->world_size(),
+                                                       r.comm->local_size(), r.B, r.T,
+                                                       r.backend.get())));
+  }
   std::string in_use;
   double peak = 0;
   for (size_t k = 0; k < kNumMemCategories; ++k) {
     const auto c = static_cast<MemCategory>(k);
-    const size_t b = c == MemCategory::kNvme ? 0 : host_peak_bytes(r, c);
+    const size_t held = c == MemCategory::kNvme ? 0 : host_peak_bytes(r, c);
+    const size_t b = predicted && c != MemCategory::kNvme
+                         ? std::max<size_t>(held, (size_t)std::max<int64_t>(predicted->hst(c), 0))
+                         : held;
     if (b == 0) continue;
     peak += (double)b;
     absl::StrAppend(&in_use, in_use.empty() ? "" : ", ", std::string(mem_category_name(c)), " ",
@@ -581,11 +595,17 @@ absl::Status check_host_memory_limit(Run& r) {
   double worst[1] = {peak};
   r.comm->all_reduce_scalars(worst, 1, ScalarOp::kMax);
   if (worst[0] <= (double)limit) return absl::OkStatus();
+  const bool delayed = predicted && r.ds.zerotrain.delayed_param_update;
   return absl::InvalidArgumentError(absl::StrCat(
-      "host memory limit ", format_bytes(limit), " exceeded: a rank holds ",
-      format_bytes((int64_t)worst[0]), " of model states and offload buffers at its peak (rank ",
-      r.comm->rank(), ": ", in_use, "); `zerotrain estimate --host_memory` says what fits, or "
-      "raise the limit"));
+      "host memory limit ", format_bytes(limit), " exceeded: a rank ",
+      predicted ? "will hold " : "holds ", format_bytes((int64_t)worst[0]),
+      " of model states and offload buffers at its peak (rank ", r.comm->rank(), ": ", in_use,
+      predicted ? "; predicted at set-up, with the first step's staging" : "",
+      delayed ? " and the delayed parameter update's host snapshots of the owned gradients and "
+                "weights, taken after its warm-up steps"
+              : "",
+      "); `zerotrain estimate --host_memory` says what fits, or raise the limit",
+      delayed ? ", or turn off zerotrain.delayed_param_update" : ""));
 }
 
 // The ZeRO engine on r's model, communicator and state, and its initial weights. Resuming is a
@@ -604,7 +624,7 @@ absl::Status setup_engine(const TrainOptions& opt, Run& r) {
   }
   ZT_RETURN_IF_ERROR(load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed,
                                          *r.engine, r.comm->rank() == 0));
-  return check_host_memory_limit(r);
+  return check_host_memory_limit(r, /*at_setup=*/true);
 }
 
 absl::Status setup_resume(const TrainOptions& opt, Run& r) {

@@ -80,8 +80,9 @@ void expect_user_error(const Result& r, std::vector<std::string> phrases) {
 // model states and buffers: tiny-llama's fp32 stage 2 with the optimizer on the CPU holds 1.63
 // MiB of gradients and optimizer state after set-up (K = 8 + 4 bytes of gradient a parameter,
 // 106,816 parameters: 1,281,792 + 427,264 bytes) and adds 289 KiB of pinned staging at its
-// first step: 1 MiB stops it at set-up, 1.7 MiB after step 1, each with exit 2 and the
-// categories; 8 MiB fits. estimate reads the same key.
+// first step: 1 MiB stops it at set-up, and so does 1.7 MiB (the staging is predicted there,
+// not found after step 1), each with exit 2 and the categories; 8 MiB fits. estimate reads the
+// same key.
 TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
   auto ds = [&](const std::string& limit) {
     write(path("host.json"), R"({"train_micro_batch_size_per_gpu": 2,
@@ -95,15 +96,39 @@ TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
       r, {"host memory limit 1.00 MiB exceeded", "optimizer 1.22 MiB", "grads 417.25 KiB"});
   EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
   r = run(ds("1.7MiB"));
-  // pinned_host exists only once the first step ran; the run stops before step 2.
-  expect_user_error(r, {"host memory limit 1.70 MiB exceeded", "pinned_host 289.00 KiB"});
-  EXPECT_EQ(r.out.find("step    2/"), std::string::npos) << r.out;
+  // pinned_host is allocated at the first step; the estimator's figure for it counts at set-up.
+  expect_user_error(r, {"host memory limit 1.70 MiB exceeded", "will hold 1.91 MiB",
+                        "pinned_host 289.00 KiB"});
+  EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
   EXPECT_EQ(run(ds("8MiB")).code, 0);
   const Result e = run("estimate --model tiny-llama --seq_len 16 --deepspeed " + path("host.json"));
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("of 8.00 MiB -> fits"), std::string::npos) << e.out;
   expect_user_error(run(train("--deepspeed " + path("host.json") + " --host_memory_limit 1GiB")),
                     {"host_memory_limit", "disagree"});
+}
+
+// The delayed parameter update's host snapshots (the owned gradient, 4 bytes a parameter, and
+// the new weights, 4 bytes: 2 x 427,264 bytes here) come at its first step, after the warm-up
+// steps; with the 1,709,056 bytes of set-up and the first step's 295,936 of pinned staging
+// (the test above) a rank peaks at 2,859,520 bytes (2.73 MiB). The run predicts that at start,
+// so a 2.5 MiB limit is refused there, before any step trains; 3 MiB fits.
+TEST_F(Cli, HostMemoryLimitRefusesTheDelayedUpdatesPeakAtStart) {
+  auto ds = [&](const std::string& limit) {
+    write(path("dpu.json"), R"({"train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        "zerotrain": {"host_memory_limit": ")" +
+                                limit + R"(", "delayed_param_update": {"enabled": true,
+        "warmup_steps": 2}}})");
+    return train("--deepspeed " + path("dpu.json"));
+  };
+  const Result r = run(ds("2.5MiB"));
+  expect_user_error(r, {"host memory limit 2.50 MiB exceeded", "will hold 2.73 MiB",
+                        "grads 834.50 KiB", "params 417.25 KiB", "pinned_host 289.00 KiB",
+                        "delayed parameter update", "zerotrain.delayed_param_update"});
+  EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "refused at set-up\n" << r.out;
+  const Result fits = run(ds("3MiB"));
+  EXPECT_EQ(fits.code, 0) << fits.out;
 }
 
 // "zerotrain": {"device_memory_limit": ...} (or the flag) caps the device pool: past it the run
