@@ -828,6 +828,9 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
   ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "zerotrain"));
   ZT_RETURN_IF_ERROR(parse_memory_limit(r, "device_memory_limit", &z->device_memory_limit));
   ZT_RETURN_IF_ERROR(parse_memory_limit(r, "host_memory_limit", &z->host_memory_limit));
+  ZT_RETURN_IF_ERROR(r.get_double({"collective_timeout"}, &z->collective_timeout, 0.0, true));
+  ZT_RETURN_IF_ERROR(
+      r.get_double({"collective_report_interval"}, &z->collective_report_interval, 0.0, true));
   ZT_ASSIGN_OR_RETURN(const json* dpu, section(r, {"delayed_param_update"}));
   if (dpu) {
     ZT_ASSIGN_OR_RETURN(ObjectReader d,

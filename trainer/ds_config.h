@@ -183,6 +183,12 @@ struct ZerotrainConfig {
   // run will hold (the estimator's figures, where above what is held) and after each step
   // against the peaks, so a run stops at most one step after passing it.
   int64_t host_memory_limit = 0;
+  // Seconds a rank waits in one collective for ranks that have not joined it before it ends
+  // every rank (exit 2), and between its lines on stderr saying which collective it waits in
+  // (zero/comm.h Communicator::set_wait_limits); both > 0. 600 s is PyTorch's default timeout
+  // of an NCCL process group (DeepSpeed's default_pg_timeout is 30 minutes).
+  double collective_timeout = 600;
+  double collective_report_interval = 60;
   // "delayed_param_update": {"enabled": bool, "warmup_steps": int >= 0}: the ZeRO-Offload
   // paper's one-step delayed parameter update (zero/engine.h EngineOptions::
   // delayed_update_after) after warmup_steps ordinary steps (default 10). Needs

@@ -809,6 +809,8 @@ absl::Status run_train(const TrainOptions& opt) {
     return agree_on_all_ranks(*r.comm, st, "during setup");
   };
   ZT_RETURN_IF_ERROR(agree(guarded(r, [&] { return setup_inputs(opt, r); })));
+  r.comm->set_wait_limits(r.ds.zerotrain.collective_report_interval,
+                          r.ds.zerotrain.collective_timeout);
   ZT_RETURN_IF_ERROR(
       check_same_on_all_ranks(*r.comm, "device, model, ds_config and recipe", fingerprint(opt, r)));
   ZT_RETURN_IF_ERROR(check_same_data(*r.comm, *r.train, "--train_data"));

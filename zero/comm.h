@@ -101,6 +101,15 @@ class Communicator {
   // Host scalars reduced over ranks in place; blocking; counted as kScalar.
   virtual void all_reduce_scalars(double* v, int k, ScalarOp op) = 0;
 
+  // How a rank waits in a collective that other ranks have not joined (zerotrain.
+  // collective_timeout and collective_report_interval, seconds > 0): after report_interval_s it
+  // says on stderr which collective (its name and sequence number) it waits in, again every
+  // report_interval_s, and after timeout_s it ends every rank (exit 2) with that error; waiting
+  // sleeps between polls rather than spinning. For this communicator and the groups split from
+  // it. Defaults: 60 s and 600 s (PyTorch's and DeepSpeed's 10 minutes). No effect where no
+  // collective can wait (one process).
+  virtual void set_wait_limits(double /*report_interval_s*/, double /*timeout_s*/) {}
+
   // The ranks with the same `color` (>= 0), ordered by `key`, as a communicator of their own
   // (MPI_Comm_split, ncclCommSplit): hierarchical collectives run their node-local steps on one.
   // Collective over this communicator. The group counts into this communicator's counters (one

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cleanup.h"
 #include "common/status.h"
 #include "common/timer.h"
@@ -28,6 +30,10 @@
 
 namespace zt {
 namespace {
+
+// An all-reduce of this many bytes or more runs as MPI's blocking one after a watched barrier
+// (MpiCommunicator::all_reduce).
+constexpr size_t kBarrierFirstBytes = size_t{1} << 20;
 
 // World rank of this process for messages (set once MPI is up; -1 before).
 std::atomic<int> g_world_rank{-1};
@@ -81,7 +87,70 @@ class CommThread {
     });
   }
 
+  // Communicator::set_wait_limits, for every communicator on this thread.
+  void set_wait_limits(double report_interval_s, double timeout_s) {
+    report_s_.store(report_interval_s);
+    timeout_s_.store(timeout_s);
+  }
+  // The collective the ops run next belong to (on this thread): for the messages of complete().
+  void set_current(const char* name, uint64_t seq, int ranks) {
+    current_ = {name, seq, ranks};
+  }
+
+  // Completes `rq`, a non-blocking collective that set_current named, on this thread. Polls
+  // MPI_Test (MPI progresses it only when polled): back to back for the first millisecond, where
+  // most end, then sleeping a sixteenth of the time waited so far (at most 1 ms, so a long
+  // collective still progresses and a rank that waits for a stuck one uses no core). Says so on
+  // stderr every report interval, and past the timeout ends every rank: MPI cannot cancel a
+  // collective, so the run cannot go on (PyTorch's watchdog ends the process likewise).
+  void complete(MPI_Request& rq) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    const double report = report_s_.load(), timeout = timeout_s_.load();
+    double next_report = report;
+    for (int done = 0;;) {
+      ZT_CHECK_MPI(MPI_Test(&rq, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited >= timeout) abort_all_ranks(kUserErrorExitCode, wait_message(waited, true));
+      if (waited >= next_report) {
+        std::fprintf(stderr, "warning: [rank %d] %s\n", rank_for_messages(),
+                     wait_message(waited, false).c_str());
+        std::fflush(stderr);
+        next_report += report;
+      }
+      if (waited > 1e-3)
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(waited / 16, 1e-3)));
+    }
+  }
+
  private:
+  struct Current {
+    const char* name = "";
+    uint64_t seq = 0;  // this collective's number among those of its communicator, from 1
+    int ranks = 0;
+  };
+
+  // What a rank waiting `waited` seconds in the current collective knows. MPI does not say
+  // which ranks have not joined a collective, so the message says how to find them instead.
+  std::string wait_message(double waited, bool timed_out) const {
+    const std::string what = absl::StrCat(current_.name, " #", current_.seq, " of ",
+                                          current_.ranks, " ranks");
+    const std::string who =
+        "not every rank has joined it, or it moves that slowly (MPI does not say which ranks "
+        "are missing: a rank that is stopped, swapping or stuck in I/O or on its GPU prints no "
+        "such line, or one with an earlier number)";
+    if (timed_out)
+      return absl::StrFormat(
+          "collective %s timed out: waited %.0f s (zerotrain.collective_timeout); %s. Find why "
+          "that rank stopped; raise zerotrain.collective_timeout only if a rank legitimately "
+          "spends longer between collectives",
+          what, waited, who);
+    return absl::StrFormat("waiting %.0f s in collective %s: %s; the job ends at %.0f s "
+                           "(zerotrain.collective_timeout)",
+                           waited, what, who, timeout_s_.load());
+  }
+
   void loop() {
     for (;;) {
       std::function<void()> op;
@@ -115,6 +184,8 @@ class CommThread {
   uint64_t issued_ = 0,
            completed_ = 0;  // ops run in order, so op `seq` is done iff completed_ >= seq
   bool stop_ = false;
+  std::atomic<double> report_s_{60}, timeout_s_{600};
+  Current current_;  // the communication thread's alone
   std::thread thread_;  // last: starts once the rest is constructed
 };
 
@@ -188,6 +259,9 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   bool logs_collectives() const override { return true; }
+  void set_wait_limits(double report_interval_s, double timeout_s) override {
+    thread_->set_wait_limits(report_interval_s, timeout_s);
+  }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (color < 0) ZT_MPI_FAIL(absl::StrCat("split color ", color, " is negative"));
@@ -205,7 +279,18 @@ class MpiCommunicator final : public Communicator {
       auto* p = static_cast<float*>(buf);
       for (size_t off = 0; off < n;) {  // MPI counts are int: chunk huge buffers
         const int c = static_cast<int>(std::min<size_t>(n - off, size_t{1} << 30));
-        ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + off, c, MPI_FLOAT, MPI_SUM, comm_));
+        MPI_Request rq;
+        if (static_cast<size_t>(c) * sizeof(float) >= kBarrierFirstBytes) {
+          // Every rank waits in the watched barrier, then the blocking all-reduce runs: Open
+          // MPI's non-blocking one (libnbc) took twice as long on 32 MiB on 2 ranks. A rank
+          // that stops inside it leaves the others waiting unwatched.
+          ZT_CHECK_MPI(MPI_Ibarrier(comm_, &rq));
+          thread_->complete(rq);
+          ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + off, c, MPI_FLOAT, MPI_SUM, comm_));
+        } else {
+          ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, p + off, c, MPI_FLOAT, MPI_SUM, comm_, &rq));
+          thread_->complete(rq);
+        }
         off += static_cast<size_t>(c);
       }
     });
@@ -218,14 +303,20 @@ class MpiCommunicator final : public Communicator {
     return issue("reduce_scatter", n * world_ * dtype_size(t), [this, in, out, n] {
       const int c = static_cast<int>(n);
       const size_t out_bytes = n * sizeof(float), in_bytes = out_bytes * world_;
+      MPI_Request rq;
       if (in == out) {  // result lands in the first n elements of the buffer
-        ZT_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, out, c, MPI_FLOAT, MPI_SUM, comm_));
+        ZT_CHECK_MPI(
+            MPI_Ireduce_scatter_block(MPI_IN_PLACE, out, c, MPI_FLOAT, MPI_SUM, comm_, &rq));
+        thread_->complete(rq);
       } else if (overlaps(in, in_bytes, out, out_bytes)) {  // e.g. out = own shard of in
         std::vector<float> tmp(n);
-        ZT_CHECK_MPI(MPI_Reduce_scatter_block(in, tmp.data(), c, MPI_FLOAT, MPI_SUM, comm_));
+        ZT_CHECK_MPI(
+            MPI_Ireduce_scatter_block(in, tmp.data(), c, MPI_FLOAT, MPI_SUM, comm_, &rq));
+        thread_->complete(rq);
         std::memcpy(out, tmp.data(), out_bytes);
       } else {
-        ZT_CHECK_MPI(MPI_Reduce_scatter_block(in, out, c, MPI_FLOAT, MPI_SUM, comm_));
+        ZT_CHECK_MPI(MPI_Ireduce_scatter_block(in, out, c, MPI_FLOAT, MPI_SUM, comm_, &rq));
+        thread_->complete(rq);
       }
     });
   }
@@ -240,14 +331,16 @@ class MpiCommunicator final : public Communicator {
                    const int c = static_cast<int>(n);
                    const size_t in_bytes = n * esize, out_bytes = in_bytes * world_;
                    char* own = static_cast<char*>(out) + static_cast<size_t>(rank_) * in_bytes;
+                   MPI_Request rq;
                    if (in == own) {  // shard already in place in the full buffer
-                     ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+                     ZT_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_, &rq));
                    } else if (overlaps(in, in_bytes, out, out_bytes)) {
                      std::memmove(own, in, in_bytes);
-                     ZT_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_));
+                     ZT_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, dt, out, c, dt, comm_, &rq));
                    } else {
-                     ZT_CHECK_MPI(MPI_Allgather(in, c, dt, out, c, dt, comm_));
+                     ZT_CHECK_MPI(MPI_Iallgather(in, c, dt, out, c, dt, comm_, &rq));
                    }
+                   thread_->complete(rq);
                  });
   }
 
@@ -257,7 +350,9 @@ class MpiCommunicator final : public Communicator {
     count_bytes(CollKind::kAllGather, elements * world_, static_cast<int64_t>(bytes) * world_);
     return issue("all_gather", bytes * world_, [this, in, out, bytes] {
       const int c = static_cast<int>(bytes);
-      ZT_CHECK_MPI(MPI_Allgather(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_));
+      MPI_Request rq;
+      ZT_CHECK_MPI(MPI_Iallgather(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_, &rq));
+      thread_->complete(rq);
     });
   }
 
@@ -267,7 +362,9 @@ class MpiCommunicator final : public Communicator {
     count_bytes(CollKind::kAllToAll, elements * world_, static_cast<int64_t>(bytes) * world_);
     return issue("all_to_all", bytes * world_, [this, in, out, bytes] {
       const int c = static_cast<int>(bytes);
-      ZT_CHECK_MPI(MPI_Alltoall(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_));
+      MPI_Request rq;
+      ZT_CHECK_MPI(MPI_Ialltoall(in, c, MPI_BYTE, out, c, MPI_BYTE, comm_, &rq));
+      thread_->complete(rq);
     });
   }
 
@@ -279,21 +376,29 @@ class MpiCommunicator final : public Communicator {
       auto* p = static_cast<char*>(buf);
       for (size_t off = 0; off < bytes;) {
         const int c = static_cast<int>(std::min<size_t>(bytes - off, size_t{1} << 30));
-        ZT_CHECK_MPI(MPI_Bcast(p + off, c, MPI_BYTE, root, comm_));
+        MPI_Request rq;
+        ZT_CHECK_MPI(MPI_Ibcast(p + off, c, MPI_BYTE, root, comm_, &rq));
+        thread_->complete(rq);
         off += static_cast<size_t>(c);
       }
     }).wait();
   }
 
   void barrier() override {
-    issue("barrier", 0, [this] { ZT_CHECK_MPI(MPI_Barrier(comm_)); }).wait();
+    issue("barrier", 0, [this] {
+      MPI_Request rq;
+      ZT_CHECK_MPI(MPI_Ibarrier(comm_, &rq));
+      thread_->complete(rq);
+    }).wait();
   }
 
   void all_reduce_scalars(double* v, int k, ScalarOp op) override {
     count(CollKind::kScalar, k, sizeof(double));
     MPI_Op mop = op == ScalarOp::kSum ? MPI_SUM : op == ScalarOp::kMax ? MPI_MAX : MPI_MIN;
     issue("all_reduce (scalars)", k * sizeof(double), [this, v, k, mop] {
-      ZT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, k, MPI_DOUBLE, mop, comm_));
+      MPI_Request rq;
+      ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, v, k, MPI_DOUBLE, mop, comm_, &rq));
+      thread_->complete(rq);
     }).wait();
   }
 
@@ -313,7 +418,8 @@ class MpiCommunicator final : public Communicator {
   // `bytes` (the buffer the collective spans) label its span in a trace (common/trace.h) and its
   // line in the comms_logger.
   CommRequest issue(const char* name, size_t bytes, std::function<void()> op) {
-    return thread_->issue([this, name, bytes, op = std::move(op)] {
+    return thread_->issue([this, name, bytes, seq = ++issued_, op = std::move(op)] {
+      thread_->set_current(name, seq, world_);
       TraceSpan span(Track::kCommunication, name, -1, (int64_t)bytes);
       Timer t;
       op();
@@ -324,6 +430,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::shared_ptr<CommThread> thread_;
+  uint64_t issued_ = 0;  // collectives issued on this communicator (the issuing thread's)
   int rank_ = 0, world_ = 1, node_ = 0, local_rank_ = 0, local_size_ = 1;
 };
 

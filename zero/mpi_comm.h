@@ -6,7 +6,11 @@
 // in the order they were issued. Non-blocking calls enqueue and return a CommRequest whose
 // wait() blocks until that operation finished; blocking calls enqueue and wait. Issue all
 // collectives from one thread (the engine's), in the same order on every rank. MPI is
-// initialised with MPI_THREAD_SERIALIZED: only one thread is inside MPI at a time.
+// initialised with MPI_THREAD_SERIALIZED: only one thread is inside MPI at a time. The thread
+// runs each collective as MPI's non-blocking one and polls it, sleeping between polls once it
+// has waited a millisecond, so a rank waiting for a stuck one neither spins a core nor waits
+// without a word (Communicator::set_wait_limits); an all-reduce of 1 MiB or more waits so in a
+// barrier first and then runs MPI's blocking one, which is faster.
 //
 // Lifetime: MpiRuntime (in main, first) -> make_mpi_communicator() -> ... -> destroy the
 // communicator -> destroy MpiRuntime (MPI_Finalize).

@@ -622,6 +622,34 @@ TEST_F(Cli, InfoSaveKeysAndAFailedExport) {
     EXPECT_NE(e.path().extension(), ".safetensors") << "partial shard " << e.path();
 }
 
+// A rank that hangs (stopped at a fault point while it saves, as on a hung file system) leaves
+// the other waiting in a collective: it says which every zerotrain.collective_report_interval
+// and ends every rank, the stopped one too, with exit 2 at zerotrain.collective_timeout. Before,
+// the job waited forever.
+TEST_F(Cli, StuckRankEndsTheJobAtTheCollectiveTimeout) {
+  write(path("stuck.json"), R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2},
+      "zerotrain": {"collective_timeout": 4, "collective_report_interval": 1}})");
+  const std::string args =
+      train("--deepspeed " + path("stuck.json") + " --save_dir " + path("ck") + " --save_interval 1");
+  const Result r = test::run_shell(
+      std::string(ZT_MPIRUN) + " -np 1 " + kBin + " " + args +
+      " : -np 1 env ZEROTRAIN_FAULT_POINT=save.rank_file_written ZEROTRAIN_FAULT_ACTION=stop " +
+      kBin + " " + args);
+  // (The seconds in the lines are not checked: a loaded machine may print them late.)
+  expect_user_error(r, {"warning: [rank 0] waiting ", " s in collective all_reduce (scalars) #",
+                        "error: [rank 0] collective all_reduce (scalars) #", "timed out: waited ",
+                        " s (zerotrain.collective_timeout)", "not every rank has joined it"});
+  const std::vector<std::string> lines = absl::StrSplit(r.out, "[rank 0] waiting ");
+  EXPECT_GE(lines.size(), 3u + 1) << "a line a second before the 4 s timeout\n" << r.out;
+  EXPECT_EQ(r.out.find("[rank 1] waiting"), std::string::npos) << r.out;
+  // No rank is left, the stopped one included ("[s]" keeps pgrep's own shell from matching).
+  EXPECT_EQ(test::run_shell("sleep 1; pgrep -f -- '" + path("[s]tuck.json") + "'").code, 1);
+  write(path("bad.json"), R"({"train_batch_size": 4, "zerotrain": {"collective_timeout": 0}})");
+  expect_user_error(run(train("--deepspeed " + path("bad.json"))),
+                    {"zerotrain.collective_timeout", "out of range"});
+}
+
 // --comm_report on 2 ranks: each step moves the ZeRO paper's volume, 2Ψ per rank for data
 // parallelism (stage 0's all-reduce) and for P_os+g (stage 2's reduce-scatter + all-gather),
 // Ψ the tiny LLaMA's parameter count in closed form: embedding 256·64, per block attention
