@@ -574,10 +574,9 @@ absl::Status check_host_memory_limit(Run& r, bool at_setup = false) {
   if (limit <= 0) return absl::OkStatus();
   std::optional<MemoryEstimate> predicted;
   if (at_setup) {
-    ZT_ASSIGN_OR_RETURN(predicted,
-                        estimate_memory(estimate_input(r.ds, r.model, r.comm->world_size(),
-                                                       r.comm->local_size(), r.B, r.T,
-                                                       r.backend.get())));
+    ZT_ASSIGN_OR_RETURN(predicted, estimate_memory(estimate_input(
+                                       r.ds, r.model, r.comm->world_size(), r.comm->local_size(),
+                                       r.B, r.T, r.backend.get())));
   }
   std::string in_use;
   double peak = 0;

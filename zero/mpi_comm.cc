@@ -93,9 +93,7 @@ class CommThread {
     timeout_s_.store(timeout_s);
   }
   // The collective the ops run next belong to (on this thread): for the messages of complete().
-  void set_current(const char* name, uint64_t seq, int ranks) {
-    current_ = {name, seq, ranks};
-  }
+  void set_current(const char* name, uint64_t seq, int ranks) { current_ = {name, seq, ranks}; }
 
   // Completes `rq`, a non-blocking collective that set_current named, on this thread. Polls
   // MPI_Test (MPI progresses it only when polled): back to back for the first millisecond, where
@@ -134,8 +132,8 @@ class CommThread {
   // What a rank waiting `waited` seconds in the current collective knows. MPI does not say
   // which ranks have not joined a collective, so the message says how to find them instead.
   std::string wait_message(double waited, bool timed_out) const {
-    const std::string what = absl::StrCat(current_.name, " #", current_.seq, " of ",
-                                          current_.ranks, " ranks");
+    const std::string what =
+        absl::StrCat(current_.name, " #", current_.seq, " of ", current_.ranks, " ranks");
     const std::string who =
         "not every rank has joined it, or it moves that slowly (MPI does not say which ranks "
         "are missing: a rank that is stopped, swapping or stuck in I/O or on its GPU prints no "
@@ -146,9 +144,10 @@ class CommThread {
           "that rank stopped; raise zerotrain.collective_timeout only if a rank legitimately "
           "spends longer between collectives",
           what, waited, who);
-    return absl::StrFormat("waiting %.0f s in collective %s: %s; the job ends at %.0f s "
-                           "(zerotrain.collective_timeout)",
-                           waited, what, who, timeout_s_.load());
+    return absl::StrFormat(
+        "waiting %.0f s in collective %s: %s; the job ends at %.0f s "
+        "(zerotrain.collective_timeout)",
+        waited, what, who, timeout_s_.load());
   }
 
   void loop() {

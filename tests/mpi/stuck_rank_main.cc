@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(5));
     const double cpu = cpu_seconds() - cpu0,
-                 wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                 wall =
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "watcher: %.2f s of CPU over %.2f s of waiting\n", cpu, wall);
     if (cpu > wall / 5) zt::abort_all_ranks(3, "FAIL: the waiting rank spins a core");
     std::this_thread::sleep_for(std::chrono::seconds(25));

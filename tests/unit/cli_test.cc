@@ -97,8 +97,8 @@ TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
   EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
   r = run(ds("1.7MiB"));
   // pinned_host is allocated at the first step; the estimator's figure for it counts at set-up.
-  expect_user_error(r, {"host memory limit 1.70 MiB exceeded", "will hold 1.91 MiB",
-                        "pinned_host 289.00 KiB"});
+  expect_user_error(
+      r, {"host memory limit 1.70 MiB exceeded", "will hold 1.91 MiB", "pinned_host 289.00 KiB"});
   EXPECT_EQ(r.out.find("step    1/"), std::string::npos) << "stopped at set-up\n" << r.out;
   EXPECT_EQ(run(ds("8MiB")).code, 0);
   const Result e = run("estimate --model tiny-llama --seq_len 16 --deepspeed " + path("host.json"));
@@ -165,7 +165,8 @@ TEST_F(Cli, DeviceMemoryLimitStopsWithCategoriesAndASuggestion) {
 TEST_F(Cli, DeviceMemoryLimitAtEveryAllocationSiteExitsTwo) {
   for (int stage : {2, 3}) {
     write(path("dpu.json"), absl::StrCat(R"({"train_micro_batch_size_per_gpu": 2,
-        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": )", stage,
+        "gradient_accumulation_steps": 2, "zero_optimization": {"stage": )",
+                                         stage,
                                          R"(, "overlap_comm": true,
         "offload_optimizer": {"device": "cpu"}}, "zerotrain": {"device_memory_limit": "1GiB",
         "delayed_param_update": {"enabled": true, "warmup_steps": 1}}})"));
@@ -173,8 +174,8 @@ TEST_F(Cli, DeviceMemoryLimitAtEveryAllocationSiteExitsTwo) {
     int n = 1;
     for (;; ++n) {
       SCOPED_TRACE(absl::StrCat("stage ", stage, ", device allocation ", n));
-      const Result r = test::run_shell(absl::StrCat("ZEROTRAIN_FAULT_POINT=device_alloc:", n, " ",
-                                                    kBin, " ", cmd));
+      const Result r = test::run_shell(
+          absl::StrCat("ZEROTRAIN_FAULT_POINT=device_alloc:", n, " ", kBin, " ", cmd));
       if (r.code == 0) break;
       expect_user_error(r, {"device memory limit 1.00 GiB exceeded", "in use ("});
       if (r.code != 2 || n == 1000) break;
@@ -630,8 +631,8 @@ TEST_F(Cli, StuckRankEndsTheJobAtTheCollectiveTimeout) {
   write(path("stuck.json"), R"({"train_micro_batch_size_per_gpu": 2,
       "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2},
       "zerotrain": {"collective_timeout": 4, "collective_report_interval": 1}})");
-  const std::string args =
-      train("--deepspeed " + path("stuck.json") + " --save_dir " + path("ck") + " --save_interval 1");
+  const std::string args = train("--deepspeed " + path("stuck.json") + " --save_dir " + path("ck") +
+                                 " --save_interval 1");
   const Result r = test::run_shell(
       std::string(ZT_MPIRUN) + " -np 1 " + kBin + " " + args +
       " : -np 1 env ZEROTRAIN_FAULT_POINT=save.rank_file_written ZEROTRAIN_FAULT_ACTION=stop " +
