@@ -1,13 +1,18 @@
 // Communicator helpers shared by every implementation, and the single-process communicator.
 #include "zero/comm.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "model/backend.h"
+#include "zero/mpi_comm.h"
 
 namespace zt {
 
@@ -22,6 +27,38 @@ const char* coll_kind_name(CollKind k) {
     case CollKind::kCount: break;
   }
   return "unknown";
+}
+
+void wait_watched(const std::function<bool()>& done, const WaitLimits& limits,
+                  const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  // MPI and NCCL do not say which ranks have not joined a collective: how to find them instead.
+  const std::string who =
+      "not every rank has joined it, or it moves that slowly (MPI does not say which ranks are "
+      "missing: a rank that is stopped, swapping or stuck in I/O or on its GPU prints no such "
+      "line, or one with an earlier number)";
+  double next_report = limits.report_interval_s;
+  while (!done()) {
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (waited >= limits.timeout_s)
+      abort_all_ranks(kUserErrorExitCode,
+                      absl::StrFormat("collective %s timed out: waited %.0f s "
+                                      "(zerotrain.collective_timeout); %s. Find why that rank "
+                                      "stopped; raise zerotrain.collective_timeout only if a rank "
+                                      "legitimately spends longer between collectives",
+                                      what, waited, who));
+    if (waited >= next_report) {
+      std::fprintf(stderr,
+                   "warning: [rank %d] waiting %.0f s in collective %s: %s; the job ends at %.0f "
+                   "s (zerotrain.collective_timeout)\n",
+                   rank_for_messages(), waited, what.c_str(), who.c_str(), limits.timeout_s);
+      std::fflush(stderr);
+      next_report += limits.report_interval_s;
+    }
+    if (waited > 1e-3)
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(waited / 16, 1e-3)));
+  }
 }
 
 namespace {

@@ -106,8 +106,9 @@ class Communicator {
   // says on stderr which collective (its name and sequence number) it waits in, again every
   // report_interval_s, and after timeout_s it ends every rank (exit 2) with that error; waiting
   // sleeps between polls rather than spinning. For this communicator and the groups split from
-  // it. Defaults: 60 s and 600 s (PyTorch's and DeepSpeed's 10 minutes). No effect where no
-  // collective can wait (one process).
+  // it. Defaults: 60 s and 600 s (PyTorch's for an NCCL process group). No effect on one
+  // process, and none on NCCL's collectives yet (their host scalars and barriers go through the
+  // MPI bootstrap, which is watched): wait_watched is what their CUDA events would be polled by.
   virtual void set_wait_limits(double /*report_interval_s*/, double /*timeout_s*/) {}
 
   // The ranks with the same `color` (>= 0), ordered by `key`, as a communicator of their own
@@ -151,6 +152,22 @@ class Communicator {
 };
 
 class Backend;
+
+// Communicator::set_wait_limits's two durations, in seconds.
+struct WaitLimits {
+  double report_interval_s = 60;
+  double timeout_s = 600;
+};
+
+// For communicator implementations: waits until done() (a non-blocking test of collective
+// `what`, e.g. "all_reduce #12 of 4 ranks") returns true, polling it back to back for the first
+// millisecond, where most collectives end, then sleeping a sixteenth of the time waited so far
+// (at most 1 ms, so a long collective is still polled and a rank that waits for a stuck one
+// uses no core). Every report interval it says on stderr what it waits in; past the timeout it
+// ends every rank (abort_all_ranks, exit 2): neither MPI nor NCCL can cancel one collective and
+// go on (PyTorch's watchdog ends the process likewise).
+void wait_watched(const std::function<bool()>& done, const WaitLimits& limits,
+                  const std::string& what);
 
 // World size 1: collectives copy (reduce-scatter / all-gather) or do nothing, and still count,
 // so a single-rank run reports the same volume formula. Buffers live on `be`'s device and are

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
@@ -21,7 +20,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/cleanup.h"
 #include "common/status.h"
 #include "common/timer.h"
@@ -37,15 +35,6 @@ constexpr size_t kBarrierFirstBytes = size_t{1} << 20;
 
 // World rank of this process for messages (set once MPI is up; -1 before).
 std::atomic<int> g_world_rank{-1};
-
-int rank_for_messages() {
-  int r = g_world_rank.load();
-  if (r >= 0) return r;
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
 
 // Internal invariant failure on one rank: file:line, then end every rank.
 [[noreturn]] void fail_at(const char* file, int line, const std::string& msg) {
@@ -95,31 +84,17 @@ class CommThread {
   // The collective the ops run next belong to (on this thread): for the messages of complete().
   void set_current(const char* name, uint64_t seq, int ranks) { current_ = {name, seq, ranks}; }
 
-  // Completes `rq`, a non-blocking collective that set_current named, on this thread. Polls
-  // MPI_Test (MPI progresses it only when polled): back to back for the first millisecond, where
-  // most end, then sleeping a sixteenth of the time waited so far (at most 1 ms, so a long
-  // collective still progresses and a rank that waits for a stuck one uses no core). Says so on
-  // stderr every report interval, and past the timeout ends every rank: MPI cannot cancel a
-  // collective, so the run cannot go on (PyTorch's watchdog ends the process likewise).
+  // Completes `rq`, a non-blocking collective that set_current named, on this thread (MPI
+  // progresses it only when polled), watched as set_wait_limits says (wait_watched).
   void complete(MPI_Request& rq) {
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point start = Clock::now();
-    const double report = report_s_.load(), timeout = timeout_s_.load();
-    double next_report = report;
-    for (int done = 0;;) {
-      ZT_CHECK_MPI(MPI_Test(&rq, &done, MPI_STATUS_IGNORE));
-      if (done) return;
-      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-      if (waited >= timeout) abort_all_ranks(kUserErrorExitCode, wait_message(waited, true));
-      if (waited >= next_report) {
-        std::fprintf(stderr, "warning: [rank %d] %s\n", rank_for_messages(),
-                     wait_message(waited, false).c_str());
-        std::fflush(stderr);
-        next_report += report;
-      }
-      if (waited > 1e-3)
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(waited / 16, 1e-3)));
-    }
+    wait_watched(
+        [&rq] {
+          int done = 0;
+          ZT_CHECK_MPI(MPI_Test(&rq, &done, MPI_STATUS_IGNORE));
+          return done != 0;
+        },
+        WaitLimits{report_s_.load(), timeout_s_.load()},
+        absl::StrCat(current_.name, " #", current_.seq, " of ", current_.ranks, " ranks"));
   }
 
  private:
@@ -128,27 +103,6 @@ class CommThread {
     uint64_t seq = 0;  // this collective's number among those of its communicator, from 1
     int ranks = 0;
   };
-
-  // What a rank waiting `waited` seconds in the current collective knows. MPI does not say
-  // which ranks have not joined a collective, so the message says how to find them instead.
-  std::string wait_message(double waited, bool timed_out) const {
-    const std::string what =
-        absl::StrCat(current_.name, " #", current_.seq, " of ", current_.ranks, " ranks");
-    const std::string who =
-        "not every rank has joined it, or it moves that slowly (MPI does not say which ranks "
-        "are missing: a rank that is stopped, swapping or stuck in I/O or on its GPU prints no "
-        "such line, or one with an earlier number)";
-    if (timed_out)
-      return absl::StrFormat(
-          "collective %s timed out: waited %.0f s (zerotrain.collective_timeout); %s. Find why "
-          "that rank stopped; raise zerotrain.collective_timeout only if a rank legitimately "
-          "spends longer between collectives",
-          what, waited, who);
-    return absl::StrFormat(
-        "waiting %.0f s in collective %s: %s; the job ends at %.0f s "
-        "(zerotrain.collective_timeout)",
-        waited, what, who, timeout_s_.load());
-  }
 
   void loop() {
     for (;;) {
@@ -434,6 +388,15 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+int rank_for_messages() {
+  int r = g_world_rank.load();
+  if (r >= 0) return r;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 0;
+}
 
 void mpi_fatal(int rc, const char* call, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING] = {0};

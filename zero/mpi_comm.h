@@ -55,6 +55,10 @@ class MpiRuntime {
   bool owns_;
 };
 
+// This process's world rank, for messages: MPI's once it is up, else the launcher's variables,
+// else 0.
+int rank_for_messages();
+
 // True between MPI_Init and MPI_Finalize.
 bool mpi_active();
 
