@@ -6,16 +6,11 @@
 set -uo pipefail
 binary=$1
 shift
-out=$("$@" -np 2 "$binary" 2>&1)
-code=$?
-echo "$out"
-sleep 1  # a rank being killed may need a moment to go
-left=$(pidof -- "$binary" || true)
-if [[ -n "$left" ]]; then
-  echo "FAIL: processes of $binary still running: $left"; kill -9 $left; exit 1
-fi
 fail() { echo "FAIL: $*"; exit 1; }
-[[ $code -eq 2 ]] || fail "exit status $code, want 2"
+# Exit 2, the timeout's line, every rank ended (expect_exit.sh), then the lines before it.
+out=$(bash "$(dirname "$0")/expect_exit.sh" 2 "timed out" "$binary" "$@" -np 2 "$binary") ||
+  fail "see above: $out"
+echo "$out"
 grep -q "unreachable\|FAIL" <<<"$out" && fail "see above"
 waits=$(grep -c "^warning: \[rank 0\] waiting [0-9]* s in collective all_reduce (scalars) #2 of 2 ranks" <<<"$out")
 [[ $waits -ge 3 ]] || fail "$waits lines say which collective rank 0 waits in, want one a second"
