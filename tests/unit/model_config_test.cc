@@ -2,12 +2,21 @@
 // 50,257-token vocabulary and tied head; TinyLlama-1.1B and LLaMA-7B model cards).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "common/file.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/layout.h"
+#include "tests/unit/json_fixture.h"
+#include "trainer/export.h"
 
 namespace zt {
 namespace {
@@ -100,6 +109,103 @@ TEST(Init, Gpt2StandardDeviationsFollowThePaper) {
     }
   }
   EXPECT_EQ(checked, 4) << "qkv, attention output, MLP input and output weights";
+}
+
+// The exported config.json against transformers' own config classes
+// (tests/fixtures/hf_config_reference.json, scripts/make_hf_config_reference.py): every key the
+// export writes holds the value GPT2Config / LlamaConfig hold for the same model, and every key
+// it leaves out is one whose transformers default is the model's (or one transformers derives
+// from the others, such as LLaMA's head_dim). Runs without Python: a config that misstates the
+// model (tied embeddings, GQA's KV heads, the MLP width) fails here, not only in the round trip
+// through transformers that needs torch.
+using nlohmann::json;
+
+ModelConfig model_of(const json& m) {
+  ModelConfig c;
+  c.arch = m["arch"] == "gpt2" ? Arch::kGPT2 : Arch::kLLaMA;
+  c.vocab_size = m["vocab_size"], c.max_seq_len = m["max_seq_len"], c.n_layer = m["n_layer"];
+  c.n_head = m["n_head"], c.n_kv_head = m["n_kv_head"], c.hidden = m["hidden"];
+  c.intermediate = m["intermediate"], c.norm_eps = m["norm_eps"].get<float>();
+  c.rope_theta = m["rope_theta"].get<float>(), c.tied_embeddings = m["tied_embeddings"];
+  return c;
+}
+
+// JSON values equal, numbers as doubles (1e-05 written from a float's shortest form).
+bool same(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) return a.get<double>() == b.get<double>();
+  return a == b;
+}
+
+// transformers 5 reads config.json's torch_dtype as dtype and a top-level rope_theta into
+// rope_parameters; GPT-2's n_ctx (older configs' copy of n_positions) it keeps unread; any
+// other key must be one the class knows.
+void expect_config_is_transformers(const json& ours, const json& c, const std::string& what) {
+  const json& want = c["expected"];
+  const json& defaults = c["defaults"];
+  std::set<std::string> covered;
+  for (const auto& [key, value] : ours.items()) {
+    if (key == "torch_dtype" && !want.contains(key)) {
+      EXPECT_TRUE(same(value, want["dtype"])) << what << ": torch_dtype " << value;
+      covered.insert("dtype");
+    } else if (key == "rope_theta" && !want.contains(key)) {
+      const json& rp = want["rope_parameters"];
+      for (const auto& [k, v] : rp.items())
+        EXPECT_TRUE(k == "rope_theta" ? same(value, v) : same(v, defaults["rope_parameters"][k]))
+            << what << ": rope_parameters." << k << " " << v << ", ours rope_theta " << value;
+      covered.insert("rope_parameters");
+    } else if (key == "n_ctx" && !defaults.contains(key)) {
+      EXPECT_TRUE(same(value, want["n_positions"])) << what << ": n_ctx " << value;
+    } else {
+      ASSERT_TRUE(want.contains(key)) << what << ": '" << key << "' is no "
+                                      << c["expected"]["model_type"] << " config key";
+      EXPECT_TRUE(same(value, want[key]))
+          << what << ": " << key << " is " << value << ", transformers' " << want[key];
+      covered.insert(key);
+    }
+  }
+  const std::vector<std::string> derived = c["derived"];
+  for (const auto& [key, value] : want.items()) {
+    if (covered.count(key) || key == "transformers_version" ||
+        std::find(derived.begin(), derived.end(), key) != derived.end())
+      continue;
+    EXPECT_TRUE(defaults.contains(key) && same(value, defaults[key]))
+        << what << ": '" << key << "' left out, so transformers takes its default "
+        << defaults.value(key, json()) << ", not the model's " << value;
+  }
+}
+
+TEST(ExportedConfig, EveryFieldIsWhatTransformersHoldsForTheModel) {
+  const json ref = load_json_fixture("hf_config_reference.json", "make_hf_config_reference.py");
+  ASSERT_GE(ref["cases"].size(), 5u);
+  for (const json& c : ref["cases"]) {
+    const std::string name = c["name"];
+    const ModelConfig m = model_of(c["model"]);
+    ASSERT_TRUE(validate(m).ok()) << name;
+    const json ours = json::parse(hf_config_json(m, c["dtype"], c["bos"], c["eos"]));
+    expect_config_is_transformers(ours, c, name);
+  }
+}
+
+// The file `zerotrain export` writes, from the stored save of the tiny LLaMA (untied, GQA):
+// the fixture's case for that model, as fp32.
+TEST(ExportedConfig, ExportOfAStoredCheckpointWritesTransformersConfig) {
+  const json ref = load_json_fixture("hf_config_reference.json", "make_hf_config_reference.py");
+  const json* c = nullptr;
+  for (const json& x : ref["cases"])
+    if (x["name"] == "tiny_llama_untied_gqa") c = &x;
+  ASSERT_TRUE(c);
+  const std::filesystem::path out = std::filesystem::temp_directory_path() /
+                                    ("zt_export_config_" + std::to_string(::getpid()));
+  ExportOptions o;
+  o.checkpoint = std::string(ZT_SOURCE_DIR) + "/tests/fixtures/tiny_llama_checkpoint";
+  o.out = out.string();
+  o.dtype = "fp32";
+  const absl::Status st = run_export(o);
+  ASSERT_TRUE(st.ok()) << st;
+  auto text = read_file((out / "config.json").string(), "config.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  expect_config_is_transformers(json::parse(*text), *c, "export of tiny_llama_checkpoint");
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace
