@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/tiny_llama/ds_keys_reference.json: for each ds_config key that
 changes training, the losses of a short run with that key set, computed with DeepSpeed 0.19's
-own optimizer and schedulers.
+own optimizers and schedulers.
 
 The model is tests/fixtures/tiny_llama, its batch that of reference.safetensors (B=2, T=8,
 targets not shifted, -100 ignored); every step trains on that batch. The forward and backward
@@ -12,9 +12,22 @@ DeepSpeed trains), after torch.nn.utils.clip_grad_norm_ at gradient_clipping (De
 default 1.0 where the config does not set it; 0 is off), with
 the learning rate of DeepSpeed's scheduler classes (deepspeed.runtime.lr_schedules) stepped
 once per optimizer step as DeepSpeed's engine does.
+The other optimizer types run the class DeepSpeed's engine builds for them
+(DeepSpeedEngine._configure_basic_optimizer, deepspeed/runtime/engine.py) with the params it
+passes: "Lion", DeepSpeedCPULion (deepspeed.ops.lion; FusedLion on a GPU, the same update);
+"Adagrad", torch.optim.Adagrad (DeepSpeedCPUAdagrad only under CPU offload, which has no
+lr_decay); "Muon", MuonWithAuxAdam (deepspeed.runtime.zero.muon.muon_optimizer) over the engine's two
+param groups (DeepSpeedEngine._muon_param_groups): the parameters deepspeed.initialize tags
+use_muon (deepspeed.set_optimizer_flags: 2-D, and not the embedding or lm_head) at muon_lr
+(else lr) with momentum and weight_decay, the others (embedding, head, norms) in its AdamW at
+adam_lr (else lr) with betas, eps and weight_decay, run inline as on a machine without
+FusedAdam. Its Newton-Schulz iteration runs in float32, DeepSpeed's own fallback where the
+accelerator lacks fp16 (zerotrain runs it in fp32), so the fixture holds the method and not
+fp16's rounding.
 
-Each entry holds the ds_config it ran (the base config with one change) and its losses, the
-loss before each of STEPS updates.
+Each entry holds the ds_config it ran (an optimizer's base config with one change; AdamW's
+entries are unprefixed, the others' "Type/key") and its losses, the loss before each of STEPS
+updates.
 
     python3 scripts/make_ds_keys_reference.py [OUT_FILE]
 """
@@ -69,17 +82,83 @@ def variants():
         c = copy.deepcopy(BASE)
         c["scheduler"] = {"type": name, "params": params}
         yield "scheduler_" + name, c
+    yield from other_optimizers()
+
+
+def with_type(type_, **params):
+    c = copy.deepcopy(BASE)
+    c["optimizer"] = {"type": type_, "params": params}
+    return c
+
+
+# Each optimizer's base params, and each key's changed value (one at a time).
+OTHERS = {
+    "Lion": ({"lr": 1e-3, "betas": [0.9, 0.99], "weight_decay": 0.0},
+             {"lr": 3e-3, "betas": [0.5, 0.9], "weight_decay": 0.5}),
+    "Adagrad": ({"lr": 1e-2, "eps": 1e-10, "weight_decay": 0.0, "lr_decay": 0.0},
+                {"lr": 3e-2, "eps": 1e-1, "weight_decay": 0.5, "lr_decay": 0.5}),
+    "Muon": ({"muon_lr": 2e-2, "adam_lr": 3e-3, "momentum": 0.95, "betas": [0.9, 0.95],
+              "eps": 1e-10, "weight_decay": 0.0},
+             {"muon_lr": 5e-2, "adam_lr": 1e-2, "momentum": 0.5, "betas": [0.5, 0.8],
+              "eps": 1e-3, "weight_decay": 0.5}),
+}
+
+
+def other_optimizers():
+    for type_, (base, changes) in OTHERS.items():
+        yield f"{type_}/base", with_type(type_, **base)
+        for key, value in changes.items():
+            yield f"{type_}/{key}", with_type(type_, **{**base, key: value})
+    # Muon given lr alone: both halves take it (the engine passes lr to both groups).
+    yield "Muon/lr_alone", with_type("Muon", lr=1e-2)
+    sched = with_type("Muon", **OTHERS["Muon"][0])
+    sched["scheduler"] = {"type": "WarmupCosineLR", "params": {
+        "warmup_min_ratio": 0.1, "warmup_num_steps": 2, "total_num_steps": 6, "cos_min_ratio": 0.2}}
+    yield "Muon/scheduler_WarmupCosineLR", sched
+
+
+def fp32_newton_schulz():
+    """DeepSpeed's Newton-Schulz in float32, the fallback ns_compute_dtype takes where the
+    accelerator lacks fp16 / bf16 (zerotrain runs it in fp32)."""
+    from deepspeed.runtime.zero.muon import original_muon
+    original_muon.ns_compute_dtype = lambda ns_method="gram": torch.float32
+
+
+def make_optimizer(cfg, model, master):
+    """The optimizer DeepSpeed's engine builds for cfg over the float32 master copies."""
+    o = cfg["optimizer"]
+    p = o["params"]
+    if o["type"] in ("Adam", "AdamW"):
+        adamw_mode = o["type"] == "AdamW" or p.get("adam_w_mode", True)  # DeepSpeed's engine
+        return DeepSpeedCPUAdam(master, lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
+                                weight_decay=p["weight_decay"],
+                                bias_correction=p.get("bias_correction", True),
+                                adamw_mode=adamw_mode)
+    if o["type"] == "Lion":
+        from deepspeed.ops.lion import DeepSpeedCPULion
+        return DeepSpeedCPULion(master, **p)
+    if o["type"] == "Adagrad":
+        return torch.optim.Adagrad(master, **p)
+    # Muon: deepspeed.initialize's tags (set_optimizer_flags), the engine's two groups and its
+    # MuonWithAuxAdam, whose AdamW half runs inline where FusedAdam cannot be built (the CPU).
+    import types
+    import deepspeed
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+    p = dict(p)
+    deepspeed.set_optimizer_flags(types.SimpleNamespace(optimizer_name="muon", optimizer_params=p),
+                                  model)
+    for w, m in zip(model.parameters(), master):
+        m.use_muon = w.use_muon
+    adam_w_mode = p.pop("adam_w_mode", True)
+    groups = DeepSpeedEngine._muon_param_groups(master, p)
+    return MuonWithAuxAdam(groups, adam_optimizer=None, adam_w_mode=adam_w_mode)
 
 
 def run(cfg, src, input_ids, targets):
     model = LlamaForCausalLM.from_pretrained(src, attn_implementation="eager").double()
     master = [p.detach().float().clone().requires_grad_(False) for p in model.parameters()]
-    o = cfg["optimizer"]
-    p = o["params"]
-    adamw_mode = o["type"] == "AdamW" or p.get("adam_w_mode", True)  # DeepSpeed's engine
-    opt = DeepSpeedCPUAdam(master, lr=p["lr"], betas=tuple(p["betas"]), eps=p["eps"],
-                           weight_decay=p["weight_decay"],
-                           bias_correction=p.get("bias_correction", True), adamw_mode=adamw_mode)
+    opt = make_optimizer(cfg, model, master)
     sched = None
     if "scheduler" in cfg:
         s = cfg["scheduler"]
@@ -112,6 +191,7 @@ def main():
     src = os.path.join(root, "tests", "fixtures", "tiny_llama")
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(src, "ds_keys_reference.json")
     patch_llama_for_float64()
+    fp32_newton_schulz()
     with safe_open(os.path.join(src, "reference.safetensors"), "pt") as f:
         input_ids, targets = f.get_tensor("input_ids"), f.get_tensor("targets")
     result = {"script": "scripts/make_ds_keys_reference.py", "steps": STEPS, "runs": {}}

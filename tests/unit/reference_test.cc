@@ -379,25 +379,35 @@ TEST(Reference, LlmcModelFileGivesTransformersLogits) {
   EXPECT_NE(std::string(bad.status().message()).find("truncated"), std::string::npos)
       << bad.status();
 }
-// Each ds_config key that changes training (Adam's betas, eps, weight_decay, adam_w_mode,
-// bias_correction; gradient_clipping; the three schedulers) against DeepSpeed 0.19's own
-// DeepSpeedCPUAdam and scheduler classes: scripts/make_ds_keys_reference.py trains the tiny
-// LLaMA fixture on its batch for 6 steps with the base config and with each key changed
-// alone. Here the same ds_config goes through the trainer's path (parse_ds_config,
-// engine_options, lr_at of the applied steps) and each run's losses must match DeepSpeed's
-// and differ from the base run's by far more than that bound: a key parsed but not applied
-// (or applied as the default) fails.
+// Each ds_config key that changes training against DeepSpeed 0.19's own optimizers and
+// schedulers: scripts/make_ds_keys_reference.py trains the tiny LLaMA fixture on its batch for 6
+// steps with each optimizer's base config and with each of its keys changed alone: AdamW's
+// betas, eps, weight_decay, adam_w_mode, bias_correction (DeepSpeedCPUAdam), gradient_clipping
+// and the three schedulers; Lion's lr, betas, weight_decay (DeepSpeedCPULion); Adagrad's lr,
+// eps, weight_decay, lr_decay (torch.optim.Adagrad, which DeepSpeed's engine builds); Muon's
+// muon_lr, adam_lr, lr alone, momentum, betas, eps, weight_decay and a scheduler
+// (MuonWithAuxAdam with the engine's param groups: the blocks' 2-D matrices take Muon, the
+// embedding, head and norms AdamW). A run named "Opt/key" is compared with "Opt/base", the
+// AdamW runs ("key") with "base". Here the same ds_config goes through the trainer's path
+// (parse_ds_config, engine_options, lr_at of the applied steps for each of Muon's halves) and
+// each run's losses must match DeepSpeed's and differ from its base run's by far more than
+// that bound: a key parsed but not applied (or applied as the default), or a part of the model
+// updated at another half's rate, fails.
 // Bound 5e-5: the forward and backward in fp32 against float64 (each gradient to 1e-4 of its
 // tensor's largest, Reference tests above) move the weights by under 1e-4 of lr per step; the
 // losses (about 1) then differ by a few 1e-6 after 6 steps (seen: at most 4e-6, and 1.5e-5
 // without bias correction, whose first steps are 3x longer). Every key moves some loss by at
-// least 1.2e-2 from the base run's (DeepSpeed's default gradient_clipping 1.0 included).
+// least 1.2e-2 from its base run's (DeepSpeed's default gradient_clipping 1.0 included).
 TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
   std::ifstream f(kFixtures + "tiny_llama/ds_keys_reference.json");
   const nlohmann::json ref = nlohmann::json::parse(f);
-  const std::vector<double> base = ref["runs"]["base"]["losses"].get<std::vector<double>>();
   Fixture fx = load("tiny_llama");
   for (const auto& [name, run] : ref["runs"].items()) {
+    const size_t slash = name.find('/');
+    const std::string base_name =
+        slash == std::string::npos ? "base" : name.substr(0, slash + 1) + "base";
+    ASSERT_TRUE(ref["runs"].contains(base_name)) << name;
+    const std::vector<double> base = ref["runs"][base_name]["losses"].get<std::vector<double>>();
     auto ds = parse_ds_config(run["ds_config"].dump(), 1, name);
     ASSERT_TRUE(ds.ok()) << ds.status();
     Loaded l = build(fx, engine_options(*ds));
@@ -410,11 +420,15 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
       l.model->backward(*l.engine);
       worst = std::max(worst, std::fabs(r.loss - want[s]));
       apart = std::max(apart, std::fabs(want[s] - base[s]));
-      const double lr = lr_at(ds->scheduler, ds->optimizer.lr, l.engine->steps_taken());
-      ASSERT_TRUE(l.engine->step((float)lr).ok());
+      const OptimizerConfig& o = ds->optimizer;
+      const int64_t t = l.engine->steps_taken();
+      const double lr = lr_at(ds->scheduler, o.lr, t);
+      const double adam_half_lr =
+          o.type == OptimizerType::kMuon ? lr_at(ds->scheduler, o.adam_lr, t) : -1;
+      ASSERT_TRUE(l.engine->step((float)lr, (float)adam_half_lr).ok());
     }
     EXPECT_LE(worst, 5e-5) << name << ": the losses against DeepSpeed's";
-    if (name != "base") EXPECT_GT(apart, 100 * 5e-5) << name << " changes no loss";
+    if (name != base_name) EXPECT_GT(apart, 100 * 5e-5) << name << " changes no loss";
   }
 }
 
