@@ -94,7 +94,7 @@ def with_type(type_, **params):
 # Each optimizer's base params, and each key's changed value (one at a time).
 OTHERS = {
     "Lion": ({"lr": 1e-3, "betas": [0.9, 0.99], "weight_decay": 0.0},
-             {"lr": 3e-3, "betas": [0.5, 0.9], "weight_decay": 0.5}),
+             {"lr": 3e-3, "betas": [0.0, 0.0], "weight_decay": 2.0}),
     "Adagrad": ({"lr": 1e-2, "eps": 1e-10, "weight_decay": 0.0, "lr_decay": 0.0},
                 {"lr": 3e-2, "eps": 1e-1, "weight_decay": 0.5, "lr_decay": 0.5}),
     "Muon": ({"muon_lr": 2e-2, "adam_lr": 3e-3, "momentum": 0.95, "betas": [0.9, 0.95],
@@ -150,6 +150,7 @@ def make_optimizer(cfg, model, master):
                                   model)
     for w, m in zip(model.parameters(), master):
         m.use_muon = w.use_muon
+        m.requires_grad_(True)  # the engine's groups keep trainable parameters only
     adam_w_mode = p.pop("adam_w_mode", True)
     groups = DeepSpeedEngine._muon_param_groups(master, p)
     return MuonWithAuxAdam(groups, adam_optimizer=None, adam_w_mode=adam_w_mode)
