@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "zero/zeropp.h"
+
 namespace zt {
 namespace {
 
@@ -75,6 +77,23 @@ TEST(Partition, OneRankShardsOnlyWhenSomethingIsOffloaded) {
   const auto s0 = plan_partition(units, {.stage = 0, .world = 4});
   EXPECT_TRUE(s0[0].replicated);
   EXPECT_EQ(s0[0].owned(), 10);
+}
+
+// hpZ's secondary groups are consecutive runs of zero_hpz_partition_size ranks, so the size
+// must divide the ranks (DeepSpeed's assert world_size % hpz_partition_size == 0): 3 of 4 ranks
+// is refused, naming the key; 2 and 4 (and 1, off) are taken.
+TEST(Zeropp, HpzPartitionSizeMustDivideTheRanks) {
+  ZeroppOptions o;
+  for (int h : {1, 2, 4}) {
+    o.hpz_partition_size = h;
+    EXPECT_TRUE(zeropp_fits(o, 4, 4, 4, true).ok()) << h;
+  }
+  for (int h : {3, 0}) {
+    o.hpz_partition_size = h;
+    const absl::Status s = zeropp_fits(o, 4, 4, 4, true);
+    EXPECT_FALSE(s.ok()) << h;
+    EXPECT_NE(std::string(s.message()).find("zero_hpz_partition_size"), std::string::npos) << s;
+  }
 }
 
 }  // namespace
