@@ -767,7 +767,7 @@ TEST_F(Checkpoint, FinishedJobRelaunchedWritesNothing) {
 TEST_F(Checkpoint, KilledBeforeTheEndOfTrainingFinishesItOnRelaunch) {
   ASSERT_TRUE(test::write_random_shards(dir_, {"val_000000.bin"}, 1000, 256, 4));
   const std::string ds = config("ds.json", 2, 1, "");
-  const std::string val = " --val_data " + path("val_*.bin") + " --val_batches 2";
+  const std::string val = " --val_data " + path("val_*.bin") + " --val_sequences 4";
   ASSERT_EQ(train(1, ds, 3, "straight", val).code, 0);
   const std::vector<double> want = test::metric_values(path("straight"), "val_loss");
   ASSERT_EQ(want.size(), 2u);  // steps 0 and 3

@@ -500,10 +500,11 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream f(path("run/metrics.jsonl"));
   int steps = 0, vals = 0;
+  nlohmann::json last;
   for (std::string line; std::getline(f, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) {
-      ++vals;
+    const auto j = last = nlohmann::json::parse(line);
+    if (j.contains("val_loss") || j.contains("end_of_training")) {
+      vals += j.contains("val_loss");
       continue;
     }
     for (const char* k : {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s"})
@@ -512,6 +513,7 @@ TEST_F(Cli, TinyRunWritesMetricsWithDocumentedFields) {
   }
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(vals, 2);  // start and end
+  EXPECT_EQ(last, nlohmann::json({{"end_of_training", 3}}));  // the log's last line
 }
 
 // Validation runs at the start, after every val_every steps and at the end (llm.c's
