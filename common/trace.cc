@@ -29,7 +29,7 @@ const char* track_name(Track t) {
     case Track::kOptimizer: return "optimizer";
     case Track::kNvmeRead: return "nvme read";
     case Track::kNvmeWrite: return "nvme write";
-    case Track::kDelayedUpdate: return "delayed update";
+    case Track::kOptimizerThread: return "optimizer thread";
     case Track::kCount: break;
   }
   return "?";

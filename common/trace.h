@@ -45,7 +45,7 @@ enum class Track : int {
   kOptimizer,
   kNvmeRead,
   kNvmeWrite,
-  kDelayedUpdate,
+  kOptimizerThread,
   kCount
 };
 const char* track_name(Track t);  // "compute", "communication", "device->host", ...

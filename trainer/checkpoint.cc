@@ -134,7 +134,7 @@ absl::Status save_checkpoint(const std::string& save_dir, int64_t keep_last,
   const std::string tmp = (fs::path(save_dir) / (".tmp_" + tag)).string();
   // A pending delayed update is published first, on every rank (it ends in an all-gather),
   // before any rank's I/O can fail alone.
-  engine.finish_delayed_update();
+  engine.finish_update();
   absl::Status made = absl::OkStatus();
   if (rank == 0) {
     std::error_code ec;

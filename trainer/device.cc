@@ -1,6 +1,8 @@
 // Backend and communicator choice for --device (see device.h).
 #include "trainer/device.h"
 
+#include <algorithm>
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,16 @@ absl::StatusOr<std::unique_ptr<Backend>> make_backend(Device d, int local_rank, 
         local_size, " ranks on this node but ", gpus,
         " GPU(s) visible: launch at most one rank per GPU (mpirun -np ", gpus, " per node)"));
   return be;
+}
+
+ThreadSplit split_threads(int cores, Device d, bool off_thread, int compute_flag,
+                          int optimizer_key) {
+  const bool cpu = d == Device::kCpu || (d == Device::kAuto && cuda_device_count() == 0);
+  ThreadSplit s;
+  const bool halve = cpu && off_thread;
+  s.optimizer = optimizer_key > 0 ? optimizer_key : halve ? std::max(1, cores / 2) : cores;
+  s.compute = compute_flag > 0 ? compute_flag : halve ? std::max(1, cores - s.optimizer) : cores;
+  return s;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_device_communicator(Communicator& host,

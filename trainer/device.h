@@ -27,6 +27,20 @@ absl::StatusOr<std::unique_ptr<Backend>> make_backend(
     Device d, int local_rank, int local_size, int threads,
     AttentionImpl attention = AttentionImpl::kAuto);
 
+// A rank's threads (docs/offload.md "Threads"): `compute` runs the model's kernels (the
+// training thread's OpenMP team), `optimizer` the offloaded optimizer's update off the training
+// thread (the offload pipeline, the delayed update), set apart so that both can run at once.
+struct ThreadSplit {
+  int compute = 1, optimizer = 1;
+};
+// cores: this rank's share of the node's cores (>= 1); off_thread: an update will run off the
+// training thread; compute_flag (--threads) and optimizer_key (zerotrain.optimizer_threads, or
+// --optimizer_threads): > 0 as given, 0 chosen. Chosen: on a GPU the optimizer takes every core
+// (the kernels need one thread to launch them); on the CPU backend, with an update off the
+// thread, the cores are halved between the two (at least one each), else compute takes all.
+ThreadSplit split_threads(int cores, Device d, bool off_thread, int compute_flag,
+                          int optimizer_key);
+
 // The communicator for collectives on `be`'s memory, given this process's host communicator
 // (MPI, or single-process): single-process copying through `be` for one rank; null when the
 // host communicator serves as it is (its buffers are host-addressable); NCCL bootstrapped over

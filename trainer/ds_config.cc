@@ -839,6 +839,8 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
     ZT_RETURN_IF_ERROR(d.get_int({"warmup_steps"}, &z->delayed_param_update_warmup, 0));
     ZT_RETURN_IF_ERROR(d.finish());
   }
+  ZT_RETURN_IF_ERROR(r.get_bool({"offload_pipeline"}, &z->offload_pipeline));
+  ZT_RETURN_IF_ERROR(r.get_int({"optimizer_threads"}, &z->optimizer_threads, 0));
   ZT_ASSIGN_OR_RETURN(const json* trace, section(r, {"trace"}));
   if (trace) {
     ZT_ASSIGN_OR_RETURN(ObjectReader t, ObjectReader::make(&src, *trace, "zerotrain.trace"));

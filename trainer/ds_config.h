@@ -195,6 +195,13 @@ struct ZerotrainConfig {
   // zero_optimization.offload_optimizer on cpu or nvme.
   bool delayed_param_update = false;
   int64_t delayed_param_update_warmup = 10;
+  // The offload pipeline (zero/engine.h EngineOptions::offload_pipeline; docs/offload.md): on
+  // wherever the optimizer is offloaded; false runs the serial update (comparisons, tests).
+  bool offload_pipeline = true;
+  // OpenMP threads of the offloaded optimizer's update off the training thread (also
+  // --optimizer_threads); 0: chosen from the cores per rank (trainer/device.h split_threads),
+  // and the trainer writes the chosen number here.
+  int64_t optimizer_threads = 0;
   // "trace": {"enabled": bool, "steps": [first, last], "output_path": dir} (also --trace_steps):
   // a Chrome trace of those steps, trace_rank<r>.json per rank in output_path (default: the
   // run directory), and each traced step's exposed communication, copy and optimizer time in

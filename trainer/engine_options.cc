@@ -46,6 +46,8 @@ EngineOptions engine_options(const DsConfig& ds) {
   if (ds.zerotrain.delayed_param_update)
     eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
   eo.node_shared_params = ds.zerotrain.node_shared_params;
+  eo.offload_pipeline = ds.zerotrain.offload_pipeline;
+  eo.optimizer_threads = (int)std::max<int64_t>(1, ds.zerotrain.optimizer_threads);
   return eo;
 }
 
@@ -141,6 +143,11 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   // The stage-3 prefetcher runs with overlap_comm; a tied head fetches the embedding too.
   in.live_units = ds.zero.overlap_comm || model.tied_embeddings ? 2 : 1;
   in.delayed_update = ds.zerotrain.delayed_param_update;
+  // Muon updates serially (zero/engine.h EngineOptions::offload_pipeline).
+  in.offload_pipeline = ds.zerotrain.offload_pipeline &&
+                        in.offload_optimizer != OffloadDevice::kNone &&
+                        in.optimizer != OptimizerKind::kMuon;
+  in.device_host_addressable = be && be->host_addressable();
   in.model = model;
   in.micro_batch = B;
   in.seq_len = T;

@@ -137,7 +137,12 @@ ABSL_FLAG(bool, memory_report, false,
           "train: write memory_report_rank<r>.json (measured bytes per category vs the formula)");
 ABSL_FLAG(bool, comm_report, false,
           "train: write comm_report_rank<r>.json (collectives per step, volume in units of Psi)");
-ABSL_FLAG(int, threads, 0, "OpenMP threads (0: all cores of this node / ranks on it)");
+ABSL_FLAG(int, threads, 0,
+          "OpenMP threads of the model's kernels (0: the cores of this node / ranks on it, "
+          "halved with --optimizer_threads on the CPU backend when the optimizer is offloaded)");
+ABSL_FLAG(int, optimizer_threads, 0,
+          "train: OpenMP threads of the offloaded optimizer's update off the training thread "
+          "(0: default zerotrain.optimizer_threads, else chosen: docs/offload.md \"Threads\")");
 ABSL_FLAG(std::string, save_dir, "",
           "train: directory for checkpoints (also zerotrain.save_dir; docs/checkpoints.md)");
 ABSL_FLAG(int64_t, save_interval, -1,
@@ -342,6 +347,11 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
+  if (o.optimizer_threads < 0 || o.optimizer_threads > 1024)
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--optimizer_threads: value ", o.optimizer_threads,
+        " is out of range; allowed: an integer from 0 (chosen from the cores) to 1024")));
   o.device = absl::GetFlag(FLAGS_device);
   o.attention = absl::GetFlag(FLAGS_attention);
   o.save_dir = absl::GetFlag(FLAGS_save_dir);

@@ -63,6 +63,11 @@ absl::StatusOr<DsConfig> resolve_run_config(std::string_view text, int world,
   if (f.keep_last >= 0 && z.keep_last > 0 && f.keep_last != z.keep_last)
     return clash(path, "keep_last", absl::StrCat(f.keep_last), absl::StrCat(z.keep_last));
   if (f.keep_last >= 0) z.keep_last = f.keep_last;
+  if (f.optimizer_threads > 0 && z.optimizer_threads > 0 &&
+      f.optimizer_threads != z.optimizer_threads)
+    return clash(path, "optimizer_threads", absl::StrCat(f.optimizer_threads),
+                 absl::StrCat(z.optimizer_threads));
+  if (f.optimizer_threads > 0) z.optimizer_threads = f.optimizer_threads;
   return ds;
 }
 

@@ -21,6 +21,7 @@ struct KeyFlags {
   std::string save_dir;                 // --save_dir ("": not given)
   int64_t save_interval = -1;           // --save_interval (-1: not given)
   int64_t keep_last = -1;               // --keep_last (-1: not given)
+  int64_t optimizer_threads = 0;        // --optimizer_threads (0: not given)
 };
 
 // Parses the ds_config `text` (read from `path`) for `world` ranks as parse_ds_config does, and

@@ -436,7 +436,8 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
                                           .gradient_checkpointing = opt.gradient_checkpointing,
                                           .save_dir = opt.save_dir,
                                           .save_interval = opt.save_interval,
-                                          .keep_last = opt.keep_last}));
+                                          .keep_last = opt.keep_last,
+                                          .optimizer_threads = opt.optimizer_threads}));
   ZT_RETURN_IF_ERROR(check_saves(opt, r.ds.zerotrain));
   if (r.comm->rank() == 0)
     for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
@@ -501,9 +502,16 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
     ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
     r.val = std::make_unique<DataLoader>(std::move(val));
   }
-  // Ranks on one node share its cores (docs/architecture.md "Rules of thumb").
-  const int threads =
-      opt.threads > 0 ? opt.threads : std::max(1, omp_get_num_procs() / r.comm->local_size());
+  // Ranks on one node share its cores (docs/architecture.md "Rules of thumb"); an offloaded
+  // optimizer's update off the training thread gets threads of its own.
+  ZerotrainConfig& z = r.ds.zerotrain;
+  const bool off_thread = r.ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
+                          (z.offload_pipeline || z.delayed_param_update);
+  const ThreadSplit split =
+      split_threads(std::max(1, omp_get_num_procs() / r.comm->local_size()), device, off_thread,
+                    opt.threads, (int)z.optimizer_threads);
+  const int threads = split.compute;
+  z.optimizer_threads = split.optimizer;
   ZT_ASSIGN_OR_RETURN(const AttentionImpl attention, parse_attention(r.ds.zerotrain.attention));
   ZT_ASSIGN_OR_RETURN(r.backend, make_backend(device, r.comm->local_rank(), r.comm->local_size(),
                                               threads, attention));
@@ -1031,7 +1039,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   }
   if (r.resave) ZT_RETURN_IF_ERROR(maybe_save(opt, r, opt.steps));
   fault_point("train.before_end");    // saved at --steps, the end of training not yet done
-  r.engine->finish_delayed_update();  // the last step's update, if it ran in the background
+  r.engine->finish_update();  // the last step's update, if it ran in the background
   ZT_RETURN_IF_ERROR(validate_now(opt.steps));
   ZT_RETURN_IF_ERROR(write_reports(opt, r, mem, comm_steps, offload_steps));
   if (root && opt.steps > r.start_step)

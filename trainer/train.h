@@ -31,6 +31,7 @@ struct TrainOptions {
   std::string device = "auto";          // auto, cpu or cuda (trainer/device.h)
   std::string attention;  // auto, flash, cudnn (empty: zerotrain.attention, else auto)
   int threads = 0;                      // OpenMP threads (0: cores / ranks on this node)
+  int optimizer_threads = 0;  // --optimizer_threads: the offloaded update's (0: not given)
   bool memory_report = false;           // write memory_report_rank<r>.json into run_dir
   bool comm_report = false;             // write comm_report_rank<r>.json into run_dir
   int64_t device_memory_limit = 0;      // bytes (0: none); also zerotrain.device_memory_limit

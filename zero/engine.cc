@@ -35,6 +35,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   ZT_CHECK(!params_ || stage == 3);
   host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
+  // (The offload pipeline applies only where one is: pipelined().)
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
   // Muon's passes are collective (the all-gather of u): not from the delayed update's thread.
   ZT_CHECK(opt.delayed_update_after < 0 || opt.optimizer.kind != OptimizerKind::kMuon);
@@ -100,10 +101,11 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       z.stage3_max_live_parameters, z.stage3_max_reuse_distance, z.overlap_comm, partition_,
       std::move(shards), z.stage == 3 && z.zeropp.quantized_weights, zeropp_.hpz.get(),
       world_comm_);
+  gatherer_->set_before_read([this](int v) { publish(v); });
 }
 
 Engine::~Engine() {
-  delayed_.reset();  // waits for an update still running
+  pipeline_.reset();  // waits for an update still running
   // No buffer may go while the communication thread can still write into it. Only waited for,
   // not finished: finishing allocates, and past the device-memory limit (the error that may be
   // ending the run) would throw out of this destructor and terminate the process.
@@ -188,13 +190,17 @@ size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
   for (const MemoryTracker* t :
        {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr,
-        delayed_ ? &delayed_->host_tracker() : nullptr})
+        pipeline_ ? &pipeline_->host_tracker() : nullptr})
     if (t) b += peak ? t->peak(c) : t->current(c);
   return b;
 }
 OffloadTimes Engine::offload_times() const {
-  return optimizer_->times() + (params_ ? params_->times() : OffloadTimes{}) +
-         delayed_clock_.times();
+  // An update still running off the training thread counts once done, whole, in the step whose
+  // forward (pipeline) or step (delayed update) waited for it: until then the state's times as
+  // that update started (everything before it) stand for the state's.
+  const OffloadTimes state = pipeline_ && pipeline_->running() ? pipeline_->state_times_at_start()
+                                                               : optimizer_->times();
+  return state + (params_ ? params_->times() : OffloadTimes{}) + pipeline_clock_.times();
 }
 
 void Engine::note_comm_wait(double ms) {
@@ -202,11 +208,11 @@ void Engine::note_comm_wait(double ms) {
   trace_elapsed(Track::kCompute, "wait for communication", ms);
 }
 int64_t Engine::bytes_to_host() const {
-  return optimizer_->bytes_to_host() + (delayed_ ? delayed_->bytes_to_host() : 0);
+  return optimizer_->bytes_to_host() + (pipeline_ ? pipeline_->bytes_to_host() : 0);
 }
 int64_t Engine::bytes_to_device() const {
   return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +
-         delayed_to_device_;
+         published_to_device_;
 }
 
 size_t Engine::shard_numel(int u) const { return units_[u].shard; }
@@ -222,6 +228,7 @@ void* Engine::owned_working(UnitState& s) {
 // ---- the transformer's calls ----
 
 const void* Engine::fetch_stored(int u, DType* t) {
+  publish(u);  // its pipelined update (a gather of a later unit publishes that one first)
   const void* gathered = gatherer_->fetch(u);  // stage 3: the whole unit, gathered
   *t = opt_.param_dtype;
   return gathered ? gathered : unit(u).working();

@@ -37,13 +37,13 @@
 #include "model/unit_engine.h"
 #include "zero/comm.h"
 #include "zero/deepspeed_defaults.h"
-#include "zero/delayed_update.h"
 #include "zero/loss_scaler.h"
 #include "zero/muon_update.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_gatherer.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
+#include "zero/update_pipeline.h"
 #include "zero/zeropp.h"
 
 namespace zt {
@@ -89,6 +89,15 @@ struct EngineOptions {
   // is taken at w_{k-2} and applied to w_{k-1}. Needs an offloaded optimizer state (its update
   // reads a host snapshot of the gradients and writes host staging).
   int delayed_update_after = -1;
+  // The offload pipeline (docs/offload.md "The offload pipeline"): with an offloaded optimizer
+  // state, step() starts the update of the units whose gradient the state holds (stages 2-3)
+  // on a worker thread and returns; the next fetch of a unit (its forward, a stage-3 gather or
+  // read ahead) waits for that unit's update alone and publishes its weights. Bitwise the serial
+  // update. Not with Muon (its passes are collective) or node-shared parameters (a rank would
+  // read a slice another rank has not published yet): those update serially.
+  bool offload_pipeline = false;
+  // OpenMP threads of the update off the training thread (the pipeline, the delayed update).
+  int optimizer_threads = 1;
   // Stages 1-2 on a backend whose memory is host memory (the CPU), every rank on one node: the
   // working copy of the sharded units is one per node, in shared memory (zero/comm.h
   // map_node_shared), not one per rank. Each rank's update writes its slice in place and a
@@ -178,10 +187,12 @@ class Engine final : public UnitEngine {
   // stops the run there too). adam_half_lr: Muon's AdamW elements' learning rate (< 0: lr).
   absl::StatusOr<StepStats> step(float lr, float adam_half_lr = -1);
   int steps_taken() const { return t_; }
-  // Delayed parameter update: waits for the update still running and publishes its weights, so
-  // parameters and optimizer state are current (before reading parameters, at the end of a
-  // run). No-op otherwise. Throws std::runtime_error with the update's error (e.g. NVMe).
-  void finish_delayed_update();
+  // Waits for an update still running off the training thread (the offload pipeline's, the
+  // delayed update's) and publishes its weights, so parameters and optimizer state are current
+  // (before reading parameters, saving, at the end of a run). No-op otherwise. Collective at
+  // stages 1-2 (the all-gather of the new slices). Throws std::runtime_error with the update's
+  // error (e.g. NVMe).
+  void finish_update();
   // Multiply the loss's seed gradient by this (1 without loss scaling).
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
 
@@ -234,7 +245,18 @@ class Engine final : public UnitEngine {
   // dtype (grads_stored: a whole unit, the backend adding into its dtype).
   bool kernels_add_to_stored(const UnitState& s) const;
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
-  void start_delayed_update(const OptimizerStep& as);
+  // The update of the units below on the pipeline's worker: delayed, every unit, from
+  // gradient snapshots, published by the next finish_update(); otherwise the units whose
+  // gradient the state holds, each published by publish(u) when first needed.
+  void start_update_pipeline(const OptimizerStep& as, bool delayed);
+  bool pipelined() const;  // EngineOptions::offload_pipeline applies
+  // Unit u's pipelined update: waits for it and puts its weights in place (stages 1-2 then
+  // all-gather the slice: every rank publishes in the same unit order). No-op when none waits.
+  void publish(int u);
+  void publish_unit(UnitState& s);  // one unit of publish()
+  // Puts unit s's staged weights (UpdatePipeline::take) into its working copy or parameter
+  // store; false when none were staged.
+  bool put_staged(UnitState& s);
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   void map_shared_params();  // EngineOptions::node_shared_params, at construction
   void shared_barrier();     // node-shared parameters: every rank's writes before any next read
@@ -266,9 +288,12 @@ class Engine final : public UnitEngine {
   std::optional<SharedMemory> shared_;  // node-shared working copies (node_shared_params)
   size_t shared_tracked_ = 0;           // its bytes, counted as kParams in the backend's tracker
   bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
-  std::unique_ptr<DelayedUpdate> delayed_;  // DPU: made at the first delayed step
-  int64_t delayed_to_device_ = 0;           // its weights published to the device
-  OffloadClock delayed_clock_;  // the training thread's snapshot and copy-back around it
+  // The update off the training thread (pipeline, DPU): made at its first step.
+  std::unique_ptr<UpdatePipeline> pipeline_;
+  bool delayed_running_ = false;    // the running update is the delayed one
+  int publish_next_ = 0;            // publish(): the units before it are published
+  int64_t published_to_device_ = 0;  // weights the pipeline's staging published to the device
+  OffloadClock pipeline_clock_;     // the training thread's snapshots and copy-backs around it
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;

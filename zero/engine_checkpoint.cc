@@ -8,7 +8,7 @@
 namespace zt {
 
 void Engine::set_unit_params(int u, std::span<const float> host) {
-  finish_delayed_update();
+  finish_update();
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
   // This rank's owned slice (zero past the end of the unit: padding).
@@ -49,7 +49,7 @@ std::pair<size_t, size_t> Engine::saved_range(int u) const {
 }
 
 void Engine::get_saved_state(int u, float* master, float* const* states) {
-  finish_delayed_update();
+  finish_update();
   const auto [begin, end] = saved_range(u);
   if (begin == end) return;
   UnitState& s = unit(u);
@@ -84,7 +84,7 @@ void Engine::set_unit_state(int u, std::span<const float> master,
 }
 
 void Engine::get_unit_params(int u, std::span<float> host) {
-  finish_delayed_update();
+  finish_update();
   UnitState& s = unit(u);
   ZT_CHECK(host.size() == s.numel);
   if (s.replicated) {
@@ -106,6 +106,7 @@ void Engine::gather_to_host(UnitState& s, const void* shard, std::span<float> ho
 }
 
 void Engine::get_unit_grads(int u, std::span<float> host) {
+  finish_update();
   drain_reductions(0);
   UnitState& s = unit(u);
   settle_stale(s);

@@ -21,6 +21,7 @@ void Engine::settle_stale(UnitState& s) {
 }
 
 float* Engine::grads(int u) {
+  publish(u);  // its pipelined update has read the gradient this backward overwrites
   UnitState& s = unit(u);
   if (direct_grads(s)) {
     s.mark_written();
@@ -40,6 +41,7 @@ bool Engine::kernels_add_to_stored(const UnitState& s) const {
 }
 
 TensorRef Engine::grads_stored(int u) {
+  publish(u);
   UnitState& s = unit(u);
   if (direct_grads(s) || !kernels_add_to_stored(s) || s.scratch.data()) return grads(u);
   settle_stale(s);  // the kernels add to it: a stale gradient becomes the zeros it stands for

@@ -1,4 +1,5 @@
-// The engine's optimizer step: norm, clipping, the update per unit, the delayed update.
+// The engine's optimizer step: norm, clipping, the update per unit, the update off the training
+// thread (the offload pipeline, the delayed update).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -14,7 +15,7 @@ namespace zt {
 
 absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   drain_reductions(0);
-  finish_delayed_update();  // the previous step's update, if it ran in the background
+  finish_update();  // the previous step's update, if it ran in the background
   StepStats st;
   st.loss_scale = loss_scale();
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
@@ -74,15 +75,17 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
                    .momentum = a.momentum,
                    .aux_lr = adam_half_lr};
   if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
-    start_delayed_update(as);
+    start_update_pipeline(as, /*delayed=*/true);
     finish_step();
     st.step = t_;
     return st;
   }
   const DType pt = opt_.param_dtype;
+  const bool pipeline = pipelined();
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
+    if (pipeline && s.host_grads) continue;  // on the pipeline's worker, below
     const OwnedGrad g = owned_grad(s);
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
@@ -108,6 +111,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   optimizer_->flush();  // NVMe write-behind: errors surface in this step
   if (muon_) muon_->end_step();
   gather_owned_slices(gather_units);
+  if (pipeline) start_update_pipeline(as, /*delayed=*/false);
   finish_step();
   st.step = t_;
   return st;
@@ -132,33 +136,97 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
   note_comm_wait(t.ms());
 }
 
-// Snapshots every owned gradient as the step would read it (the stored ones are then zeroed by
-// finish_step) and starts the update on them in the background (zero/delayed_update.h).
-void Engine::start_delayed_update(const OptimizerStep& as) {
-  if (!delayed_) {
-    std::vector<DelayedUpdate::Slice> slices;
+bool Engine::pipelined() const {
+  return opt_.offload_pipeline && optimizer_->host_tracker() && !muon_ && !shared_;
+}
+
+// Delayed: snapshots every owned gradient as the step would read it (the stored ones are then
+// zeroed by finish_step) and updates every unit into staging. Pipelined: the units whose
+// gradient the state holds, read in place (the next backward overwrites a unit's gradient only
+// after its forward has waited for its update), their weights written straight into the
+// working copy where the backend's memory is the host's.
+void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
+  if (!pipeline_) {
+    std::vector<UpdatePipeline::Slice> slices;
     for (const UnitState& s : units_) {
       const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
       slices.push_back({s.owned(), reduced ? DType::kF32 : opt_.grad_dtype});
     }
-    delayed_ =
-        std::make_unique<DelayedUpdate>(be_, optimizer_.get(), std::move(slices), opt_.param_dtype);
+    pipeline_ = std::make_unique<UpdatePipeline>(be_, optimizer_.get(), std::move(slices),
+                                                 opt_.param_dtype, opt_.optimizer_threads);
   }
-  Timer t;  // the gradient snapshot: the training thread copies before the worker starts
-  delayed_->start(
-      [&](int u) -> const void* {
+  Timer t;  // the snapshots: the training thread copies before the worker starts
+  pipeline_->start(
+      [&](int u) {
         UnitState& s = units_[u];
+        UpdatePipeline::Source src;
+        if (!delayed && !s.host_grads) {  // updated above, on this thread
+          src.skip = true;
+          return src;
+        }
         const OwnedGrad g = owned_grad(s);
-        return s.host_grads ? nullptr : g.data;  // null: the state's host store has it
+        if (s.host_grads)
+          src.snapshot_host = delayed;  // else read in place
+        else
+          src.device_grad = g.data;
+        if (!delayed) {
+          s.update_pending = true;
+          if (be_->host_addressable() && s.store < 0) {  // the working copy, as the serial update
+            src.out = owned_working(s);
+            published_to_device_ += (int64_t)(s.owned() * dtype_size(opt_.param_dtype));
+          }
+        }
+        return src;
       },
-      as);
-  delayed_clock_.add(OffloadClock::kGradOut, t.ms());
+      as, delayed ? (int)units_.size() : UpdatePipeline::kStagingSlots);
+  if (delayed) pipeline_clock_.add(OffloadClock::kGradOut, t.ms());
+  delayed_running_ = delayed;
+  publish_next_ = delayed ? (int)units_.size() : 0;
 }
 
-void Engine::finish_delayed_update() {
-  if (!delayed_ || !delayed_->running()) return;
+void Engine::publish(int u) {
+  // In forward order: a later unit's update may be waiting for an earlier one's staging slot,
+  // and at stages 1-2 every rank all-gathers the slices in the same order.
+  while (publish_next_ <= u) publish_unit(units_[publish_next_++]);
+}
+
+void Engine::publish_unit(UnitState& s) {
+  if (!s.update_pending) return;
+  s.update_pending = false;
+  const int u = int(&s - units_.data());
   Timer waited;
-  delayed_->wait();
+  pipeline_->wait(u);
+  // The part of the CPU step that compute did not hide: exposed optimizer time.
+  trace_elapsed(Track::kOptimizer, "wait for optimizer", waited.ms());
+  Timer copied;
+  if (put_staged(s)) pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
+  if (!s.replicated && !s.sharded_params) gather_owned_slices({&s});
+}
+
+bool Engine::put_staged(UnitState& s) {
+  const int u = int(&s - units_.data());
+  const std::span<const uint8_t> out = pipeline_->take(u);
+  if (out.empty()) return false;
+  if (s.store >= 0) {
+    std::memcpy(params_->begin_write(s.store), out.data(), out.size());
+    params_->end_write(s.store);
+  } else {
+    be_->copy_to_device(owned_working(s), out.data(), out.size());
+    published_to_device_ += (int64_t)out.size();
+  }
+  pipeline_->release(u);
+  return true;
+}
+
+void Engine::finish_update() {
+  if (!pipeline_ || !pipeline_->running()) return;
+  if (!delayed_running_) {
+    publish((int)units_.size() - 1);
+    pipeline_->wait_all();
+    return;
+  }
+  Timer waited;
+  pipeline_->wait_all();
   // The part of the background step that compute did not hide: exposed optimizer time (the
   // breakdown's cpu_step_ms already holds the whole step, from the worker's clock).
   trace_elapsed(Track::kOptimizer, "wait for delayed update", waited.ms());
@@ -170,18 +238,9 @@ void Engine::finish_delayed_update() {
   }
   Timer copied;
   std::vector<UnitState*> gather_units;
-  delayed_->for_each_result([&](int u, const void* out, size_t bytes) {
-    UnitState& s = units_[u];
-    if (s.store >= 0) {
-      std::memcpy(params_->begin_write(s.store), out, bytes);
-      params_->end_write(s.store);
-    } else {
-      be_->copy_to_device(owned_working(s), out, bytes);
-      delayed_to_device_ += (int64_t)bytes;
-    }
-    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
-  });
-  delayed_clock_.add(OffloadClock::kParamIn, copied.ms());
+  for (UnitState& s : units_)
+    if (put_staged(s) && !s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
   gather_owned_slices(gather_units);
 }
 

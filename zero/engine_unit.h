@@ -42,6 +42,7 @@ struct Engine::UnitState {
   // wrote the gradient.
   enum class SumSq { kUnknown, kZero, kInSlot } owned_ss = SumSq::kUnknown;
   DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary reduce-scatter, or none
+  bool update_pending = false;  // its pipelined update is not published yet (Engine::publish)
 
   size_t owned() const { return replicated ? numel : shard; }
   // This rank's working copy: the whole unit or its shard (params), or the node's (shared).

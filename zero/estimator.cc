@@ -13,6 +13,7 @@
 #include "model/transformer.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
+#include "zero/update_pipeline.h"
 #include "zero/zeropp.h"
 
 namespace zt {
@@ -171,7 +172,11 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   int64_t largest_padded = 0, largest_shard = 0;
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   const std::vector<UnitPartition> plan = plan_partition(units, po);
-  for (const UnitPartition& u : plan) {
+  // The offload pipeline's staging slots (zero/update_pipeline.h): unit i's is slot i % slots,
+  // as large as the largest unit it holds.
+  int64_t slots[UpdatePipeline::kStagingSlots] = {};
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const UnitPartition& u = plan[i];
     const int64_t n = u.numel, shard = u.shard, padded = u.padded;
     e.psi = checked_add(e.psi, n);
     e.padded_psi = checked_add(e.padded_psi, padded);
@@ -199,8 +204,13 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (in.delayed_update) {
       host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
       host_params += Size((int64_t)owned) * P;
+    } else if (in.offload_pipeline && u.host_grads &&
+               (!in.device_host_addressable || u.params != ParamHome::kDevice)) {
+      int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
+      slot = std::max(slot, (int64_t)owned);
     }
   }
+  for (int64_t slot : slots) host_params += Size(slot) * P;
 
   using M = MemCategory;
   // Parameters: stage-3 shards may live on the host or NVMe (offload/param_offload.h).

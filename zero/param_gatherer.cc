@@ -67,6 +67,7 @@ void ParamGatherer::check_unit_sequence(int u) {
 void ParamGatherer::gather(int u, bool backward) {
   Unit& s = units_[u];
   if (s.gathered.data()) return;
+  if (before_read_) before_read_(u);
   // Checked while the sequence is being learnt (first step, or after it changed); afterwards
   // every rank follows the same validated sequence, and a blocking check here would stall the
   // prefetches queued ahead of it.
@@ -178,6 +179,7 @@ void ParamGatherer::read_ahead(size_t cursor) {
     const Unit& s = units_[u];
     if (s.home.store < 0 || s.gathered.data()) continue;
     const bool on_drive = store_->place(s.home.store) == ParamStore::Place::kDrive;
+    if (on_drive && before_read_) before_read_(u);  // the drive holds what it will read
     if (!store_->prefetch(s.home.store)) return;
     if (on_drive) read_at_[u] = fetches_;
   }

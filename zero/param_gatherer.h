@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/dtype.h"
@@ -45,6 +46,9 @@ class ParamGatherer {
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
+  // Called with a unit's index before its shard is read (gathered, loaded or read ahead): the
+  // engine publishes the unit's pipelined update there (zero/update_pipeline.h).
+  void set_before_read(std::function<void(int)> fn) { before_read_ = std::move(fn); }
   // A user of unit u begins. A sharded unit is gathered (the trace records the fetch, and the
   // units after it are prefetched and read ahead): returns the whole unit, padded elements of
   // param_dtype in the backend's memory, valid until its last release. Other units: null.
@@ -119,6 +123,7 @@ class ParamGatherer {
   std::vector<int64_t> read_at_;
   int64_t gathered_ = 0, peak_gathered_ = 0;
   double comm_wait_ms_ = 0;
+  std::function<void(int)> before_read_;
 };
 
 }  // namespace zt

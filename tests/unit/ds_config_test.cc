@@ -477,14 +477,16 @@ TEST(DsConfig, ZerotrainBlockDelayedParamUpdate) {
   }
 }
 
+// A stage-2 ds_config with the "zerotrain" block `zt`, for one rank.
+absl::StatusOr<DsConfig> parse_zerotrain_block(const std::string& zt) {
+  return parse_ds_config(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}, "zerotrain": )" + zt + "}", 1,
+      "test.json");
+}
+
 // "zerotrain": {"node_shared_params": bool}, default false; a non-boolean is named.
 TEST(DsConfig, ZerotrainBlockNodeSharedParams) {
-  auto parse = [](const std::string& zt) {
-    return parse_ds_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}, )"
-                           R"("zerotrain": )" +
-                               zt + "}",
-                           1, "test.json");
-  };
+  const auto parse = parse_zerotrain_block;
   auto c = parse(R"({"node_shared_params": true})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->zerotrain.node_shared_params);
@@ -496,6 +498,28 @@ TEST(DsConfig, ZerotrainBlockNodeSharedParams) {
   EXPECT_NE(std::string(c.status().message()).find("zerotrain.node_shared_params"),
             std::string::npos)
       << c.status();
+}
+
+// "zerotrain": {"offload_pipeline": bool (default true), "optimizer_threads": int >= 0 (default
+// 0, chosen from the cores)}; a wrong type or a negative count is named.
+TEST(DsConfig, ZerotrainBlockOffloadPipelineAndOptimizerThreads) {
+  const auto parse = parse_zerotrain_block;
+  auto c = parse("{}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->zerotrain.offload_pipeline);
+  EXPECT_EQ(c->zerotrain.optimizer_threads, 0);
+  c = parse(R"({"offload_pipeline": false, "optimizer_threads": 3})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->zerotrain.offload_pipeline);
+  EXPECT_EQ(c->zerotrain.optimizer_threads, 3);
+  for (const auto& [bad, key] :
+       {std::pair{R"({"offload_pipeline": "no"})", "zerotrain.offload_pipeline"},
+        std::pair{R"({"optimizer_threads": -1})", "zerotrain.optimizer_threads"},
+        std::pair{R"({"optimizer_threads": 1.5})", "zerotrain.optimizer_threads"}}) {
+    c = parse(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(std::string(c.status().message()).find(key), std::string::npos) << c.status();
+  }
 }
 
 // ZeRO++'s keys (DeepSpeed's names and defaults: off, hpZ partition size 1), stage 3 only;

@@ -611,6 +611,10 @@ TEST(EstimateCommand, ReadsADsConfig) {
   EXPECT_NE(t->find("device model states           2.049"), std::string::npos) << *t;
   EXPECT_NE(t->find("host optimizer               12.294"), std::string::npos) << *t;
   EXPECT_NE(t->find("host grads                    2.049"), std::string::npos) << *t;
+  // The offload pipeline (on by default) stages the new 16-bit weights for the device in two
+  // slots, the even and the odd units': the largest are the embedding (32000 x 2048) and the
+  // final norm with the head (2048 + 32000 x 2048), (65,536,000 + 65,538,048) x 2 bytes.
+  EXPECT_NE(t->find("host params                   0.244"), std::string::npos) << *t;
   EXPECT_NE(t->find("of 4.00 GiB -> does NOT fit"), std::string::npos) << *t;
   EXPECT_NE(t->find("of 16.00 GiB -> fits"), std::string::npos) << *t;
   o.stage = 3;  // the config decides the stage

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "trainer/device.h"
+
 namespace zt {
 namespace {
 
@@ -25,12 +27,14 @@ TEST(RunConfig, AFlagOrItsKeyOrBothWhenTheyAgree) {
   EXPECT_EQ(r->zerotrain.save_dir, "");
   EXPECT_EQ(r->zerotrain.save_interval, 0);
   EXPECT_EQ(r->zerotrain.keep_last, 0);
+  EXPECT_EQ(r->zerotrain.optimizer_threads, 0);
   r = resolve("", {.attention = "flash",
                    .device_memory_limit = 1 << 30,
                    .gradient_checkpointing = true,
                    .save_dir = "/tmp/a",
                    .save_interval = 5,
-                   .keep_last = 2});
+                   .keep_last = 2,
+                   .optimizer_threads = 3});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->zerotrain.attention, "flash");
   EXPECT_EQ(r->zerotrain.device_memory_limit, 1 << 30);
@@ -38,9 +42,10 @@ TEST(RunConfig, AFlagOrItsKeyOrBothWhenTheyAgree) {
   EXPECT_EQ(r->zerotrain.save_dir, "/tmp/a");
   EXPECT_EQ(r->zerotrain.save_interval, 5);
   EXPECT_EQ(r->zerotrain.keep_last, 2);
+  EXPECT_EQ(r->zerotrain.optimizer_threads, 3);
   const std::string keys =
       R"("attention": "cudnn", "gradient_checkpointing": true, "save_dir": "/tmp/b",
-         "save_interval": 7, "keep_last": 3)";
+         "save_interval": 7, "keep_last": 3, "optimizer_threads": 4)";
   r = resolve(keys, {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->zerotrain.attention, "cudnn");
@@ -48,10 +53,15 @@ TEST(RunConfig, AFlagOrItsKeyOrBothWhenTheyAgree) {
   EXPECT_EQ(r->zerotrain.save_dir, "/tmp/b");
   EXPECT_EQ(r->zerotrain.save_interval, 7);
   EXPECT_EQ(r->zerotrain.keep_last, 3);
+  EXPECT_EQ(r->zerotrain.optimizer_threads, 4);
   // Both, equal (save_dir written with a trailing slash).
-  r = resolve(keys, {.attention = "cudnn", .save_dir = "/tmp/b/", .save_interval = 7});
+  r = resolve(keys, {.attention = "cudnn",
+                     .save_dir = "/tmp/b/",
+                     .save_interval = 7,
+                     .optimizer_threads = 4});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->zerotrain.save_interval, 7);
+  EXPECT_EQ(r->zerotrain.optimizer_threads, 4);
 }
 
 TEST(RunConfig, AFlagAndItsKeyThatDisagreeAreNamed) {
@@ -73,6 +83,9 @@ TEST(RunConfig, AFlagAndItsKeyThatDisagreeAreNamed) {
       {R"("keep_last": 3)",
        {.keep_last = 2},
        "--keep_last 2 and ds.json: zerotrain.keep_last 3 disagree"},
+      {R"("optimizer_threads": 4)",
+       {.optimizer_threads = 2},
+       "--optimizer_threads 2 and ds.json: zerotrain.optimizer_threads 4 disagree"},
       {R"("device_memory_limit": "2GB")",
        {.device_memory_limit = 1 << 30},
        "--device_memory_limit"},
@@ -98,6 +111,33 @@ TEST(RunConfig, ActivationCheckpointingWithoutCheckpointingIsNoticed) {
   ASSERT_TRUE(on.ok()) << on.status();
   EXPECT_TRUE(on->notices.empty());
   EXPECT_TRUE(on->zerotrain.gradient_checkpointing);
+}
+
+// docs/offload.md "Threads": given counts are kept; chosen ones give a GPU rank's optimizer
+// every core (its kernels need one thread to launch), and halve a CPU rank's cores between its
+// kernels and an update off the training thread (at least one each); without one, the kernels
+// take every core.
+TEST(Threads, SplitBetweenTheKernelsAndTheOffloadedOptimizer) {
+  struct Case {
+    int cores;
+    Device device;
+    bool off_thread;
+    int compute_flag, optimizer_key;
+    ThreadSplit want;
+  };
+  const Case cases[] = {
+      {8, Device::kCpu, true, 0, 0, {4, 4}},   {7, Device::kCpu, true, 0, 0, {4, 3}},
+      {1, Device::kCpu, true, 0, 0, {1, 1}},   {8, Device::kCpu, false, 0, 0, {8, 8}},
+      {8, Device::kCpu, true, 2, 0, {2, 4}},   {8, Device::kCpu, true, 0, 3, {5, 3}},
+      {8, Device::kCpu, true, 1, 1, {1, 1}},   {16, Device::kCuda, true, 0, 0, {16, 16}},
+      {16, Device::kCuda, true, 0, 6, {16, 6}},
+  };
+  for (const Case& c : cases) {
+    const ThreadSplit got =
+        split_threads(c.cores, c.device, c.off_thread, c.compute_flag, c.optimizer_key);
+    EXPECT_EQ(got.compute, c.want.compute) << c.cores << " cores, flag " << c.compute_flag;
+    EXPECT_EQ(got.optimizer, c.want.optimizer) << c.cores << " cores, key " << c.optimizer_key;
+  }
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ TEST(Tracer, SplitsAtStepEdgesAndGivesEachThreadItsTrack) {
   tr.begin_step(1);
   EXPECT_TRUE(tr.recording()) << "from the step before the first traced one";
   const double long_start = tr.now_us();
-  on_other_thread([&] { tr.add(Track::kDelayedUpdate, "delayed update", -1, long_start, 1e12); });
+  on_other_thread([&] { tr.add(Track::kOptimizerThread, "delayed update", -1, long_start, 1e12); });
   sleep_ms(2);
   EXPECT_EQ(tr.end_step(1).step, 0) << "step 1 is not traced";
 

@@ -1,0 +1,175 @@
+#include "zero/update_pipeline.h"
+
+#include <omp.h>
+
+#include "common/status.h"
+#include "common/trace.h"
+
+namespace zt {
+
+UpdatePipeline::UpdatePipeline(Backend* be, OptimizerState* state, std::vector<Slice> slices,
+                               DType out_t, int threads)
+    : be_(be),
+      state_(state),
+      slices_(std::move(slices)),
+      out_t_(out_t),
+      threads_(threads > 0 ? threads : 1),
+      units_(slices_.size()) {
+  worker_ = std::thread([this] { run(); });
+}
+
+UpdatePipeline::~UpdatePipeline() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    abandon_ = true;  // a worker waiting for a slot nobody will release would wait forever
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !job_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void UpdatePipeline::start(const std::function<Source(int)>& source, const OptimizerStep& as,
+                           int staging_slots) {
+  ZT_CHECK(!running_ && staging_slots >= 1);
+  if (staging_slots != slots_used_) {  // slot k holds units k, k + slots, ...: sized anew
+    for (const Slot& sl : slots_) host_.on_free(MemCategory::kParams, sl.out.size());
+    slots_.clear();
+    slots_used_ = staging_slots;
+  }
+  for (Slot& sl : slots_) sl.free = true;  // the previous update's were all taken
+  for (int u = 0; u < (int)units_.size(); ++u) {
+    Unit& x = units_[u];
+    const Source src = source(u);
+    x.active = !src.skip;
+    x.staged = false;
+    if (!x.active) continue;
+    const size_t grad_bytes = slices_[u].owned * dtype_size(slices_[u].grad_t);
+    auto snapshot = [&] {
+      if (x.grad.empty() && grad_bytes > 0) {
+        x.grad.resize(grad_bytes);
+        host_.on_alloc(MemCategory::kGrads, grad_bytes);
+      }
+      return x.grad.data();
+    };
+    if (src.device_grad) {
+      be_->copy_to_host(snapshot(), src.device_grad, grad_bytes);
+      to_host_ += (int64_t)grad_bytes;
+      x.grad_ptr = x.grad.data();
+    } else if (src.snapshot_host) {
+      state_->copy_gradient(u, snapshot());
+      x.grad_ptr = x.grad.data();
+    } else {
+      x.grad_ptr = nullptr;
+    }
+    x.out_ptr = src.out;
+    if (!src.out) {  // a staging slot, as large as the largest unit it holds
+      x.staged = true;
+      if ((int)slots_.size() <= u % staging_slots) slots_.resize(u % staging_slots + 1);
+      Slot& sl = slot(u);
+      const size_t bytes = slices_[u].owned * dtype_size(out_t_);
+      if (sl.out.size() < bytes) {
+        host_.on_alloc(MemCategory::kParams, bytes - sl.out.size());
+        sl.out.resize(bytes);
+      }
+    }
+  }
+  step_ = as;
+  times_at_start_ = state_->times();  // the worker is idle: nothing else adds to them now
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = true;
+    done_ = 0;
+    flushed_ = false;
+    error_ = nullptr;
+  }
+  running_ = true;
+  cv_.notify_all();
+}
+
+void UpdatePipeline::run() {
+  // OpenMP's thread count is per thread: the optimizer's team is this thread's own.
+  omp_set_num_threads(threads_);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return job_ || stop_; });
+    if (stop_) return;
+    lock.unlock();
+    std::exception_ptr error;
+    size_t u = 0;
+    {
+      TraceSpan span(Track::kOptimizerThread, "optimizer step");
+      try {
+        for (; u < units_.size(); ++u) {
+          Unit& x = units_[u];
+          void* out = x.out_ptr;
+          if (x.active && x.staged) {  // wait for its slot's previous unit to be taken
+            std::unique_lock<std::mutex> g(mu_);
+            Slot& sl = slot((int)u);
+            cv_.wait(g, [&] { return sl.free || abandon_; });
+            if (abandon_) break;
+            sl.free = false;
+            out = sl.out.data();
+          }
+          if (x.active) {
+            OptimizerState::Io io{.grad = const_cast<void*>(x.grad_ptr),
+                                  .grad_t = slices_[u].grad_t,
+                                  .grad_on_host = x.grad_ptr != nullptr,
+                                  .out = out,
+                                  .out_t = out_t_,
+                                  .out_on_host = true};
+            state_->update((int)u, io, step_);
+          }
+          if (u + 1 < units_.size()) {  // the last unit is done once its writes are flushed
+            std::lock_guard<std::mutex> g(mu_);
+            done_ = u + 1;
+            cv_.notify_all();
+            if (abandon_) break;
+          }
+        }
+        state_->flush();  // NVMe write-behind: errors surface in this update
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    lock.lock();
+    error_ = error;
+    done_ = units_.size();
+    flushed_ = true;
+    job_ = false;
+    cv_.notify_all();
+  }
+}
+
+void UpdatePipeline::wait(int u) {
+  if (!running_ || !units_[u].active) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_ > (size_t)u; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void UpdatePipeline::wait_all() {
+  if (!running_) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return flushed_; });
+  running_ = false;
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::span<const uint8_t> UpdatePipeline::take(int u) {
+  Unit& x = units_[u];
+  if (!x.staged) return {};
+  x.staged = false;
+  return {slot(u).out.data(), slices_[u].owned * dtype_size(out_t_)};
+}
+
+void UpdatePipeline::release(int u) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot(u).free = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace zt

@@ -1,0 +1,128 @@
+// An offloaded optimizer's step off the training thread (docs/offload.md "The offload
+// pipeline"): a worker thread with OpenMP threads of its own (zerotrain.optimizer_threads) runs
+// the update unit by unit in forward order and says when each unit is done, so the engine can
+// publish that unit's new weights as soon as the next forward needs them. Two uses:
+//   - the offload pipeline (zerotrain.offload_pipeline): the step ends when the update starts;
+//     the next forward's fetch of unit u waits for unit u alone (ZeRO-Offload's overlap of the
+//     CPU step with compute, Ren et al., USENIX ATC 2021, Section 4.2, taken unit by unit);
+//   - the delayed parameter update (Section 5.2): the gradients are snapshotted first, and the
+//     new weights wait in staging until the next step publishes them all (one step stale).
+// Each unit's update is the same call the training thread would make, on the same tiles, so a
+// pipelined run is bitwise the serial one.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "common/memory.h"
+#include "model/backend.h"
+#include "zero/optimizer_state.h"
+
+namespace zt {
+
+class UpdatePipeline {
+ public:
+  // One unit's owned slice: its elements and the dtype its gradient is stored in.
+  struct Slice {
+    size_t owned = 0;
+    DType grad_t = DType::kF32;
+  };
+  // state: the offloaded optimizer state the update runs on (host memory or NVMe); slices: per
+  // unit; out_t: the working dtype of the new weights; threads (>= 1): the worker's OpenMP
+  // threads. Host snapshots and staging slots are allocated at their first use and kept for the
+  // run (host_tracker counts them: gradients as kGrads, staged weights as kParams).
+  UpdatePipeline(Backend* be, OptimizerState* state, std::vector<Slice> slices, DType out_t,
+                 int threads);
+  ~UpdatePipeline();  // ends the running update early and waits for it; its error is dropped
+  UpdatePipeline(const UpdatePipeline&) = delete;
+  UpdatePipeline& operator=(const UpdatePipeline&) = delete;
+
+  // Where unit u's update reads its gradient and writes its weights.
+  struct Source {
+    bool skip = false;  // the unit takes no part (updated already, on the training thread)
+    // Device memory (grad_t, owned elements): copied into a host snapshot by start(), on the
+    // calling thread. Null: the state's own host gradient, read in place by the update, or
+    // copied into a snapshot first when snapshot_host (the delayed update, whose next backward
+    // writes it while the update still reads).
+    const void* device_grad = nullptr;
+    bool snapshot_host = false;
+    // Host memory the new weights go to directly (the working copy, where the backend's memory
+    // is the host's); null: host staging, handed out by take().
+    void* out = nullptr;
+  };
+  // Starts the step `as` on every unit in forward order on the worker and returns. Not while
+  // one runs (running()). staging_slots (>= 1): how many units' weights may wait in staging at
+  // once; unit u takes slot u % staging_slots (as large as the largest unit it holds), and the
+  // worker waits for it to be released. The delayed update, which publishes every unit at
+  // once, gives one per unit; the pipeline kStagingSlots, so staging stays two units however
+  // large the model.
+  void start(const std::function<Source(int)>& source, const OptimizerStep& as,
+             int staging_slots);
+  static constexpr int kStagingSlots = 2;
+  // An update started and not yet waited for whole (wait_all).
+  bool running() const { return running_; }
+  // Waits until unit u's update is done (at once when it takes no part or is done). Rethrows
+  // the update's error (e.g. NVMe); after one, every later wait rethrows it too.
+  void wait(int u);
+  // Waits for every unit and for the state's writes behind (OptimizerState::flush).
+  void wait_all();
+  // After wait(u): unit u's new weights in staging (out_t, owned elements), once; empty when
+  // they went straight to Source::out, the unit took no part, or they were taken. Units are
+  // taken in forward order; release(u) after the copy hands its slot back to the worker.
+  std::span<const uint8_t> take(int u);
+  void release(int u);
+
+  // The state's times (OptimizerState::times) when the running update started: the engine
+  // reports a running update's time once it is done, so that a step's breakdown holds whole
+  // updates.
+  const OffloadTimes& state_times_at_start() const { return times_at_start_; }
+  const MemoryTracker& host_tracker() const { return host_; }
+  int64_t bytes_to_host() const { return to_host_; }  // gradient snapshots copied off the device
+
+ private:
+  struct Unit {
+    std::vector<uint8_t> grad;       // snapshot, sized at its first use
+    const void* grad_ptr = nullptr;  // what the update reads: grad, or null (the state's own)
+    void* out_ptr = nullptr;         // what it writes: the caller's memory, or null (a slot)
+    bool active = false;             // part of the running update
+    bool staged = false;             // its weights wait in its slot for take()
+  };
+  struct Slot {
+    std::vector<uint8_t> out;
+    bool free = true;  // guarded by mu_
+  };
+  void run();  // the worker's loop
+  Slot& slot(int u) { return slots_[u % slots_used_]; }
+
+  Backend* be_;
+  OptimizerState* state_;
+  std::vector<Slice> slices_;
+  DType out_t_;
+  int threads_;
+  std::vector<Unit> units_;
+  std::vector<Slot> slots_;
+  int slots_used_ = 1;  // this job's staging_slots
+  OptimizerStep step_;
+  OffloadTimes times_at_start_;
+  bool running_ = false;  // training thread's view: started and not wait_all'ed
+  MemoryTracker host_;
+  int64_t to_host_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool job_ = false, stop_ = false;  // guarded by mu_
+  bool abandon_ = false;             // the destructor: the job ends at the next unit, mu_
+  size_t done_ = 0;                  // units finished in this job (in order), guarded by mu_
+  bool flushed_ = false;             // the job's flush ran, guarded by mu_
+  std::exception_ptr error_;         // guarded by mu_
+  std::thread worker_;               // last: started once everything above exists
+};
+
+}  // namespace zt
