@@ -230,6 +230,7 @@ class CpuOptimizerState final : public OptimizerState {
     settle_gradients();
     std::memcpy(host, units_[u].grad.data(), units_[u].grad.bytes());
   }
+  void prepare_staging() override { ensure_staging(); }
   void flush() override {
     be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));  // the working copy is whole
     if (!nvme_ || win_.empty()) return;

@@ -111,7 +111,10 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   optimizer_->flush();  // NVMe write-behind: errors surface in this step
   if (muon_) muon_->end_step();
   gather_owned_slices(gather_units);
-  if (pipeline) start_update_pipeline(as, /*delayed=*/false);
+  if (pipeline) {
+    as.zero_grad = false;  // as the serial update of these units: their next writer overwrites
+    start_update_pipeline(as, /*delayed=*/false);
+  }
   finish_step();
   st.step = t_;
   return st;
@@ -152,6 +155,7 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
       const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
       slices.push_back({s.owned(), reduced ? DType::kF32 : opt_.grad_dtype});
     }
+    optimizer_->prepare_staging();  // here: the worker thread has no GPU device of its own
     pipeline_ = std::make_unique<UpdatePipeline>(be_, optimizer_.get(), std::move(slices),
                                                  opt_.param_dtype, opt_.optimizer_threads);
   }

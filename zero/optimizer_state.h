@@ -75,6 +75,9 @@ class OptimizerState {
   // Waits for writes still in flight (NVMe write-behind), so their errors surface now; the
   // engine calls it at the end of every step.
   virtual void flush() {}
+  // Makes the buffers the update's device copies use (pinned staging: a call into the GPU's
+  // driver) on the calling thread, before an update runs on another (zero/update_pipeline.h).
+  virtual void prepare_staging() {}
 
   // Host memory of an offloaded state, by category (null when everything is on the device).
   virtual const MemoryTracker* host_tracker() const { return nullptr; }
