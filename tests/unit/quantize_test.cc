@@ -88,5 +88,18 @@ TEST(Quantize, NonFiniteBlocksDequantizeToNan) {
   }
 }
 
+// The storage format, read back: 8 bits a two's complement byte, 4 bits two two's complement
+// nibbles (element 2i low). The quantizer writes only [-qmax, qmax], so the nibble 8 (-8) is
+// read here only: every byte value against the sign extension by shifts.
+TEST(Quantize, StoredIntegersAreTwosComplement) {
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t byte[1] = {(uint8_t)b};
+    const int low = (int)(int8_t)(uint8_t)(b << 4) >> 4, high = (int)(int8_t)(uint8_t)b >> 4;
+    EXPECT_EQ(quant_load(byte, 0, 4), low) << "byte " << b;
+    EXPECT_EQ(quant_load(byte, 1, 4), high) << "byte " << b;
+    EXPECT_EQ(quant_load(byte, 0, 8), b < 128 ? b : b - 256) << "byte " << b;
+  }
+}
+
 }  // namespace
 }  // namespace zt
