@@ -81,7 +81,6 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
     std::lock_guard<std::mutex> lock(mu_);
     job_ = true;
     done_ = 0;
-    flushed_ = false;
     error_ = nullptr;
   }
   running_ = true;
@@ -136,7 +135,6 @@ void UpdatePipeline::run() {
     lock.lock();
     error_ = error;
     done_ = units_.size();
-    flushed_ = true;
     job_ = false;
     cv_.notify_all();
   }
@@ -152,7 +150,7 @@ void UpdatePipeline::wait(int u) {
 void UpdatePipeline::wait_all() {
   if (!running_) return;
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return flushed_; });
+  cv_.wait(lock, [&] { return !job_; });  // the job ends after its flush
   running_ = false;
   if (error_) std::rethrow_exception(error_);
 }

@@ -120,7 +120,6 @@ class UpdatePipeline {
   bool job_ = false, stop_ = false;  // guarded by mu_
   bool abandon_ = false;             // the destructor: the job ends at the next unit, mu_
   size_t done_ = 0;                  // units finished in this job (in order), guarded by mu_
-  bool flushed_ = false;             // the job's flush ran, guarded by mu_
   std::exception_ptr error_;         // guarded by mu_
   std::thread worker_;               // last: started once everything above exists
 };
