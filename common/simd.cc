@@ -24,13 +24,18 @@ bool cpu_supports(SimdLevel l) {
   const bool f16c = __builtin_cpu_supports("f16c");
 #endif
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+#if defined(ZT_EMULATE_AVX512)
+  const bool avx512 = avx2, avx512bf16 = avx2;  // SIMDe stands in (common/simd_emulation.h)
+#else
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  const bool avx512bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
   switch (l) {
     case SimdLevel::kScalar: return true;
     case SimdLevel::kAvx2: return avx2;
     case SimdLevel::kAvx512: return avx512;
-    case SimdLevel::kAvx512Bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case SimdLevel::kAvx512Bf16: return avx512bf16;
   }
   return false;
 }

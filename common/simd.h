@@ -1,8 +1,8 @@
 // The SIMD instruction sets the CPU kernels that touch every parameter (dtype conversions, CPU
 // Adam, norms) choose between at run time. Every path is compiled into every build (GCC target
-// attributes) and tested against the scalar one on the machine that runs the tests; ZT_SIMD
-// selects a lower one. (The rest of the build uses -march=native: a binary built on an AVX-512
-// machine is not meant to run on an AVX2-only one.)
+// attributes) and tested against the scalar one on the machine that runs the tests, the AVX-512
+// ones also through SIMDe on any AVX2 machine (common/simd_emulation.h); ZT_SIMD selects a lower
+// one. (The rest of the build targets x86-64-v3, or this machine with -DZT_NATIVE=ON.)
 #pragma once
 
 #include <string_view>

@@ -17,9 +17,16 @@
 #include "common/dtype.h"
 
 #define ZT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#if defined(ZT_EMULATE_AVX512)
+// The test build that runs the AVX-512 kernels through SIMDe (common/simd_emulation.h).
+#include "common/simd_emulation.h"
+#define ZT_TARGET_AVX512 ZT_TARGET_AVX2
+#define ZT_TARGET_AVX512BF16 ZT_TARGET_AVX2
+#else
 #define ZT_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #define ZT_TARGET_AVX512BF16 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
 
 namespace zt::simd {
 

@@ -35,6 +35,7 @@ PACKAGES=(
   fio                               # benchmarks/swapper_vs_fio.py: the disk's own limit
   liburing-dev                      # NVMe offload (io_uring)
   qemu-user                         # tests/portable: the binary on a CPU without AVX-512
+  libsimde-dev                      # tests: the AVX-512 kernels on CPUs without AVX-512
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv              # scripts (reference fixtures are committed); --python
   python3-matplotlib                # scripts/plot_runs.py (the offload study's picture)
