@@ -51,6 +51,13 @@ EngineOptions engine_options(const DsConfig& ds) {
   return eo;
 }
 
+bool offload_pipeline_runs(const DsConfig& ds) {
+  return ds.zerotrain.offload_pipeline &&
+         ds.zero.offload_optimizer.device != OffloadDevice::kNone && ds.zero.stage >= 2 &&
+         ds.optimizer.type != OptimizerType::kMuon &&
+         !(ds.zerotrain.node_shared_params && ds.zero.stage <= 2);
+}
+
 namespace {
 
 // A swapper under `nvme_path` with the "aio" keys; errors name `key` (the config path).
@@ -143,10 +150,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   // The stage-3 prefetcher runs with overlap_comm; a tied head fetches the embedding too.
   in.live_units = ds.zero.overlap_comm || model.tied_embeddings ? 2 : 1;
   in.delayed_update = ds.zerotrain.delayed_param_update;
-  // Muon updates serially (zero/engine.h EngineOptions::offload_pipeline).
-  in.offload_pipeline = ds.zerotrain.offload_pipeline &&
-                        in.offload_optimizer != OffloadDevice::kNone &&
-                        in.optimizer != OptimizerKind::kMuon;
+  in.offload_pipeline = offload_pipeline_runs(ds);
   in.device_host_addressable = be && be->host_addressable();
   in.model = model;
   in.micro_batch = B;

@@ -505,12 +505,9 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (docs/architecture.md "Rules of thumb"); an offloaded
   // optimizer's update off the training thread gets threads of its own.
   ZerotrainConfig& z = r.ds.zerotrain;
-  // (The pipeline's worker has work where Engine::pipelined() holds: stages 2-3, not Muon, not
-  // node-shared parameters.)
-  const bool pipelined = z.offload_pipeline && r.ds.zero.stage >= 2 &&
-                         r.ds.optimizer.type != OptimizerType::kMuon && !z.node_shared_params;
-  const bool off_thread = r.ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
-                          (pipelined || z.delayed_param_update);
+  const bool off_thread = offload_pipeline_runs(r.ds) ||
+                          (r.ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
+                           z.delayed_param_update);
   const ThreadSplit split =
       split_threads(std::max(1, omp_get_num_procs() / r.comm->local_size()), device, off_thread,
                     opt.threads, (int)z.optimizer_threads);

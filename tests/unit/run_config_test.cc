@@ -6,7 +6,9 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "trainer/device.h"
+#include "trainer/engine_options.h"
 
 namespace zt {
 namespace {
@@ -137,6 +139,40 @@ TEST(Threads, SplitBetweenTheKernelsAndTheOffloadedOptimizer) {
         split_threads(c.cores, c.device, c.off_thread, c.compute_flag, c.optimizer_key);
     EXPECT_EQ(got.compute, c.want.compute) << c.cores << " cores, flag " << c.compute_flag;
     EXPECT_EQ(got.optimizer, c.want.optimizer) << c.cores << " cores, key " << c.optimizer_key;
+  }
+}
+
+// The one rule the thread split, the estimator's staging slots and the engine options read.
+TEST(Threads, TheOffloadPipelineRunsWhereItsWorkerHasUnits) {
+  struct Case {
+    int stage;
+    const char* offload;
+    const char* optimizer;
+    const char* zerotrain;
+    bool want;
+  };
+  const Case cases[] = {
+      {2, "cpu", "AdamW", "", true},
+      {3, "nvme", "Lion", "", true},
+      {1, "cpu", "AdamW", "", false},  // the state holds no gradient: nothing to pipeline
+      {2, "none", "AdamW", "", false},
+      {2, "cpu", "Muon", "", false},
+      {2, "cpu", "AdamW", R"("offload_pipeline": false)", false},
+      {2, "cpu", "AdamW", R"("node_shared_params": true)", false},
+      {3, "cpu", "AdamW", R"("node_shared_params": true)", true},  // stages 1-2 only share
+  };
+  for (const Case& c : cases) {
+    const std::string offload =
+        std::string(c.offload) == "nvme"
+            ? R"({"device": "nvme", "nvme_path": "/tmp"})"
+            : absl::StrCat(R"({"device": ")", c.offload, R"("})");
+    const std::string json = absl::StrCat(
+        R"({"train_batch_size": 8, "optimizer": {"type": ")", c.optimizer,
+        R"(", "params": {"lr": 0.001}}, "zero_optimization": {"stage": )", c.stage,
+        R"(, "offload_optimizer": )", offload, R"(}, "zerotrain": {)", c.zerotrain, "}}");
+    absl::StatusOr<DsConfig> ds = resolve_run_config(json, 1, kPath, KeyFlags{});
+    ASSERT_TRUE(ds.ok()) << ds.status() << "\n" << json;
+    EXPECT_EQ(offload_pipeline_runs(*ds), c.want) << json;
   }
 }
 
