@@ -812,6 +812,18 @@ TEST_F(CudaVsCpu, FlashAttentionTilesIsDeterministicAndKeepsNoTxT) {
       << "attention allocated more than a row statistic per (b, h, t)";
 }
 
+// The emulation's race detector costs ~10x in the attention kernels (a shadow cell per byte):
+// while this lives, the random order keeps it and the other two orders run strict without it
+// (still NaN-filled memory, checked masks and copies). Nothing on a real GPU.
+struct RaceDetectionInTheRandomOrderOnly {
+#ifdef ZT_CUDA_EMU
+  RaceDetectionInTheRandomOrderOnly() {
+    emu::set_race_detection(emu::thread_order() == emu::ThreadOrder::kRandom);
+  }
+  ~RaceDetectionInTheRandomOrderOnly() { emu::set_race_detection(true); }
+#endif
+};
+
 // The tensor-core attention (bf16 / fp16 activations; model/cuda/attention_mma.cu) over the
 // sizes of the kernels issue: T = 1, 7, 37, 130 (partial tiles of 64 and 32, a block past the
 // first), head sizes 64, 80, 96, 128 (80 and 96 not powers of two; 128 the largest), GQA
@@ -821,15 +833,7 @@ TEST_F(CudaVsCpu, FlashAttentionTilesIsDeterministicAndKeepsNoTxT) {
 // and each output's rounding: within 2 units in the last place of the largest magnitude,
 // bf16 2^-7, fp16 2^-10 (the 16-bit test's bounds). The backward repeats bit for bit.
 TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
-#ifdef ZT_CUDA_EMU
-  // The race detector costs ~10x here (a shadow cell per byte): the random order keeps it, the
-  // other two orders run strict without it (still NaN-filled memory, checked masks and copies).
-  const bool detect = emu::thread_order() == emu::ThreadOrder::kRandom;
-  emu::set_race_detection(detect);
-  struct Restore {
-    ~Restore() { emu::set_race_detection(true); }
-  } restore;
-#endif
+  const RaceDetectionInTheRandomOrderOnly detection;
   for (DType t : {DType::kBF16, DType::kF16}) {
     const double tol = t == DType::kBF16 ? 8e-3 : 1e-3;
     int turn = 0;
@@ -857,6 +861,7 @@ TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
 // tests/unit/packing_test.cc holds to each example computed alone; on auto the packed rows go
 // to these kernels, not cuDNN.
 TEST_F(CudaVsCpu, PackedRowsAttendOnlyWithinTheirExamples) {
+  const RaceDetectionInTheRandomOrderOnly detection;
   std::vector<int> pos;
   for (const auto& row : {std::vector{1, 31, 32, 32, 2, 32}, std::vector{64, 66}})
     for (int n : row)

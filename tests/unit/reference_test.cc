@@ -398,6 +398,12 @@ TEST(Reference, LlmcModelFileGivesTransformersLogits) {
 // losses (about 1) then differ by a few 1e-6 after 6 steps (seen: at most 4e-6, and 1.5e-5
 // without bias correction, whose first steps are 3x longer). Every key moves some loss by at
 // least 1.2e-2 from its base run's (DeepSpeed's default gradient_clipping 1.0 included).
+// The ds_keys fixture's runs whose key is the learning rate or its schedule.
+bool is_learning_rate_run(const std::string& name) {
+  const std::string key = name.substr(name.find('/') + 1);  // npos + 1 = 0: the whole name
+  return key == "lr" || key == "lr_alone" || key.rfind("scheduler_", 0) == 0;
+}
+
 TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
   std::ifstream f(kFixtures + "tiny_llama/ds_keys_reference.json");
   const nlohmann::json ref = nlohmann::json::parse(f);
@@ -412,6 +418,10 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
     ASSERT_TRUE(ds.ok()) << ds.status();
     Loaded l = build(fx, engine_options(*ds));
     if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
+    // On the CUDA backend, the runs that change only the learning rate (lr, a scheduler) are
+    // left out: the rate reaches the kernels as the one argument every run passes, and its
+    // value is host code the CPU backend's pass checks (each run is ~10 s on the emulation).
+    if (l.be->name() != "cpu" && is_learning_rate_run(name)) continue;
     const std::vector<double> want = run["losses"].get<std::vector<double>>();
     double worst = 0, apart = 0;
     for (size_t s = 0; s < want.size(); ++s) {
