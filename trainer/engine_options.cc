@@ -58,6 +58,12 @@ bool offload_pipeline_runs(const DsConfig& ds) {
          !(ds.zerotrain.node_shared_params && ds.zero.stage <= 2);
 }
 
+bool update_runs_off_the_training_thread(const DsConfig& ds) {
+  return offload_pipeline_runs(ds) ||
+         (ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
+          ds.zerotrain.delayed_param_update);
+}
+
 namespace {
 
 // A swapper under `nvme_path` with the "aio" keys; errors name `key` (the config path).
@@ -261,7 +267,9 @@ StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int 
           .delayed_update = ds.zerotrain.delayed_param_update,
           .reduce_scatter = z.reduce_scatter,
           .param_bytes = bytes,
-          .grad_bytes = bytes};
+          .grad_bytes = bytes,
+          .offload_pipeline = offload_pipeline_runs(ds),
+          .optimizer_threads = (int)ds.zerotrain.optimizer_threads};
 }
 
 }  // namespace zt

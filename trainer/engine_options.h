@@ -25,6 +25,10 @@ EngineOptions engine_options(const DsConfig& ds);
 // node-shared parameters at stages 1-2 (a rank would read a slice another rank has not
 // published). Engine::pipelined() applies the same rule to the engine it runs.
 bool offload_pipeline_runs(const DsConfig& ds);
+// Whether an optimizer update runs off the training thread (the offload pipeline, or the
+// delayed parameter update with an offloaded state): the rank's cores are then split between
+// the kernels and the update (trainer/device.h split_threads).
+bool update_runs_off_the_training_thread(const DsConfig& ds);
 // zero_optimization.offload_optimizer.device "cpu": host memory and CPU Adam with pin_memory
 // and sub_group_size; "none": on the device behind `be`.
 // "nvme": the same with the state in files under offload_optimizer.nvme_path (the "aio" keys).

@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
+#include "trainer/device.h"
 #include "trainer/hardware_probe.h"
 #include "trainer/recommend.h"
 #include "trainer/run_config.h"
@@ -107,7 +108,8 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
                       read_file(o.deepspeed, "the DeepSpeed config (--deepspeed)"));
   ZT_ASSIGN_OR_RETURN(const DsConfig ds,
                       resolve_run_config(text, dp, o.deepspeed,
-                                         {.gradient_checkpointing = o.gradient_checkpointing}));
+                                         {.gradient_checkpointing = o.gradient_checkpointing,
+                                          .optimizer_threads = o.optimizer_threads}));
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
   ZT_RETURN_IF_ERROR(zeropp_as_train_checks(ds, o.deepspeed, dp, o.nodes));
   std::string source;
@@ -115,6 +117,16 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   if (o.inter_node_gbps > 0) hw.inter_node_bw = o.inter_node_gbps * 1e9 / 8;
   StepTimeInput in = step_time_input(ds, c, dp, o.seq_len);
   in.nodes = o.nodes;
+  if (hw.cpu_backend && hw.cores > 0) {  // the rank's cores split as `train` splits them
+    const ThreadSplit split =
+        split_threads(std::max(1, hw.cores / (dp / o.nodes)), Device::kCpu,
+                      update_runs_off_the_training_thread(ds), o.threads,
+                      (int)ds.zerotrain.optimizer_threads);
+    in.compute_threads = split.compute;
+    in.optimizer_threads = split.optimizer;
+  } else {
+    in.compute_threads = o.threads;
+  }
   ZT_ASSIGN_OR_RETURN(const StepTime t, predict_step(in, hw));
   std::string out = absl::StrFormat(
       "Step time of %s with %s on %d rank(s) on %d node(s), hardware %s (%s):\n"

@@ -47,6 +47,9 @@ struct EstimateOptions {
   std::string hardware = "this";
   std::string nvme_path;
   double inter_node_gbps = 0;  // --time over several --nodes: Gbit/s a rank between nodes (0: the profile's)
+  // --time on the CPU backend: train's --threads and --optimizer_threads (0: not given; the
+  // latter then from zerotrain.optimizer_threads, else all the rank's cores).
+  int threads = 0, optimizer_threads = 0;
   // --recommend (trainer/recommend.h): the best layouts for device_memory and host_memory;
   // --write: the best as a ds_config at this path.
   bool recommend = false;

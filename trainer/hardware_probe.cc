@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -38,25 +40,37 @@ double best_of(int n, F f) {
   return best;
 }
 
-// OpenBLAS sgemm on a GPT-2-sized block GEMM (2048 x 768 @ 768 x 3072), every thread.
-double sgemm_flops() {
-  const int M = 2048, K = 768, N = 3072;
+// OpenBLAS sgemm on a GPT-2-sized block GEMM (M x 768 @ 768 x 3072: M = kFullRows, or the
+// kSkinnyRows of a short micro-batch; zero/step_time.h), every thread.
+double sgemm_flops(int M = kFullRows) {
+  const int K = 768, N = 3072, reps = kFullRows / M;  // each timing the same FLOPs
   std::vector<float> a((size_t)M * K, 0.5f), b((size_t)K * N, 0.25f), c((size_t)M * N);
   auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, a.data(), K, b.data(), N,
-                0.f, c.data(), N);
+    for (int r = 0; r < reps; ++r)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, a.data(), K, b.data(),
+                  N, 0.f, c.data(), N);
   };
   run();
-  return 2.0 * M * N * K / best_of(3, run);
+  return 2.0 * M * N * K * reps / best_of(7, run);  // the best of several: a shared host is noisy
+}
+
+// f() on one OpenMP thread (OpenBLAS's OpenMP build follows the caller's thread count).
+template <class F>
+double on_one_thread(F f) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double r = f();
+  omp_set_num_threads(threads);
+  return r;
 }
 
 // Bytes a copy of 256 MiB reads and writes a second, every thread copying its slice (as CPU Adam
-// and the CPU backend's kernels stream memory).
-double copy_bandwidth() {
+// and the CPU backend's kernels stream memory), or one thread alone.
+double copy_bandwidth(bool one_thread = false) {
   const size_t n = size_t{256} << 20;
   std::vector<char> a(n, 1), b(n, 2);
   auto copy = [&] {
-#pragma omp parallel
+#pragma omp parallel if (!one_thread)
     {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
@@ -65,6 +79,34 @@ double copy_bandwidth() {
   };
   copy();
   return 2.0 * n / best_of(3, copy);
+}
+
+// A one-thread sgemm's time beside another core kept busy (a spin loop: no memory traffic) over
+// its time alone: what the offload pipeline's optimizer thread costs the compute beside it where
+// cores share a clock or an SMT core (a VM's vCPUs). 1 on a one-core machine.
+double busy_core_slowdown(int cores) {
+  if (cores < 2) return 1;
+  const int M = 512, K = 768, N = 768;
+  std::vector<float> a((size_t)M * K, 0.5f), b((size_t)K * N, 0.25f), c((size_t)M * N);
+  auto gemm = [&] {
+    for (int i = 0; i < 8; ++i)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, a.data(), K, b.data(),
+                  N, 0.f, c.data(), N);
+  };
+  const double alone = on_one_thread([&] {
+    gemm();
+    return best_of(3, gemm);
+  });
+  std::atomic<bool> stop{false};
+  std::thread spin([&] {
+    uint64_t x = 1;
+    while (!stop.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
+    asm volatile("" : : "r"(x));
+  });
+  const double beside = on_one_thread([&] { return best_of(3, gemm); });
+  stop = true;
+  spin.join();
+  return std::clamp(beside / alone, 1.0, 2.0);
 }
 
 // The drive under `dir` as the optimizer's NVMe offload uses it: zerotrain's swapper (io_uring,
@@ -112,6 +154,7 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
   Hardware h;
   h.name = "this";
   h.cpu_backend = true;
+  h.cores = cores;
   h.efficiency = 0.65;  // the CPU backend's forward and backward against sgemm (docs/estimator.md)
   if (!refresh) {
     auto text = read_file(cache, "hardware cache");
@@ -127,13 +170,23 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
       h.peak_flops = number("sgemm_flops");
       h.host_bw = h.device_bw = h.pcie_bw = h.link_bw = number("copy_bytes_per_s");
       h.nvme_bw = number("disk_bytes_per_s");
+      h.thread_bw = number("thread_copy_bytes_per_s");
+      h.skinny_flops = number("skinny_sgemm_flops");
+      h.thread_flops = number("thread_sgemm_flops");
+      h.busy_core_slowdown = number("busy_core_slowdown");
       h.source = "measured here earlier (" + cache + ")";
       if (report) *report = h.source;
-      if (h.peak_flops > 0 && h.host_bw > 0 && h.nvme_bw > 0) return h;
+      if (h.peak_flops > 0 && h.host_bw > 0 && h.nvme_bw > 0 && h.thread_bw > 0 &&
+          h.skinny_flops > 0 && h.thread_flops > 0 && h.busy_core_slowdown >= 1)
+        return h;
     }
   }
   h.peak_flops = sgemm_flops();
+  h.skinny_flops = sgemm_flops(kSkinnyRows);
+  h.thread_flops = on_one_thread([] { return sgemm_flops(); });
   h.host_bw = h.device_bw = h.pcie_bw = h.link_bw = copy_bandwidth();
+  h.thread_bw = copy_bandwidth(true);
+  h.busy_core_slowdown = busy_core_slowdown(cores);
   auto disk = disk_bandwidth(disk_dir);
   if (!disk.ok()) return disk.status();
   h.nvme_bw = *disk;
@@ -146,7 +199,11 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
                             {"disk_dir", disk_dir},
                             {"sgemm_flops", h.peak_flops},
                             {"copy_bytes_per_s", h.host_bw},
-                            {"disk_bytes_per_s", h.nvme_bw}};
+                            {"disk_bytes_per_s", h.nvme_bw},
+                            {"skinny_sgemm_flops", h.skinny_flops},
+                            {"thread_sgemm_flops", h.thread_flops},
+                            {"thread_copy_bytes_per_s", h.thread_bw},
+                            {"busy_core_slowdown", h.busy_core_slowdown}};
   (void)write_file_atomic(cache, j.dump(2));  // a cache: not writing it only costs time later
   return h;
 }

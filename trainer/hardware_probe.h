@@ -1,11 +1,12 @@
 // `estimate --time --hardware this`: this machine's rates for the step-time model
 // (zero/step_time.h), measured once and cached: OpenBLAS sgemm FLOP/s on a GPT-2 block GEMM
-// (all threads), copy bandwidth (bytes read and written a second, 256 MiB over all threads), and
+// (all threads), copy bandwidth (bytes read and written a second, 256 MiB over all threads, and
+// on one thread), a one-thread GEMM's slowdown beside a busy core, and
 // the drive under `disk_dir` as the NVMe offload uses it (zerotrain's swapper: io_uring, O_DIRECT;
 // 256 MiB written and read back, the mean rate). The CPU backend runs device, host, copies and
 // collectives all in this memory, so one bandwidth serves every memory path. Cached in
 // $XDG_CACHE_HOME (or ~/.cache)/zerotrain/hardware_this.json for this host name and core count;
-// `refresh` measures again. Takes about 2 s.
+// `refresh` measures again. Takes about 3 s.
 #pragma once
 
 #include <string>

@@ -203,6 +203,13 @@ int fail(const absl::Status& s) {
   return zt::kUserErrorExitCode;
 }
 
+absl::Status check_optimizer_threads(int n) {
+  if (n >= 0 && n <= 1024) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--optimizer_threads: value ", n,
+                   " is out of range; allowed: an integer from 0 (chosen from the cores) to 1024"));
+}
+
 int info() {
   auto c = zt::preset(absl::GetFlag(FLAGS_model));
   if (!c.ok()) return fail(c.status());
@@ -348,10 +355,7 @@ int train(const std::function<bool(const std::string&)>& given) {
   o.shuffle = absl::GetFlag(FLAGS_shuffle);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
-  if (o.optimizer_threads < 0 || o.optimizer_threads > 1024)
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "--optimizer_threads: value ", o.optimizer_threads,
-        " is out of range; allowed: an integer from 0 (chosen from the cores) to 1024")));
+  if (absl::Status s = check_optimizer_threads(o.optimizer_threads); !s.ok()) return fail(s);
   o.device = absl::GetFlag(FLAGS_device);
   o.attention = absl::GetFlag(FLAGS_attention);
   o.save_dir = absl::GetFlag(FLAGS_save_dir);
@@ -434,6 +438,12 @@ int estimate(bool model_given) {
   o.time = absl::GetFlag(FLAGS_time);
   o.hardware = absl::GetFlag(FLAGS_hardware);
   o.inter_node_gbps = absl::GetFlag(FLAGS_inter_node_gbps);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.optimizer_threads = absl::GetFlag(FLAGS_optimizer_threads);
+  if (absl::Status s = check_optimizer_threads(o.optimizer_threads); !s.ok()) return fail(s);
+  if (o.threads < 0)
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--threads: value ", o.threads, " must be 0 (all the rank's cores) or more")));
   o.nvme_path = absl::GetFlag(FLAGS_nvme_path);
   o.recommend = absl::GetFlag(FLAGS_recommend);
   o.write = absl::GetFlag(FLAGS_write);

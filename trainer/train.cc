@@ -505,9 +505,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
   // Ranks on one node share its cores (docs/architecture.md "Rules of thumb"); an offloaded
   // optimizer's update off the training thread gets threads of its own.
   ZerotrainConfig& z = r.ds.zerotrain;
-  const bool off_thread = offload_pipeline_runs(r.ds) ||
-                          (r.ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
-                           z.delayed_param_update);
+  const bool off_thread = update_runs_off_the_training_thread(r.ds);
   const ThreadSplit split =
       split_threads(std::max(1, omp_get_num_procs() / r.comm->local_size()), device, off_thread,
                     opt.threads, (int)z.optimizer_threads);

@@ -1,6 +1,7 @@
 #include "zero/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,9 +39,11 @@ std::vector<Hardware> profiles() {
       // The CPU backend on the 2-core development machine (`--hardware this` measures any):
       // OpenBLAS sgemm 375 GFLOP/s, of which its forward and backward reach 0.65 (gpt2-124m,
       // stage 0, 4 x 128 tokens: 1.55 s); a threaded copy 32 GB/s; the drive through the
-      // swapper 5.0 GB/s (docs/estimator.md).
+      // swapper 5.0 GB/s (docs/estimator.md); one thread's CPU Adam 26 GB/s
+      // (benchmarks/cpu_adam_bench.cc), and its forward and backward 1.1x slower beside a
+      // spinning core (benchmarks/offload_pipeline.py).
       {"cpu", true, 375e9, 0.65, 32e9, 32e9, 32e9, 32e9, 5e9,
-       "the 2-core development machine, measured (docs/estimator.md)"},
+       "the 2-core development machine, measured (docs/estimator.md)", 0, 0, 2, 0, 26e9, 1.1},
   };
 }
 
@@ -129,10 +132,34 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   const double tokens = (double)in.micro_batch * in.seq_len * in.gradient_accumulation;
   // The CPU backend's ranks share the node: each gets 1/N of its cores and memory bandwidth.
   const double share = hw.cpu_backend ? N : 1;
+  // Threads of the CPU backend, where the hardware says how many cores the node has: the
+  // compute at its threads' share of the rank's GEMM rate, a stream at min(the rank's share of
+  // the node's bandwidth, its threads' own).
+  const int rank_cores = hw.cpu_backend && hw.cores > 0 ? std::max(1, hw.cores / in.ranks) : 0;
+  const auto threads_of = [&](int given) { return given > 0 ? given : rank_cores; };
+  const auto stream_bw = [&](int threads) {
+    const double node = hw.host_bw / share;
+    return rank_cores && hw.thread_bw > 0 ? std::min(node, hw.thread_bw * threads) : node;
+  };
+  const int compute_threads = threads_of(in.compute_threads);
   StepTime t;
   double flops = training_flops_per_token(c, in.seq_len) * tokens;
   if (in.checkpointing) flops += flops / 3;  // the forward again
-  t.compute = flops / (hw.peak_flops / share * hw.efficiency);
+  double gemm_flops = hw.peak_flops;  // at the micro-batch's rows (Hardware::skinny_flops)
+  const double rows = (double)in.micro_batch * in.seq_len;
+  if (hw.skinny_flops > 0 && rows < kFullRows) {
+    const double x = std::log(std::max<double>(rows, kSkinnyRows) / kSkinnyRows) /
+                     std::log((double)kFullRows / kSkinnyRows);
+    gemm_flops = hw.skinny_flops * std::pow(hw.peak_flops / hw.skinny_flops, x);
+  }
+  double rank_flops = gemm_flops / share;
+  if (rank_cores) {  // its threads' rate: one thread's (or the node's per core) times threads
+    const int threads = std::min(compute_threads, rank_cores);
+    const double per_thread = hw.thread_flops > 0 ? hw.thread_flops * gemm_flops / hw.peak_flops
+                                                  : gemm_flops / hw.cores;
+    rank_flops = std::min(rank_flops, per_thread * threads);
+  }
+  t.compute = flops / (rank_flops * hw.efficiency);
   // Collectives: bus bytes a rank moves (nccl-tests' busbw convention). The engine reduces
   // gradients in fp32 (4 bytes) on every micro-batch at stages 0, 2 and 3 (stage 1 once, at the
   // accumulation boundary), and gathers the 16-bit parameters once after the step (stages 1-2)
@@ -155,16 +182,34 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   if (in.offload_optimizer != OffloadDevice::kNone)
     copy += (in.stage == 1 ? owned * 4 : owned * G + owned * 4 * (A - 1)) + owned * P;
   if (in.offload_param != OffloadDevice::kNone) copy += 2 * psi / N * P * A;
-  t.copies = copy / (hw.cpu_backend ? hw.host_bw / share : hw.pcie_bw);
+  t.copies = copy / (hw.cpu_backend ? stream_bw(compute_threads) : hw.pcie_bw);
   // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
-  // by its ranks), else on the device.
-  const bool on_host = hw.cpu_backend || in.offload_optimizer != OffloadDevice::kNone;
-  t.optimizer = owned * 28 / (on_host ? hw.host_bw / N : hw.device_bw);
+  // by its ranks), else on the device; off the training thread (the pipeline, the delayed
+  // update) on the optimizer threads, else on the compute threads.
+  const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
+  const bool off_thread = offloaded && (in.delayed_update || (in.offload_pipeline && in.stage >= 2));
+  const bool on_host = hw.cpu_backend || offloaded;
+  const double host_bw =
+      stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
+  t.optimizer = owned * 28 / (on_host ? host_bw : hw.device_bw);
   if (in.offload_optimizer == OffloadDevice::kNvme) t.nvme = owned * N * 24 / hw.nvme_bw;
   if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.
   double step = t.compute;
-  if (hw.cpu_backend) {
+  // The pipeline's first unit is updated before the next forward can start (a unit's share of
+  // the CPU step); the delayed update's next step needs none of it.
+  const double units = ParamLayout(c).num_units();
+  if (hw.cpu_backend && off_thread) {
+    const double host_side = t.optimizer + t.nvme, compute_side = t.compute + t.comm + t.copies;
+    // The compute beside the update runs as beside a busy core.
+    const double slowed =
+        compute_side + std::min(compute_side, host_side) * (hw.busy_core_slowdown - 1);
+    step = std::max(slowed, host_side) + (in.delayed_update ? 0 : host_side / units);
+    t.overlaps.push_back(in.delayed_update
+                             ? "CPU step on its own threads beside the next step (delayed update)"
+                             : "CPU step on its own threads beside the next step, unit by unit "
+                               "(offload pipeline; the first unit's update exposed)");
+  } else if (hw.cpu_backend) {
     step += t.comm + t.copies + t.optimizer + t.nvme;
     t.overlaps.push_back("CPU backend: every phase on the same cores, one after another");
   } else {
@@ -187,9 +232,14 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
     }
     step += exposed;
     const double host_side = t.copies + t.optimizer + t.nvme;
-    if (in.delayed_update && in.offload_optimizer != OffloadDevice::kNone) {
+    if (in.delayed_update && offloaded) {
       step = std::max(step, host_side);
       t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");
+    } else if (off_thread) {
+      step = std::max(step, host_side) + host_side / units;
+      t.overlaps.push_back(
+          "CPU step, its copies and NVMe behind the next step, unit by unit (offload pipeline; "
+          "the first unit's update exposed)");
     } else {
       step += host_side;
     }

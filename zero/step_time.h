@@ -17,8 +17,12 @@
 //   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
 // On a GPU the reductions overlap the backward (overlap_comm), stage 3's gathers the compute
 // (prefetch), and the delayed update hides the CPU step and its copies behind the next step;
-// stage 1-2's all-gather after the step is exposed; on the CPU backend every phase runs on
-// the same cores, one after another, and ranks on one node share its cores and memory bandwidth.
+// stage 1-2's all-gather after the step is exposed; on the CPU backend the phases run one after
+// another on the rank's compute threads, and ranks on one node share its cores and memory
+// bandwidth. The offload pipeline (stages 2-3) runs the CPU step on optimizer threads of its
+// own beside the next step, unit by unit: only the first unit's update is exposed, and on the
+// CPU backend the compute beside it runs at the speed a busy neighbouring core leaves it
+// (Hardware::busy_core_slowdown).
 #pragma once
 
 #include <string>
@@ -48,7 +52,18 @@ struct Hardware {
   // --time --inter_node_gbps` sets it; 0: kInterNodeDefault (inter_node() gives the rate).
   double inter_node_bw = 0;
   double inter_node() const;
+  // A GEMM of kSkinnyRows rows (a short micro-batch's) on the CPU backend, FLOP/s, every thread
+  // (0: not known, peak_flops at every size); between kSkinnyRows and kFullRows rows the rate
+  // is taken log-linearly between the two (StepTime::compute).
+  double skinny_flops = 0;
+  // The CPU backend's threads (0: not known, every rank's phases at the node's rates above).
+  int cores = 0;                  // the node's
+  double thread_flops = 0;        // one thread's GEMM rate at kFullRows (0: peak / cores)
+  double thread_bw = 0;           // bytes/s one thread's copy streams
+  double busy_core_slowdown = 1;  // a one-thread GEMM's time beside a busy core / alone
 };
+// The rows (tokens of a micro-batch) of the two GEMMs the CPU probe times.
+inline constexpr int kSkinnyRows = 32, kFullRows = 2048;
 // Between nodes when nothing says otherwise: a 400 Gb/s InfiniBand NIC per GPU (DGX H100).
 inline constexpr double kInterNodeDefault = 50e9;
 inline double Hardware::inter_node() const {
@@ -74,6 +89,11 @@ struct StepTimeInput {
   // only, does not run.
   bool reduce_scatter = true;
   int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
+  // The offload pipeline runs (trainer/engine_options.h offload_pipeline_runs).
+  bool offload_pipeline = false;
+  // The CPU backend: a rank's compute threads (--threads) and, off the training thread (the
+  // pipeline, the delayed update), its optimizer threads; 0: all the rank's cores.
+  int compute_threads = 0, optimizer_threads = 0;
 };
 
 struct StepTime {

@@ -988,6 +988,17 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
                     {"exceeds gpt2-124m's 1024 positions"});
   expect_user_error(run("estimate --time --model tiny-llama --seq_len 16"),
                     {"estimate --time needs --deepspeed"});
+  // The offload pipeline on the CPU backend's threads, as `train` splits them.
+  write(path("offload.json"), R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+        "offload_optimizer": {"device": "cpu"}}})");
+  const std::string offload =
+      "estimate --time --deepspeed " + path("offload.json") + " --model tiny-llama --seq_len 16 "
+      "--hardware cpu --threads 1";
+  const Result pipelined = run(offload + " --optimizer_threads 1");
+  ASSERT_EQ(pipelined.code, 0) << pipelined.out;
+  EXPECT_NE(pipelined.out.find("offload pipeline"), std::string::npos) << pipelined.out;
+  expect_user_error(run(offload + " --optimizer_threads 2000"), {"--optimizer_threads", "1024"});
+  expect_user_error(run(offload + " --threads -1"), {"--threads", "-1"});
 }
 
 // estimate --recommend: the best layout for a device and host budget, written as a ds_config

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/layout.h"
 
 namespace zt {
@@ -158,6 +160,69 @@ TEST(StepTime, CpuBackendSharesTheNodeAndAddsUp) {
   EXPECT_FALSE(predict_step({.model = in.model, .micro_batch = 0, .seq_len = 16}, toy(true)).ok());
   EXPECT_FALSE(hardware_profile("tpu").ok());
   EXPECT_TRUE(hardware_profile("h100").ok());
+}
+
+// The CPU backend's threads and the offload pipeline, by hand: on a 2-core node, one compute
+// thread runs the GEMMs at half the node's rate and streams at one thread's bandwidth; the
+// serial step adds the update (on the compute thread) to the compute; the pipeline runs it on
+// its optimizer thread beside the next step, the compute slowed by the busy core over the time
+// they overlap, with the first of the model's units' update exposed; the delayed update
+// exposes none. On a GPU the pipeline hides the host side the same way.
+TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
+  StepTimeInput in;
+  in.model = *preset("gpt2-124m");
+  in.seq_len = 32;
+  in.stage = 2;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  in.compute_threads = in.optimizer_threads = 1;
+  Hardware hw = toy(true);
+  hw.cores = 2;
+  hw.thread_bw = 20e9;
+  hw.busy_core_slowdown = 1.2;
+  const double psi = (double)ParamLayout(in.model).total_numel();
+  const double units = ParamLayout(in.model).num_units();
+  const StepTime serial = *predict_step(in, hw);
+  EXPECT_DOUBLE_EQ(serial.compute, training_flops_per_token(in.model, 32) * 32 / 0.5e12 * 2);
+  EXPECT_DOUBLE_EQ(serial.copies, psi * (2 + 2) / 20e9);
+  EXPECT_DOUBLE_EQ(serial.optimizer, psi * 28 / 20e9);
+  EXPECT_DOUBLE_EQ(serial.step, serial.compute + serial.copies + serial.optimizer);
+  in.offload_pipeline = true;
+  const StepTime pipelined = *predict_step(in, hw);
+  const double compute_side = serial.compute + serial.copies, host = serial.optimizer;
+  const double slowed = compute_side + std::min(compute_side, host) * 0.2;
+  EXPECT_DOUBLE_EQ(pipelined.step, std::max(slowed, host) + host / units);
+  in.offload_pipeline = false;
+  in.delayed_update = true;
+  EXPECT_DOUBLE_EQ(predict_step(in, hw)->step, std::max(slowed, host));
+  // Where one thread's GEMM rate is known (cores that share a clock or an SMT core give one
+  // thread more than its share), one compute thread runs at it.
+  Hardware shared_core = hw;
+  shared_core.thread_flops = 0.8e12;
+  EXPECT_DOUBLE_EQ(predict_step(in, shared_core)->compute,
+                   training_flops_per_token(in.model, 32) * 32 / (0.8e12 * 0.5));
+  // Two optimizer threads stream at twice one thread's rate (within the node's 100 GB/s).
+  in.optimizer_threads = 2;
+  EXPECT_DOUBLE_EQ(predict_step(in, hw)->optimizer, psi * 28 / 40e9);
+  // Stage 1: the state holds no gradient, so the pipeline has no unit to update.
+  in.delayed_update = false;
+  in.offload_pipeline = true;
+  in.stage = 1;
+  const StepTime stage1 = *predict_step(in, hw);
+  EXPECT_DOUBLE_EQ(stage1.step, stage1.compute + stage1.copies + stage1.optimizer);
+  // A GPU (4 ranks, as PhasesAndOverlapsOnAGpu): the host side behind the next step, one unit's
+  // share exposed.
+  StepTimeInput g;
+  g.model = in.model;
+  g.micro_batch = 8;
+  g.seq_len = 1024;
+  g.stage = 2;
+  g.ranks = 4;
+  g.offload_optimizer = OffloadDevice::kCpu;
+  const StepTime gs = *predict_step(g, toy(false));
+  g.offload_pipeline = true;
+  const double host_side = gs.copies + gs.optimizer;
+  EXPECT_NEAR(predict_step(g, toy(false))->step,
+              std::max(gs.step - host_side, host_side) + host_side / units, 1e-12);
 }
 
 }  // namespace
