@@ -86,7 +86,10 @@ def run(a, data, tmp, mode):
     run_dir = os.path.join(tmp, f"run_{mode}")
     spin = None
     if mode == "serial_beside_spin":  # another core kept busy, with no memory traffic
-        spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        # It ends with this script, however this script ends (a spin loop left behind would
+        # skew every later measurement on the machine).
+        spin = subprocess.Popen([sys.executable, "-c", f"import os\nwhile os.getppid() == "
+                                 f"{os.getpid()}: pass"])
         time.sleep(0.5)
     try:
         subprocess.run([a.binary, "train", "--deepspeed", cfg, "--train_data", data, "--model",

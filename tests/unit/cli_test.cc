@@ -1487,8 +1487,8 @@ TEST_F(Cli, TracedStage3OffloadRunHasEveryTrackInsideItsSteps) {
 // own track and the training thread's wait for it is on the optimizer's; its spans, and the NVMe
 // waits of two threads, each nest on their own track, and pieces that cross a step's edge are
 // cut there (every event inside a traced step). The exposed communication and copies agree with
-// wall_clock_breakdown's within 10%; the exposed optimizer time (the waits) is at most the
-// breakdown's, which counts the whole background step.
+// wall_clock_breakdown's within 10% (both timed on the training thread); the exposed optimizer
+// time (the waits) lies within the step.
 TEST_F(Cli, TracedDelayedUpdateOnNvmeNestsOnItsOwnTracks) {
   fs::create_directories(path("swap"));
   write(path("d.json"), R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
@@ -1516,10 +1516,9 @@ TEST_F(Cli, TracedDelayedUpdateOnNvmeNestsOnItsOwnTracks) {
                 0.1 * j["comm_wait_ms"].get<double>() + 0.05);
     const double copies = o["grad_out_ms"].get<double>() + o["param_in_ms"].get<double>();
     EXPECT_NEAR(t["exposed_copy_ms"], copies, 0.1 * copies + 0.05) << line;
-    EXPECT_LE(t["exposed_optimizer_ms"].get<double>(), o["cpu_step_ms"].get<double>() +
-                                                           o["nvme_read_ms"].get<double>() +
-                                                           o["nvme_write_ms"].get<double>() + 0.05)
-        << line;
+    // The waits lie within the step. (Not bounded by the background step's own phases: a wait
+    // also covers the moments a loaded machine leaves the optimizer thread unscheduled.)
+    EXPECT_LE(t["exposed_optimizer_ms"].get<double>(), j["step_ms"].get<double>() + 0.05) << line;
   }
   EXPECT_EQ(traced, 3);
   const Result late = run(train("--deepspeed " + path("ds.json") + " --trace_steps 50,60"));
