@@ -133,8 +133,8 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // The CPU backend's ranks share the node: each gets 1/N of its cores and memory bandwidth.
   const double share = hw.cpu_backend ? N : 1;
   // Threads of the CPU backend, where the hardware says how many cores the node has: the
-  // compute at its threads' share of the rank's GEMM rate, a stream at min(the rank's share of
-  // the node's bandwidth, its threads' own).
+  // compute at min(the rank's share of the GEMM rate, its threads' own), a stream at min(the
+  // rank's share of the node's bandwidth, its threads' own).
   const int rank_cores = hw.cpu_backend && hw.cores > 0 ? std::max(1, hw.cores / in.ranks) : 0;
   const auto threads_of = [&](int given) { return given > 0 ? given : rank_cores; };
   const auto stream_bw = [&](int threads) {
