@@ -821,6 +821,11 @@ struct RaceDetectionInTheRandomOrderOnly {
     emu::set_race_detection(emu::thread_order() == emu::ThreadOrder::kRandom);
   }
   ~RaceDetectionInTheRandomOrderOnly() { emu::set_race_detection(true); }
+  // The race detector's run: an element type's second instance of a kernel template shares
+  // the first's schedule of barriers and shared memory, so it is left to the other orders.
+  bool detecting() const { return emu::thread_order() == emu::ThreadOrder::kRandom; }
+#else
+  bool detecting() const { return false; }
 #endif
 };
 
@@ -835,6 +840,7 @@ struct RaceDetectionInTheRandomOrderOnly {
 TEST_F(CudaVsCpu, TensorCoreAttentionOverHeadSizesGqaRatiosAndLengths) {
   const RaceDetectionInTheRandomOrderOnly detection;
   for (DType t : {DType::kBF16, DType::kF16}) {
+    if (t == DType::kF16 && detection.detecting()) continue;
     const double tol = t == DType::kBF16 ? 8e-3 : 1e-3;
     int turn = 0;
     for (int T : {1, 7, 37, 130})

@@ -104,6 +104,15 @@ TEST_F(Device, EmulatedCudaTrainsAsTheCpuBf16Stage2Offload) {
                        4e-3, "");
 }
 
+// Muon on the device (Newton-Schulz through the backend's GEMMs, its AdamW half beside it)
+// under the guard: the ds_config key test runs Muon's keys on the emulation without it.
+TEST_F(Device, EmulatedCudaTrainsAsTheCpuMuon) {
+  expect_same_training(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                           "optimizer": {"type": "Muon",
+                                         "params": {"muon_lr": 0.02, "adam_lr": 1e-3}}})",
+                       1e-4, "");
+}
+
 // Stage 3 with parameters and optimizer on the host, and activation checkpoints in host memory:
 // every host <-> device path of the engine and the transformer.
 TEST_F(Device, EmulatedCudaTrainsAsTheCpuStage3OffloadCheckpointing) {
