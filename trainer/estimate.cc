@@ -127,6 +127,27 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   } else {
     in.compute_threads = o.threads;
   }
+  // This machine's CPU backend: the compute timed at the run's shape (one and two blocks).
+  std::string compute_source;
+  if (hw.cpu_backend && hw.name == "this") {
+    const bool beside = update_runs_off_the_training_thread(ds) && hw.cores >= 2;
+    auto m = measure_micro_batch(c, engine_options(ds), in.micro_batch, o.seq_len,
+                                 in.compute_threads, beside);
+    if (m.ok()) {
+      in.micro_batch_seconds = m->seconds(c);
+      if (beside) hw.busy_core_slowdown = m->busy_core_slowdown;
+      compute_source = absl::StrFormat(
+          "  compute timed here: a micro-batch of %d x %d tokens %.1f ms (a block %.1f ms, "
+          "embedding, head and loss %.1f ms)%s\n",
+          in.micro_batch, o.seq_len, in.micro_batch_seconds * 1e3, m->block_s * 1e3,
+          m->rest_s * 1e3,
+          beside ? absl::StrFormat("; %.2fx beside a core streaming memory",
+                                   m->busy_core_slowdown)
+                 : "");
+    } else {
+      compute_source = absl::StrCat("  compute from FLOPs: ", m.status().message(), "\n");
+    }
+  }
   ZT_ASSIGN_OR_RETURN(const StepTime t, predict_step(in, hw));
   std::string out = absl::StrFormat(
       "Step time of %s with %s on %d rank(s) on %d node(s), hardware %s (%s):\n"
@@ -134,6 +155,7 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
       "PCIe %.0f GB/s; collectives %.0f GB/s; NVMe %.1f GB/s\n",
       o.model, o.deepspeed, dp, o.nodes, hw.name, source, hw.peak_flops / 1e9, hw.efficiency,
       hw.device_bw / 1e9, hw.host_bw / 1e9, hw.pcie_bw / 1e9, hw.link_bw / 1e9, hw.nvme_bw / 1e9);
+  absl::StrAppend(&out, compute_source);
   if (o.nodes > 1)
     absl::StrAppend(&out, absl::StrFormat("  between nodes %.1f GB/s a rank\n",
                                           hw.inter_node() / 1e9));

@@ -19,7 +19,12 @@
 #include "common/file.h"
 #include "common/memory.h"
 #include "common/status.h"
+#include "model/backend.h"
+#include "model/init.h"
+#include "model/layout.h"
+#include "model/transformer.h"
 #include "offload/nvme_swapper.h"
+#include "zero/comm.h"
 
 namespace zt {
 namespace {
@@ -206,6 +211,71 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
                             {"busy_core_slowdown", h.busy_core_slowdown}};
   (void)write_file_atomic(cache, j.dump(2));  // a cache: not writing it only costs time later
   return h;
+}
+
+absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const EngineOptions& run,
+                                                    int B, int T, int threads,
+                                                    bool beside_busy_core) {
+  ModelConfig two = c;
+  two.n_layer = 2;
+  // Master weights, two moments, the working copy and the gradient: 16 bytes a parameter or more.
+  const double bytes = 16.0 * (double)ParamLayout(two).total_numel();
+  const double memory = (double)physical_memory_bytes();  // 0: unknown
+  if (memory > 0 && bytes > memory / 4)
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "timing two blocks of the model here would take %.1f GiB, over a quarter of this "
+        "machine's memory", bytes / (1 << 30)));
+  EngineOptions eo;
+  eo.param_dtype = run.param_dtype;
+  eo.grad_dtype = run.grad_dtype;
+  std::vector<int> tokens((size_t)B * T), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = (int)((i * 7919 + 13) % c.vocab_size);
+    targets[i] = (int)((i * 104729 + 7) % c.vocab_size);
+  }
+  // One micro-batch's forward and backward of `layers` blocks: seconds alone and beside the
+  // streaming thread (0 when not asked).
+  auto time_model = [&](int layers, bool busy) {
+    ModelConfig m = c;
+    m.n_layer = layers;
+    auto be = make_cpu_backend(threads);
+    auto comm = make_single_process_communicator(be.get());
+    Transformer model(m, be.get(), B, T, 0, false, be->activation_dtype(eo.param_dtype));
+    Engine engine(model.layout(), be.get(), comm.get(), eo);
+    const ParamLayout& layout = model.layout();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> w(layout.units()[u].numel);
+      init_unit(m, layout.units()[u], u, 1, w);
+      engine.set_unit_params(u, w);
+    }
+    auto pass = [&] {
+      engine.begin_pass();
+      engine.set_gradient_accumulation_boundary(true);
+      model.forward(engine, tokens.data(), targets.data(), B, T, 1.f);
+      model.backward(engine);
+    };
+    pass();
+    const double alone = best_of(3, pass);
+    if (!busy) return std::pair{alone, 0.0};
+    // The neighbour streams 2 x 64 MiB as CPU Adam streams its state.
+    std::atomic<bool> stop{false};
+    std::thread stream([&] {
+      const size_t n = size_t{64} << 20;
+      std::vector<char> a(n, 1), b(n, 2);
+      while (!stop.load(std::memory_order_relaxed)) std::memcpy(b.data(), a.data(), n);
+    });
+    const double beside = best_of(3, pass);
+    stop = true;
+    stream.join();
+    return std::pair{alone, beside};
+  };
+  const double one = time_model(1, false).first;
+  const auto [two_alone, two_beside] = time_model(2, beside_busy_core);
+  MicroBatchTimes t;
+  t.block_s = std::max(0.0, two_alone - one);
+  t.rest_s = std::max(0.0, one - t.block_s);
+  if (beside_busy_core) t.busy_core_slowdown = std::clamp(two_beside / two_alone, 1.0, 2.0);
+  return t;
 }
 
 absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,

@@ -159,7 +159,10 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
                                                   : gemm_flops / hw.cores;
     rank_flops = std::min(rank_flops, per_thread * threads);
   }
-  t.compute = flops / (rank_flops * hw.efficiency);
+  t.compute = hw.cpu_backend && in.micro_batch_seconds > 0
+                  ? in.micro_batch_seconds * in.gradient_accumulation *
+                        (in.checkpointing ? 4.0 / 3 : 1.0)  // the forward again
+                  : flops / (rank_flops * hw.efficiency);
   // Collectives: bus bytes a rank moves (nccl-tests' busbw convention). The engine reduces
   // gradients in fp32 (4 bytes) on every micro-batch at stages 0, 2 and 3 (stage 1 once, at the
   // accumulation boundary), and gathers the 16-bit parameters once after the step (stages 1-2)

@@ -3,7 +3,8 @@
 // shape of the "T_total = T_compute + T_comm + T_offload" model ZeRO-Offload's material teaches,
 // with zerotrain's own byte counts:
 //   compute    training FLOPs (6 Ψ_matmul + 12 L T C a token, PaLM's count; + the forward again
-//              with activation checkpointing) / (the device's GEMM rate x efficiency);
+//              with activation checkpointing) / (the device's GEMM rate x efficiency), or on
+//              the CPU backend a micro-batch's time measured at the run's shape;
 //   comm       the bus bytes of the stage's collectives as the engine runs them (fp32 gradient
 //              reductions each micro-batch: all-reduce 2(N-1)/N, reduce-scatter (N-1)/N; 16-bit
 //              all-gathers (N-1)/N, after the step or, at stage 3, forward and backward) / the
@@ -94,6 +95,10 @@ struct StepTimeInput {
   // The CPU backend: a rank's compute threads (--threads) and, off the training thread (the
   // pipeline, the delayed update), its optimizer threads; 0: all the rank's cores.
   int compute_threads = 0, optimizer_threads = 0;
+  // The CPU backend: one micro-batch's forward and backward measured at this shape on the
+  // compute threads (trainer/hardware_probe.h measure_micro_batch), seconds; 0: from the FLOPs
+  // at the GEMM rate x efficiency.
+  double micro_batch_seconds = 0;
 };
 
 struct StepTime {

@@ -950,6 +950,7 @@ TEST_F(Cli, EstimateTimePrintsThePhasesAndTheStep) {
   const Result here = run(base + " --nvme_path " + dir_.string());
   ASSERT_EQ(here.code, 0) << here.out;
   EXPECT_NE(here.out.find("measured now"), std::string::npos) << here.out;
+  EXPECT_NE(here.out.find("compute timed here: a micro-batch of"), std::string::npos) << here.out;
   EXPECT_TRUE(fs::exists(path("cache/zerotrain/hardware_this.json")));
   EXPECT_NE(run(base + " --nvme_path " + dir_.string()).out.find("measured here earlier"),
             std::string::npos);

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 
+#include "common/memory.h"
 #include "model/layout.h"
+#include "trainer/hardware_probe.h"
 
 namespace zt {
 namespace {
@@ -223,6 +225,49 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   const double host_side = gs.copies + gs.optimizer;
   EXPECT_NEAR(predict_step(g, toy(false))->step,
               std::max(gs.step - host_side, host_side) + host_side / units, 1e-12);
+}
+
+// A micro-batch timed on the CPU backend (trainer/hardware_probe.h measure_micro_batch) is the
+// compute of each micro-batch, with the forward again under activation checkpointing (a third
+// of forward and backward); a GPU's profile predicts from FLOPs whatever the input carries.
+TEST(StepTime, MeasuredMicroBatchIsTheCpuBackendsCompute) {
+  StepTimeInput in;
+  in.model = *preset("tiny-llama");
+  in.seq_len = 16;
+  in.gradient_accumulation = 3;
+  in.micro_batch_seconds = 0.25;
+  EXPECT_DOUBLE_EQ(predict_step(in, toy(true))->compute, 0.75);
+  in.checkpointing = true;
+  EXPECT_DOUBLE_EQ(predict_step(in, toy(true))->compute, 1.0);
+  EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->compute,
+                   training_flops_per_token(in.model, 16) * 16 * 3 * 4 / 3 / (1e12 * 0.5));
+}
+
+// The probe behind that figure, on tiny-llama: a block's time and the rest's add up to the
+// model's; the slowdown beside the streaming thread is a ratio of two timings, clamped to [1, 2]
+// (no timing is asserted). A model whose two blocks would take over a quarter of the machine's
+// memory is refused before anything is allocated, saying so.
+TEST(HardwareProbe, TimesAMicroBatchOrSaysWhyNot) {
+  const ModelConfig c = *preset("tiny-llama");
+  EngineOptions run;
+  run.param_dtype = run.grad_dtype = DType::kBF16;
+  auto t = measure_micro_batch(c, run, 2, 16, 1, true);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GT(t->block_s, 0);
+  EXPECT_GE(t->rest_s, 0);
+  EXPECT_DOUBLE_EQ(t->seconds(c), t->rest_s + c.n_layer * t->block_s);
+  EXPECT_GE(t->busy_core_slowdown, 1);
+  EXPECT_LE(t->busy_core_slowdown, 2);
+  if (physical_memory_bytes() == 0) GTEST_SKIP() << "this machine's memory is unknown";
+  ModelConfig huge = c;
+  huge.vocab_size = 1 << 22;
+  huge.hidden = 16384;
+  auto refused = measure_micro_batch(huge, run, 1, 16, 1, false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("quarter of this machine's memory"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace
