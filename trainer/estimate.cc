@@ -127,12 +127,11 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   } else {
     in.compute_threads = o.threads;
   }
-  // This machine's CPU backend: the compute timed at the run's shape (one and two blocks).
+  // This machine's CPU backend: the compute timed at the run's shape (one and three blocks).
   std::string compute_source;
   if (hw.cpu_backend && hw.name == "this") {
     const bool beside = update_runs_off_the_training_thread(ds) && hw.cores >= 2;
-    auto m = measure_micro_batch(c, engine_options(ds), in.micro_batch, o.seq_len,
-                                 in.compute_threads, beside);
+    auto m = measure_micro_batch(c, ds, in.micro_batch, o.seq_len, in.compute_threads, beside);
     if (m.ok()) {
       in.micro_batch_seconds = m->seconds(c);
       if (beside) hw.busy_core_slowdown = m->busy_core_slowdown;

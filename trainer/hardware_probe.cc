@@ -24,6 +24,7 @@
 #include "model/layout.h"
 #include "model/transformer.h"
 #include "offload/nvme_swapper.h"
+#include "trainer/engine_options.h"
 #include "zero/comm.h"
 
 namespace zt {
@@ -213,68 +214,114 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
   return h;
 }
 
-absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const EngineOptions& run,
+namespace {
+
+// One micro-batch's forward and backward of a model on the CPU backend, weights from
+// init_unit, ready to time.
+class TimedModel {
+ public:
+  // Errors: the run's optimizer state or parameter store cannot be made.
+  static absl::StatusOr<std::unique_ptr<TimedModel>> make(const ModelConfig& c,
+                                                          const DsConfig& ds, int B, int T,
+                                                          int threads,
+                                                          const std::vector<int>& tokens,
+                                                          const std::vector<int>& targets) {
+    std::unique_ptr<TimedModel> m(new TimedModel(c, B, T, threads, tokens, targets));
+    ZT_ASSIGN_OR_RETURN(auto optimizer, optimizer_state(ds, m->be_.get()));
+    ZT_ASSIGN_OR_RETURN(auto params, param_store(ds, c, 1, m->be_.get()));
+    EngineOptions eo = engine_options(ds);
+    eo.zero.zeropp = {};  // one rank: no groups to quantize over or split into
+    eo.node_shared_params = false;
+    m->engine_ = std::make_unique<Engine>(m->model_.layout(), m->be_.get(), m->comm_.get(), eo,
+                                          std::move(optimizer), std::move(params));
+    const ParamLayout& layout = m->model_.layout();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> w(layout.units()[u].numel);
+      init_unit(c, layout.units()[u], u, 1, w);
+      m->engine_->set_unit_params(u, w);
+    }
+    return m;
+  }
+  double seconds() {  // one pass
+    const auto t0 = std::chrono::steady_clock::now();
+    engine_->begin_pass();
+    engine_->set_gradient_accumulation_boundary(true);
+    model_.forward(*engine_, tokens_.data(), targets_.data(), B_, T_, 1.f);
+    model_.backward(*engine_);
+    return seconds_since(t0);
+  }
+
+ private:
+  TimedModel(const ModelConfig& c, int B, int T, int threads, const std::vector<int>& tokens,
+             const std::vector<int>& targets)
+      : be_(make_cpu_backend(threads)),
+        comm_(make_single_process_communicator(be_.get())),
+        model_(c, be_.get(), B, T),
+        B_(B), T_(T), tokens_(tokens), targets_(targets) {}
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Communicator> comm_;
+  Transformer model_;
+  std::unique_ptr<Engine> engine_;
+  int B_, T_;
+  const std::vector<int>& tokens_;
+  const std::vector<int>& targets_;
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const DsConfig& ds,
                                                     int B, int T, int threads,
                                                     bool beside_busy_core) {
-  ModelConfig two = c;
-  two.n_layer = 2;
+  // The model cut to one block and to three, both held while their passes alternate (a shared
+  // host's pace drifts); a block is half their difference.
+  ModelConfig one = c, three = c;
+  one.n_layer = 1;
+  three.n_layer = 3;
   // Master weights, two moments, the working copy and the gradient: 16 bytes a parameter or more.
-  const double bytes = 16.0 * (double)ParamLayout(two).total_numel();
+  const double bytes =
+      16.0 * ((double)ParamLayout(one).total_numel() + (double)ParamLayout(three).total_numel());
   const double memory = (double)physical_memory_bytes();  // 0: unknown
   if (memory > 0 && bytes > memory / 4)
     return absl::FailedPreconditionError(absl::StrFormat(
-        "timing two blocks of the model here would take %.1f GiB, over a quarter of this "
-        "machine's memory", bytes / (1 << 30)));
-  EngineOptions eo;
-  eo.param_dtype = run.param_dtype;
-  eo.grad_dtype = run.grad_dtype;
+        "timing the model cut to one and three blocks here would take %.1f GiB, over a quarter "
+        "of this machine's memory",
+        bytes / (1 << 30)));
+  // The run's engine on one rank, its offloaded state in host memory (a drive's time is the
+  // model's NVMe term, and the probe writes nothing there).
+  DsConfig run = ds;
+  for (OffloadDevice* d : {&run.zero.offload_optimizer.device, &run.zero.offload_param.device})
+    if (*d == OffloadDevice::kNvme) *d = OffloadDevice::kCpu;
   std::vector<int> tokens((size_t)B * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = (int)((i * 7919 + 13) % c.vocab_size);
     targets[i] = (int)((i * 104729 + 7) % c.vocab_size);
   }
-  // One micro-batch's forward and backward of `layers` blocks: seconds alone and beside the
-  // streaming thread (0 when not asked).
-  auto time_model = [&](int layers, bool busy) {
-    ModelConfig m = c;
-    m.n_layer = layers;
-    auto be = make_cpu_backend(threads);
-    auto comm = make_single_process_communicator(be.get());
-    Transformer model(m, be.get(), B, T, 0, false, be->activation_dtype(eo.param_dtype));
-    Engine engine(model.layout(), be.get(), comm.get(), eo);
-    const ParamLayout& layout = model.layout();
-    for (int u = 0; u < layout.num_units(); ++u) {
-      std::vector<float> w(layout.units()[u].numel);
-      init_unit(m, layout.units()[u], u, 1, w);
-      engine.set_unit_params(u, w);
-    }
-    auto pass = [&] {
-      engine.begin_pass();
-      engine.set_gradient_accumulation_boundary(true);
-      model.forward(engine, tokens.data(), targets.data(), B, T, 1.f);
-      model.backward(engine);
-    };
-    pass();
-    const double alone = best_of(3, pass);
-    if (!busy) return std::pair{alone, 0.0};
-    // The neighbour streams 2 x 64 MiB as CPU Adam streams its state.
+  ZT_ASSIGN_OR_RETURN(auto m1, TimedModel::make(one, run, B, T, threads, tokens, targets));
+  ZT_ASSIGN_OR_RETURN(auto m3, TimedModel::make(three, run, B, T, threads, tokens, targets));
+  m1->seconds(), m3->seconds();  // warm-up: first-touch of the activations
+  constexpr int kPasses = 5;
+  std::vector<double> t1, t3, busy;
+  for (int i = 0; i < kPasses; ++i) t1.push_back(m1->seconds()), t3.push_back(m3->seconds());
+  if (beside_busy_core) {  // the neighbour streams 2 x 64 MiB as CPU Adam streams its state
     std::atomic<bool> stop{false};
     std::thread stream([&] {
       const size_t n = size_t{64} << 20;
       std::vector<char> a(n, 1), b(n, 2);
       while (!stop.load(std::memory_order_relaxed)) std::memcpy(b.data(), a.data(), n);
     });
-    const double beside = best_of(3, pass);
+    for (int i = 0; i < kPasses; ++i) busy.push_back(m3->seconds());
     stop = true;
     stream.join();
-    return std::pair{alone, beside};
-  };
-  const double one = time_model(1, false).first;
-  const auto [two_alone, two_beside] = time_model(2, beside_busy_core);
+  }
   MicroBatchTimes t;
-  t.block_s = std::max(0.0, two_alone - one);
-  t.rest_s = std::max(0.0, one - t.block_s);
-  if (beside_busy_core) t.busy_core_slowdown = std::clamp(two_beside / two_alone, 1.0, 2.0);
+  t.block_s = std::max(0.0, (median(t3) - median(t1)) / 2);
+  t.rest_s = std::max(0.0, median(t1) - t.block_s);
+  if (beside_busy_core) t.busy_core_slowdown = std::clamp(median(busy) / median(t3), 1.0, 2.0);
   return t;
 }
 

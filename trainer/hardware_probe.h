@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "zero/engine.h"
+#include "trainer/ds_config.h"
 #include "zero/step_time.h"
 
 namespace zt {
@@ -27,22 +27,25 @@ absl::StatusOr<Hardware> measure_this_machine(const std::string& disk_dir, bool 
 absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::string& disk_dir,
                                         std::string* source);
 
-// The CPU backend's forward and backward of one micro-batch of B x T tokens of model c, timed
-// here on `threads` OpenMP threads with the run's working dtypes (`run`; stage 0, one rank):
-// the model cut to one block and to two, so a block's time is their difference and the rest
-// (embedding, head, loss) what the one-block model leaves. With `beside_busy_core` the two-block
-// pass is timed again beside a thread streaming memory as the CPU optimizer does, for the
-// slowdown the offload pipeline's optimizer thread causes the compute beside it. What a constant
-// efficiency misses (docs/estimator.md: 0.5 to 0.87 of sgemm by shape on one VM): the non-GEMM
-// work of a short micro-batch, the head's share. Seconds, best of 3 after a warm-up; a few
-// seconds for gpt2-124m. Errors: FailedPrecondition when the two-block model would take more
-// than a quarter of this machine's memory (the caller then predicts from FLOPs).
+// The CPU backend's forward and backward of one micro-batch of B x T tokens of model c, as the
+// run `ds` runs it on one rank (its dtypes, stage and offloaded state, a drive's in host
+// memory: the gradients' way out and stage 3's parameters' way in are timed with the compute),
+// on `threads` OpenMP threads: the model cut to one block and to three, their passes
+// alternating (5 each after a warm-up, medians), so a block's time is half their difference and
+// the rest (embedding, head, loss) what the one-block model leaves. With `beside_busy_core` the
+// three-block pass is timed again beside a thread streaming memory as the CPU optimizer does,
+// for the slowdown the offload pipeline's optimizer thread causes the compute beside it. What a
+// constant efficiency misses (docs/estimator.md: 0.5 to 0.87 of sgemm by shape on one VM): the
+// non-GEMM work of a short micro-batch, the head's share, the gradients' copies. Seconds; a few
+// seconds for gpt2-124m. Errors: FailedPrecondition when the two cut models would take more
+// than a quarter of this machine's memory (the caller then predicts from FLOPs); the run's
+// optimizer state or parameter store failing to be made.
 struct MicroBatchTimes {
   double block_s = 0, rest_s = 0;  // seconds: one block; embedding, head and loss
-  double busy_core_slowdown = 1;   // the two-block pass beside the streaming thread / alone
+  double busy_core_slowdown = 1;   // the three-block pass beside the streaming thread / alone
   double seconds(const ModelConfig& c) const { return rest_s + c.n_layer * block_s; }
 };
-absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const EngineOptions& run,
+absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const DsConfig& ds,
                                                     int B, int T, int threads,
                                                     bool beside_busy_core);
 

@@ -56,6 +56,27 @@ double matmul_params(const ModelConfig& c) {
   return psi;
 }
 
+// The offload pipeline's exposed update: the next forward reaches unit u only once the
+// optimizer threads, updating the units in forward order from the step's end, have finished it.
+// Each unit's update takes its share of Ψ of `update` seconds, its forward its share of the
+// matmul parameters of `forward` seconds (the embedding's lookup none; a tied head's GEMM at
+// the end). Seconds the forward waits in all: unit 0's update at least (gpt2-124m's embedding
+// is a third of Ψ), more where updates fall behind the forward.
+double pipeline_wait(const ModelConfig& c, double update, double forward) {
+  const ParamLayout layout(c);
+  const double psi = (double)layout.total_numel(), mm = matmul_params(c);
+  double updated = 0, at = 0, forward_alone = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const double numel = (double)layout.units()[u].numel;
+    double f = u == layout.embedding_unit() ? 0 : numel;
+    if (u == layout.head_unit() && c.tied_embeddings) f += (double)c.vocab_size * c.hidden;
+    updated += update * numel / psi;
+    at = std::max(at, updated) + forward * f / mm;
+    forward_alone += forward * f / mm;
+  }
+  return at - forward_alone;
+}
+
 }  // namespace
 
 absl::StatusOr<Hardware> hardware_profile(const std::string& name) {
@@ -159,7 +180,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
                                                   : gemm_flops / hw.cores;
     rank_flops = std::min(rank_flops, per_thread * threads);
   }
-  t.compute = hw.cpu_backend && in.micro_batch_seconds > 0
+  t.compute = hw.cpu_backend && in.micro_batch_seconds > 0  // the micro-batch timed
                   ? in.micro_batch_seconds * in.gradient_accumulation *
                         (in.checkpointing ? 4.0 / 3 : 1.0)  // the forward again
                   : flops / (rank_flops * hw.efficiency);
@@ -180,17 +201,21 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // fp32 on the others: docs/offload.md; stage 1 the fp32 reduced shard once) and the updated
   // parameter in; with parameter offload every shard fetched in each micro-batch's forward and
   // backward.
+  // A micro-batch timed on the CPU backend has timed the gradients' way out and the parameter
+  // offload's way in: only the updated parameters' way back is left.
   const double owned = in.stage == 0 ? psi : psi / N;
+  const bool timed = hw.cpu_backend && in.micro_batch_seconds > 0;
   double copy = 0;
   if (in.offload_optimizer != OffloadDevice::kNone)
-    copy += (in.stage == 1 ? owned * 4 : owned * G + owned * 4 * (A - 1)) + owned * P;
-  if (in.offload_param != OffloadDevice::kNone) copy += 2 * psi / N * P * A;
+    copy += (timed ? 0 : in.stage == 1 ? owned * 4 : owned * G + owned * 4 * (A - 1)) + owned * P;
+  if (in.offload_param != OffloadDevice::kNone && !timed) copy += 2 * psi / N * P * A;
   t.copies = copy / (hw.cpu_backend ? stream_bw(compute_threads) : hw.pcie_bw);
   // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
   // by its ranks), else on the device; off the training thread (the pipeline, the delayed
   // update) on the optimizer threads, else on the compute threads.
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
-  const bool off_thread = offloaded && (in.delayed_update || (in.offload_pipeline && in.stage >= 2));
+  const bool off_thread =
+      offloaded && (in.delayed_update || (in.offload_pipeline && in.stage >= 2));
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
@@ -199,19 +224,19 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.
   double step = t.compute;
-  // The pipeline's first unit is updated before the next forward can start (a unit's share of
-  // the CPU step); the delayed update's next step needs none of it.
-  const double units = ParamLayout(c).num_units();
+  // The pipeline's next forward waits for each unit's update (pipeline_wait); the delayed
+  // update's next step needs none of it.
   if (hw.cpu_backend && off_thread) {
     const double host_side = t.optimizer + t.nvme, compute_side = t.compute + t.comm + t.copies;
     // The compute beside the update runs as beside a busy core.
     const double slowed =
         compute_side + std::min(compute_side, host_side) * (hw.busy_core_slowdown - 1);
-    step = std::max(slowed, host_side) + (in.delayed_update ? 0 : host_side / units);
+    step = std::max(slowed, host_side) +
+           (in.delayed_update ? 0 : pipeline_wait(c, host_side, t.compute / 3));
     t.overlaps.push_back(in.delayed_update
                              ? "CPU step on its own threads beside the next step (delayed update)"
                              : "CPU step on its own threads beside the next step, unit by unit "
-                               "(offload pipeline; the first unit's update exposed)");
+                               "(offload pipeline; the next forward waits for each unit's update)");
   } else if (hw.cpu_backend) {
     step += t.comm + t.copies + t.optimizer + t.nvme;
     t.overlaps.push_back("CPU backend: every phase on the same cores, one after another");
@@ -239,10 +264,10 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
       step = std::max(step, host_side);
       t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");
     } else if (off_thread) {
-      step = std::max(step, host_side) + host_side / units;
+      step = std::max(step, host_side) + pipeline_wait(c, host_side, t.compute / 3);
       t.overlaps.push_back(
           "CPU step, its copies and NVMe behind the next step, unit by unit (offload pipeline; "
-          "the first unit's update exposed)");
+          "the next forward waits for each unit's update)");
     } else {
       step += host_side;
     }

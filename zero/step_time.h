@@ -21,7 +21,8 @@
 // stage 1-2's all-gather after the step is exposed; on the CPU backend the phases run one after
 // another on the rank's compute threads, and ranks on one node share its cores and memory
 // bandwidth. The offload pipeline (stages 2-3) runs the CPU step on optimizer threads of its
-// own beside the next step, unit by unit: only the first unit's update is exposed, and on the
+// own beside the next step, unit by unit: the next forward waits for each unit's update (the
+// embedding's at least), and on the
 // CPU backend the compute beside it runs at the speed a busy neighbouring core leaves it
 // (Hardware::busy_core_slowdown).
 #pragma once
@@ -96,8 +97,9 @@ struct StepTimeInput {
   // pipeline, the delayed update), its optimizer threads; 0: all the rank's cores.
   int compute_threads = 0, optimizer_threads = 0;
   // The CPU backend: one micro-batch's forward and backward measured at this shape on the
-  // compute threads (trainer/hardware_probe.h measure_micro_batch), seconds; 0: from the FLOPs
-  // at the GEMM rate x efficiency.
+  // compute threads as the run runs it, the gradients' way out and stage 3's offloaded
+  // parameters' way in included (trainer/hardware_probe.h measure_micro_batch), seconds; 0: from
+  // the FLOPs at the GEMM rate x efficiency and the copies from their bytes.
   double micro_batch_seconds = 0;
 };
 

@@ -168,11 +168,14 @@ TEST(StepTime, CpuBackendSharesTheNodeAndAddsUp) {
 // thread runs the GEMMs at half the node's rate and streams at one thread's bandwidth; the
 // serial step adds the update (on the compute thread) to the compute; the pipeline runs it on
 // its optimizer thread beside the next step, the compute slowed by the busy core over the time
-// they overlap, with the first of the model's units' update exposed; the delayed update
-// exposes none. On a GPU the pipeline hides the host side the same way.
+// they overlap, and the next forward waits for the embedding's update (a third of gpt2-124m's
+// parameters) and the first block's (the lookup takes no time; each block's forward here
+// outlasts the next block's update, so it waits for no other); the delayed update exposes
+// none. On a GPU the pipeline hides the host side the same way.
 TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   StepTimeInput in;
   in.model = *preset("gpt2-124m");
+  in.micro_batch = 64;
   in.seq_len = 32;
   in.stage = 2;
   in.offload_optimizer = OffloadDevice::kCpu;
@@ -182,9 +185,10 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   hw.thread_bw = 20e9;
   hw.busy_core_slowdown = 1.2;
   const double psi = (double)ParamLayout(in.model).total_numel();
-  const double units = ParamLayout(in.model).num_units();
+  const double embedding = (double)ParamLayout(in.model).units()[0].numel;  // wte and wpe
+  EXPECT_EQ(embedding, (50257 + 1024) * 768);
   const StepTime serial = *predict_step(in, hw);
-  EXPECT_DOUBLE_EQ(serial.compute, training_flops_per_token(in.model, 32) * 32 / 0.5e12 * 2);
+  EXPECT_DOUBLE_EQ(serial.compute, training_flops_per_token(in.model, 32) * 2048 / 0.5e12 * 2);
   EXPECT_DOUBLE_EQ(serial.copies, psi * (2 + 2) / 20e9);
   EXPECT_DOUBLE_EQ(serial.optimizer, psi * 28 / 20e9);
   EXPECT_DOUBLE_EQ(serial.step, serial.compute + serial.copies + serial.optimizer);
@@ -192,7 +196,8 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   const StepTime pipelined = *predict_step(in, hw);
   const double compute_side = serial.compute + serial.copies, host = serial.optimizer;
   const double slowed = compute_side + std::min(compute_side, host) * 0.2;
-  EXPECT_DOUBLE_EQ(pipelined.step, std::max(slowed, host) + host / units);
+  const double block = 7087872;  // 12 C^2 + 13 C
+  EXPECT_DOUBLE_EQ(pipelined.step, std::max(slowed, host) + host * (embedding + block) / psi);
   in.offload_pipeline = false;
   in.delayed_update = true;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->step, std::max(slowed, host));
@@ -201,7 +206,7 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   Hardware shared_core = hw;
   shared_core.thread_flops = 0.8e12;
   EXPECT_DOUBLE_EQ(predict_step(in, shared_core)->compute,
-                   training_flops_per_token(in.model, 32) * 32 / (0.8e12 * 0.5));
+                   training_flops_per_token(in.model, 32) * 2048 / (0.8e12 * 0.5));
   // Two optimizer threads stream at twice one thread's rate (within the node's 100 GB/s).
   in.optimizer_threads = 2;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->optimizer, psi * 28 / 40e9);
@@ -211,8 +216,8 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   in.stage = 1;
   const StepTime stage1 = *predict_step(in, hw);
   EXPECT_DOUBLE_EQ(stage1.step, stage1.compute + stage1.copies + stage1.optimizer);
-  // A GPU (4 ranks, as PhasesAndOverlapsOnAGpu): the host side behind the next step, one unit's
-  // share exposed.
+  // A GPU (4 ranks, as PhasesAndOverlapsOnAGpu): the host side behind the next step, the
+  // embedding's and the first block's shares exposed.
   StepTimeInput g;
   g.model = in.model;
   g.micro_batch = 8;
@@ -224,7 +229,25 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   g.offload_pipeline = true;
   const double host_side = gs.copies + gs.optimizer;
   EXPECT_NEAR(predict_step(g, toy(false))->step,
-              std::max(gs.step - host_side, host_side) + host_side / units, 1e-12);
+              std::max(gs.step - host_side, host_side) + host_side * (embedding + block) / psi,
+              1e-12);
+  // Updates slower than the forward (one micro-batch of 32 tokens on the CPU): the forward
+  // waits for every unit's, and ends the last block's forward and the head's after the update
+  // of every unit but the head unit (gpt2's final norm, updated before the block's forward
+  // ends). Forward: a third of the compute, a unit's share of it its share of the matmul
+  // parameters (the tied head's V x C included, the embedding's lookup none).
+  in = StepTimeInput{.model = in.model, .micro_batch = 1, .seq_len = 32, .stage = 2};
+  in.offload_optimizer = OffloadDevice::kCpu;
+  in.compute_threads = in.optimizer_threads = 1;
+  in.offload_pipeline = true;
+  const StepTime slow = *predict_step(in, hw);
+  const double head = 1536 + 50257.0 * 768, mm = psi - embedding + 50257.0 * 768;
+  const double fwd = slow.compute / 3, update = slow.optimizer;
+  ASSERT_GT(update / psi, fwd / mm);
+  const double ends = update * (psi - 1536) / psi + fwd * (block + head) / mm;
+  const double side = slow.compute + slow.copies;
+  EXPECT_NEAR(slow.step, std::max(side + std::min(side, update) * 0.2, update) + ends - fwd,
+              1e-12);
 }
 
 // A micro-batch timed on the CPU backend (trainer/hardware_probe.h measure_micro_batch) is the
@@ -243,15 +266,20 @@ TEST(StepTime, MeasuredMicroBatchIsTheCpuBackendsCompute) {
                    training_flops_per_token(in.model, 16) * 16 * 3 * 4 / 3 / (1e12 * 0.5));
 }
 
-// The probe behind that figure, on tiny-llama: a block's time and the rest's add up to the
+// The probe behind that figure, on tiny-llama as a stage-2 NVMe-offloaded run runs it (no
+// drive touched: the state is held in host memory): a block's time and the rest's add up to the
 // model's; the slowdown beside the streaming thread is a ratio of two timings, clamped to [1, 2]
-// (no timing is asserted). A model whose two blocks would take over a quarter of the machine's
+// (no timing is asserted). A model whose cut copies would take over a quarter of the machine's
 // memory is refused before anything is allocated, saying so.
 TEST(HardwareProbe, TimesAMicroBatchOrSaysWhyNot) {
   const ModelConfig c = *preset("tiny-llama");
-  EngineOptions run;
-  run.param_dtype = run.grad_dtype = DType::kBF16;
-  auto t = measure_micro_batch(c, run, 2, 16, 1, true);
+  // Stage 2, the optimizer offloaded to the drive (the probe keeps it in host memory), bf16.
+  auto run = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+                                                              "nvme_path": "/nonexistent"}}})",
+                             1, "probe.json");
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto t = measure_micro_batch(c, *run, 2, 16, 1, true);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_GT(t->block_s, 0);
   EXPECT_GE(t->rest_s, 0);
@@ -262,7 +290,7 @@ TEST(HardwareProbe, TimesAMicroBatchOrSaysWhyNot) {
   ModelConfig huge = c;
   huge.vocab_size = 1 << 22;
   huge.hidden = 16384;
-  auto refused = measure_micro_batch(huge, run, 1, 16, 1, false);
+  auto refused = measure_micro_batch(huge, *run, 1, 16, 1, false);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("quarter of this machine's memory"),
