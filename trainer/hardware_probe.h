@@ -32,8 +32,9 @@ absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::stri
 // state, a drive's in host memory: at stages 2-3 the gradients' way out, and stage 3's
 // parameters' way in, are timed with the compute; each pass is followed by an untimed step at
 // learning rate 0), on `threads` OpenMP threads: the model cut to one block and to three, their
-// passes alternating (5 each after a warm-up, medians), so a block's time is half their difference and
-// the rest (embedding, head, loss) what the one-block model leaves. With `beside_busy_core` the
+// passes alternating (5 each after a warm-up, medians), so a block's time is half their
+// difference and the rest (embedding, head, loss) what the one-block model leaves. With
+// `beside_busy_core` the
 // three-block pass is timed again beside a thread streaming memory as the CPU optimizer does,
 // for the slowdown the offload pipeline's optimizer thread causes the compute beside it. What a
 // constant efficiency misses (docs/estimator.md: 0.5 to 0.87 of sgemm by shape on one VM): the
