@@ -1,5 +1,5 @@
 // The optimizers' element updates, shared by the CPU kernels (model/cpu/cpu_adam.cc,
-// model/cpu/cpu_optimizers.cc) and the CUDA kernel (model/cuda/optimizer.cu), so every backend
+// model/cpu/optimizer_step.cc) and the CUDA kernel (model/cuda/optimizer.cu), so every backend
 // computes the same bits. Each optimizer keeps an fp32 master weight and `num_states` fp32
 // state tensors per parameter (optimizer_info), the names torch.optim gives them:
 //

@@ -27,8 +27,7 @@ using json = nlohmann::json;
 
 // ---------------------------------------------------------------------------------------
 // Not implemented in this build: (path, predicate, message). Checked after the whole file
-// parsed and validated. Lift a rule here when the feature lands (ZeRO stages, offload, the
-// fp16 loss scaler).
+// parsed and validated. Lift a rule here when its feature lands.
 struct NotImplementedRule {
   const char* path;                  // JSON path the message names
   bool (*applies)(const DsConfig&);  // true -> the config needs the missing feature

@@ -9,7 +9,7 @@
 // block unit per step, twice the bytes of a bf16 parameter all-gather; a matrix spanning two
 // shards is orthogonalised on both ranks. The step's buffers (u, the gathered u, the update:
 // 4 bytes per element of the largest unit each, and Newton-Schulz's workspace) are freed at its
-// end; the estimator does not count them yet.
+// end; the estimator counts them as workspace (zero/estimator.cc).
 #pragma once
 
 #include <vector>
