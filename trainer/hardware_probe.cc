@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -87,6 +88,23 @@ double copy_bandwidth(bool one_thread = false) {
   return 2.0 * n / best_of(3, copy);
 }
 
+// A neighbouring core kept busy while it lives: a thread repeating `work` until destroyed.
+class BusyNeighbour {
+ public:
+  explicit BusyNeighbour(std::function<void()> work)
+      : thread_([this, work = std::move(work)] {
+          while (!stop_.load(std::memory_order_relaxed)) work();
+        }) {}
+  ~BusyNeighbour() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};  // before thread_: set before the thread starts
+  std::thread thread_;
+};
+
 // A one-thread sgemm's time beside another core kept busy (a spin loop: no memory traffic) over
 // its time alone: what the offload pipeline's optimizer thread costs the compute beside it where
 // cores share a clock or an SMT core (a VM's vCPUs). 1 on a one-core machine.
@@ -103,15 +121,12 @@ double busy_core_slowdown(int cores) {
     gemm();
     return best_of(3, gemm);
   });
-  std::atomic<bool> stop{false};
-  std::thread spin([&] {
-    uint64_t x = 1;
-    while (!stop.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
+  uint64_t x = 1;
+  const BusyNeighbour spin([&x] {
+    x = x * 6364136223846793005ull + 1;
     asm volatile("" : : "r"(x));
   });
   const double beside = on_one_thread([&] { return best_of(3, gemm); });
-  stop = true;
-  spin.join();
   return std::clamp(beside / alone, 1.0, 2.0);
 }
 
@@ -321,21 +336,13 @@ absl::StatusOr<MicroBatchTimes> measure_micro_batch(const ModelConfig& c, const 
     t1.push_back(one_pass), t3.push_back(three_pass);
   }
   if (beside_busy_core) {  // the neighbour streams 2 x 64 MiB as CPU Adam streams its state
-    std::atomic<bool> stop{false};
-    std::thread stream([&] {
-      const size_t n = size_t{64} << 20;
-      std::vector<char> a(n, 1), b(n, 2);
-      while (!stop.load(std::memory_order_relaxed)) std::memcpy(b.data(), a.data(), n);
-    });
-    absl::Status st;
-    for (int i = 0; i < kPasses && st.ok(); ++i) {
-      auto pass = m3->seconds();
-      if (pass.ok()) busy.push_back(*pass);
-      st = pass.status();
+    const size_t n = size_t{64} << 20;
+    std::vector<char> from(n, 1), to(n, 2);
+    const BusyNeighbour stream([&] { std::memcpy(to.data(), from.data(), n); });
+    for (int i = 0; i < kPasses; ++i) {
+      ZT_ASSIGN_OR_RETURN(const double pass, m3->seconds());
+      busy.push_back(pass);
     }
-    stop = true;
-    stream.join();
-    ZT_RETURN_IF_ERROR(st);
   }
   MicroBatchTimes t;
   t.block_s = std::max(0.0, (median(t3) - median(t1)) / 2);

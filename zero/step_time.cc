@@ -71,8 +71,9 @@ double pipeline_wait(const ModelConfig& c, double update, double forward) {
     double f = u == layout.embedding_unit() ? 0 : numel;
     if (u == layout.head_unit() && c.tied_embeddings) f += (double)c.vocab_size * c.hidden;
     updated += update * numel / psi;
-    at = std::max(at, updated) + forward * f / mm;
-    forward_alone += forward * f / mm;
+    const double unit_forward = forward * f / mm;
+    at = std::max(at, updated) + unit_forward;
+    forward_alone += unit_forward;
   }
   return at - forward_alone;
 }
@@ -180,10 +181,10 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
                                                   : gemm_flops / hw.cores;
     rank_flops = std::min(rank_flops, per_thread * threads);
   }
-  t.compute = hw.cpu_backend && in.micro_batch_seconds > 0  // the micro-batch timed
-                  ? in.micro_batch_seconds * in.gradient_accumulation *
-                        (in.checkpointing ? 4.0 / 3 : 1.0)  // the forward again
-                  : flops / (rank_flops * hw.efficiency);
+  const bool timed = hw.cpu_backend && in.micro_batch_seconds > 0;  // the micro-batch timed
+  t.compute = timed ? in.micro_batch_seconds * in.gradient_accumulation *
+                          (in.checkpointing ? 4.0 / 3 : 1.0)  // the forward again
+                    : flops / (rank_flops * hw.efficiency);
   // Collectives: bus bytes a rank moves (nccl-tests' busbw convention). The engine reduces
   // gradients in fp32 (4 bytes) on every micro-batch at stages 0, 2 and 3 (stage 1 once, at the
   // accumulation boundary), and gathers the 16-bit parameters once after the step (stages 1-2)
@@ -205,7 +206,6 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // (stage 1's reduced shard goes out in the step) and the parameter offload's way in: the
   // updated parameters' way back is left.
   const double owned = in.stage == 0 ? psi : psi / N;
-  const bool timed = hw.cpu_backend && in.micro_batch_seconds > 0;
   double copy = 0;
   if (in.offload_optimizer != OffloadDevice::kNone)
     copy += (timed && in.stage >= 2 ? 0
