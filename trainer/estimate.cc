@@ -131,6 +131,10 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   std::string compute_source;
   if (hw.cpu_backend && hw.name == "this") {
     const bool beside = update_runs_off_the_training_thread(ds) && hw.cores >= 2;
+    std::fprintf(stderr,
+                 "timing a micro-batch of %d x %d tokens here (up to a minute; the built-in "
+                 "--hardware cpu profile predicts from FLOPs without timing)\n",
+                 in.micro_batch, o.seq_len);
     auto m = measure_micro_batch(c, ds, in.micro_batch, o.seq_len, in.compute_threads, beside);
     if (m.ok()) {
       in.micro_batch_seconds = m->seconds(c);

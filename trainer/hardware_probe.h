@@ -32,16 +32,17 @@ absl::StatusOr<Hardware> hardware_named(const std::string& name, const std::stri
 // state, a drive's in host memory: at stages 2-3 the gradients' way out, and stage 3's
 // parameters' way in, are timed with the compute; each pass is followed by an untimed step at
 // learning rate 0), on `threads` OpenMP threads: the model cut to one block and to three, their
-// passes alternating (5 each after a warm-up, medians), so a block's time is half their
+// passes alternating (5 each after a warm-up, fewer once they took 8 s; medians), so a block's
+// time is half their
 // difference and the rest (embedding, head, loss) what the one-block model leaves. With
-// `beside_busy_core` the
-// three-block pass is timed again beside a thread streaming memory as the CPU optimizer does,
-// for the slowdown the offload pipeline's optimizer thread causes the compute beside it. What a
-// constant efficiency misses (docs/estimator.md: 0.5 to 0.87 of sgemm by shape on one VM): the
-// non-GEMM work of a short micro-batch, the head's share, the gradients' copies. Seconds; a few
-// seconds for gpt2-124m. Errors: FailedPrecondition when the two cut models would take more
-// than a quarter of this machine's memory (the caller then predicts from FLOPs); the run's
-// optimizer state or parameter store failing to be made.
+// `beside_busy_core` the three-block pass is timed again beside a thread streaming memory as the
+// CPU optimizer does, for the slowdown the offload pipeline's optimizer thread causes the
+// compute beside it. What a constant efficiency misses (docs/estimator.md: 0.5 to 0.87 of sgemm
+// by shape on one VM): the non-GEMM work of a short micro-batch, the head's share, the
+// gradients' copies. Seconds; 15-25 s for gpt2-124m at 1 x 32 tokens on a 2-core VM, 44 s at
+// 32 x 32. Errors: FailedPrecondition when the two cut models would take more than a quarter of
+// this machine's memory (the caller then predicts from FLOPs); the run's optimizer state or
+// parameter store failing to be made.
 struct MicroBatchTimes {
   double block_s = 0, rest_s = 0;  // seconds: one block; embedding, head and loss
   double busy_core_slowdown = 1;   // the three-block pass beside the streaming thread / alone
