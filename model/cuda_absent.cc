@@ -6,6 +6,8 @@ namespace zt {
 
 int cuda_device_count() { return 0; }
 
+std::string cuda_report() { return "not built: nvcc was not found when this zerotrain was built"; }
+
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/,
                                                            AttentionImpl /*attention*/) {
   return absl::FailedPreconditionError(

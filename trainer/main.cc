@@ -36,6 +36,7 @@
 #include "trainer/export.h"
 #include "trainer/sampler.h"
 #include "trainer/train.h"
+#include "trainer/version.h"
 #include "zero/mpi_comm.h"
 
 // info
@@ -196,7 +197,7 @@ constexpr const char* kUsage =
     "           --formula deepspeed [--gpus_per_node G --nodes n]\n"
     "Flags may be spelled with '-' or '_' (--val-fraction = --val_fraction); recipes can be\n"
     "passed with --flagfile (one --flag=value per line, # comments). `zerotrain --helpfull`\n"
-    "lists every flag.";
+    "lists every flag (docs/cli.md explains them); `zerotrain --version` names the build.";
 
 int fail(const absl::Status& s) {
   std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
@@ -558,12 +559,18 @@ int main(int argc, char** argv) {
   }
   absl::SetProgramUsageMessage(kUsage);
   // --help / -h anywhere: the usage (absl's --help would list no flags of its own and exit 1);
-  // --helpfull still lists every flag.
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+  // --helpfull still lists every flag. --version: ours (absl's names only its own build type).
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
       std::printf("%s\n", kUsage);
       return 0;
     }
+    if (a == "--version" || a == "-version") {
+      std::fputs(zt::version_report().c_str(), stdout);
+      return std::fflush(stdout) == 0 ? 0 : fail(absl::InternalError("cannot write to stdout"));
+    }
+  }
   std::vector<std::string> args = {argv[0]};
   if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok()) return fail(s);
   std::vector<char*> cargv;

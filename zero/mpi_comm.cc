@@ -412,6 +412,14 @@ bool launched_under_mpi() {
   return false;
 }
 
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  if (MPI_Get_library_version(text, &n) != MPI_SUCCESS) return "unknown";
+  const std::string v(text, strnlen(text, std::min<size_t>(n, sizeof text)));
+  return v.substr(0, v.find('\n'));
+}
+
 bool mpi_active() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);

@@ -62,6 +62,10 @@ int rank_for_messages();
 // True between MPI_Init and MPI_Finalize.
 bool mpi_active();
 
+// The MPI library's own name and version (MPI_Get_library_version's first line, callable
+// before MPI_Init), for `zerotrain --version`: "Open MPI v4.1.4, package: Debian ...".
+std::string mpi_library_version();
+
 // Communicator over (a duplicate of) MPI_COMM_WORLD. Requires MPI initialised (MpiRuntime).
 // Reductions (all_reduce, reduce_scatter) are fp32 sums only (MPI has no bf16/fp16 sum; the
 // engine reduces in fp32) and abort on other dtypes; all_gather and broadcast move bytes of

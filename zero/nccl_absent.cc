@@ -12,4 +12,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Communicato
       "or the CUDA toolkit's NCCL was not found); install NCCL and rebuild, or run one rank");
 }
 
+std::string nccl_report() { return "not built: NCCL was not found when this zerotrain was built"; }
+
 }  // namespace zt

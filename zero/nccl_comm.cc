@@ -165,6 +165,12 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_report() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "linked, but ncclGetVersion failed";
+  return absl::StrCat("NCCL ", v / 10000, ".", v % 10000 / 100, ".", v % 100);
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap,
                                                                      int device,
                                                                      void* compute_stream) {

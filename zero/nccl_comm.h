@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "zero/comm.h"
@@ -21,5 +22,8 @@ namespace zt {
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap,
                                                                      int device,
                                                                      void* compute_stream);
+
+// The NCCL linked in, for `zerotrain --version`: "NCCL 2.27.3" (ncclGetVersion), or "not built".
+std::string nccl_report();
 
 }  // namespace zt

@@ -1,6 +1,7 @@
 // CUDA backend: device, stream, memory, dtype conversion and small elementwise kernels.
 #include "absl/strings/str_cat.h"
 #include "model/cuda/cuda_backend.cuh"
+#include "model/cuda/cudnn_attention.h"
 #include "model/cuda/elementwise.cuh"
 #include "model/optimizer_math.h"
 
@@ -13,6 +14,28 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+std::string cuda_report() {
+  const int n = cuda_device_count();
+#ifdef ZT_CUDA_EMU
+  std::string s = "the CUDA emulation (the GPU code run on the CPU, for tests)";
+#else
+  std::string s = absl::StrCat("runtime ", CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
+    absl::StrAppend(&s, ", driver ", driver / 1000, ".", driver % 1000 / 10);
+  else
+    absl::StrAppend(&s, ", no driver");
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, d) == cudaSuccess)
+      absl::StrAppend(&s, d ? ", " : "; ", "GPU ", d, " ", p.name, " (sm_", p.major, p.minor, ")");
+  }
+  cudaGetLastError();
+#endif
+  absl::StrAppend(&s, "; ", n, " GPU(s) visible; cuDNN: ", cudnn_library_report());
+  return s;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, AttentionImpl attention) {

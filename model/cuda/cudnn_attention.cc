@@ -240,22 +240,37 @@ class CudnnAttentionImpl final : public CudnnAttention {
   size_t workspace_bytes_ = 0;
 };
 
+// Loads libcudnn.so.9 once into the frontend's handle; the loader's message when it cannot.
+absl::Status load_cudnn() {
+  if (cudnn_frontend::cudnn_dlhandle) return absl::OkStatus();
+  dlerror();
+  void* lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    return absl::FailedPreconditionError(why ? why : "libcudnn.so.9 not found");
+  }
+  cudnn_frontend::cudnn_dlhandle = lib;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+std::string cudnn_library_report() {
+  if (const absl::Status s = load_cudnn(); !s.ok()) return absl::StrCat("not found: ", s.message());
+  using GetVersion = size_t (*)();
+  auto get = reinterpret_cast<GetVersion>(dlsym(cudnn_frontend::cudnn_dlhandle, "cudnnGetVersion"));
+  if (!get) return "libcudnn.so.9 loaded, without cudnnGetVersion";
+  const size_t v = get();
+  return absl::StrCat("cuDNN ", v / 10000, ".", v % 10000 / 100, ".", v % 100, " (libcudnn.so.9)");
+}
+
 absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::open(Backend* be, void* stream) {
-  if (!cudnn_frontend::cudnn_dlhandle) {
-    dlerror();
-    void* lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* why = dlerror();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cuDNN 9 could not be loaded (", why ? why : "libcudnn.so.9 not found",
-          "): install cuDNN 9 for CUDA 13 (NVIDIA's cudnn9-cuda-13 package, or pip's "
-          "nvidia-cudnn-cu13) and put the folder holding libcudnn.so.9 on LD_LIBRARY_PATH, or "
-          "use --attention flash"));
-    }
-    cudnn_frontend::cudnn_dlhandle = lib;
-  }
+  if (const absl::Status s = load_cudnn(); !s.ok())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuDNN 9 could not be loaded (", s.message(),
+        "): install cuDNN 9 for CUDA 13 (NVIDIA's cudnn9-cuda-13 package, or pip's "
+        "nvidia-cudnn-cu13) and put the folder holding libcudnn.so.9 on LD_LIBRARY_PATH, or "
+        "use --attention flash"));
   // The frontend opens the CUDA runtime itself, trying libcudart.so.12 before .13: name ours,
   // unless the user did (its own variable), so that a CUDA 12 runtime on the path stays out.
   setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", /*overwrite=*/0);

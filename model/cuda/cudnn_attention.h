@@ -53,4 +53,9 @@ class CudnnAttention {
                         const float* lse, const AttentionShape& s) = 0;
 };
 
+// The cuDNN this process can load, for `zerotrain --version`: "cuDNN 9.10.2 (libcudnn.so.9)", or
+// why there is none ("not found: " and the loader's message; "not built: " and the reason). Loads
+// the library when it is there, as open() would.
+std::string cudnn_library_report();
+
 }  // namespace zt

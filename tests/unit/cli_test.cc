@@ -806,6 +806,44 @@ TEST_F(Cli, NoCommandOrUnknownCommand) {
   }
 }
 
+// --version names the build and what this machine gave it, one fact a line, each against a
+// source other than the binary: the version in CMakeLists.txt's project(), the commit git names,
+// the build type of this very test (one build type a tree), ZT_SIMD's choice, and the CUDA side
+// (the emulated trainer says it is the emulation).
+TEST_F(Cli, VersionNamesTheBuildAndWhatItFound) {
+  std::ifstream cmake(std::string(ZT_SOURCE_DIR) + "/CMakeLists.txt");
+  std::string version;
+  for (std::string line; std::getline(cmake, line) && version.empty();)
+    if (line.starts_with("project(zerotrain VERSION "))
+      version = line.substr(26, line.find(' ', 26) - 26);
+  ASSERT_FALSE(version.empty());
+  const Result r = test::run_shell("ZT_SIMD=scalar " + kBin + " --version");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(r.out.starts_with("zerotrain " + version + "\n")) << r.out;
+  const Result git = test::run_shell("git -C " + std::string(ZT_SOURCE_DIR) +
+                                     " rev-parse --short=12 HEAD");
+  const std::string commit = git.code == 0 ? git.out.substr(0, 12) : "unknown";
+  EXPECT_NE(r.out.find("\ncommit:   " + commit), std::string::npos) << commit << "\n" << r.out;
+#ifdef NDEBUG
+  EXPECT_NE(r.out.find("\nbuild:    Release, "), std::string::npos) << r.out;
+#endif
+  EXPECT_EQ(r.out.find("NDEBUG not #defined"), std::string::npos) << r.out;  // absl's own
+  EXPECT_NE(r.out.find("\nsimd:     scalar (ZT_SIMD=scalar)\n"), std::string::npos) << r.out;
+  for (const char* line : {"\nblas:     OpenBLAS ", "\nmpi:      ", "\ncuda:     ", "\nnccl:     "})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  const bool cuda_built = fs::exists(std::string(ZT_BINARY_DIR) + "/zerotrain_emu") &&
+                          r.out.find("cuda:     not built") == std::string::npos;
+  if (cuda_built) {
+    EXPECT_NE(r.out.find("GPU(s) visible; cuDNN: "), std::string::npos) << r.out;
+    const Result emu = test::run_shell(std::string(ZT_BINARY_DIR) + "/zerotrain_emu --version");
+    ASSERT_EQ(emu.code, 0) << emu.out;
+    EXPECT_NE(emu.out.find("the CUDA emulation"), std::string::npos) << emu.out;
+  }
+  const Result mid = run("train --steps 3 --version");  // anywhere on the line, as --help
+  EXPECT_EQ(mid.code, 0) << mid.out;
+  EXPECT_TRUE(mid.out.starts_with("zerotrain " + version + "\n")) << mid.out;
+}
+
 // compare: one row per run from run.json and metrics.jsonl (the median step time and the last
 // loss as the metrics hold them, recomputed here), Markdown on request; runs of different
 // models are refused unless --allow_different, and a directory that is not a finished run is
