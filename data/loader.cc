@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "data/alpaca.h"
+#include "data/mask.h"
 
 namespace zt {
 namespace {

@@ -17,7 +17,7 @@
 // An epoch ends when fewer than a global batch (W*B*micro_batches_per_step sequences) remain;
 // they are skipped, as a drop_last sampler does, so epochs end on the same step at any W.
 // Every rank uses the same seed (unlike llm.c's 42 + rank), so ranks stay disjoint.
-// A shard X.bin with a loss mask X.mask beside it (instruction data, data/alpaca.h) gives -1
+// A shard X.bin with a loss mask X.mask beside it (instruction data, data/mask.h) gives -1
 // (ignored by the loss) as the target of every untrained token; a mask of packed rows also
 // gives each token its position within its example (packed()), for the model's packed rows.
 #pragma once
@@ -118,7 +118,7 @@ class DataLoader {
 
   DataLoaderOptions options_;
   std::vector<MappedShard> shards_;   // sorted by path, each at least one sequence long
-  std::vector<std::vector<uint8_t>> masks_;  // per shard: its loss mask (data/alpaca.h) or empty
+  std::vector<std::vector<uint8_t>> masks_;  // per shard: its loss mask (data/mask.h) or empty
   std::vector<std::string> identity_;        // per shard: ShardIdentity::what
   std::vector<int64_t> shard_order_;  // this epoch's order of shard indices
   std::vector<int64_t> first_;        // stream position of shard_order_[i]'s first sequence

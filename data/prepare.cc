@@ -12,7 +12,7 @@
 #include "common/file.h"
 #include "common/progress.h"
 #include "common/status.h"
-#include "data/alpaca.h"
+#include "data/mask.h"
 #include "data/rows.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "data/alpaca.h"
+#include "data/mask.h"
 #include "data/shard.h"
 
 namespace zt {

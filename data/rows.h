@@ -1,5 +1,5 @@
 // Examples laid out as rows of T tokens for the loader (data/loader.h), with the loss mask
-// beside their shard (data/alpaca.h's mask format): one example a row, padded, or packed, as
+// beside their shard (data/mask.h): one example a row, padded, or packed, as
 // many whole examples a row as fit. Shared by instruction data (data/alpaca.h) and plain-text
 // documents (data/prepare.h).
 #pragma once

@@ -62,25 +62,12 @@ import tarfile
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUNDLE = os.path.join(ROOT, "build", "gpu_bundle")
+from gpu_runs import BUNDLE, ROOT, SHAPES, TRAIN_CONFIG, capture, losses, metrics, train_args
+
 PEAK_BF16 = 989.4e12  # dense bf16 FLOP/s of an H100/H200 SXM (NVIDIA's datasheet)
 STATUSES = ("pending", "running", "pass", "fail", "skipped", "timeout")
 LOG_TAIL = 1 << 20  # bytes of each log in logs.tar.gz
 
-# The shapes of each mode: (model, layers, width, T, micro-batch, steps, data). The data is
-# tinyshakespeare in Llama 2's tokens ("data") or in bytes ("bytes", for the tiny presets'
-# 256-token vocabularies).
-SHAPES = {
-    "run": {"training": ("shakespeare-llama", 4, 128, 256, 4, 20, "data"),
-            "gpt2": ("gpt2-124m", 12, 768, 1024, 8, 8, "data"),
-            "tinyllama": ("tinyllama-1.1b", 22, 2048, 2048, 1, 8, "data")},
-    "rehearse": {"training": ("tiny-llama", 2, 64, 32, 4, 3, "bytes"),
-                 "gpt2": ("tiny-gpt2", 2, 64, 64, 2, 5, "bytes"),
-                 "tinyllama": ("tiny-llama", 2, 64, 64, 2, 4, "bytes")},
-}
-TRAIN_CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
 # Both backends compute in fp32 (cuBLASLt COMPUTE_32F, no TF32) and differ only in the order of
 # their sums (u = 6e-8 a rounding, sums of a few thousand terms): over 20 Adam steps we expect
 # about 1e-6 (the emulation, which keeps the kernels' order: 7e-8 over 10 steps at T = 64). A 1%
@@ -287,14 +274,6 @@ def preflight(plan, res, limit):
     return "pass", "" if plan.gpu else "no GPU: `nvidia-smi -L` lists none"
 
 
-def capture(argv, env=None, timeout=20):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-    except (OSError, subprocess.SubprocessError) as e:
-        return 127, str(e)
-
-
 def missing_libs(plan, bins, lib_path):
     """The libraries ldd finds for none of `bins` with LD_LIBRARY_PATH=lib_path (ldd's output
     goes to the preflight's log)."""
@@ -352,38 +331,6 @@ def gtest_counts(path):
 
 def zerotrain(plan):
     return os.path.join(BUNDLE, "bin", "zerotrain" + ("_emu" if plan.mode == "rehearse" else ""))
-
-
-def train_args(exe, device, shape, run_dir, config):
-    """`zerotrain train` of `shape` on tinyshakespeare's shards, `config` its ds_config."""
-    model, _, _, T, _, steps, data = shape
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "ds.json"), "w") as f:
-        json.dump(config, f)
-    return [exe, "train", "--device", device, "--model", model, "--seq_len", str(T),
-            "--steps", str(steps), "--val_every", "0", "--sample_tokens", "0",
-            "--deepspeed", os.path.join(run_dir, "ds.json"),
-            "--train_data", os.path.join(BUNDLE, data, "train_*.bin"), "--run_dir", run_dir]
-
-
-def metrics(run_dir):
-    """The step records of run_dir/metrics.jsonl (a last line cut by a kill is left out)."""
-    out = []
-    try:
-        for line in open(os.path.join(run_dir, "metrics.jsonl")):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if "loss" in rec:
-                out.append(rec)
-    except OSError:
-        pass
-    return out
-
-
-def losses(run_dir):
-    return [r["loss"] for r in metrics(run_dir)]
 
 
 def training(plan, res, limit):

@@ -16,7 +16,7 @@ import sys
 import tarfile
 import tempfile
 
-from gpu_check import BUNDLE, ROOT, SHAPES, TRAIN_CONFIG, capture, losses, train_args
+from gpu_runs import BUNDLE, ROOT, SHAPES, TRAIN_CONFIG, capture, losses, train_args
 
 BUNDLE_LIMIT_MIB = 60  # with the working tree, under the device tool's 64 MiB
 

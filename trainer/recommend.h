@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "trainer/estimate.h"
+#include "trainer/estimate_options.h"
 
 namespace zt {
 

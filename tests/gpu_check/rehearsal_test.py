@@ -9,7 +9,6 @@ rehearsal passes every stage it can run here; without a GPU, --run skips every G
 saying why, and passes none. The kill moments come from a seed printed first
 (ZT_GPU_CHECK_SEED=N reruns them).
 """
-import importlib.util
 import json
 import os
 import random
@@ -24,10 +23,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
-spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(ROOT, "scripts",
-                                                                       "gpu_check.py"))
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))  # gpu_check and the modules it imports
+import gpu_check  # noqa: E402
 NAMES = [s[0] for s in gpu_check.STAGES]
 failures = []
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "data/alpaca.h"
+#include "data/mask.h"
 #include "data/shard.h"
 #include "tests/unit/cli_helpers.h"
 
