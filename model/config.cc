@@ -13,11 +13,21 @@
 #include "common/status.h"
 
 namespace zt {
+
+ModelConfig ModelConfig::of(Family f) {
+  ModelConfig c;
+  c.family = f;
+  const bool gpt2 = f == Family::kGPT2;
+  c.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRMSNorm;
+  c.mlp = gpt2 ? MlpKind::kGelu : MlpKind::kSwiGLU;
+  c.learned_positions = c.qkv_bias = c.out_bias = c.mlp_bias = c.tied_embeddings = gpt2;
+  return c;
+}
+
 namespace {
 
 ModelConfig gpt2(int C, int L, int H, int V = 50257, int T = 1024) {
-  ModelConfig c;
-  c.arch = Arch::kGPT2;
+  ModelConfig c = ModelConfig::of(Family::kGPT2);
   c.vocab_size = V;
   c.max_seq_len = T;
   c.n_layer = L;
@@ -25,13 +35,11 @@ ModelConfig gpt2(int C, int L, int H, int V = 50257, int T = 1024) {
   c.hidden = C;
   c.intermediate = 4 * C;
   c.norm_eps = 1e-5f;
-  c.tied_embeddings = true;
   return c;
 }
 
 ModelConfig llama(int C, int I, int L, int H, int KV, int V, int T, float eps) {
-  ModelConfig c;
-  c.arch = Arch::kLLaMA;
+  ModelConfig c = ModelConfig::of(Family::kLLaMA);
   c.vocab_size = V;
   c.max_seq_len = T;
   c.n_layer = L;
@@ -41,7 +49,6 @@ ModelConfig llama(int C, int I, int L, int H, int KV, int V, int T, float eps) {
   c.intermediate = I;
   c.norm_eps = eps;
   c.rope_theta = 10000.f;
-  c.tied_embeddings = false;
   return c;
 }
 
@@ -101,7 +108,7 @@ absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source)
   if (n < 0 || n > kMax)
     return absl::InvalidArgumentError(absl::StrCat("--max_seq_len ", n, " must be in [1, ", kMax,
                                                    "] (0: the model's own, ", c.max_seq_len, ")"));
-  if (c.is_gpt2() && n > c.max_seq_len)
+  if (c.learned_positions && n > c.max_seq_len)
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_seq_len ", n, " is longer than the ", c.max_seq_len, " positions that ",
         std::string(source), " has learned; GPT-2 can only shrink its context (RoPE models such "
@@ -121,8 +128,9 @@ absl::Status validate(const ModelConfig& c) {
         "intermediate must all be positive");
   if (c.hidden % c.n_head != 0) return bad("hidden must be a multiple of n_head");
   if (c.n_head % c.n_kv_head != 0) return bad("n_head must be a multiple of n_kv_head");
-  if (!c.is_gpt2() && c.head_dim() % 2 != 0) return bad("RoPE needs an even head_dim");
-  if (c.is_gpt2() && c.n_kv_head != c.n_head) return bad("GPT-2 has no grouped-query attention");
+  if (c.rope() && c.head_dim() % 2 != 0) return bad("RoPE needs an even head_dim");
+  if (c.family == Family::kGPT2 && c.n_kv_head != c.n_head)
+    return bad("GPT-2 has no grouped-query attention");
   return absl::OkStatus();
 }
 
@@ -189,7 +197,7 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
   ZT_ASSIGN_OR_RETURN(const std::string type, f.text("model_type", ""));
   ModelConfig c;
   if (type == "gpt2") {
-    c.arch = Arch::kGPT2;
+    c = ModelConfig::of(Family::kGPT2);
     ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
     ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("n_positions", 1024));
     ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("n_layer"));
@@ -198,13 +206,12 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     ZT_ASSIGN_OR_RETURN(c.hidden, f.integer("n_embd"));
     ZT_ASSIGN_OR_RETURN(c.intermediate, f.integer("n_inner", 4 * c.hidden));
     ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("layer_norm_epsilon", 1e-5f));
-    c.tied_embeddings = true;
     ZT_ASSIGN_OR_RETURN(const std::string act, f.text("activation_function", "gelu_new"));
     if (act != "gelu_new")
       return f.error("activation_function",
                      absl::StrCat("'", act, "' is not supported; use gelu_new"));
   } else if (type == "llama") {
-    c.arch = Arch::kLLaMA;
+    c = ModelConfig::of(Family::kLLaMA);
     ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
     ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("max_position_embeddings", 2048));
     ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("num_hidden_layers"));
@@ -264,7 +271,7 @@ double shortest(float x) {
 std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,
                            int eos_id) {
   nlohmann::json j;
-  if (c.is_gpt2()) {
+  if (c.family == Family::kGPT2) {
     j = {{"architectures", {"GPT2LMHeadModel"}},
          {"model_type", "gpt2"},
          {"vocab_size", c.vocab_size},

@@ -10,38 +10,57 @@
 
 namespace zt {
 
-enum class Arch { kGPT2, kLLaMA };
+// The family a model is read from and exported as (transformers' model_type). Only the presets,
+// the Hugging Face reader and writer and the weight name maps look at it; everything that
+// computes reads the features below, which the family sets (ModelConfig::of) and a config.json
+// may refine.
+enum class Family { kGPT2, kLLaMA };
+enum class NormKind { kLayerNorm, kRMSNorm };  // LayerNorm with its bias, or RMSNorm (no bias)
+enum class MlpKind { kGelu, kSwiGLU };         // fc (I) -> GELU, or fc = [gate | up] (2I) -> SwiGLU
 
 struct ModelConfig {
-  Arch arch = Arch::kLLaMA;
+  Family family = Family::kLLaMA;
   int vocab_size = 0;            // V
-  int max_seq_len = 0;           // maximum T (GPT-2: learned positions)
+  int max_seq_len = 0;           // maximum T (learned positions: their count)
   int n_layer = 0;               // L
   int n_head = 0;                // query heads
   int n_kv_head = 0;             // key/value heads (GQA when < n_head)
   int hidden = 0;                // C
-  int intermediate = 0;          // MLP width (GPT-2: 4C)
+  int intermediate = 0;          // MLP width I (GPT-2: 4C)
   float norm_eps = 1e-5f;        // LayerNorm / RMSNorm epsilon
-  float rope_theta = 1e4f;       // LLaMA only
+  float rope_theta = 1e4f;       // RoPE's base (models without learned positions)
   bool tied_embeddings = false;  // lm_head shares wte (GPT-2)
+  // Features (set by `of` from the family).
+  NormKind norm = NormKind::kRMSNorm;
+  MlpKind mlp = MlpKind::kSwiGLU;
+  bool learned_positions = false;  // a learned table wpe (GPT-2); otherwise RoPE on q and k
+  bool qkv_bias = false;           // biases on the q|k|v projection
+  bool out_bias = false;           // on the attention's output projection
+  bool mlp_bias = false;           // on the MLP's projections
 
+  // A config of `f` with that family's features and nothing else set: GPT-2 has LayerNorm,
+  // learned positions, GELU, every bias and tied embeddings; LLaMA RMSNorm, RoPE, SwiGLU and no
+  // bias.
+  static ModelConfig of(Family f);
   int head_dim() const { return hidden / n_head; }
   // Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_dim.
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
-  bool is_gpt2() const { return arch == Arch::kGPT2; }
+  // Rows of the MLP's first projection: I (GELU) or 2I ([gate | up], SwiGLU).
+  int fc_dim() const { return mlp == MlpKind::kSwiGLU ? 2 * intermediate : intermediate; }
+  bool rope() const { return !learned_positions; }
 };
 
-// "gpt2" or "llama".
-inline const char* arch_name(Arch a) { return a == Arch::kGPT2 ? "gpt2" : "llama"; }
+// "gpt2" or "llama": transformers' model_type.
+inline const char* family_name(Family f) { return f == Family::kGPT2 ? "gpt2" : "llama"; }
 
 // Every field of c in declaration order, the one list the trainer's identities and checks read:
-// f(name, value, shapes) with the architecture as arch_name, the rest as stored; `shapes` is
+// f(name, value, shapes) with the family as family_name, the rest as stored; `shapes` is
 // true for the fields that fix the weights' shapes whatever the context length: not
 // max_seq_len (a knob, --max_seq_len, though it sizes GPT-2's position table), nor the epsilon
 // and theta, which change the numbers only.
 template <class F>
 void for_each_field(const ModelConfig& c, F&& f) {
-  f("arch", arch_name(c.arch), true);
+  f("arch", family_name(c.family), true);
   f("vocab_size", c.vocab_size, true);
   f("max_seq_len", c.max_seq_len, false);
   f("n_layer", c.n_layer, true);

@@ -21,7 +21,7 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& c, const ParamLayout& layout, 
     out.push_back({std::move(name), s, from, n, s->shape[1], false});
   };
   const bool head = u == layout.head_unit(), emb = u == layout.embedding_unit();
-  if (c.is_gpt2()) {
+  if (c.family == Family::kGPT2) {
     if (emb) {
       whole("wte", "transformer.wte.weight");
       whole("wpe", "transformer.wpe.weight");
@@ -80,7 +80,7 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
       return absl::NotFoundError(absl::StrCat("tensor '", name,
                                               "' is missing from the "
                                               "checkpoint; is it a ",
-                                              c.is_gpt2() ? "GPT-2" : "LLaMA",
+                                              c.family == Family::kGPT2 ? "GPT-2" : "LLaMA",
                                               " model whose config.json matches its weights?"));
     ZT_ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.shape(name));
     const bool vec = p.slot->shape.size() == 1;

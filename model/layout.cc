@@ -21,25 +21,25 @@ static void add(Unit& u, std::string name, std::vector<int64_t> shape) {
 
 ParamLayout::ParamLayout(const ModelConfig& c) {
   const int64_t C = c.hidden, I = c.intermediate, V = c.vocab_size;
-  const bool gpt2 = c.is_gpt2();
+  const bool ln = c.norm == NormKind::kLayerNorm;  // LayerNorm's bias beside its weight
   Unit emb{"embedding", {}, 0};
   add(emb, "wte", {V, C});
-  if (gpt2) add(emb, "wpe", {c.max_seq_len, C});
+  if (c.learned_positions) add(emb, "wpe", {c.max_seq_len, C});
   units_.push_back(std::move(emb));
   for (int l = 0; l < c.n_layer; ++l) {
     Unit b{"block." + std::to_string(l), {}, 0};
     add(b, "ln1.w", {C});
-    if (gpt2) add(b, "ln1.b", {C});
+    if (ln) add(b, "ln1.b", {C});
     add(b, "qkv.w", {c.qkv_dim(), C});
-    if (gpt2) add(b, "qkv.b", {c.qkv_dim()});
+    if (c.qkv_bias) add(b, "qkv.b", {c.qkv_dim()});
     add(b, "attn_out.w", {C, C});
-    if (gpt2) add(b, "attn_out.b", {C});
+    if (c.out_bias) add(b, "attn_out.b", {C});
     add(b, "ln2.w", {C});
-    if (gpt2) add(b, "ln2.b", {C});
-    add(b, "fc.w", {gpt2 ? I : 2 * I, C});
-    if (gpt2) add(b, "fc.b", {I});
+    if (ln) add(b, "ln2.b", {C});
+    add(b, "fc.w", {c.fc_dim(), C});
+    if (c.mlp_bias) add(b, "fc.b", {c.fc_dim()});
     add(b, "fc_out.w", {C, I});
-    if (gpt2) add(b, "fc_out.b", {C});
+    if (c.mlp_bias) add(b, "fc_out.b", {C});
     units_.push_back(std::move(b));
   }
   // The hidden matrices: row blocks of the fused projections, then the square and down ones.
@@ -58,12 +58,12 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     };
     rows("qkv.w", {q, kv, kv});
     rows("attn_out.w", {C});
-    rows("fc.w", gpt2 ? std::vector<int64_t>{I} : std::vector<int64_t>{I, I});
+    rows("fc.w", c.mlp == MlpKind::kSwiGLU ? std::vector<int64_t>{I, I} : std::vector<int64_t>{I});
     rows("fc_out.w", {C});
   }
   Unit head{"head", {}, 0};
   add(head, "lnf.w", {C});
-  if (gpt2) add(head, "lnf.b", {C});
+  if (ln) add(head, "lnf.b", {C});
   if (!c.tied_embeddings) add(head, "lm_head.w", {V, C});
   units_.push_back(std::move(head));
 }

@@ -117,10 +117,10 @@ absl::StatusOr<LlmcModelFile> LlmcModelFile::open(const std::string& path) {
   LlmcModelFile f;
   f.data_ = std::move(d);
   ModelConfig& c = f.config_;
-  c.arch = Arch::kGPT2;
+  c = ModelConfig::of(Family::kGPT2);
   c.vocab_size = (int)V, c.max_seq_len = (int)maxT, c.n_layer = (int)L, c.n_head = (int)NH;
   c.n_kv_head = (int)NH, c.hidden = (int)C, c.intermediate = (int)(4 * C);
-  c.norm_eps = 1e-5f, c.tied_embeddings = true;
+  c.norm_eps = 1e-5f;
   return f;
 }
 

@@ -97,7 +97,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
       cpu_checkpointing_(cpu_checkpointing && checkpoint_every > 0),
       act_t_(activations),
       a_(std::make_unique<Acts>()) {
-  ZT_CHECK(max_T <= c.max_seq_len || !c.is_gpt2());
+  ZT_CHECK(max_T <= c.max_seq_len || !c.learned_positions);
   ZT_CHECK(checkpoint_every >= 0);
   const Unit& emb = layout_.units()[layout_.embedding_unit()];
   const Unit& blk = layout_.units()[layout_.block_unit(0)];
@@ -109,7 +109,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
              offset_of(blk, "fc_out.w"),   offset_of(blk, "fc_out.b"),   offset_of(head, "lnf.w"),
              offset_of(head, "lnf.b"),     offset_of(head, "lm_head.w")};
   const size_t N = (size_t)max_B * max_T, C = c.hidden, L = c.n_layer;
-  const size_t fcw = c.is_gpt2() ? c.intermediate : 2 * c.intermediate;
+  const size_t fcw = c.fc_dim();
   const auto A = MemCategory::kActivations;
   auto f32 = [&](size_t n) { return DeviceBuffer(be, n * sizeof(float), A); };
   auto act = [&](size_t n) { return DeviceBuffer(be, n * dtype_size(activations), A); };
@@ -187,7 +187,7 @@ void Transformer::restore_checkpoint(int i) {
 void Transformer::norm_forward(TensorRef out, float* mean, float* rstd, TensorView x, TensorView w,
                                TensorView b, int N) {
   const int C = config_.hidden;
-  if (config_.is_gpt2())
+  if (config_.norm == NormKind::kLayerNorm)
     be_->layernorm_forward(out, mean, rstd, x, w, b, N, C, config_.norm_eps);
   else
     be_->rmsnorm_forward(out, rstd, x, w, N, C, config_.norm_eps);
@@ -197,7 +197,7 @@ void Transformer::residual_norm_forward(TensorRef x, TensorView residual, Tensor
                                         float* mean, float* rstd, TensorView w, TensorView b,
                                         int N) {
   const int C = config_.hidden;
-  if (config_.is_gpt2())
+  if (config_.norm == NormKind::kLayerNorm)
     be_->residual_layernorm_forward(x, residual, out, mean, rstd, w, b, N, C, config_.norm_eps);
   else
     be_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, config_.norm_eps);
@@ -207,7 +207,7 @@ void Transformer::norm_backward(TensorRef dx, TensorRef dw, TensorRef db, Tensor
                                 TensorView x, TensorView w, const float* mean, const float* rstd,
                                 int N) {
   const int C = config_.hidden;
-  if (config_.is_gpt2())
+  if (config_.norm == NormKind::kLayerNorm)
     be_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
   else
     be_->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
@@ -273,7 +273,7 @@ void Transformer::block_compute(TensorView p, int l) {
   norm_forward(ln1, b.ln1_mean.f32(), b.ln1_rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), N);
   const TensorRef qkv = act(b.qkv);  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
-  if (!c.is_gpt2())
+  if (c.rope())
     be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0,
               positions());
   be_->attention_forward(act(b.atty), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(),
@@ -290,10 +290,10 @@ void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, Tensor
   const int C = c.hidden, I = c.intermediate;
   be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
   residual_norm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N);
-  if (c.is_gpt2()) {  // fc (N, I) GPT-2 or (N, 2I) = [gate | up] LLaMA; act (N, I)
-    be_->matmul_gelu_forward(act, fc, ln2, p + o.fcw, p + o.fcb, N, C, I);
+  if (c.mlp == MlpKind::kGelu) {  // fc (N, I), or (N, 2I) = [gate | up] for SwiGLU; act (N, I)
+    be_->matmul_gelu_forward(act, fc, ln2, p + o.fcw, at(p, o.fcb), N, C, I);
   } else {
-    be_->matmul_forward(fc, ln2, p + o.fcw, nullptr, N, C, 2 * I);
+    be_->matmul_forward(fc, ln2, p + o.fcw, at(p, o.fcb), N, C, 2 * I);
     be_->swiglu_forward(act, fc, N, I);
   }
   be_->matmul_forward(out, act, p + o.fcow, at(p, o.fcob), N, I, C);  // x is read no more
@@ -409,7 +409,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   // MLP: out = mid + act @ Wfco^T
   const TensorRef dact = act(a_->dact);
   const TensorRef dfc = act(a_->dfc);
-  if (c.is_gpt2()) {  // dfc = (dx Wfco) gelu'(fc), dact the scratch of backends that do not fuse
+  if (c.mlp == MlpKind::kGelu) {  // dfc = (dx Wfco) gelu'(fc), dact the scratch of backends that do not fuse
     be_->matmul_dgelu_backward(dfc, dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow,
                                act(b.fc), N, I, C);
   } else {
@@ -420,7 +420,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   const TensorRef dln = act(a_->dln);
   zero(dln, NC);
   be_->matmul_backward(dln, g + o.fcw, at(g, o.fcb), dfc, act(b.ln2), p + o.fcw, N, C,
-                       c.is_gpt2() ? I : 2 * I);
+                       c.fc_dim());
   be_->copy(dresid.data, dx.data, dx.bytes(NC));  // residual path
   norm_backward(dresid, g + o.ln2w, at(g, o.ln2b), dln, act(b.resid_mid), p + o.ln2w,
                 b.ln2_mean.f32(), b.ln2_rstd.f32(), N);
@@ -432,7 +432,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   zero(dqkv, (size_t)N * QKV);
   be_->attention_backward(dqkv, datty, act(b.qkv), act(b.atty), b.lse.f32(), B_, T_, c.n_head,
                           c.n_kv_head, c.head_dim(), positions());
-  if (!c.is_gpt2())
+  if (c.rope())
     be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0,
               positions());
   zero(dln, NC);
@@ -491,7 +491,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
   // One row: the residual stream, a norm's output and statistics, the attention's output, the
   // residual after it, the MLP's fc and activation (activation dtype), the logits (fp32).
   DeviceBuffer xb = row(C), lnb = row(C), mean = f32(1), rstd = f32(1), attyb = row(C),
-               midb = row(C), fcb = row(c.is_gpt2() ? I : 2 * I), actb = row(I), logits = f32(V),
+               midb = row(C), fcb = row(c.fc_dim()), actb = row(I), logits = f32(V),
                tok(be_, sizeof(int), W);
   const TensorRef x = act(xb), ln = act(lnb), atty = act(attyb);
   be_->copy_to_device(tok.data(), &token, sizeof(int));
@@ -507,7 +507,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
     norm_forward(ln, mean.f32(), rstd.f32(), x, p + o.ln1w, at(p, o.ln1b), 1);
     const TensorRef qkv = act(cache_[l]), here = qkv + (size_t)pos * QKV;  // this q, k, v
     be_->matmul_forward(here, ln, p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
-    if (!c.is_gpt2())
+    if (c.rope())
       be_->rope(here, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
     be_->attention_decode(atty, qkv, pos + 1, c.n_head, c.n_kv_head, c.head_dim());
     block_tail(p, x, atty, act(midb), ln, mean.f32(), rstd.f32(), act(fcb), act(actb), x,

@@ -228,7 +228,7 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                       "' is not one of auto, cpu, cuda (estimate: cuda counts "
                                       "activations in the working dtype, as a GPU keeps them)");
   if (o.device == "cuda") use_gpu_activations(in);
-  if (in.model && o.seq_len > in.model->max_seq_len && in.model->is_gpt2())
+  if (in.model && o.seq_len > in.model->max_seq_len && in.model->learned_positions)
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
                                       " positions");
@@ -366,7 +366,7 @@ absl::StatusOr<std::string> estimate_text(const EstimateOptions& o) {
           "--hardware this measures this machine's CPU backend; for a GPU name its profile "
           "(--hardware h100, ...)");
     ZT_ASSIGN_OR_RETURN(const ModelConfig c, preset(o.model));
-    if (o.seq_len > c.max_seq_len && c.is_gpt2())
+    if (o.seq_len > c.max_seq_len && c.learned_positions)
       return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                         o.model + "'s " + std::to_string(c.max_seq_len) +
                                         " positions");

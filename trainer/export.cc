@@ -110,7 +110,7 @@ absl::Status run_export(const ExportOptions& o) {
   if (!o.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(o.tokenizer, c));
     bos = tok.bos_id(), eos = tok.eos_id();
-  } else if (c.is_gpt2()) {
+  } else if (c.family == Family::kGPT2) {
     bos = eos = 50256;  // GPT-2's <|endoftext|>
   }
   // Only ids the vocabulary holds (a tiny test model's 256 tokens have no 50256): transformers

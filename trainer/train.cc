@@ -187,7 +187,7 @@ nlohmann::json resume_identity(const TrainOptions& opt, const Run& r, int format
     ds = numeric_ds_config(r.ds);
   } else {
     // Frozen as version 1 wrote it (not for_each_field, which grows with the model).
-    id["model"] = {(int)m.arch, m.vocab_size, m.max_seq_len,    m.n_layer,
+    id["model"] = {(int)m.family, m.vocab_size, m.max_seq_len,    m.n_layer,
                    m.n_head,    m.n_kv_head,  m.hidden,         m.intermediate,
                    m.norm_eps,  m.rope_theta, m.tied_embeddings};
     ds = nlohmann::json::parse(r.ds_text, nullptr, false);

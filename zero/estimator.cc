@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "common/checked.h"
 #include "common/status.h"
 #include "model/backend.h"
+#include "model/hf_weights.h"
 #include "model/layout.h"
 #include "model/transformer.h"
 #include "zero/optimizer_state.h"
@@ -324,7 +326,7 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t xs = k == 0 ? c.n_layer + 1
                             : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
-  const int64_t fcw = c.is_gpt2() ? I : 2 * I;
+  const int64_t fcw = c.fc_dim();
   const int64_t chunk = logits_chunk_rows(
       (int)ld,
       classifier_chunk_bytes > 0 ? (size_t)classifier_chunk_bytes : kCpuClassifierChunkBytes,
@@ -510,19 +512,16 @@ std::string deepspeed_report(int stage, const DeepSpeedSetup& s) {
 }
 
 int64_t deepspeed_largest_layer_params(const ModelConfig& c) {
-  // Parameters held directly by each nn.Module of the HF model (GPT2LMHeadModel /
-  // LlamaForCausalLM); the tied GPT-2 lm_head module holds wte's weight, also V x C.
-  const int64_t C = c.hidden, I = c.intermediate, V = c.vocab_size;
-  std::vector<int64_t> m = {V * C};  // wte / embed_tokens, lm_head
-  if (c.is_gpt2()) {
-    const int64_t Q = c.qkv_dim();
-    m.insert(m.end(),
-             {int64_t{c.max_seq_len} * C, 2 * C, C * Q + Q, C * C + C, C * I + I, I * C + C});
-  } else {
-    const int64_t kv = int64_t{c.n_kv_head} * c.head_dim();
-    m.insert(m.end(), {C * C, kv * C, I * C, C});
-  }
-  return *std::max_element(m.begin(), m.end());
+  // The tensors of the Hugging Face model by name (model/hf_weights.h), summed per module (the
+  // name up to its last '.'): a tied lm_head holds wte's weight, the same V x C.
+  const ParamLayout layout(c);
+  std::map<std::string, int64_t> modules;
+  for (int u = 0; u < (int)layout.units().size(); ++u)
+    for (const HfPiece& p : hf_pieces(c, layout, u))
+      modules[p.hf_name.substr(0, p.hf_name.rfind('.'))] += p.rows * p.cols;
+  int64_t largest = int64_t{c.vocab_size} * c.hidden;
+  for (const auto& [name, n] : modules) largest = std::max(largest, n);
+  return largest;
 }
 
 int64_t deepspeed_total_params(const ModelConfig& c) {

@@ -51,8 +51,7 @@ std::unique_ptr<Backend> test_backend() {
 }
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.arch = Arch::kLLaMA;
+  ModelConfig c = ModelConfig::of(Family::kLLaMA);
   c.vocab_size = 64;
   c.max_seq_len = 16;
   c.n_layer = 2;
@@ -1378,7 +1377,7 @@ TEST_F(ZeroStages, ActivationCheckpointingChangesNoBit) {
         const RunResult ckpt =
             train(*comm_, fp32_clipped(stage), 2, c, Optimizer::kDevice, Params::kDevice, k);
         const std::string what =
-            absl::StrCat(c.is_gpt2() ? "gpt2" : "llama", " stage ", stage, " every ", k);
+            absl::StrCat(family_name(c.family), " stage ", stage, " every ", k);
         EXPECT_EQ(ckpt.losses, plain.losses) << what;
         EXPECT_EQ(ckpt.params, plain.params) << what;
       }

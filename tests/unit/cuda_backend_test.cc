@@ -1340,8 +1340,7 @@ TEST_F(CudaVsCpu, SixteenBitActivationsMatchTheCpu) {
 
 // A tiny LLaMA: GQA (4 heads, 2 kv heads), C = 48 (not a multiple of 64), vocabulary 61.
 ModelConfig tiny_llama(int layers) {
-  ModelConfig c;
-  c.arch = Arch::kLLaMA;
+  ModelConfig c = ModelConfig::of(Family::kLLaMA);
   c.vocab_size = 61;
   c.max_seq_len = 16;
   c.n_layer = layers;

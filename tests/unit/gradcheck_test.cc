@@ -15,23 +15,21 @@
 namespace zt {
 namespace {
 
-ModelConfig small(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
+ModelConfig small(Family arch) {
+  ModelConfig c = ModelConfig::of(arch);
   c.vocab_size = 23;
   c.max_seq_len = 8;
   c.n_layer = 2;
   c.hidden = 16;
   c.n_head = 4;
-  c.n_kv_head = arch == Arch::kGPT2 ? 4 : 2;
-  c.intermediate = arch == Arch::kGPT2 ? 64 : 24;
-  c.tied_embeddings = arch == Arch::kGPT2;
+  c.n_kv_head = arch == Family::kGPT2 ? 4 : 2;
+  c.intermediate = arch == Family::kGPT2 ? 64 : 24;
   return c;
 }
 
 // chunk_rows > 0: the classifier in chunks of that many rows (a real vocabulary's 32 MiB chunk
 // holds 262 rows of a 32k vocabulary; these tiny ones fit one chunk otherwise).
-void check(Arch arch, int chunk_rows = 0) {
+void check(Family arch, int chunk_rows = 0) {
   const ModelConfig c = small(arch);
   auto be = make_cpu_backend(1);
   const int B = 2, T = 5;
@@ -87,16 +85,16 @@ void check(Arch arch, int chunk_rows = 0) {
   EXPECT_GT(checked, 20);
 }
 
-TEST(GradCheck, Gpt2MatchesFiniteDifferences) { check(Arch::kGPT2); }
-TEST(GradCheck, LlamaGqaMatchesFiniteDifferences) { check(Arch::kLLaMA); }
+TEST(GradCheck, Gpt2MatchesFiniteDifferences) { check(Family::kGPT2); }
+TEST(GradCheck, LlamaGqaMatchesFiniteDifferences) { check(Family::kLLaMA); }
 // The 10 rows of the micro-batch in classifier chunks of 3, 3, 3 and 1 rows: each chunk's
 // logits, losses and gradients at its own row offset (every real LLaMA run with more than 262
 // tokens per micro-batch runs the head in several chunks).
 TEST(GradCheck, LlamaWithTheClassifierInChunksMatchesFiniteDifferences) {
-  check(Arch::kLLaMA, 3);
+  check(Family::kLLaMA, 3);
 }
 TEST(GradCheck, Gpt2WithTheClassifierInChunksMatchesFiniteDifferences) {
-  check(Arch::kGPT2, 3);
+  check(Family::kGPT2, 3);
 }
 
 }  // namespace

@@ -121,8 +121,7 @@ TEST(Init, Gpt2StandardDeviationsFollowThePaper) {
 using nlohmann::json;
 
 ModelConfig model_of(const json& m) {
-  ModelConfig c;
-  c.arch = m["arch"] == "gpt2" ? Arch::kGPT2 : Arch::kLLaMA;
+  ModelConfig c = ModelConfig::of(m["arch"] == "gpt2" ? Family::kGPT2 : Family::kLLaMA);
   c.vocab_size = m["vocab_size"], c.max_seq_len = m["max_seq_len"], c.n_layer = m["n_layer"];
   c.n_head = m["n_head"], c.n_kv_head = m["n_kv_head"], c.hidden = m["hidden"];
   c.intermediate = m["intermediate"], c.norm_eps = m["norm_eps"].get<float>();

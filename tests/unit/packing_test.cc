@@ -33,8 +33,8 @@ std::unique_ptr<Backend> test_backend() {
 }
 
 // The presets tiny-gpt2 and tiny-llama (GQA: 4 query heads, 2 kv heads).
-ModelConfig tiny(Arch arch) {
-  auto c = preset(arch == Arch::kGPT2 ? "tiny-gpt2" : "tiny-llama");
+ModelConfig tiny(Family arch) {
+  auto c = preset(arch == Family::kGPT2 ? "tiny-gpt2" : "tiny-llama");
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
 }
@@ -126,7 +126,7 @@ struct Model {
   }
 };
 
-class Packing : public ::testing::TestWithParam<Arch> {};
+class Packing : public ::testing::TestWithParam<Family> {};
 
 TEST_P(Packing, EachExampleLossEqualsTheExampleAlone) {
   const ModelConfig c = tiny(GetParam());
@@ -194,9 +194,9 @@ TEST_P(Packing, TrainingOnPackedRowsEqualsTrainingOnPaddedRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, Packing, ::testing::Values(Arch::kGPT2, Arch::kLLaMA),
+INSTANTIATE_TEST_SUITE_P(Archs, Packing, ::testing::Values(Family::kGPT2, Family::kLLaMA),
                          [](const auto& info) {
-                           return std::string(info.param == Arch::kGPT2 ? "Gpt2" : "Llama");
+                           return std::string(info.param == Family::kGPT2 ? "Gpt2" : "Llama");
                          });
 
 }  // namespace

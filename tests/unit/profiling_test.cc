@@ -18,7 +18,7 @@ namespace {
 // C; LLaMA: C -> 2I gate|up, I -> C), and the head (V x C, tied or not).
 double linear_params(const ModelConfig& c) {
   const double C = c.hidden, I = c.intermediate;
-  const double mlp = c.is_gpt2() ? 2 * C * I : 3 * C * I;
+  const double mlp = c.mlp == MlpKind::kGelu ? 2 * C * I : 3 * C * I;
   return c.n_layer * (C * c.qkv_dim() + C * C + mlp) + (double)c.vocab_size * C;
 }
 
