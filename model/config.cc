@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -21,7 +22,18 @@ ModelConfig ModelConfig::of(Family f) {
   c.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRMSNorm;
   c.mlp = gpt2 ? MlpKind::kGelu : MlpKind::kSwiGLU;
   c.learned_positions = c.qkv_bias = c.out_bias = c.mlp_bias = c.tied_embeddings = gpt2;
+  c.qkv_bias = gpt2 || f == Family::kQwen2;
   return c;
+}
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::kGPT2: return "gpt2";
+    case Family::kLLaMA: return "llama";
+    case Family::kQwen2: return "qwen2";
+    case Family::kMistral: return "mistral";
+  }
+  return "?";
 }
 
 namespace {
@@ -113,6 +125,11 @@ absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source)
         "--max_seq_len ", n, " is longer than the ", c.max_seq_len, " positions that ",
         std::string(source), " has learned; GPT-2 can only shrink its context (RoPE models such "
         "as the LLaMA family take any length)"));
+  if (c.sliding_window > 0 && n > c.sliding_window)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_seq_len ", n, ": ", std::string(source), " attends within a sliding window of ",
+        c.sliding_window, " tokens, which zerotrain does not implement; up to ", c.sliding_window,
+        " the window's attention is the full causal one, so give at most that"));
   c.max_seq_len = (int)n;
   return absl::OkStatus();
 }
@@ -188,6 +205,65 @@ class HfFields {
 
 }  // namespace
 
+namespace {
+
+// The fields LLaMA, Qwen2 and Mistral share (transformers' LlamaConfig, Qwen2Config,
+// MistralConfig), into c of that family.
+absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, ModelConfig& c) {
+  ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
+  ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("max_position_embeddings", 2048));
+  ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("num_hidden_layers"));
+  ZT_ASSIGN_OR_RETURN(c.n_head, f.integer("num_attention_heads"));
+  ZT_ASSIGN_OR_RETURN(c.n_kv_head, f.integer("num_key_value_heads", c.n_head));
+  ZT_ASSIGN_OR_RETURN(c.hidden, f.integer("hidden_size"));
+  ZT_ASSIGN_OR_RETURN(c.intermediate, f.integer("intermediate_size"));
+  ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("rms_norm_eps", 1e-6f));
+  ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive("rope_theta", 10000.f));
+  ZT_ASSIGN_OR_RETURN(c.tied_embeddings, f.flag("tie_word_embeddings", false));
+  // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
+  if (f.has("rope_parameters")) {
+    const auto& rp = j["rope_parameters"];
+    if (!rp.is_object()) return f.error("rope_parameters", "must be an object");
+    ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive(rp, "rope_theta", c.rope_theta));
+    if (rp.contains("rope_type") && rp["rope_type"] != "default")
+      return f.error("rope_parameters.rope_type",
+                     absl::StrCat(rp["rope_type"].dump(), " is not supported; only \"default\""));
+  }
+  // Variants this transformer does not implement would load with wrong results.
+  ZT_ASSIGN_OR_RETURN(const std::string act, f.text("hidden_act", "silu"));
+  if (act != "silu")
+    return f.error("hidden_act", absl::StrCat("'", act,
+                                              "' is not supported; LLaMA-family models here "
+                                              "use silu (SwiGLU)"));
+  if (c.family == Family::kLLaMA) {  // LlamaConfig's switches: q, k, v and o; gate, up, down
+    ZT_ASSIGN_OR_RETURN(const bool attention_bias, f.flag("attention_bias", false));
+    ZT_ASSIGN_OR_RETURN(c.mlp_bias, f.flag("mlp_bias", false));
+    c.qkv_bias = c.out_bias = attention_bias;
+  }
+  if (f.has("head_dim")) {
+    ZT_ASSIGN_OR_RETURN(const int head_dim, f.integer("head_dim"));
+    if ((int64_t)head_dim * c.n_head != c.hidden)
+      return f.error("head_dim",
+                     absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ", c.hidden,
+                                  "; only hidden_size / heads is supported"));
+  }
+  if (f.has("rope_scaling"))
+    return f.error("rope_scaling", "is not supported; use a model without RoPE scaling");
+  // Mistral attends within sliding_window tokens (null: everywhere); Qwen2 only where
+  // use_sliding_window is true. Up to the window that is the full causal attention.
+  bool windowed = c.family == Family::kMistral;
+  if (c.family == Family::kQwen2) {
+    ZT_ASSIGN_OR_RETURN(windowed, f.flag("use_sliding_window", false));
+  }
+  if (windowed && f.has("sliding_window")) {
+    ZT_ASSIGN_OR_RETURN(c.sliding_window, f.integer("sliding_window"));
+    c.max_seq_len = std::min(c.max_seq_len, c.sliding_window);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
                                                 std::string_view where_sv) {
   const std::string where(where_sv);
@@ -210,49 +286,15 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     if (act != "gelu_new")
       return f.error("activation_function",
                      absl::StrCat("'", act, "' is not supported; use gelu_new"));
-  } else if (type == "llama") {
-    c = ModelConfig::of(Family::kLLaMA);
-    ZT_ASSIGN_OR_RETURN(c.vocab_size, f.integer("vocab_size"));
-    ZT_ASSIGN_OR_RETURN(c.max_seq_len, f.integer("max_position_embeddings", 2048));
-    ZT_ASSIGN_OR_RETURN(c.n_layer, f.integer("num_hidden_layers"));
-    ZT_ASSIGN_OR_RETURN(c.n_head, f.integer("num_attention_heads"));
-    ZT_ASSIGN_OR_RETURN(c.n_kv_head, f.integer("num_key_value_heads", c.n_head));
-    ZT_ASSIGN_OR_RETURN(c.hidden, f.integer("hidden_size"));
-    ZT_ASSIGN_OR_RETURN(c.intermediate, f.integer("intermediate_size"));
-    ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("rms_norm_eps", 1e-6f));
-    ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive("rope_theta", 10000.f));
-    ZT_ASSIGN_OR_RETURN(c.tied_embeddings, f.flag("tie_word_embeddings", false));
-    // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
-    if (f.has("rope_parameters")) {
-      const auto& rp = j["rope_parameters"];
-      if (!rp.is_object()) return f.error("rope_parameters", "must be an object");
-      ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive(rp, "rope_theta", c.rope_theta));
-      if (rp.contains("rope_type") && rp["rope_type"] != "default")
-        return f.error("rope_parameters.rope_type",
-                       absl::StrCat(rp["rope_type"].dump(), " is not supported; only \"default\""));
-    }
-    // Variants this transformer does not implement would load with wrong results.
-    ZT_ASSIGN_OR_RETURN(const std::string act, f.text("hidden_act", "silu"));
-    if (act != "silu")
-      return f.error("hidden_act", absl::StrCat("'", act,
-                                                "' is not supported; LLaMA models here "
-                                                "use silu (SwiGLU)"));
-    ZT_ASSIGN_OR_RETURN(const bool attention_bias, f.flag("attention_bias", false));
-    ZT_ASSIGN_OR_RETURN(const bool mlp_bias, f.flag("mlp_bias", false));
-    if (attention_bias || mlp_bias)
-      return f.error("attention_bias/mlp_bias", "true is not supported (no biases in LLaMA here)");
-    if (f.has("head_dim")) {
-      ZT_ASSIGN_OR_RETURN(const int head_dim, f.integer("head_dim"));
-      if ((int64_t)head_dim * c.n_head != c.hidden)
-        return f.error("head_dim",
-                       absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ", c.hidden,
-                                    "; only hidden_size / heads is supported"));
-    }
-    if (f.has("rope_scaling"))
-      return f.error("rope_scaling", "is not supported; use a model without RoPE scaling");
+  } else if (type == "llama" || type == "qwen2" || type == "mistral") {
+    c = ModelConfig::of(type == "llama" ? Family::kLLaMA
+                        : type == "qwen2" ? Family::kQwen2
+                                          : Family::kMistral);
+    ZT_RETURN_IF_ERROR(read_llama_family(f, j, c));
   } else {
-    return f.error("model_type",
-                   absl::StrCat("'", type, "' is not supported; use 'gpt2' or 'llama'"));
+    return f.error("model_type", absl::StrCat("'", type,
+                                              "' is not supported; use 'gpt2', 'llama', 'qwen2' "
+                                              "or 'mistral'"));
   }
   ZT_RETURN_IF_ERROR(validate(c));
   return c;
@@ -285,8 +327,10 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"activation_function", "gelu_new"},
          {"tie_word_embeddings", true}};
   } else {
-    j = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
+    static const char* const kArchitecture[] = {"", "LlamaForCausalLM", "Qwen2ForCausalLM",
+                                                "MistralForCausalLM"};
+    j = {{"architectures", {kArchitecture[(int)c.family]}},
+         {"model_type", family_name(c.family)},
          {"vocab_size", c.vocab_size},
          {"max_position_embeddings", c.max_seq_len},
          {"num_hidden_layers", c.n_layer},
@@ -297,9 +341,17 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"rms_norm_eps", shortest(c.norm_eps)},
          {"rope_theta", c.rope_theta},
          {"hidden_act", "silu"},
-         {"attention_bias", false},
-         {"mlp_bias", false},
          {"tie_word_embeddings", c.tied_embeddings}};
+    if (c.family == Family::kLLaMA) {
+      j["attention_bias"] = c.qkv_bias;
+      j["mlp_bias"] = c.mlp_bias;
+    }
+    if (c.family == Family::kMistral)
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    if (c.family == Family::kQwen2) {
+      j["use_sliding_window"] = c.sliding_window > 0;
+      if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+    }
   }
   j["torch_dtype"] = torch_dtype;
   if (bos_id >= 0) j["bos_token_id"] = bos_id;

@@ -14,7 +14,7 @@ namespace zt {
 // the Hugging Face reader and writer and the weight name maps look at it; everything that
 // computes reads the features below, which the family sets (ModelConfig::of) and a config.json
 // may refine.
-enum class Family { kGPT2, kLLaMA };
+enum class Family { kGPT2, kLLaMA, kQwen2, kMistral };
 enum class NormKind { kLayerNorm, kRMSNorm };  // LayerNorm with its bias, or RMSNorm (no bias)
 enum class MlpKind { kGelu, kSwiGLU };         // fc (I) -> GELU, or fc = [gate | up] (2I) -> SwiGLU
 
@@ -37,10 +37,13 @@ struct ModelConfig {
   bool qkv_bias = false;           // biases on the q|k|v projection
   bool out_bias = false;           // on the attention's output projection
   bool mlp_bias = false;           // on the MLP's projections
+  // Mistral's (and Qwen2's, where on) sliding window, in tokens; 0: none. A model with one takes
+  // contexts up to it, where the window's attention is the full causal one (set_max_seq_len).
+  int sliding_window = 0;
 
   // A config of `f` with that family's features and nothing else set: GPT-2 has LayerNorm,
   // learned positions, GELU, every bias and tied embeddings; LLaMA RMSNorm, RoPE, SwiGLU and no
-  // bias.
+  // bias; Qwen2 LLaMA's with biases on q|k|v; Mistral LLaMA's.
   static ModelConfig of(Family f);
   int head_dim() const { return hidden / n_head; }
   // Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_dim.
@@ -50,8 +53,8 @@ struct ModelConfig {
   bool rope() const { return !learned_positions; }
 };
 
-// "gpt2" or "llama": transformers' model_type.
-inline const char* family_name(Family f) { return f == Family::kGPT2 ? "gpt2" : "llama"; }
+// "gpt2", "llama", "qwen2", "mistral": transformers' model_type.
+const char* family_name(Family f);
 
 // Every field of c in declaration order, the one list the trainer's identities and checks read:
 // f(name, value, shapes) with the family as family_name, the rest as stored; `shapes` is
@@ -71,6 +74,12 @@ void for_each_field(const ModelConfig& c, F&& f) {
   f("norm_eps", c.norm_eps, false);
   f("rope_theta", c.rope_theta, false);
   f("tied_embeddings", c.tied_embeddings, true);
+  // What a config.json may set beyond its family's features: named only where it differs, so
+  // the identities earlier saves recorded stay as they were.
+  const ModelConfig d = ModelConfig::of(c.family);
+  if (c.qkv_bias != d.qkv_bias) f("qkv_bias", c.qkv_bias, true);
+  if (c.out_bias != d.out_bias) f("out_bias", c.out_bias, true);
+  if (c.mlp_bias != d.mlp_bias) f("mlp_bias", c.mlp_bias, true);
 }
 
 // Names accepted by --model, in the order `zerotrain info` lists them.
@@ -81,9 +90,12 @@ std::vector<std::string> preset_names();
 // from_config; train initialises it randomly). Unknown name -> error listing the presets;
 // an unreadable or invalid file -> error naming it.
 absl::StatusOr<ModelConfig> preset(std::string_view name);
-// Parses a Hugging Face config.json (model_type "gpt2" or "llama").
+// Parses a Hugging Face config.json (model_type "gpt2", "llama", "qwen2" or "mistral", with the
+// fields transformers defines for each; a field whose variant is not implemented is refused,
+// naming it).
 absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std::string_view where);
-// The inverse: the config.json of transformers' GPT2LMHeadModel or LlamaForCausalLM for c, with
+// The inverse: the config.json of transformers' model for c (GPT2LMHeadModel, LlamaForCausalLM,
+// Qwen2ForCausalLM, MistralForCausalLM), with
 // `torch_dtype` (e.g. "bfloat16") and the token ids of a tokenizer (bos/eos; -1 leaves them
 // out). config_from_hf_json of it gives c back.
 std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,

@@ -18,7 +18,7 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& c, const ParamLayout& layout, 
   auto rows = [&](const char* slot, std::string name, int64_t from, int64_t n) {
     const TensorSlot* s = unit.find(slot);
     ZT_CHECK(s);
-    out.push_back({std::move(name), s, from, n, s->shape[1], false});
+    out.push_back({std::move(name), s, from, n, s->shape.size() > 1 ? s->shape[1] : 1, false});
   };
   const bool head = u == layout.head_unit(), emb = u == layout.embedding_unit();
   if (c.family == Family::kGPT2) {
@@ -58,11 +58,22 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& c, const ParamLayout& layout, 
     rows("qkv.w", p + "self_attn.q_proj.weight", 0, q);
     rows("qkv.w", p + "self_attn.k_proj.weight", q, kv);
     rows("qkv.w", p + "self_attn.v_proj.weight", q + kv, kv);
+    if (c.qkv_bias) {
+      rows("qkv.b", p + "self_attn.q_proj.bias", 0, q);
+      rows("qkv.b", p + "self_attn.k_proj.bias", q, kv);
+      rows("qkv.b", p + "self_attn.v_proj.bias", q + kv, kv);
+    }
     whole("attn_out.w", p + "self_attn.o_proj.weight");
+    if (c.out_bias) whole("attn_out.b", p + "self_attn.o_proj.bias");
     whole("ln2.w", p + "post_attention_layernorm.weight");
     rows("fc.w", p + "mlp.gate_proj.weight", 0, c.intermediate);
     rows("fc.w", p + "mlp.up_proj.weight", c.intermediate, c.intermediate);
     whole("fc_out.w", p + "mlp.down_proj.weight");
+    if (c.mlp_bias) {
+      rows("fc.b", p + "mlp.gate_proj.bias", 0, c.intermediate);
+      rows("fc.b", p + "mlp.up_proj.bias", c.intermediate, c.intermediate);
+      whole("fc_out.b", p + "mlp.down_proj.bias");
+    }
   }
   return out;
 }
@@ -80,7 +91,7 @@ absl::Status load_hf_unit(const HfTensorReader& r, const ModelConfig& c, const P
       return absl::NotFoundError(absl::StrCat("tensor '", name,
                                               "' is missing from the "
                                               "checkpoint; is it a ",
-                                              c.family == Family::kGPT2 ? "GPT-2" : "LLaMA",
+                                              family_name(c.family),
                                               " model whose config.json matches its weights?"));
     ZT_ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.shape(name));
     const bool vec = p.slot->shape.size() == 1;

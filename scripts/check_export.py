@@ -80,7 +80,8 @@ def read_shard(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zerotrain", default=str(pathlib.Path(__file__).parent.parent / "build/zerotrain"))
-    ap.add_argument("--model", default="tiny-llama", choices=["tiny-llama", "tiny-gpt2"])
+    ap.add_argument("--model", default="tiny-llama",
+                    help="a tiny preset (tiny-llama, tiny-gpt2) or a config.json of a small model")
     # An existing export instead of the tiny round trip (benchmarks/tinyllama_checkpoint.sh):
     ap.add_argument("--export", help="a Hugging Face directory zerotrain exported")
     ap.add_argument("--val", help="with --export: the validation shard (llm.c uint16 .bin)")
@@ -98,8 +99,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         d = pathlib.Path(tmp)
         rng = np.random.default_rng(7)
-        write_shard(d / "train_000000.bin", rng.integers(0, 256, 4000))
-        val = rng.integers(0, 256, 1000)
+        vocab = json.load(open(a.model))["vocab_size"] if a.model.endswith(".json") else 256
+        write_shard(d / "train_000000.bin", rng.integers(0, vocab, 4000))
+        val = rng.integers(0, vocab, 1000)
         write_shard(d / "val_000000.bin", val)
         (d / "ds.json").write_text(json.dumps({
             "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1,
@@ -115,7 +117,8 @@ def main():
         ours, theirs = compare(a.zerotrain, d / "hf", val, B, T, d / "ds.json", d / "eval",
                                ["--model", a.model, "--train_data", str(d / "train_*.bin"),
                                 "--val_data", str(d / "val_*.bin")])
-        return report(a.model, ours, theirs)
+        return report(pathlib.Path(a.model).parent.name if a.model.endswith(".json") else a.model,
+                      ours, theirs)
 
 
 if __name__ == "__main__":

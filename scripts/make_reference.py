@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the tiny GPT-2 and tiny LLaMA reference fixtures (tests/fixtures/).
+"""Writes the tiny reference fixtures (tests/fixtures/): GPT-2, LLaMA (GQA), and the
+LLaMA-family variants people fine-tune today: Qwen2 (biases on q, k, v), Mistral (a sliding
+window longer than the batch) and LLaMA with tied embeddings and every bias.
 
 For each model: random (seeded) non-trivial weights, one batch of B=2, T=8, and from
 PyTorch + Hugging Face transformers computed in float64:
@@ -7,7 +9,9 @@ PyTorch + Hugging Face transformers computed in float64:
   and the losses of 10 AdamW steps on the same batch.
 Everything is stored as float32 (ids as int64). Deterministic and rerunnable:
 
-    python3 scripts/make_reference.py [OUT_DIR]     # default: tests/fixtures
+    python3 scripts/make_reference.py [OUT_DIR] [--only NAME,...]   # default: tests/fixtures
+
+--only rebuilds the named fixtures alone, so the others keep the bits they were made with.
 """
 import copy
 import json
@@ -22,7 +26,8 @@ import transformers
 import struct
 
 from safetensors import safe_open
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 SEED = 1234
 B, T = 2, 8
@@ -66,15 +71,18 @@ def save_sorted(tensors, path, metadata):
             assert torch.equal(f.get_tensor(name), tensors[name]), name
 
 
-def patch_llama_for_float64():
-    """Makes HF LLaMA compute in the model's dtype (float64 here) end to end.
+def patch_llama_for_float64(family="llama"):
+    """Makes HF LLaMA (or `family`: qwen2, mistral, whose modules copy LLaMA's) compute in the
+    model's dtype (float64 here) end to end.
 
     transformers 5.x hard-codes float32 in three places even for a float64 model: RMSNorm
     upcasts to float32, the rotary embedding builds inv_freq/cos/sin in float32, and eager
     attention runs softmax in float32. Same math, without those casts.
     """
+    import importlib
     import torch.nn as nn
-    from transformers.models.llama import modeling_llama as ml
+    ml = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
 
     def rmsnorm_forward(self, x):
         variance = x.pow(2).mean(-1, keepdim=True)
@@ -102,8 +110,8 @@ def patch_llama_for_float64():
         out = torch.matmul(w, value_states).transpose(1, 2).contiguous()
         return out, w
 
-    ml.LlamaRMSNorm.forward = rmsnorm_forward
-    ml.LlamaRotaryEmbedding.forward = rotary_forward
+    getattr(ml, prefix + "RMSNorm").forward = rmsnorm_forward
+    getattr(ml, prefix + "RotaryEmbedding").forward = rotary_forward
     ml.eager_attention_forward = eager_attention
 
 
@@ -122,6 +130,33 @@ def llama_model():
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
                       tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    cfg._attn_implementation = "eager"
+    return LlamaForCausalLM(cfg)
+
+
+def qwen2_model():
+    cfg = Qwen2Config(vocab_size=73, hidden_size=32, intermediate_size=40,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      tie_word_embeddings=True, use_sliding_window=False)
+    cfg._attn_implementation = "eager"
+    return Qwen2ForCausalLM(cfg)
+
+
+def mistral_model():
+    cfg = MistralConfig(vocab_size=67, hidden_size=32, intermediate_size=48,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                        max_position_embeddings=64, sliding_window=24, rms_norm_eps=1e-5,
+                        rope_theta=10000.0, tie_word_embeddings=False)
+    cfg._attn_implementation = "eager"
+    return MistralForCausalLM(cfg)
+
+
+def llama_biased_tied_model():
+    cfg = LlamaConfig(vocab_size=59, hidden_size=32, intermediate_size=24,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=500000.0,
+                      tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
     cfg._attn_implementation = "eager"
     return LlamaForCausalLM(cfg)
 
@@ -241,11 +276,24 @@ def build(name, make_model, out_dir, seed, patch=None):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "tests", "fixtures")
+    out_dir = os.path.join(here, "..", "tests", "fixtures")
+    only = None
+    if "--only" in sys.argv:
+        only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
+        del sys.argv[sys.argv.index("--only"):sys.argv.index("--only") + 2]
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else out_dir
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    build("tiny_gpt2", gpt2_model, out_dir, SEED)
-    build("tiny_llama", llama_model, out_dir, SEED + 100, patch=patch_llama_for_float64)
+    fixtures = [
+        ("tiny_gpt2", gpt2_model, SEED, None),
+        ("tiny_llama", llama_model, SEED + 100, patch_llama_for_float64),
+        ("tiny_qwen2", qwen2_model, SEED + 200, lambda: patch_llama_for_float64("qwen2")),
+        ("tiny_mistral", mistral_model, SEED + 300, lambda: patch_llama_for_float64("mistral")),
+        ("tiny_llama_biased_tied", llama_biased_tied_model, SEED + 400, patch_llama_for_float64),
+    ]
+    for name, make, seed, patch in fixtures:
+        if only is None or name in only:
+            build(name, make, out_dir, seed, patch=patch)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #include "trainer/model_source.h"
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -28,20 +29,23 @@ absl::Status check_same_model(const std::string& model, const ModelConfig& c,
   if (model.empty()) return absl::OkStatus();
   ZT_ASSIGN_OR_RETURN(ModelConfig p, preset(model));
   std::string diff;
-  std::vector<std::string> theirs;  // c's shape fields, in for_each_field's order
-  for_each_field(c, [&](const char*, auto value, bool shapes) {
-    if (shapes) theirs.push_back(absl::StrCat(value));
+  std::map<std::string, std::string> theirs;  // c's shape fields by name
+  for_each_field(c, [&](const char* name, auto value, bool shapes) {
+    if (shapes) theirs[name] = absl::StrCat(value);
   });
-  size_t k = 0;
   for_each_field(p, [&](const char* name, auto value, bool shapes) {
     if (!shapes) return;
     const std::string ours = absl::StrCat(value);
-    if (ours != theirs[k])
+    const auto it = theirs.find(name);
+    const std::string other = it == theirs.end() ? "absent" : it->second;
+    if (it != theirs.end()) theirs.erase(it);
+    if (ours != other)
       absl::StrAppend(&diff, diff.empty() ? "" : ", ",
                       std::string_view(name) == "arch" ? "architecture" : name, " ", ours, " vs ",
-                      theirs[k]);
-    ++k;
+                      other);
   });
+  for (const auto& [name, value] : theirs)  // a feature only c has
+    absl::StrAppend(&diff, diff.empty() ? "" : ", ", name, " absent vs ", value);
   if (!diff.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "--model ", model, " and ", source, " are different models (", diff, "); give ", source,

@@ -74,7 +74,47 @@ TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
   EXPECT_FALSE(bad.ok());
   auto other = config_from_hf_json(R"({"model_type":"bert"})", "config.json");
   ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("'gpt2' or 'llama'"), std::string::npos);
+  EXPECT_NE(other.status().message().find("'qwen2' or 'mistral'"), std::string::npos);
+}
+
+// Qwen2-0.5B's and Mistral-7B-v0.1's config.json fields (their published values): Qwen2's q, k
+// and v biases count in its 494,032,768 parameters (the model card's 0.49B); Mistral's 4096-token
+// sliding window caps its context (up to it the window is the full causal attention) and a
+// longer --max_seq_len is refused, naming the window; its 7,241,732,096 parameters.
+TEST(HfConfig, Qwen2AndMistralFromTheirConfigJson) {
+  auto qwen = config_from_hf_json(
+      R"({"model_type":"qwen2","vocab_size":151936,"hidden_size":896,"intermediate_size":4864,
+          "num_hidden_layers":24,"num_attention_heads":14,"num_key_value_heads":2,
+          "max_position_embeddings":32768,"rms_norm_eps":1e-6,"rope_theta":1000000.0,
+          "tie_word_embeddings":true,"use_sliding_window":false,"sliding_window":32768,
+          "max_window_layers":21,"hidden_act":"silu"})",
+      "qwen2/config.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_TRUE(qwen->qkv_bias && !qwen->out_bias && !qwen->mlp_bias && qwen->tied_embeddings);
+  EXPECT_EQ(qwen->sliding_window, 0);
+  EXPECT_EQ(qwen->max_seq_len, 32768);
+  EXPECT_EQ(ParamLayout(*qwen).total_numel(), 494'032'768u);
+  auto mistral = config_from_hf_json(
+      R"({"model_type":"mistral","vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,
+          "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
+          "max_position_embeddings":32768,"rms_norm_eps":1e-5,"rope_theta":10000.0,
+          "sliding_window":4096,"tie_word_embeddings":false,"hidden_act":"silu"})",
+      "mistral/config.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_EQ(mistral->max_seq_len, 4096);
+  EXPECT_EQ(ParamLayout(*mistral).total_numel(), 7'241'732'096u);
+  ModelConfig m = *mistral;
+  EXPECT_TRUE(set_max_seq_len(m, 2048, "mistral").ok());
+  const absl::Status longer = set_max_seq_len(m, 8192, "mistral");
+  EXPECT_NE(longer.message().find("sliding window of 4096 tokens"), std::string::npos) << longer;
+  // LLaMA's attention_bias puts biases on q, k, v and o; mlp_bias on gate, up and down.
+  auto biased = config_from_hf_json(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+          "num_hidden_layers":1,"num_attention_heads":2,"attention_bias":true,"mlp_bias":true})",
+      "config.json");
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  EXPECT_TRUE(biased->qkv_bias && biased->out_bias && biased->mlp_bias);
 }
 
 // GPT-2's initialisation: weights ~ N(0, 0.02) (GPT-1's, kept by GPT-2), the residual

@@ -279,6 +279,15 @@ TEST(Reference, LongerLlamaContextChangesNoLogit) {
   check_context("tiny_llama", 4096, load("tiny_llama").T);
 }
 TEST(Reference, TinyLlamaGqaMatchesTransformers) { check_forward_backward("tiny_llama"); }
+// The LLaMA family's variants, each from its own transformers class (scripts/make_reference.py):
+// Qwen2's biases on q, k and v with tied embeddings; Mistral with one KV head and a sliding
+// window longer than the batch (so the full causal attention); LLaMA's attention_bias and
+// mlp_bias with tied embeddings.
+TEST(Reference, TinyQwen2MatchesTransformers) { check_forward_backward("tiny_qwen2"); }
+TEST(Reference, TinyMistralMatchesTransformers) { check_forward_backward("tiny_mistral"); }
+TEST(Reference, TinyLlamaWithBiasesAndTiedEmbeddingsMatchesTransformers) {
+  check_forward_backward("tiny_llama_biased_tied");
+}
 
 // The logits zerotrain computes from the Hugging Face directory `dir` (through --init_from's
 // reader) against those transformers computed from it, stored in `reference` (input_ids,
@@ -444,6 +453,12 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
 
 TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
+TEST(Reference, LlamaFamilyVariantsAdamWLossesMatchTorch) {
+  for (const char* name : {"tiny_qwen2", "tiny_mistral", "tiny_llama_biased_tied"}) {
+    SCOPED_TRACE(name);
+    check_adamw(name);
+  }
+}
 TEST(Reference, ClippedStepMatchesTransformersGradients) {
   check_clipped_step("tiny_gpt2");
   check_clipped_step("tiny_llama");
