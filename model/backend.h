@@ -26,6 +26,7 @@
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "model/optimizer_math.h"
+#include "model/rope.h"
 
 namespace zt {
 
@@ -163,12 +164,13 @@ class Backend {
   virtual void residual_rmsnorm_forward(TensorRef x, TensorView residual, TensorRef out,
                                         float* rstd, TensorView w, int N, int C, float eps) = 0;
   // RoPE (Su et al.) on the q and k parts of qkv (B,T,(NH+2*KVH)*hd) in place, HF's
-  // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * theta^(-2i/hd): row t sits at
+  // rotate_half pairing (i, i+hd/2), angle (pos0 + t) * f_i, f_i = theta^(-2i/hd) rescaled as
+  // rope.scaling says (model/rope.h): row t sits at
   // position pos0 + t (0 for a whole sequence; the decode step's position for one row), or
   // pos0 + pos[t] for packed rows. inverse=true rotates by -angle, which is the backward (a
   // rotation's transpose is its inverse).
-  virtual void rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta, bool inverse,
-                    int pos0, const int* pos = nullptr) = 0;
+  virtual void rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, const RopeParams& rope,
+                    bool inverse, int pos0, const int* pos = nullptr) = 0;
   // Causal self-attention with grouped-query K/V (query head h uses kv head h / (NH/KVH)).
   // qkv (B,T,(NH+2*KVH)*hd) laid out [q heads | k heads | v heads]; out (B,T,NH*hd);
   // lse (B,NH,T) saves each row's softmax log-sum-exp for the backward, which recomputes the

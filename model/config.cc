@@ -26,6 +26,18 @@ ModelConfig ModelConfig::of(Family f) {
   return c;
 }
 
+std::string rope_scaling_text(const RopeScaling& r) {
+  switch (r.type) {
+    case RopeScalingType::kNone: return "none";
+    case RopeScalingType::kLinear: return absl::StrCat("linear factor ", r.factor);
+    case RopeScalingType::kLlama3:
+      return absl::StrCat("llama3 factor ", r.factor, " low_freq_factor ", r.low_freq_factor,
+                          " high_freq_factor ", r.high_freq_factor,
+                          " original_max_position_embeddings ", r.original_max_position);
+  }
+  return "?";
+}
+
 const char* family_name(Family f) {
   switch (f) {
     case Family::kGPT2: return "gpt2";
@@ -220,14 +232,35 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
   ZT_ASSIGN_OR_RETURN(c.norm_eps, f.positive("rms_norm_eps", 1e-6f));
   ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive("rope_theta", 10000.f));
   ZT_ASSIGN_OR_RETURN(c.tied_embeddings, f.flag("tie_word_embeddings", false));
-  // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type"}}.
-  if (f.has("rope_parameters")) {
-    const auto& rp = j["rope_parameters"];
-    if (!rp.is_object()) return f.error("rope_parameters", "must be an object");
+  // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}, earlier
+  // versions "rope_scaling": {"rope_type" (or "type"), "factor", ...} beside rope_theta.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!f.has(key)) continue;
+    const auto& rp = j[key];
+    if (!rp.is_object()) return f.error(key, "must be an object");
     ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive(rp, "rope_theta", c.rope_theta));
-    if (rp.contains("rope_type") && rp["rope_type"] != "default")
-      return f.error("rope_parameters.rope_type",
-                     absl::StrCat(rp["rope_type"].dump(), " is not supported; only \"default\""));
+    const char* type_key = rp.contains("rope_type") ? "rope_type" : "type";
+    const std::string type = rp.contains(type_key) && rp[type_key].is_string()
+                                 ? rp[type_key].get<std::string>()
+                                 : "default";
+    RopeScaling& r = c.rope_scaling;
+    if (type == "linear" || type == "llama3") {
+      r.type = type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kLlama3;
+      ZT_ASSIGN_OR_RETURN(r.factor, f.positive(rp, "factor", 0.f));
+      if (r.factor == 0.f) return f.error(absl::StrCat(key, ".factor"), "is missing");
+    }
+    if (type == "llama3") {
+      ZT_ASSIGN_OR_RETURN(r.low_freq_factor, f.positive(rp, "low_freq_factor", 1.f));
+      ZT_ASSIGN_OR_RETURN(r.high_freq_factor, f.positive(rp, "high_freq_factor", 4.f));
+      ZT_ASSIGN_OR_RETURN(r.original_max_position,
+                          f.positive(rp, "original_max_position_embeddings", 8192.f));
+      if (!(r.high_freq_factor > r.low_freq_factor))
+        return f.error(absl::StrCat(key, ".high_freq_factor"), "must be above low_freq_factor");
+    } else if (type != "linear" && type != "default") {
+      return f.error(absl::StrCat(key, ".", type_key),
+                     absl::StrCat("\"", type, "\" is not supported; \"default\", \"linear\" and "
+                                  "\"llama3\" are"));
+    }
   }
   // Variants this transformer does not implement would load with wrong results.
   ZT_ASSIGN_OR_RETURN(const std::string act, f.text("hidden_act", "silu"));
@@ -247,8 +280,6 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
                      absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ", c.hidden,
                                   "; only hidden_size / heads is supported"));
   }
-  if (f.has("rope_scaling"))
-    return f.error("rope_scaling", "is not supported; use a model without RoPE scaling");
   // Mistral attends within sliding_window tokens (null: everywhere); Qwen2 only where
   // use_sliding_window is true. Up to the window that is the full causal attention.
   bool windowed = c.family == Family::kMistral;
@@ -342,6 +373,15 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"rope_theta", c.rope_theta},
          {"hidden_act", "silu"},
          {"tie_word_embeddings", c.tied_embeddings}};
+    const RopeScaling& r = c.rope_scaling;
+    if (r.type != RopeScalingType::kNone)
+      j["rope_scaling"] = {{"rope_type", r.type == RopeScalingType::kLinear ? "linear" : "llama3"},
+                           {"factor", shortest(r.factor)}};
+    if (r.type == RopeScalingType::kLlama3) {
+      j["rope_scaling"]["low_freq_factor"] = shortest(r.low_freq_factor);
+      j["rope_scaling"]["high_freq_factor"] = shortest(r.high_freq_factor);
+      j["rope_scaling"]["original_max_position_embeddings"] = (int)r.original_max_position;
+    }
     if (c.family == Family::kLLaMA) {
       j["attention_bias"] = c.qkv_bias;
       j["mlp_bias"] = c.mlp_bias;

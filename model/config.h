@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/rope.h"
 
 namespace zt {
 
@@ -29,6 +30,7 @@ struct ModelConfig {
   int intermediate = 0;          // MLP width I (GPT-2: 4C)
   float norm_eps = 1e-5f;        // LayerNorm / RMSNorm epsilon
   float rope_theta = 1e4f;       // RoPE's base (models without learned positions)
+  RopeScaling rope_scaling;      // Llama 3.x's or linear (model/rope.h); none by default
   bool tied_embeddings = false;  // lm_head shares wte (GPT-2)
   // Features (set by `of` from the family).
   NormKind norm = NormKind::kRMSNorm;
@@ -51,10 +53,15 @@ struct ModelConfig {
   // Rows of the MLP's first projection: I (GELU) or 2I ([gate | up], SwiGLU).
   int fc_dim() const { return mlp == MlpKind::kSwiGLU ? 2 * intermediate : intermediate; }
   bool rope() const { return !learned_positions; }
+  RopeParams rope_params() const { return {rope_theta, rope_scaling}; }
 };
 
 // "gpt2", "llama", "qwen2", "mistral": transformers' model_type.
 const char* family_name(Family f);
+
+// "llama3 factor 8 low_freq_factor 1 high_freq_factor 4 original_max_position_embeddings
+// 8192", "linear factor 2", or "none": the scaling as the checkpoint identity names it.
+std::string rope_scaling_text(const RopeScaling& r);
 
 // Every field of c in declaration order, the one list the trainer's identities and checks read:
 // f(name, value, shapes) with the family as family_name, the rest as stored; `shapes` is
@@ -80,6 +87,8 @@ void for_each_field(const ModelConfig& c, F&& f) {
   if (c.qkv_bias != d.qkv_bias) f("qkv_bias", c.qkv_bias, true);
   if (c.out_bias != d.out_bias) f("out_bias", c.out_bias, true);
   if (c.mlp_bias != d.mlp_bias) f("mlp_bias", c.mlp_bias, true);
+  if (c.rope_scaling.type != RopeScalingType::kNone)
+    f("rope_scaling", rope_scaling_text(c.rope_scaling), false);
 }
 
 // Names accepted by --model, in the order `zerotrain info` lists them.

@@ -152,10 +152,11 @@ void ProfilingBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual
   timed("residual_rmsnorm_forward", rows_by_cols(N, C), 0,
         [&] { inner_->residual_rmsnorm_forward(x, residual, out, rstd, w, N, C, eps); });
 }
-void ProfilingBackend::rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd, float theta,
+void ProfilingBackend::rope(TensorRef qkv, int B, int T, int NH, int KVH, int hd,
+                            const RopeParams& rope,
                             bool inverse, int pos0, const int* pos) {
   timed(inverse ? "rope_backward" : "rope_forward", attention_shape(B, T, NH, KVH, hd), 0,
-        [&] { inner_->rope(qkv, B, T, NH, KVH, hd, theta, inverse, pos0, pos); });
+        [&] { inner_->rope(qkv, B, T, NH, KVH, hd, rope, inverse, pos0, pos); });
 }
 void ProfilingBackend::attention_forward(TensorRef out, float* lse, TensorView qkv, int B, int T,
                                          int NH, int KVH, int hd, const int* pos) {

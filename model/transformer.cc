@@ -274,7 +274,7 @@ void Transformer::block_compute(TensorView p, int l) {
   const TensorRef qkv = act(b.qkv);  // (N, QKV), q and k after RoPE
   be_->matmul_forward(qkv, ln1, p + o.qkvw, at(p, o.qkvb), N, C, QKV);
   if (c.rope())
-    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, 0,
+    be_->rope(qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_params(), false, 0,
               positions());
   be_->attention_forward(act(b.atty), b.lse.f32(), qkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(),
                          positions());
@@ -433,7 +433,7 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   be_->attention_backward(dqkv, datty, act(b.qkv), act(b.atty), b.lse.f32(), B_, T_, c.n_head,
                           c.n_kv_head, c.head_dim(), positions());
   if (c.rope())
-    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, true, 0,
+    be_->rope(dqkv, B_, T_, c.n_head, c.n_kv_head, c.head_dim(), c.rope_params(), true, 0,
               positions());
   zero(dln, NC);
   be_->matmul_backward(dln, g + o.qkvw, at(g, o.qkvb), dqkv, act(b.ln1), p + o.qkvw, N, C, QKV);
@@ -508,7 +508,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
     const TensorRef qkv = act(cache_[l]), here = qkv + (size_t)pos * QKV;  // this q, k, v
     be_->matmul_forward(here, ln, p + o.qkvw, at(p, o.qkvb), 1, C, QKV);
     if (c.rope())
-      be_->rope(here, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_theta, false, pos);
+      be_->rope(here, 1, 1, c.n_head, c.n_kv_head, c.head_dim(), c.rope_params(), false, pos);
     be_->attention_decode(atty, qkv, pos + 1, c.n_head, c.n_kv_head, c.head_dim());
     block_tail(p, x, atty, act(midb), ln, mean.f32(), rstd.f32(), act(fcb), act(actb), x,
                1);  // the block's output replaces its input

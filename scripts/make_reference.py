@@ -15,6 +15,7 @@ Everything is stored as float32 (ids as int64). Deterministic and rerunnable:
 """
 import copy
 import json
+import math
 import os
 import shutil
 import sys
@@ -89,9 +90,19 @@ def patch_llama_for_float64(family="llama"):
         return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
 
     def rotary_forward(self, x, position_ids):
-        theta = self.config.rope_parameters["rope_theta"]
+        rp = self.config.rope_parameters
+        theta = rp["rope_theta"]
         dim = self.inv_freq.shape[0] * 2  # head_dim
         inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        if rp.get("rope_type") == "llama3":  # transformers' _compute_llama3_parameters
+            factor, low, high = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+            old = rp["original_max_position_embeddings"]
+            wavelen = 2 * math.pi / inv_freq
+            scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+            smooth = (old / wavelen - low) / (high - low)
+            smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+            medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+            inv_freq = torch.where(medium, smoothed, scaled)
         freqs = position_ids[..., None].to(torch.float64) * inv_freq.to(x.device)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos = emb.cos() * self.attention_scaling
@@ -157,6 +168,21 @@ def llama_biased_tied_model():
                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
                       max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=500000.0,
                       tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
+    cfg._attn_implementation = "eager"
+    return LlamaForCausalLM(cfg)
+
+
+def llama3_scaled_model():
+    # head_dim 16 at theta 1e4: wavelengths 6.3 to 19869 against the band (16, 64) of
+    # original_max_position_embeddings 64 / high 4, / low 1: one frequency kept, two blended,
+    # five divided by the factor.
+    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=40,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 64},
+                      tie_word_embeddings=True)
     cfg._attn_implementation = "eager"
     return LlamaForCausalLM(cfg)
 
@@ -290,6 +316,7 @@ def main():
         ("tiny_qwen2", qwen2_model, SEED + 200, lambda: patch_llama_for_float64("qwen2")),
         ("tiny_mistral", mistral_model, SEED + 300, lambda: patch_llama_for_float64("mistral")),
         ("tiny_llama_biased_tied", llama_biased_tied_model, SEED + 400, patch_llama_for_float64),
+        ("tiny_llama3_rope_scaled", llama3_scaled_model, SEED + 500, patch_llama_for_float64),
     ]
     for name, make, seed, patch in fixtures:
         if only is None or name in only:

@@ -519,6 +519,15 @@ TEST_F(CudaVsCpu, RopeAndGqaAttention) {
   cpu_->rope(dqkv.cp(), B, T, NH, KVH, hd, 10000.f, true, 0);
   gpu_->rope(dqkv.gp(), B, T, NH, KVH, hd, 10000.f, true, 0);
   expect_close(dqkv, 1e-4, "rope backward");
+  // Llama 3's and linear scaling (model/rope.h) on both: at hd 10 and theta 1e4 the band
+  // (8, 32) keeps one frequency, blends one and divides three by the factor.
+  RopeScaling llama3{RopeScalingType::kLlama3, 8.f, 1.f, 4.f, 32.f};
+  RopeScaling linear{RopeScalingType::kLinear, 2.f};
+  for (const RopeScaling& s : {llama3, linear}) {
+    cpu_->rope(qkv.cp(), B, T, NH, KVH, hd, RopeParams(1e4f, s), false, 3);
+    gpu_->rope(qkv.gp(), B, T, NH, KVH, hd, RopeParams(1e4f, s), false, 3);
+    expect_close(qkv, 1e-5, "scaled rope");
+  }
 }
 
 TEST_F(CudaVsCpu, EmbeddingActivationsCrossEntropyAdamW) {

@@ -59,7 +59,7 @@ TEST(Layout, UnitsAreEmbeddingBlocksHead) {
   EXPECT_EQ(l.units()[1].find("qkv.w")->shape[0], 2048 + 2 * 256);
 }
 
-TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
+TEST(HfConfig, ParsesLlamaAndItsRopeScaling) {
   auto c = config_from_hf_json(
       R"({"model_type":"llama","vocab_size":32000,"hidden_size":2048,"intermediate_size":5632,
           "num_hidden_layers":22,"num_attention_heads":32,"num_key_value_heads":4,
@@ -67,11 +67,20 @@ TEST(HfConfig, ParsesLlamaAndRejectsRopeScaling) {
       "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(ParamLayout(*c).total_numel(), 1'100'048'384u);
-  auto bad = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
+  auto linear = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
       "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
       "rope_scaling":{"type":"linear","factor":2.0}})",
+                                    "config.json");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(linear->rope_scaling.factor, 2.f);
+  auto bad = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
+      "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
+      "rope_scaling":{"rope_type":"dynamic","factor":2.0}})",
                                  "config.json");
-  EXPECT_FALSE(bad.ok());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"dynamic\" is not supported"), std::string::npos)
+      << bad.status();
   auto other = config_from_hf_json(R"({"model_type":"bert"})", "config.json");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("'qwen2' or 'mistral'"), std::string::npos);

@@ -288,6 +288,11 @@ TEST(Reference, TinyMistralMatchesTransformers) { check_forward_backward("tiny_m
 TEST(Reference, TinyLlamaWithBiasesAndTiedEmbeddingsMatchesTransformers) {
   check_forward_backward("tiny_llama_biased_tied");
 }
+// Llama 3.x's rope_scaling (rope_type llama3) with tied embeddings, as Llama 3.2 1B: one
+// frequency kept, two blended, five divided by the factor (scripts/make_reference.py).
+TEST(Reference, TinyLlama3RopeScalingMatchesTransformers) {
+  check_forward_backward("tiny_llama3_rope_scaled");
+}
 
 // The logits zerotrain computes from the Hugging Face directory `dir` (through --init_from's
 // reader) against those transformers computed from it, stored in `reference` (input_ids,
@@ -454,7 +459,8 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
 TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
 TEST(Reference, LlamaFamilyVariantsAdamWLossesMatchTorch) {
-  for (const char* name : {"tiny_qwen2", "tiny_mistral", "tiny_llama_biased_tied"}) {
+  for (const char* name :
+       {"tiny_qwen2", "tiny_mistral", "tiny_llama_biased_tied", "tiny_llama3_rope_scaled"}) {
     SCOPED_TRACE(name);
     check_adamw(name);
   }
