@@ -136,55 +136,54 @@ def gpt2_model():
     return GPT2LMHeadModel(cfg)
 
 
-def llama_model():
-    cfg = LlamaConfig(vocab_size=71, hidden_size=32, intermediate_size=40,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
-                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+def eager(config_class, model_class, **config):
+    """A transformers model of `config`, on eager attention (the float64 patch replaces it)."""
+    cfg = config_class(**config)
     cfg._attn_implementation = "eager"
-    return LlamaForCausalLM(cfg)
+    return model_class(cfg)
+
+
+def llama_model():
+    return eager(LlamaConfig, LlamaForCausalLM, vocab_size=71, hidden_size=32,
+                 intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+                 rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False,
+                 mlp_bias=False)
 
 
 def qwen2_model():
-    cfg = Qwen2Config(vocab_size=73, hidden_size=32, intermediate_size=40,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
-                      tie_word_embeddings=True, use_sliding_window=False)
-    cfg._attn_implementation = "eager"
-    return Qwen2ForCausalLM(cfg)
+    return eager(Qwen2Config, Qwen2ForCausalLM, vocab_size=73, hidden_size=32,
+                 intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-6,
+                 rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)
 
 
 def mistral_model():
-    cfg = MistralConfig(vocab_size=67, hidden_size=32, intermediate_size=48,
-                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-                        max_position_embeddings=64, sliding_window=24, rms_norm_eps=1e-5,
-                        rope_theta=10000.0, tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"
-    return MistralForCausalLM(cfg)
+    return eager(MistralConfig, MistralForCausalLM, vocab_size=67, hidden_size=32,
+                 intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=1, max_position_embeddings=64, sliding_window=24,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
 
 
 def llama_biased_tied_model():
-    cfg = LlamaConfig(vocab_size=59, hidden_size=32, intermediate_size=24,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=500000.0,
-                      tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
-    cfg._attn_implementation = "eager"
-    return LlamaForCausalLM(cfg)
+    return eager(LlamaConfig, LlamaForCausalLM, vocab_size=59, hidden_size=32,
+                 intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+                 rope_theta=500000.0, tie_word_embeddings=True, attention_bias=True,
+                 mlp_bias=True)
 
 
 def llama3_scaled_model():
     # head_dim 16 at theta 1e4: wavelengths 6.3 to 19869 against the band (16, 64) of
     # original_max_position_embeddings 64 / high 4, / low 1: one frequency kept, two blended,
     # five divided by the factor.
-    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=40,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                      max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
-                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0,
-                                    "original_max_position_embeddings": 64},
-                      tie_word_embeddings=True)
-    cfg._attn_implementation = "eager"
-    return LlamaForCausalLM(cfg)
+    return eager(LlamaConfig, LlamaForCausalLM, vocab_size=61, hidden_size=32,
+                 intermediate_size=40, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, max_position_embeddings=128, rms_norm_eps=1e-5,
+                 rope_theta=10000.0,
+                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                 tie_word_embeddings=True)
 
 
 def is_norm_weight(name):
