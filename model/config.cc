@@ -21,7 +21,7 @@ ModelConfig ModelConfig::of(Family f) {
   const bool gpt2 = f == Family::kGPT2;
   c.norm = gpt2 ? NormKind::kLayerNorm : NormKind::kRMSNorm;
   c.mlp = gpt2 ? MlpKind::kGelu : MlpKind::kSwiGLU;
-  c.learned_positions = c.qkv_bias = c.out_bias = c.mlp_bias = c.tied_embeddings = gpt2;
+  c.learned_positions = c.out_bias = c.mlp_bias = c.tied_embeddings = gpt2;
   c.qkv_bias = gpt2 || f == Family::kQwen2;
   return c;
 }
@@ -38,15 +38,29 @@ std::string rope_scaling_text(const RopeScaling& r) {
   return "?";
 }
 
-const char* family_name(Family f) {
-  switch (f) {
-    case Family::kGPT2: return "gpt2";
-    case Family::kLLaMA: return "llama";
-    case Family::kQwen2: return "qwen2";
-    case Family::kMistral: return "mistral";
-  }
-  return "?";
+namespace {
+// Each family's names in transformers, in Family's order: the one table the reader and the
+// writer of config.json read.
+struct FamilyNames {
+  Family family;
+  const char* model_type;
+  const char* architecture;  // the *ForCausalLM class save_pretrained names
+};
+constexpr FamilyNames kFamilies[] = {
+    {Family::kGPT2, "gpt2", "GPT2LMHeadModel"},
+    {Family::kLLaMA, "llama", "LlamaForCausalLM"},
+    {Family::kQwen2, "qwen2", "Qwen2ForCausalLM"},
+    {Family::kMistral, "mistral", "MistralForCausalLM"},
+};
+constexpr bool in_family_order() {
+  for (size_t i = 0; i < std::size(kFamilies); ++i)
+    if ((size_t)kFamilies[i].family != i) return false;
+  return true;
 }
+static_assert(in_family_order(), "kFamilies is indexed by Family");
+}  // namespace
+
+const char* family_name(Family f) { return kFamilies[(int)f].model_type; }
 
 namespace {
 
@@ -317,10 +331,11 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text,
     if (act != "gelu_new")
       return f.error("activation_function",
                      absl::StrCat("'", act, "' is not supported; use gelu_new"));
-  } else if (type == "llama" || type == "qwen2" || type == "mistral") {
-    c = ModelConfig::of(type == "llama" ? Family::kLLaMA
-                        : type == "qwen2" ? Family::kQwen2
-                                          : Family::kMistral);
+  } else if (const auto* it =
+                 std::find_if(std::begin(kFamilies), std::end(kFamilies),
+                              [&](const FamilyNames& n) { return n.model_type == type; });
+             it != std::end(kFamilies)) {  // the LLaMA family
+    c = ModelConfig::of(it->family);
     ZT_RETURN_IF_ERROR(read_llama_family(f, j, c));
   } else {
     return f.error("model_type", absl::StrCat("'", type,
@@ -345,7 +360,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
                            int eos_id) {
   nlohmann::json j;
   if (c.family == Family::kGPT2) {
-    j = {{"architectures", {"GPT2LMHeadModel"}},
+    j = {{"architectures", {kFamilies[(int)c.family].architecture}},
          {"model_type", "gpt2"},
          {"vocab_size", c.vocab_size},
          {"n_positions", c.max_seq_len},
@@ -358,9 +373,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"activation_function", "gelu_new"},
          {"tie_word_embeddings", true}};
   } else {
-    static const char* const kArchitecture[] = {"", "LlamaForCausalLM", "Qwen2ForCausalLM",
-                                                "MistralForCausalLM"};
-    j = {{"architectures", {kArchitecture[(int)c.family]}},
+    j = {{"architectures", {kFamilies[(int)c.family].architecture}},
          {"model_type", family_name(c.family)},
          {"vocab_size", c.vocab_size},
          {"max_position_embeddings", c.max_seq_len},

@@ -409,7 +409,8 @@ void Transformer::block_backward(UnitEngine& e, int l) {
   // MLP: out = mid + act @ Wfco^T
   const TensorRef dact = act(a_->dact);
   const TensorRef dfc = act(a_->dfc);
-  if (c.mlp == MlpKind::kGelu) {  // dfc = (dx Wfco) gelu'(fc), dact the scratch of backends that do not fuse
+  // GELU: dfc = (dx Wfco) gelu'(fc), dact the scratch of backends that do not fuse.
+  if (c.mlp == MlpKind::kGelu) {
     be_->matmul_dgelu_backward(dfc, dact, g + o.fcow, at(g, o.fcob), dx, act(b.act), p + o.fcow,
                                act(b.fc), N, I, C);
   } else {

@@ -17,7 +17,7 @@ namespace zt {
 
 std::string version_report() {
   const char* lowered = std::getenv("ZT_SIMD");
-  const std::string_view archs = ZT_CUDA_ARCHS;
+  const std::string archs = ZT_CUDA_ARCHS;
   return absl::StrCat(
       "zerotrain ", ZT_VERSION, "\n",                                   //
       "commit:   ", ZT_BUILD_COMMIT, "\n",                              //
@@ -26,7 +26,7 @@ std::string version_report() {
       lowered ? absl::StrCat(" (ZT_SIMD=", lowered, ")") : std::string(" (this CPU's best)"), "\n",
       "blas:     ", openblas_get_config(), "; core ", openblas_get_corename(), "\n",  //
       "mpi:      ", mpi_library_version(), "\n",                                      //
-      "cuda:     ", archs.empty() ? std::string() : absl::StrCat("kernels for sm_", std::string(archs), "; "),
+      "cuda:     ", archs.empty() ? std::string() : absl::StrCat("kernels for sm_", archs, "; "),
       cuda_report(), "\n",  //
       "nccl:     ", nccl_report(), "\n");
 }

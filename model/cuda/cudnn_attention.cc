@@ -240,6 +240,11 @@ class CudnnAttentionImpl final : public CudnnAttention {
   size_t workspace_bytes_ = 0;
 };
 
+// "cuDNN 9.10.2" of cudnnGetVersion's 91002.
+std::string cudnn_version_text(size_t v) {
+  return absl::StrCat("cuDNN ", v / 10000, ".", v % 10000 / 100, ".", v % 100);
+}
+
 // Loads libcudnn.so.9 once into the frontend's handle; the loader's message when it cannot.
 absl::Status load_cudnn() {
   if (cudnn_frontend::cudnn_dlhandle) return absl::OkStatus();
@@ -260,8 +265,7 @@ std::string cudnn_library_report() {
   using GetVersion = size_t (*)();
   auto get = reinterpret_cast<GetVersion>(dlsym(cudnn_frontend::cudnn_dlhandle, "cudnnGetVersion"));
   if (!get) return "libcudnn.so.9 loaded, without cudnnGetVersion";
-  const size_t v = get();
-  return absl::StrCat("cuDNN ", v / 10000, ".", v % 10000 / 100, ".", v % 100, " (libcudnn.so.9)");
+  return cudnn_version_text(get()) + " (libcudnn.so.9)";
 }
 
 absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::open(Backend* be, void* stream) {
@@ -281,7 +285,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::open(Backend* be
     if (v < 90000)
       return absl::FailedPreconditionError(
           absl::StrCat("cuDNN attention needs cuDNN 9 or newer; found version ", v));
-    version = absl::StrCat("cuDNN ", v / 10000, ".", v % 10000 / 100, ".", v % 100);
+    version = cudnn_version_text(v);
     if (const cudnnStatus_t st = fe::detail::create_handle(&handle); st != CUDNN_STATUS_SUCCESS)
       return absl::FailedPreconditionError(
           absl::StrCat("cuDNN attention: cudnnCreate failed: ", fe::detail::get_error_string(st)));
