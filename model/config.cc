@@ -254,9 +254,10 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
     if (!rp.is_object()) return f.error(key, "must be an object");
     ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive(rp, "rope_theta", c.rope_theta));
     const char* type_key = rp.contains("rope_type") ? "rope_type" : "type";
-    const std::string type = rp.contains(type_key) && rp[type_key].is_string()
-                                 ? rp[type_key].get<std::string>()
-                                 : "default";
+    if (rp.contains(type_key) && !rp[type_key].is_string())
+      return f.error(absl::StrCat(key, ".", type_key),
+                     absl::StrCat("must be a string such as \"llama3\", got ", rp[type_key].dump()));
+    const std::string type = rp.contains(type_key) ? rp[type_key].get<std::string>() : "default";
     RopeScaling& r = c.rope_scaling;
     if (type == "linear" || type == "llama3") {
       r.type = type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kLlama3;

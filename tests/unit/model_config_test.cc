@@ -81,6 +81,15 @@ TEST(HfConfig, ParsesLlamaAndItsRopeScaling) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"dynamic\" is not supported"), std::string::npos)
       << bad.status();
+  // A type that is not a string is refused, not read as "default" (no scaling).
+  auto typo = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
+      "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
+      "rope_scaling":{"rope_type":8,"factor":2.0}})",
+                                  "config.json");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("rope_scaling.rope_type must be a string"),
+            std::string::npos)
+      << typo.status();
   auto other = config_from_hf_json(R"({"model_type":"bert"})", "config.json");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("'qwen2' or 'mistral'"), std::string::npos);
