@@ -160,6 +160,19 @@ absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source)
   return absl::OkStatus();
 }
 
+absl::Status check_seq_len(const ModelConfig& c, int64_t n, std::string_view flag) {
+  if (n >= 1 && n <= c.max_seq_len) return absl::OkStatus();
+  const std::string how =
+      c.learned_positions ? "its learned positions cannot grow"
+      : c.sliding_window > 0
+          ? absl::StrCat("its sliding window of ", c.sliding_window,
+                         " tokens caps it: zerotrain does not implement the window")
+          : "RoPE models take a longer --max_seq_len";
+  return absl::InvalidArgumentError(absl::StrCat(std::string(flag), " ", n, " must be in [1, ",
+                                                 c.max_seq_len,
+                                                 "] for this model (its max_seq_len; ", how, ")"));
+}
+
 absl::Status validate(const ModelConfig& c) {
   auto bad = [](std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("invalid model config: ", std::string(what)));
@@ -247,8 +260,9 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
   ZT_ASSIGN_OR_RETURN(c.rope_theta, f.positive("rope_theta", 10000.f));
   ZT_ASSIGN_OR_RETURN(c.tied_embeddings, f.flag("tie_word_embeddings", false));
   // transformers >= 5 writes {"rope_parameters": {"rope_theta", "rope_type", ...}}, earlier
-  // versions "rope_scaling": {"rope_type" (or "type"), "factor", ...} beside rope_theta.
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+  // versions "rope_scaling": {"rope_type" (or "type"), "factor", ...} beside rope_theta; where
+  // both are given transformers takes rope_scaling's type, and so does the later pass here.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!f.has(key)) continue;
     const auto& rp = j[key];
     if (!rp.is_object()) return f.error(key, "must be an object");
@@ -259,16 +273,23 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
                      absl::StrCat("must be a string such as \"llama3\", got ", rp[type_key].dump()));
     const std::string type = rp.contains(type_key) ? rp[type_key].get<std::string>() : "default";
     RopeScaling& r = c.rope_scaling;
+    r = RopeScaling{};  // each key's object says all of the scaling
     if (type == "linear" || type == "llama3") {
       r.type = type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kLlama3;
       ZT_ASSIGN_OR_RETURN(r.factor, f.positive(rp, "factor", 0.f));
       if (r.factor == 0.f) return f.error(absl::StrCat(key, ".factor"), "is missing");
     }
-    if (type == "llama3") {
+    if (type == "llama3") {  // transformers requires both factors
+      for (const char* k : {"low_freq_factor", "high_freq_factor"})
+        if (!rp.contains(k) || rp[k].is_null())
+          return f.error(absl::StrCat(key, ".", k), "is missing; llama3 scaling needs it");
       ZT_ASSIGN_OR_RETURN(r.low_freq_factor, f.positive(rp, "low_freq_factor", 1.f));
       ZT_ASSIGN_OR_RETURN(r.high_freq_factor, f.positive(rp, "high_freq_factor", 4.f));
+      // Absent there: the config's own key, then max_position_embeddings, as transformers.
+      ZT_ASSIGN_OR_RETURN(const float top, f.positive("original_max_position_embeddings",
+                                                      (float)c.max_seq_len));
       ZT_ASSIGN_OR_RETURN(r.original_max_position,
-                          f.positive(rp, "original_max_position_embeddings", 8192.f));
+                          f.positive(rp, "original_max_position_embeddings", top));
       if (!(r.high_freq_factor > r.low_freq_factor))
         return f.error(absl::StrCat(key, ".high_freq_factor"), "must be above low_freq_factor");
     } else if (type != "linear" && type != "default") {

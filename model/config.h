@@ -117,5 +117,8 @@ absl::Status validate(const ModelConfig& c);
 // are loaded: model/hf_weights.h). n = 0 keeps the model's own. Errors (naming `source`, the
 // model's name or config file): n < 0, n above 2^20, or a GPT-2 n above its positions.
 absl::Status set_max_seq_len(ModelConfig& c, int64_t n, std::string_view source);
+// `flag` (--seq_len) of n tokens within the model's context: InvalidArgument naming the range
+// and how to widen it (--max_seq_len for RoPE models, up to a sliding window where there is one).
+absl::Status check_seq_len(const ModelConfig& c, int64_t n, std::string_view flag);
 
 }  // namespace zt

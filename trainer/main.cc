@@ -570,6 +570,9 @@ int main(int argc, char** argv) {
       std::fputs(zt::version_report().c_str(), stdout);
       return std::fflush(stdout) == 0 ? 0 : fail(absl::InternalError("cannot write to stdout"));
     }
+    if (a.starts_with("--version=") || a.starts_with("-version="))
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat(std::string(a), ": --version takes no value; run `zerotrain --version`")));
   }
   std::vector<std::string> args = {argv[0]};
   if (const absl::Status s = normalize_args({argv + 1, argv + argc}, args); !s.ok()) return fail(s);

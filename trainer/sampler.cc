@@ -145,10 +145,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
   // The KV cache and the model's buffers are sized by the window: --seq_len's default, 256,
   // unless the model is shorter (a long-context model's full length could be hundreds of GB).
   if (!cmd.window_given) s.window = std::min(256, c.max_seq_len);
-  if (s.window < 1 || s.window > c.max_seq_len)
-    return bad(absl::StrCat("--seq_len ", s.window, " must be in [1, ", c.max_seq_len,
-                            "] for this model (its max_seq_len; RoPE models take a longer "
-                            "--max_seq_len)"));
+  ZT_RETURN_IF_ERROR(check_seq_len(c, s.window, "--seq_len"));
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(tokenizer, c));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
                       make_backend(device, 0, 1, cmd.threads, AttentionImpl::kFlash));

@@ -399,10 +399,7 @@ absl::Status check_same_data(Communicator& comm, const DataLoader& data, const s
 // Ranges of the recipe flags (absl checks only their types).
 absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
   auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
-  if (opt.seq_len < 1 || opt.seq_len > m.max_seq_len)
-    return bad(absl::StrCat("--seq_len ", opt.seq_len, " must be in [1, ", m.max_seq_len,
-                            "] for this model (its max_seq_len; RoPE models take a longer "
-                            "--max_seq_len)"));
+  ZT_RETURN_IF_ERROR(check_seq_len(m, opt.seq_len, "--seq_len"));
   if (opt.steps < 1) return bad("--steps must be at least 1");
   if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
   if (opt.val_sequences < 1) return bad("--val_sequences must be at least 1");

@@ -34,7 +34,7 @@ std::string cuda_report() {
   }
   cudaGetLastError();
 #endif
-  absl::StrAppend(&s, "; ", n, " GPU(s) visible; cuDNN: ", cudnn_library_report());
+  absl::StrAppend(&s, "; ", n, " GPU(s) visible; ", cudnn_library_report());
   return s;
 }
 

@@ -8,6 +8,8 @@ absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::open(Backend*, v
   return absl::FailedPreconditionError(ZT_CUDNN_ABSENT_REASON);
 }
 
-std::string cudnn_library_report() { return std::string("not built: ") + ZT_CUDNN_ABSENT_REASON; }
+std::string cudnn_library_report() {
+  return std::string("cuDNN not built: ") + ZT_CUDNN_ABSENT_REASON;
+}
 
 }  // namespace zt

@@ -261,7 +261,8 @@ absl::Status load_cudnn() {
 }  // namespace
 
 std::string cudnn_library_report() {
-  if (const absl::Status s = load_cudnn(); !s.ok()) return absl::StrCat("not found: ", s.message());
+  if (const absl::Status s = load_cudnn(); !s.ok())
+    return absl::StrCat("cuDNN not found: ", s.message());
   using GetVersion = size_t (*)();
   auto get = reinterpret_cast<GetVersion>(dlsym(cudnn_frontend::cudnn_dlhandle, "cudnnGetVersion"));
   if (!get) return "libcudnn.so.9 loaded, without cudnnGetVersion";

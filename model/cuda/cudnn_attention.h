@@ -54,8 +54,8 @@ class CudnnAttention {
 };
 
 // The cuDNN this process can load, for `zerotrain --version`: "cuDNN 9.10.2 (libcudnn.so.9)", or
-// why there is none ("not found: " and the loader's message; "not built: " and the reason). Loads
-// the library when it is there, as open() would.
+// why there is none ("cuDNN not found: " and the loader's message; "cuDNN not built: " and the
+// reason). Loads the library when it is there, as open() would.
 std::string cudnn_library_report();
 
 }  // namespace zt

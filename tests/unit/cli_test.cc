@@ -843,7 +843,7 @@ TEST_F(Cli, VersionNamesTheBuildAndWhatItFound) {
   const bool cuda_built = fs::exists(std::string(ZT_BINARY_DIR) + "/zerotrain_emu") &&
                           r.out.find("cuda:     not built") == std::string::npos;
   if (cuda_built) {
-    EXPECT_NE(r.out.find("GPU(s) visible; cuDNN: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GPU(s) visible; cuDNN "), std::string::npos) << r.out;
     const Result emu = test::run_shell(std::string(ZT_BINARY_DIR) + "/zerotrain_emu --version");
     ASSERT_EQ(emu.code, 0) << emu.out;
     EXPECT_NE(emu.out.find("the CUDA emulation"), std::string::npos) << emu.out;
@@ -851,6 +851,8 @@ TEST_F(Cli, VersionNamesTheBuildAndWhatItFound) {
   const Result mid = run("train --steps 3 --version");  // anywhere on the line, as --help
   EXPECT_EQ(mid.code, 0) << mid.out;
   EXPECT_TRUE(mid.out.starts_with("zerotrain " + version + "\n")) << mid.out;
+  for (const char* v : {"--version=true", "--version=false"})  // not absl's own text
+    expect_user_error(run(v), {"--version takes no value"});
 }
 
 // compare: one row per run from run.json and metrics.jsonl (the median step time and the last

@@ -81,6 +81,35 @@ TEST(HfConfig, ParsesLlamaAndItsRopeScaling) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"dynamic\" is not supported"), std::string::npos)
       << bad.status();
+  // llama3's original_max_position_embeddings: its own, else the config's top-level key, else
+  // max_position_embeddings (transformers' fallbacks); both factors required, as transformers
+  // does; with rope_parameters and rope_scaling both given, rope_scaling's type (transformers 5).
+  auto llama3 = [](const std::string& rope, const std::string& extra = "") {
+    return config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
+        "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
+        "max_position_embeddings":128,)" + extra + rope + "}",
+                               "config.json");
+  };
+  const std::string no_omp = R"("rope_scaling":{"rope_type":"llama3","factor":8,
+      "low_freq_factor":1,"high_freq_factor":4})";
+  auto own = llama3(no_omp);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->rope_scaling.original_max_position, 128.f);
+  auto top = llama3(no_omp, R"("original_max_position_embeddings":64,)");
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->rope_scaling.original_max_position, 64.f);
+  auto no_high = llama3(R"("rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1})");
+  ASSERT_FALSE(no_high.ok());
+  EXPECT_NE(no_high.status().message().find("rope_scaling.high_freq_factor is missing"),
+            std::string::npos)
+      << no_high.status();
+  auto both = llama3(R"("rope_scaling":{"rope_type":"linear","factor":2})",
+                     R"("rope_parameters":{"rope_type":"llama3","factor":8,"low_freq_factor":1,
+                         "high_freq_factor":4,"rope_theta":500000},)");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(both->rope_scaling.factor, 2.f);
+  EXPECT_EQ(both->rope_theta, 500000.f);
   // A type that is not a string is refused, not read as "default" (no scaling).
   auto typo = config_from_hf_json(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,
       "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,
@@ -126,6 +155,14 @@ TEST(HfConfig, Qwen2AndMistralFromTheirConfigJson) {
   EXPECT_TRUE(set_max_seq_len(m, 2048, "mistral").ok());
   const absl::Status longer = set_max_seq_len(m, 8192, "mistral");
   EXPECT_NE(longer.message().find("sliding window of 4096 tokens"), std::string::npos) << longer;
+  // --seq_len past it names the window, not --max_seq_len, as the way it is capped.
+  const absl::Status seq = check_seq_len(m, 4097, "--seq_len");
+  EXPECT_NE(seq.message().find("[1, 2048]"), std::string::npos) << seq;
+  EXPECT_EQ(check_seq_len(*mistral, 4097, "--seq_len").message().find("take a longer"),
+            std::string::npos);
+  EXPECT_NE(check_seq_len(*mistral, 4097, "--seq_len").message().find("sliding window of 4096"),
+            std::string::npos);
+  EXPECT_TRUE(check_seq_len(*mistral, 4096, "--seq_len").ok());
   // LLaMA's attention_bias puts biases on q, k, v and o; mlp_bias on gate, up and down.
   auto biased = config_from_hf_json(
       R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,
