@@ -53,7 +53,7 @@ EngineOptions engine_options(const DsConfig& ds) {
 
 bool offload_pipeline_runs(const DsConfig& ds) {
   return ds.zerotrain.offload_pipeline &&
-         ds.zero.offload_optimizer.device != OffloadDevice::kNone && ds.zero.stage >= 2 &&
+         ds.zero.offload_optimizer.device != OffloadDevice::kNone && ds.zero.stage >= 1 &&
          ds.optimizer.type != OptimizerType::kMuon &&
          !(ds.zerotrain.node_shared_params && ds.zero.stage <= 2);
 }

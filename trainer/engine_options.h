@@ -20,8 +20,8 @@ namespace zt {
 // the zero_optimization keys the engine honours.
 EngineOptions engine_options(const DsConfig& ds);
 // Whether the offload pipeline's worker has units to update (docs/offload.md "The offload
-// pipeline"): zerotrain.offload_pipeline, the optimizer state offloaded, stage 2 or 3 (the units
-// whose gradient the offloaded state holds), not Muon (its passes are collective) and not
+// pipeline"): zerotrain.offload_pipeline, the optimizer state offloaded (stages 1-3), not Muon
+// (its passes are collective) and not
 // node-shared parameters at stages 1-2 (a rank would read a slice another rank has not
 // published). Engine::pipelined() applies the same rule to the engine it runs.
 bool offload_pipeline_runs(const DsConfig& ds);

@@ -245,9 +245,8 @@ class Engine final : public UnitEngine {
   // dtype (grads_stored: a whole unit, the backend adding into its dtype).
   bool kernels_add_to_stored(const UnitState& s) const;
   void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
-  // The update of the units below on the pipeline's worker: delayed, every unit, from
-  // gradient snapshots, published by the next finish_update(); otherwise the units whose
-  // gradient the state holds, each published by publish(u) when first needed.
+  // Every unit's update on the pipeline's worker: delayed, from gradient snapshots, published
+  // by the next finish_update(); otherwise each published by publish(u) when first needed.
   void start_update_pipeline(const OptimizerStep& as, bool delayed);
   bool pipelined() const;  // EngineOptions::offload_pipeline applies
   // Unit u's pipelined update: waits for it and puts its weights in place (stages 1-2 then

@@ -85,7 +85,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
-    if (pipeline && s.host_grads) continue;  // on the pipeline's worker, below
+    if (pipeline) continue;  // on the pipeline's worker, below
     const OwnedGrad g = owned_grad(s);
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
@@ -143,11 +143,13 @@ bool Engine::pipelined() const {
   return opt_.offload_pipeline && optimizer_->host_tracker() && !muon_ && !shared_;
 }
 
-// Delayed: snapshots every owned gradient as the step would read it (the stored ones are then
-// zeroed by finish_step) and updates every unit into staging. Pipelined: the units whose
-// gradient the state holds, read in place (the next backward overwrites a unit's gradient only
-// after its forward has waited for its update), their weights written straight into the
-// working copy where the backend's memory is the host's.
+// Every unit's update runs on the worker. A gradient on the device (stage 1's reduced shard,
+// units kept whole) is snapshotted into host memory first, as the step would read it (the
+// stored ones are then zeroed by finish_step); one the state holds is read in place (the next
+// backward overwrites a unit's gradient only after its forward has waited for its update),
+// except by the delayed update, which snapshots it too. Delayed: every unit's weights go to
+// staging, published at the next step. Pipelined: straight into the working copy where the
+// backend's memory is the host's, else into staging, published by the unit's next fetch.
 void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
   if (!pipeline_) {
     std::vector<UpdatePipeline::Slice> slices;
@@ -160,14 +162,11 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
                                                  opt_.param_dtype, opt_.optimizer_threads);
   }
   Timer t;  // the snapshots: the training thread copies before the worker starts
+  const int64_t snapshot_bytes = pipeline_->bytes_to_host();
   pipeline_->start(
       [&](int u) {
         UnitState& s = units_[u];
         UpdatePipeline::Source src;
-        if (!delayed && !s.host_grads) {  // updated above, on this thread
-          src.skip = true;
-          return src;
-        }
         const OwnedGrad g = owned_grad(s);
         if (s.host_grads)
           src.snapshot_host = delayed;  // else read in place
@@ -183,7 +182,8 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         return src;
       },
       as, delayed ? (int)units_.size() : UpdatePipeline::kStagingSlots);
-  if (delayed) pipeline_clock_.add(OffloadClock::kGradOut, t.ms());
+  if (delayed || pipeline_->bytes_to_host() > snapshot_bytes)
+    pipeline_clock_.add(OffloadClock::kGradOut, t.ms());
   delayed_running_ = delayed;
   publish_next_ = delayed ? (int)units_.size() : 0;
 }

@@ -206,10 +206,13 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (in.delayed_update) {
       host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
       host_params += Size((int64_t)owned) * P;
-    } else if (in.offload_pipeline && u.host_grads &&
-               (!in.device_host_addressable || u.params != ParamHome::kDevice)) {
-      int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
-      slot = std::max(slot, (int64_t)owned);
+    } else if (in.offload_pipeline) {
+      // A gradient on the device (stage 1's reduced shard, a unit kept whole) is snapshotted.
+      if (!u.host_grads) host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
+      if (!in.device_host_addressable || u.params != ParamHome::kDevice) {
+        int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
+        slot = std::max(slot, (int64_t)owned);
+      }
     }
   }
   for (int64_t slot : slots) host_params += Size(slot) * P;

@@ -67,11 +67,12 @@ struct EstimateInput {
   // owned element; 4 at stage 1 with N_d > 1, the reduced fp32 shard) and of the owned
   // working copy (kParams: P bytes).
   bool delayed_update = false;
-  // zerotrain.offload_pipeline: the units whose gradient the offloaded state holds are updated
-  // off the training thread, their new weights staged in host memory (kParams: P bytes per
-  // element of the two largest units that share a staging slot, UpdatePipeline::kStagingSlots)
-  // unless they go straight into a working copy the host can address (device_host_addressable:
-  // the CPU backend) on the device. The delayed update's staging covers it when both are on.
+  // zerotrain.offload_pipeline: every unit is updated off the training thread, its new weights
+  // staged in host memory (kParams: P bytes per element of the two largest units that share a
+  // staging slot, UpdatePipeline::kStagingSlots) unless they go straight into a working copy
+  // the host can address (device_host_addressable: the CPU backend) on the device; a gradient
+  // the offloaded state does not hold (stage 1, units kept whole) is snapshotted as for the
+  // delayed update. The delayed update's staging covers it when both are on.
   bool offload_pipeline = false;
   bool device_host_addressable = false;
   // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next

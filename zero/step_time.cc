@@ -219,7 +219,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // update) on the optimizer threads, else on the compute threads.
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
   const bool off_thread =
-      offloaded && (in.delayed_update || (in.offload_pipeline && in.stage >= 2));
+      offloaded && (in.delayed_update || in.offload_pipeline);
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;

@@ -42,9 +42,7 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
   for (int u = 0; u < (int)units_.size(); ++u) {
     Unit& x = units_[u];
     const Source src = source(u);
-    x.active = !src.skip;
     x.staged = false;
-    if (!x.active) continue;
     const size_t grad_bytes = slices_[u].owned * dtype_size(slices_[u].grad_t);
     auto snapshot = [&] {
       if (x.grad.empty() && grad_bytes > 0) {
@@ -103,7 +101,7 @@ void UpdatePipeline::run() {
         for (; u < units_.size(); ++u) {
           Unit& x = units_[u];
           void* out = x.out_ptr;
-          if (x.active && x.staged) {  // wait for its slot's previous unit to be taken
+          if (x.staged) {  // wait for its slot's previous unit to be taken
             std::unique_lock<std::mutex> g(mu_);
             Slot& sl = slot((int)u);
             cv_.wait(g, [&] { return sl.free || abandon_; });
@@ -111,15 +109,13 @@ void UpdatePipeline::run() {
             sl.free = false;
             out = sl.out.data();
           }
-          if (x.active) {
-            OptimizerState::Io io{.grad = const_cast<void*>(x.grad_ptr),
-                                  .grad_t = slices_[u].grad_t,
-                                  .grad_on_host = x.grad_ptr != nullptr,
-                                  .out = out,
-                                  .out_t = out_t_,
-                                  .out_on_host = true};
-            state_->update((int)u, io, step_);
-          }
+          OptimizerState::Io io{.grad = const_cast<void*>(x.grad_ptr),
+                                .grad_t = slices_[u].grad_t,
+                                .grad_on_host = x.grad_ptr != nullptr,
+                                .out = out,
+                                .out_t = out_t_,
+                                .out_on_host = true};
+          state_->update((int)u, io, step_);
           if (u + 1 < units_.size()) {  // the last unit is done once its writes are flushed
             std::lock_guard<std::mutex> g(mu_);
             done_ = u + 1;
@@ -141,7 +137,7 @@ void UpdatePipeline::run() {
 }
 
 void UpdatePipeline::wait(int u) {
-  if (!running_ || !units_[u].active) return;
+  if (!running_) return;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_ > (size_t)u; });
   if (error_) std::rethrow_exception(error_);

@@ -46,7 +46,6 @@ class UpdatePipeline {
 
   // Where unit u's update reads its gradient and writes its weights.
   struct Source {
-    bool skip = false;  // the unit takes no part (updated already, on the training thread)
     // Device memory (grad_t, owned elements): copied into a host snapshot by start(), on the
     // calling thread. Null: the state's own host gradient, read in place by the update, or
     // copied into a snapshot first when snapshot_host (the delayed update, whose next backward
@@ -68,13 +67,13 @@ class UpdatePipeline {
   static constexpr int kStagingSlots = 2;
   // An update started and not yet waited for whole (wait_all).
   bool running() const { return running_; }
-  // Waits until unit u's update is done (at once when it takes no part or is done). Rethrows
+  // Waits until unit u's update is done (at once when it is, or none runs). Rethrows
   // the update's error (e.g. NVMe); after one, every later wait rethrows it too.
   void wait(int u);
   // Waits for every unit and for the state's writes behind (OptimizerState::flush).
   void wait_all();
   // After wait(u): unit u's new weights in staging (out_t, owned elements), once; empty when
-  // they went straight to Source::out, the unit took no part, or they were taken. Units are
+  // they went straight to Source::out or were taken. Units are
   // taken in forward order; release(u) after the copy hands its slot back to the worker.
   std::span<const uint8_t> take(int u);
   void release(int u);
@@ -91,7 +90,6 @@ class UpdatePipeline {
     std::vector<uint8_t> grad;       // snapshot, sized at its first use
     const void* grad_ptr = nullptr;  // what the update reads: grad, or null (the state's own)
     void* out_ptr = nullptr;         // what it writes: the caller's memory, or null (a slot)
-    bool active = false;             // part of the running update
     bool staged = false;             // its weights wait in its slot for take()
   };
   struct Slot {

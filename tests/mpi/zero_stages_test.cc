@@ -1279,11 +1279,12 @@ TEST_F(ZeroStages, DelayedParamUpdateMatchesAPlainReference) {
 
 // The offload pipeline (zero/update_pipeline.h) moves each unit's update to a worker thread and
 // publishes it at the unit's next fetch: the same update call on the same tiles, so every run
-// gives the bits of the serial update (losses, gradient norms, final weights). Stages 1-3, the
-// state in host memory and on NVMe (read ahead, written behind), parameters in host memory and
-// on NVMe at stage 3, AdamW, Lion, Adagrad and Muon (which updates serially), fp32, bf16 and
-// fp16 with loss scaling, gradient accumulation 1 and 3 (3 divides the batch on 1, 2 and 4
-// ranks), and the delayed update after pipelined warm-up steps.
+// gives the bits of the serial update (losses, gradient norms, final weights). Stages 1-3 (stage
+// 1's reduced shard and stage 3's units kept whole snapshotted from the device), the state in
+// host memory and on NVMe (read ahead, written behind), parameters in host memory and on NVMe at
+// stage 3, AdamW, Lion, Adagrad and Muon (which updates serially), fp32, bf16 and fp16 with
+// loss scaling, gradient accumulation 1 and 3 (3 divides the batch on 1, 2 and 4 ranks), and
+// the delayed update after pipelined warm-up steps.
 TEST_F(ZeroStages, OffloadPipelineIsBitwiseTheSerialUpdate) {
   struct Case {
     int stage;
@@ -1293,11 +1294,16 @@ TEST_F(ZeroStages, OffloadPipelineIsBitwiseTheSerialUpdate) {
     DType dtype = DType::kBF16;
     int gas = 1;
     int delayed_after = -1;
+    int64_t persistence = 0;  // stage 3: 2100 keeps the embedding and the head whole
   };
   std::vector<Case> cases;
   for (int stage = 1; stage <= 3; ++stage)
     for (Optimizer o : {Optimizer::kCpuOffload, Optimizer::kNvmePipelined})
       cases.push_back({stage, o});
+  cases.push_back({1, Optimizer::kCpuOffload, Params::kDevice, OptimizerKind::kAdamW,
+                   DType::kF32, 3});
+  cases.push_back({3, Optimizer::kCpuOffload, Params::kCpu, OptimizerKind::kAdamW, DType::kBF16,
+                   3, -1, 2100});
   cases.push_back({2, Optimizer::kCpuOffload, Params::kDevice, OptimizerKind::kLion,
                    DType::kF32, 3});
   cases.push_back({3, Optimizer::kNvmeOffload, Params::kDevice, OptimizerKind::kAdagrad});
@@ -1315,6 +1321,7 @@ TEST_F(ZeroStages, OffloadPipelineIsBitwiseTheSerialUpdate) {
       eo.param_dtype = eo.grad_dtype = k.dtype;
       eo.optimizer.kind = k.kind;
       eo.delayed_update_after = k.delayed_after;
+      eo.zero.stage3_param_persistence_threshold = k.persistence;
       if (k.dtype == DType::kF16) {
         eo.loss_scaling = true;
         eo.loss_scaler = {0, 24, 1000, 1, false, 1};  // overflows, so steps are skipped too
@@ -1327,7 +1334,8 @@ TEST_F(ZeroStages, OffloadPipelineIsBitwiseTheSerialUpdate) {
       const std::string what = absl::StrCat(
           "N_d ", comm->world_size(), ", stage ", k.stage, ", optimizer ", (int)k.optimizer,
           ", params ", (int)k.params, ", ", optimizer_info(k.kind).name, ", ",
-          std::string(dtype_name(k.dtype)), ", gas ", k.gas, ", delayed after ", k.delayed_after);
+          std::string(dtype_name(k.dtype)), ", gas ", k.gas, ", delayed after ", k.delayed_after,
+          ", persistence ", k.persistence);
       ASSERT_EQ(piped.losses.size(), serial.losses.size()) << what;
       // (fp16: skipped steps too, whose norm is NaN; on the emulated GPU's fp16 kernels every
       // step of the few overflows.)

