@@ -33,14 +33,15 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   world_ = comm_->world_size();
   if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   ZT_CHECK(!params_ || stage == 3);
-  host_grads_ = stage >= 2 && optimizer_->keeps_gradients();
+  // The offloaded state holds the sharded units' gradients in host memory.
+  const bool host_grads = stage >= 2 && optimizer_->keeps_gradients();
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   // (The offload pipeline applies only where one is: pipelined().)
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
   // Muon's passes are collective (the all-gather of u): not from the delayed update's thread.
   ZT_CHECK(opt.delayed_update_after < 0 || opt.optimizer.kind != OptimizerKind::kMuon);
   if (opt.optimizer.kind == OptimizerKind::kMuon) muon_ = std::make_unique<MuonUpdate>(be, comm_);
-  const size_t pbytes = dtype_size(opt.param_dtype), gbytes = dtype_size(opt.grad_dtype);
+  const size_t pbytes = dtype_size(opt.param_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
   std::vector<int64_t> numels;
   for (const auto& unit : layout.units()) numels.push_back((int64_t)unit.numel);
@@ -48,7 +49,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       plan_partition(numels, {.stage = stage,
                               .world = world_,
                               .persistence_threshold = opt.zero.stage3_param_persistence_threshold,
-                              .host_grads = host_grads_,
+                              .host_grads = host_grads,
                               .offload_param = params_ != nullptr,
                               .param_host_elems = params_ ? params_->host_elems() : 0});
   for (int u = 0; u < layout.num_units(); ++u) {
@@ -59,7 +60,6 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     s.sharded_params = p.sharded_params;
     s.shard = (size_t)p.shard;
     s.padded = (size_t)p.padded;
-    s.host_grads = p.host_grads;
   }
   const ZeroppOptions& zo = opt.zero.zeropp;
   if (stage == 3 && rank_ == 0 && dp_ == world_ &&
@@ -73,7 +73,6 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
                  (long long)opt.zero.stage3_param_persistence_threshold);
   // First, before any allocation that could fail on one rank alone: it is collective.
   if (opt.node_shared_params) map_shared_params();
-  norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
   for (int u = 0; u < layout.num_units(); ++u) {
     UnitState& s = units_[u];
     const UnitPartition& p = partition_[u];
@@ -84,14 +83,16 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
       be->zero(s.params.data(), s.params.bytes());
     }
-    if (!s.host_grads) {
-      s.grads = DeviceBuffer(be, (size_t)p.grad_numel() * gbytes, MemCategory::kGrads);
-      be->zero(s.grads.data(), s.grads.bytes());
-    }
     const bool alias = fp32_params && s.store < 0;  // an fp32 device working copy is the master
     optimizer_->add_unit(s.owned(), alias ? static_cast<float*>(owned_working(s)) : nullptr);
-    if (s.host_grads) optimizer_->add_gradient(u, opt.grad_dtype);
   }
+  grads_ = std::make_unique<Gradients>(
+      be, comm_, world_comm_, zeropp_, optimizer_.get(), partition_,
+      Gradients::Options{.stage = stage,
+                         .grad_dtype = opt.grad_dtype,
+                         .overlap_comm = opt.zero.overlap_comm,
+                         .reduce_scatter = opt.zero.reduce_scatter},
+      [this](double ms) { note_comm_wait(ms); });
   std::vector<ParamGatherer::Shard> shards(units_.size());
   for (size_t u = 0; u < units_.size(); ++u)
     shards[u] = {units_[u].store < 0 ? units_[u].params.data() : nullptr, units_[u].store};
@@ -106,13 +107,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 
 Engine::~Engine() {
   pipeline_.reset();  // waits for an update still running
-  // No buffer may go while the communication thread can still write into it. Only waited for,
-  // not finished: finishing allocates, and past the device-memory limit (the error that may be
-  // ending the run) would throw out of this destructor and terminate the process.
-  for (PendingReduce& p : pending_) {
-    p.req.wait();
-    p.qgz.wait();
-  }
+  grads_.reset();     // waits for the reductions in flight
   gatherer_.reset();
   if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);
 }
@@ -182,9 +177,6 @@ void Engine::map_shared_params() {
 }
 
 Engine::UnitState& Engine::unit(int u) { return units_[u]; }
-double* Engine::norm_slot(const UnitState& s) {
-  return static_cast<double*>(norm_ss_.data()) + (&s - units_.data());
-}
 
 size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
@@ -259,5 +251,17 @@ void Engine::shared_barrier() {
 }
 
 void Engine::drop_gathered() { gatherer_->drop_gathered(); }
+
+float* Engine::grads(int u) {
+  publish(u);  // its pipelined update has read the gradient this backward overwrites
+  return grads_->backward_target(u);
+}
+
+TensorRef Engine::grads_stored(int u) {
+  publish(u);
+  return grads_->kernels_target(u);
+}
+
+void Engine::reduce_gradients(int u) { grads_->reduce(u, boundary_); }
 
 }  // namespace zt

@@ -25,7 +25,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,6 +36,7 @@
 #include "model/unit_engine.h"
 #include "zero/comm.h"
 #include "zero/deepspeed_defaults.h"
+#include "zero/gradients.h"
 #include "zero/loss_scaler.h"
 #include "zero/muon_update.h"
 #include "zero/optimizer_state.h"
@@ -228,23 +228,6 @@ class Engine final : public UnitEngine {
 
  private:
   struct UnitState;
-  struct PendingReduce;
-  // The gradient of a unit's owned elements, in its stored dtype (no conversion pass):
-  // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
-  // stored gradient (data null when the optimizer state holds it: host_grads).
-  struct OwnedGrad {
-    void* data;
-    DType dtype;
-    bool stored;  // all of the unit's stored gradient buffer (unit or shard): Adam may zero it
-  };
-  OwnedGrad owned_grad(UnitState& s);
-  // True when the backward's kernels accumulate straight into the unit's stored gradient (fp32,
-  // stages 0-1), which must then hold zeros between steps; elsewhere a scale_add writes it.
-  bool direct_grads(const UnitState& s) const;
-  // True when the backend's kernels may add straight into the unit's stored gradient in its
-  // dtype (grads_stored: a whole unit, the backend adding into its dtype).
-  bool kernels_add_to_stored(const UnitState& s) const;
-  void settle_stale(UnitState& s);  // a stale stored gradient becomes the zeros it stands for
   // Every unit's update on the pipeline's worker: delayed, from gradient snapshots, published
   // by the next finish_update(); otherwise each published by publish(u) when first needed.
   void start_update_pipeline(const OptimizerStep& as, bool delayed);
@@ -262,10 +245,7 @@ class Engine final : public UnitEngine {
   UnitState& unit(int u);
   void* owned_working(UnitState& s);  // the working copy of this rank's owned elements
   void gather_to_host(UnitState& s, const void* shard, std::span<float> host);
-  void reduce_to_shard(PendingReduce& p, UnitState& s);
-  void finish_reduce(PendingReduce& p);
-  void drain_reductions(size_t keep);
-  void finish_step();               // zero gradients, keep the unit sequence, free gathers
+  void finish_step();  // zero gradients, keep the unit sequence, free gathers
 
   const ParamLayout& layout_;
   Backend* be_;
@@ -278,22 +258,16 @@ class Engine final : public UnitEngine {
   Communicator* world_comm_;  // every rank: replicated units' all-reduce
   std::vector<UnitPartition> partition_;  // the plan units_ were allocated by
   std::vector<UnitState> units_;
-  // One double per unit on the device: Σ g² of its owned gradient, written by the pass that
-  // wrote the gradient (UnitState::owned_ss), so step() waits for the device once, not per unit.
-  DeviceBuffer norm_ss_;
-  double* norm_slot(const UnitState& s);
   std::unique_ptr<OptimizerState> optimizer_;
   std::unique_ptr<ParamStore> params_;
   std::optional<SharedMemory> shared_;  // node-shared working copies (node_shared_params)
   size_t shared_tracked_ = 0;           // its bytes, counted as kParams in the backend's tracker
-  bool host_grads_ = false;  // the optimizer state holds the sharded units' gradients
   // The update off the training thread (pipeline, DPU): made at its first step.
   std::unique_ptr<UpdatePipeline> pipeline_;
   bool delayed_running_ = false;    // the running update is the delayed one
   int publish_next_ = 0;            // publish(): the units before it are published
   int64_t published_to_device_ = 0;  // weights the pipeline's staging published to the device
   OffloadClock pipeline_clock_;     // the training thread's snapshots and copy-backs around it
-  std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
   int t_ = 0;
@@ -302,6 +276,7 @@ class Engine final : public UnitEngine {
   void note_comm_wait(double ms);
   ZeroppGroups zeropp_;  // ZeRO++'s and MiCS's groups; before the gatherer, which uses them
   std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
+  std::unique_ptr<Gradients> grads_;  // every unit's gradient, backward to update
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.
   std::unique_ptr<ParamGatherer> gatherer_;

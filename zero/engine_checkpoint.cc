@@ -107,29 +107,15 @@ void Engine::gather_to_host(UnitState& s, const void* shard, std::span<float> ho
 
 void Engine::get_unit_grads(int u, std::span<float> host) {
   finish_update();
-  drain_reductions(0);
+  grads_->drain(0);
   UnitState& s = unit(u);
-  settle_stale(s);
   ZT_CHECK(host.size() == s.numel);
-  if (s.replicated) {
-    DeviceBuffer whole(be_, s.numel * 4, MemCategory::kWorkspace);
-    be_->convert(s.grads.data(), opt_.grad_dtype, whole.data(), DType::kF32, s.numel);
-    be_->copy_to_host(host.data(), whole.data(), s.numel * 4);
-    return;
-  }
-  if (opt_.zero.stage == 1) {
-    ZT_CHECK(s.reduced.data());
-    return gather_to_host(s, s.reduced.data(), host);
-  }
-  DeviceBuffer shard(be_, s.shard * 4, MemCategory::kWorkspace);
-  if (s.host_grads) {
-    std::vector<float> h(s.shard);
-    optimizer_->get_gradient(u, h.data());
-    be_->copy_to_device(shard.data(), h.data(), s.shard * 4);
-  } else {
-    be_->convert(s.grads.data(), opt_.grad_dtype, shard.data(), DType::kF32, s.shard);
-  }
-  gather_to_host(s, shard.data(), host);
+  DeviceBuffer owned(be_, s.owned() * 4, MemCategory::kWorkspace);
+  grads_->owned_f32(u, owned.f32());
+  if (s.replicated)
+    be_->copy_to_host(host.data(), owned.data(), s.numel * 4);
+  else
+    gather_to_host(s, owned.data(), host);
 }
 
 }  // namespace zt

@@ -14,33 +14,12 @@
 namespace zt {
 
 absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
-  drain_reductions(0);
+  grads_->drain(0);
   finish_update();  // the previous step's update, if it ran in the background
   StepStats st;
   st.loss_scale = loss_scale();
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
-  // Each unit's Σ g² is in its norm slot on the device (or the offloaded state's, on the host),
-  // so the host waits for the device once, then adds them in unit order.
-  auto counted = [&](const UnitState& s) { return !s.replicated || rank_ == 0; };
-  std::vector<double> host_ss(units_.size(), 0.0);  // offloaded units' (zero where kZero)
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitState& s = units_[u];
-    if (!counted(s)) continue;
-    // owned_grad settles a stale gradient (no backward since the last step), offloaded too.
-    const OwnedGrad g = owned_grad(s);
-    if (s.host_grads) {
-      host_ss[u] = optimizer_->gradient_sum_squares((int)u);
-    } else if (s.owned_ss == UnitState::SumSq::kUnknown) {
-      be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(s));
-      s.owned_ss = UnitState::SumSq::kInSlot;
-    }
-  }
-  std::vector<double> slots(units_.size());
-  be_->copy_to_host(slots.data(), norm_ss_.data(), norm_ss_.bytes());
-  double ss = 0;
-  for (size_t u = 0; u < units_.size(); ++u)  // kInSlot is never set for an offloaded gradient
-    if (counted(units_[u]))
-      ss += units_[u].owned_ss == UnitState::SumSq::kInSlot ? slots[u] : host_ss[u];
+  double ss = grads_->owned_sum_squares([&](int u) { return !units_[u].replicated || rank_ == 0; });
   if (world_ > 1) {
     Timer t;
     comm_->all_reduce_scalars(&ss, 1, ScalarOp::kSum);
@@ -86,12 +65,12 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
     if (pipeline) continue;  // on the pipeline's worker, below
-    const OwnedGrad g = owned_grad(s);
+    const Gradients::View g = grads_->owned(u);
     // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
-    as.zero_grad = g.stored && (direct_grads(s) || s.stored == UnitState::Stored::kKernelsAdd);
-    if (g.stored) s.stored = as.zero_grad ? UnitState::Stored::kZero : UnitState::Stored::kStale;
+    as.zero_grad = grads_->zero_as_read(u);
+    grads_->read(u, as.zero_grad);
     OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .out_t = pt};
     if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
       io.out = params_->begin_write(s.store);
@@ -167,8 +146,8 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
       [&](int u) {
         UnitState& s = units_[u];
         UpdatePipeline::Source src;
-        const OwnedGrad g = owned_grad(s);
-        if (s.host_grads)
+        const Gradients::View g = grads_->owned(u);
+        if (g.host)
           src.snapshot_host = delayed;  // else read in place
         else
           src.device_grad = g.data;
@@ -249,18 +228,7 @@ void Engine::finish_update() {
 }
 
 void Engine::finish_step() {
-  for (UnitState& s : units_) {
-    if (s.holds_values()) {
-      if (direct_grads(s)) {
-        be_->zero(s.grads.data(), s.grads.bytes());
-        s.stored = UnitState::Stored::kZero;
-      } else {
-        s.stored = UnitState::Stored::kStale;  // its next writer overwrites it
-      }
-    }
-    s.owned_ss = UnitState::SumSq::kUnknown;
-    s.reduced.reset();
-  }
+  grads_->end_step();
   gatherer_->end_step();  // stage 3: the trace for the next step; nothing stays gathered
 }
 

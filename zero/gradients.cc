@@ -1,0 +1,259 @@
+#include "zero/gradients.h"
+
+#include "common/status.h"
+#include "common/timer.h"
+
+namespace zt {
+
+Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
+                     const ZeroppGroups& zeropp, OptimizerState* state,
+                     const std::vector<UnitPartition>& plan, const Options& o,
+                     std::function<void(double)> note_wait)
+    : be_(be),
+      comm_(comm),
+      world_(world),
+      zeropp_(zeropp),
+      state_(state),
+      opt_(o),
+      note_wait_(std::move(note_wait)),
+      rank_(comm->rank()),
+      dp_(world->world_size()),
+      units_(plan.size()) {
+  norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
+  for (size_t u = 0; u < plan.size(); ++u) {
+    const UnitPartition& p = plan[u];
+    Unit& s = units_[u];
+    s.numel = (size_t)p.numel;
+    s.shard = (size_t)p.shard;
+    s.padded = (size_t)p.padded;
+    s.replicated = p.replicated;
+    s.host = p.host_grads;
+    if (s.host) {
+      state->add_gradient((int)u, o.grad_dtype);
+    } else {
+      s.stored = DeviceBuffer(be, (size_t)p.grad_numel() * dtype_size(o.grad_dtype),
+                              MemCategory::kGrads);
+      be->zero(s.stored.data(), s.stored.bytes());
+    }
+  }
+}
+
+Gradients::~Gradients() {
+  // No buffer may go while the communication thread can still write into it. Only waited for,
+  // not finished: finishing allocates, and past the device-memory limit (the error that may be
+  // ending the run) would throw out of a destructor and terminate the process.
+  for (Pending& p : pending_) {
+    p.req.wait();
+    p.qgz.wait();
+  }
+}
+
+double* Gradients::norm_slot(int u) { return static_cast<double*>(norm_ss_.data()) + u; }
+
+bool Gradients::direct(const Unit& s) const {
+  return opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.stage == 1);
+}
+
+bool Gradients::kernels_add_to_stored(const Unit& s) const {
+  return (s.replicated || opt_.stage == 1) && !s.host &&
+         be_->grad_dtype(opt_.grad_dtype) == opt_.grad_dtype;
+}
+
+void Gradients::settle_stale(int u) {
+  Unit& s = unit(u);
+  if (s.state != Unit::Stored::kStale) return;
+  if (s.host)
+    state_->zero_gradient(u);
+  else
+    be_->zero(s.stored.data(), s.stored.bytes());
+  s.state = Unit::Stored::kZero;
+  s.ss = Unit::SumSq::kZero;
+}
+
+float* Gradients::backward_target(int u) {
+  Unit& s = unit(u);
+  if (direct(s)) {
+    s.mark_written();
+    s.ss = Unit::SumSq::kUnknown;  // the backward's kernels accumulate into it
+    return s.stored.f32();
+  }
+  if (!s.scratch.data()) {
+    s.scratch = DeviceBuffer(be_, s.padded * 4, MemCategory::kWorkspace);
+    be_->zero(s.scratch.data(), s.scratch.bytes());
+  }
+  return s.scratch.f32();
+}
+
+TensorRef Gradients::kernels_target(int u) {
+  Unit& s = unit(u);
+  if (direct(s) || !kernels_add_to_stored(s) || s.scratch.data()) return backward_target(u);
+  settle_stale(u);  // the kernels add to it: a stale gradient becomes the zeros it stands for
+  s.state = Unit::Stored::kKernelsAdd;
+  s.ss = Unit::SumSq::kUnknown;  // the step sums its squares
+  return {s.stored.data(), opt_.grad_dtype};
+}
+
+void Gradients::reduce(int u, bool boundary) {
+  Unit& s = unit(u);
+  const bool whole = s.replicated || opt_.stage == 1;
+  if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
+    // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
+    const bool final = dp_ == 1 && s.replicated && boundary;
+    be_->scale_add(s.stored.data(), opt_.grad_dtype, s.scratch.f32(), 1.f, s.holds_values(),
+                   s.padded, final ? norm_slot(u) : nullptr);
+    s.ss = final ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
+    s.mark_written();
+    s.scratch.reset();
+  }
+  if (dp_ == 1 && whole) return;
+  if (whole && !boundary) return;  // stages 0-1 reduce once per step
+  Pending p{u, {}, {}, {}};
+  p.boundary = boundary;
+  if (whole) {
+    settle_stale(u);  // no micro-step wrote it: zeros
+    // The stored gradient in fp32 (MPI reduces fp32), reduced in place.
+    p.send = DeviceBuffer(be_, s.padded * 4, MemCategory::kCommBuffers);
+    be_->convert(s.stored.data(), opt_.grad_dtype, p.send.data(), DType::kF32, s.padded);
+    if (s.replicated) {
+      p.req = world_->all_reduce(p.send.data(), s.padded, DType::kF32);
+    } else {
+      reduce_to_shard(p, s);
+    }
+  } else {  // stages 2-3: reduce this micro-step's gradient, accumulate into the shard
+    ZT_CHECK(s.scratch.data());  // backward_target(u) came first
+    p.send = std::move(s.scratch);
+    reduce_to_shard(p, s);
+  }
+  pending_.push_back(std::move(p));
+  // overlap_comm: keep one reduction in flight behind the next unit's backward.
+  drain(opt_.overlap_comm ? 1 : 0);
+}
+
+// The averaged shard of this rank from the whole-unit gradient in p.send: a reduce-scatter, or
+// with reduce_scatter false (DeepSpeed's option) an all-reduce of which the shard is kept.
+void Gradients::reduce_to_shard(Pending& p, Unit& s) {
+  p.recv = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+  p.shard_of_all_reduce = !opt_.reduce_scatter;
+  if (zeropp_.across && !p.shard_of_all_reduce) {  // ZeRO++ qgZ (zero/zeropp.h)
+    p.qgz = QuantizedReduce(be_, zeropp_, p.send.f32(), s.shard);
+    return;
+  }
+  p.req = p.shard_of_all_reduce
+              ? comm_->all_reduce(p.send.data(), s.padded, DType::kF32)
+              : comm_->reduce_scatter(p.send.data(), p.recv.data(), s.shard, DType::kF32);
+}
+
+void Gradients::finish(Pending& p) {
+  Unit& s = unit(p.unit);
+  Timer t;
+  p.req.wait();
+  if (p.qgz.active()) p.qgz.finish(p.recv.f32());
+  note_wait_(t.ms());
+  if (p.shard_of_all_reduce)
+    be_->copy(p.recv.data(), p.send.f32() + (size_t)rank_ * s.shard, s.shard * 4);
+  if (zeropp_.mics_replicas && !s.replicated) {  // MiCS's second hop: the shard across groups
+    Timer r;
+    zeropp_.mics_replicas->all_reduce(p.recv.data(), s.shard, DType::kF32).wait();
+    note_wait_(r.ms());
+  }
+  const float mean = 1.f / (float)dp_;  // gradient_allreduce_op: mean
+  // The boundary's pass also sums the squares of what it writes (the step's gradient norm,
+  // from cache) into the unit's norm slot; earlier micro-steps' sums would be overwritten.
+  double* want_ss = p.boundary ? norm_slot(p.unit) : nullptr;
+  if (s.replicated) {
+    be_->scale_add(s.stored.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded, want_ss);
+  } else if (opt_.stage == 1) {
+    be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
+    s.reduced = std::move(p.recv);
+  } else if (s.host) {  // stages 2-3, offloaded: averaged and accumulated on the host
+    state_->accumulate_gradient(p.unit, p.recv.f32(), mean, s.holds_values());
+  } else {  // stages 2-3: average and accumulate into the stored shard in one pass
+    be_->scale_add(s.stored.data(), opt_.grad_dtype, p.recv.f32(), mean, s.holds_values(),
+                   s.shard, want_ss);
+  }
+  // (An offloaded state keeps its own.)
+  s.ss = want_ss && !s.host ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
+  if (opt_.stage != 1 || s.replicated) s.mark_written();
+}
+
+void Gradients::drain(size_t keep) {
+  while (pending_.size() > keep) {
+    finish(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
+  std::vector<double> host_ss(units_.size(), 0.0);  // offloaded units'
+  for (int u = 0; u < (int)units_.size(); ++u) {
+    if (!counted(u)) continue;
+    Unit& s = unit(u);
+    const View g = owned(u);  // settles a stale gradient (no backward since the last step)
+    if (s.host) {
+      host_ss[u] = state_->gradient_sum_squares(u);
+    } else if (s.ss == Unit::SumSq::kUnknown) {
+      be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(u));
+      s.ss = Unit::SumSq::kInSlot;
+    }
+  }
+  std::vector<double> slots(units_.size());
+  be_->copy_to_host(slots.data(), norm_ss_.data(), norm_ss_.bytes());
+  double ss = 0;
+  for (int u = 0; u < (int)units_.size(); ++u)  // kInSlot is never set for an offloaded gradient
+    if (counted(u)) ss += units_[u].ss == Unit::SumSq::kInSlot ? slots[u] : host_ss[u];
+  return ss;
+}
+
+Gradients::View Gradients::owned(int u) {
+  Unit& s = unit(u);
+  settle_stale(u);  // no backward since the last step: the gradient is zeros
+  if (!s.replicated && opt_.stage == 1) {
+    if (!s.reduced.data()) {  // no backward since the last step: a zero shard, as other stages
+      s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
+      be_->zero(s.reduced.data(), s.reduced.bytes());
+      s.ss = Unit::SumSq::kZero;
+    }
+    return View{s.reduced.data(), DType::kF32, false};
+  }
+  return View{s.stored.data(), opt_.grad_dtype, s.host};
+}
+
+bool Gradients::zero_as_read(int u) const {
+  const Unit& s = units_[u];
+  const bool stored = s.replicated || opt_.stage != 1;  // the view is the stored gradient
+  return stored && (direct(s) || s.state == Unit::Stored::kKernelsAdd);
+}
+
+void Gradients::read(int u, bool zeroed) {
+  Unit& s = unit(u);
+  if (s.replicated || opt_.stage != 1) s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
+}
+
+void Gradients::end_step() {
+  for (Unit& s : units_) {
+    if (s.holds_values()) {
+      if (direct(s)) {
+        be_->zero(s.stored.data(), s.stored.bytes());
+        s.state = Unit::Stored::kZero;
+      } else {
+        s.state = Unit::Stored::kStale;  // its next writer overwrites it
+      }
+    }
+    s.ss = Unit::SumSq::kUnknown;
+    s.reduced.reset();
+  }
+}
+
+void Gradients::owned_f32(int u, float* out) {
+  Unit& s = unit(u);
+  const View g = owned(u);
+  if (!g.host) {
+    be_->convert(g.data, g.dtype, out, DType::kF32, s.owned());
+    return;
+  }
+  std::vector<float> h(s.owned());
+  state_->get_gradient(u, h.data());
+  be_->copy_to_device(out, h.data(), h.size() * 4);
+}
+
+}  // namespace zt

@@ -1,0 +1,148 @@
+// One owner for every unit's gradient from the backward to the update (docs/architecture.md
+// "ZeRO engine"): the fp32 scratch a backward writes, the stored gradient (the whole unit at
+// stages 0-1 and for units kept whole, this rank's shard at stages 2-3), stage 1's reduced
+// shard, the reductions in flight, and each unit's Σ g² for the global norm. The engine says
+// when (a unit's backward, its reduction, the step); this class says where the gradient is and
+// what it holds. Where an offloaded optimizer state holds the stage 2-3 shards in host memory
+// (ZeRO-Offload, Ren et al. 2021, Section 4.1), it is the only caller of the state's gradient
+// functions (OptimizerState::accumulate_gradient and the rest).
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/memory.h"
+#include "model/backend.h"
+#include "zero/comm.h"
+#include "zero/optimizer_state.h"
+#include "zero/partition.h"
+#include "zero/zeropp.h"
+
+namespace zt {
+
+class Gradients {
+ public:
+  struct Options {
+    int stage = 0;
+    DType grad_dtype = DType::kF32;  // the stored gradient's (DeepSpeed's grad accumulation dtype)
+    bool overlap_comm = false;       // one reduction stays in flight behind the next backward
+    bool reduce_scatter = true;      // false: all-reduce, keep the shard (DeepSpeed's option)
+  };
+  // plan: the engine's partition (zero/partition.h), a row per unit. comm: the ranks the shards
+  // are over (the world, or the MiCS group); world: every rank (N_d, the mean's denominator,
+  // replicated units' all-reduce); zeropp: qgZ's and MiCS's groups. state: the optimizer state,
+  // which holds the units whose plan row says host_grads (its add_unit already called for
+  // every unit). note_wait(ms): the training thread waited for a reduction. All must outlive it.
+  Gradients(Backend* be, Communicator* comm, Communicator* world, const ZeroppGroups& zeropp,
+            OptimizerState* state, const std::vector<UnitPartition>& plan, const Options& o,
+            std::function<void(double)> note_wait);
+  ~Gradients();  // waits (without finishing) for the reductions in flight
+  Gradients(const Gradients&) = delete;
+  Gradients& operator=(const Gradients&) = delete;
+
+  // ---- the backward (UnitEngine's calls for unit u) ----
+  // Where unit u's backward adds its fp32 gradient (padded elements): the stored gradient
+  // itself where it is a whole fp32 unit (stages 0-1, units kept whole), else a zeroed scratch.
+  float* backward_target(int u);
+  // Where the backend's kernels may add in the stored dtype (a whole unit in a dtype the backend
+  // adds into, not offloaded), else backward_target(u) as fp32.
+  TensorRef kernels_target(int u);
+  // The backward of unit u ended: the scratch goes into the stored gradient, and the reduction
+  // starts (stages 0-1 at the accumulation boundary only, stages 2-3 every micro-batch).
+  void reduce(int u, bool boundary);
+  // Finishes reductions in flight, oldest first, until `keep` remain.
+  void drain(size_t keep);
+
+  // ---- the step ----
+  // Σ g² of the owned gradients of the units counted(u) selects, in unit order, in double:
+  // this rank's share of the global norm (the device waited for once). Call after drain(0).
+  double owned_sum_squares(const std::function<bool(int)>& counted);
+  // Unit u's owned gradient as the update reads it, in its stored dtype (no conversion pass):
+  // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
+  // stored gradient; data null where the offloaded state holds it (the update reads the
+  // state's own). A gradient stale since the last step is zeroed first.
+  struct View {
+    void* data = nullptr;
+    DType dtype = DType::kF32;
+    bool host = false;  // held by the offloaded state (data null)
+  };
+  View owned(int u);
+  // Whether the update may zero unit u's gradient as it reads it (OptimizerStep::zero_grad): the
+  // backward's kernels add into it next, so it must hold zeros, and one pass does both.
+  bool zero_as_read(int u) const;
+  // The update read unit u's gradient, zeroing it when `zeroed` (else its next writer
+  // overwrites it).
+  void read(int u, bool zeroed);
+  // The step ended: every gradient stands for zeros (those the kernels add into are zeroed now,
+  // the others overwritten by their next writer), stage 1's reduced shards are freed.
+  void end_step();
+
+  // Unit u's owned gradient as fp32 into `out` (device memory, owned elements): tests and
+  // get_unit_grads. Call after drain(0).
+  void owned_f32(int u, float* out);
+
+ private:
+  struct Unit {
+    size_t numel = 0, shard = 0, padded = 0;  // as the plan's row
+    bool replicated = false;                  // whole on every rank, all-reduced
+    bool host = false;                        // the offloaded state holds the shard
+    DeviceBuffer stored;   // the whole unit (stages 0-1, replicated) or shard; none when host
+    DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
+    DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary's reduce-scatter
+    // What the stored gradient holds since the last step:
+    //   kZero        zeros: nothing to read;
+    //   kStale       the zeros it stands for, but the buffer still holds the last step's
+    //                values: its next writer overwrites it (scale_add without accumulate), or
+    //                settle_stale zeroes it, so the step did not spend a pass zeroing it;
+    //   kWritten     this step's gradient, written by passes here (or, direct, added by the
+    //                backward's kernels);
+    //   kKernelsAdd  this step's gradient, which kernels_target handed to the backward's
+    //                kernels to add into: the step leaves it zeroed (as for direct).
+    enum class Stored { kZero, kStale, kWritten, kKernelsAdd } state = Stored::kZero;
+    // Σ g² of the owned gradient: not known yet (the step sums it), zero, or in the unit's
+    // norm slot, summed on the device by the pass that last wrote the gradient.
+    enum class SumSq { kUnknown, kZero, kInSlot } ss = SumSq::kUnknown;
+    size_t owned() const { return replicated ? numel : shard; }
+    bool holds_values() const { return state == Stored::kWritten || state == Stored::kKernelsAdd; }
+    void mark_written() {
+      if (state != Stored::kKernelsAdd) state = Stored::kWritten;
+    }
+  };
+  // A reduction in flight (overlap_comm): its buffers live until it completes.
+  struct Pending {
+    int unit;
+    CommRequest req;
+    DeviceBuffer send;                 // fp32 whole-unit gradient being reduced
+    DeviceBuffer recv;                 // fp32 shard (reduce-scatter) or empty (all-reduce)
+    bool shard_of_all_reduce = false;  // reduce_scatter false: recv is cut from send
+    bool boundary = false;             // of the step's last micro-batch: its result is final
+    QuantizedReduce qgz;               // ZeRO++ qgZ: the quantized reduction in place of req
+  };
+  Unit& unit(int u) { return units_[u]; }
+  double* norm_slot(int u);
+  bool direct(const Unit& s) const;
+  bool kernels_add_to_stored(const Unit& s) const;
+  void settle_stale(int u);
+  void reduce_to_shard(Pending& p, Unit& s);
+  void finish(Pending& p);
+
+  Backend* be_;
+  Communicator* comm_;
+  Communicator* world_;
+  const ZeroppGroups& zeropp_;
+  OptimizerState* state_;
+  Options opt_;
+  std::function<void(double)> note_wait_;
+  int rank_ = 0;  // in comm_
+  int dp_ = 1;    // N_d
+  std::vector<Unit> units_;
+  // One double per unit on the device: Σ g² of its owned gradient, written by the pass that
+  // wrote the gradient, so the step waits for the device once, not per unit.
+  DeviceBuffer norm_ss_;
+  std::deque<Pending> pending_;
+};
+
+}  // namespace zt
