@@ -4,7 +4,6 @@
 #include <cstring>
 #include <future>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -14,7 +13,7 @@
 #include "common/timer.h"
 #include "model/cpu/cpu_adam.h"
 #include "model/cpu/optimizer_step.h"
-#include "offload/host_buffer.h"
+#include "zero/host_buffer.h"
 
 namespace zt {
 namespace {
@@ -30,7 +29,6 @@ class CpuOptimizerState final : public OptimizerState {
   CpuOptimizerState(Backend* be, const CpuOffloadOptions& o, std::unique_ptr<NvmeSwapper> nvme)
       : be_(be), opt_(o), arrays_(1 + optimizer_info(o.kind).num_states), nvme_(std::move(nvme)) {}
   ~CpuOptimizerState() override {  // no copy may still read or write freed memory
-    settle_gradients();
     be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));
   }
 
@@ -108,15 +106,12 @@ class CpuOptimizerState final : public OptimizerState {
     const size_t gb = dtype_size(io.grad_t), ob = dtype_size(io.out_t);
     ensure_staging();
     OptimizerStep host_step = s;
-    // A device gradient is copied into staging and zeroed on the device below; the state's own
-    // host gradient is read in place and zeroed by CPU Adam in the same pass; a host snapshot
-    // is read in place and kept.
-    const bool own = !io.grad, on_device = io.grad && !io.grad_on_host;
+    // A device gradient is copied into staging and zeroed on the device below; a host one is
+    // read in place and kept.
+    const bool on_device = !io.grad_on_host;
     const bool out_on_device = io.out && !io.out_on_host;
-    if (own) settle_gradients();  // the backward's copies into the host gradient have landed
-    host_step.zero_grad = own && s.zero_grad;
-    if (host_step.zero_grad) x.grad_ss = 0.0;
-    char* const grad = static_cast<char*>(own ? x.grad.data() : io.grad);
+    host_step.zero_grad = false;
+    char* const grad = static_cast<char*>(io.grad);
     char* const out = static_cast<char*>(io.out);
     const size_t half = staging_elems(granule_) / 2;
     auto tile_at = [&](size_t pos) {  // a tile never crosses a sub-group (an NVMe window)
@@ -172,64 +167,6 @@ class CpuOptimizerState final : public OptimizerState {
     if (nvme_ && st_begin != SIZE_MAX) release(st, u, st_begin);
   }
 
-  bool keeps_gradients() const override { return true; }
-  void add_gradient(int u, DType t) override {
-    Unit& x = units_[u];
-    x.grad_t = t;
-    x.grad = HostBuffer(x.owned * dtype_size(t), MemCategory::kGrads, &host_, pin_with());
-    std::memset(x.grad.data(), 0, x.grad.bytes());
-  }
-  void accumulate_gradient(int u, const float* src, float scale, bool accumulate) override {
-    Timer t;
-    struct Done {
-      OffloadClock& c;
-      Timer& t;
-      ~Done() { c.add(OffloadClock::kGradOut, t.ms()); }
-    } done{clock_, t};
-    Unit& x = units_[u];
-    const size_t gb = dtype_size(x.grad_t);
-    settle_gradients();  // the previous unit's copy, long done: one in flight at a time
-    if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
-      DeviceBuffer tmp(be_, x.owned * gb, MemCategory::kCommBuffers);
-      // The norm's share, summed as the gradient is written, where the backend's memory is the
-      // host's (the CPU: no second pass). On a GPU the sum would land in device memory and
-      // cost a wait to bring back per unit, so the host sums the landed gradient at the step
-      // instead (gradient_sum_squares).
-      const bool in_pass = be_->host_addressable();
-      double ss = 0;
-      be_->scale_add(tmp.data(), x.grad_t, src, scale, false, x.owned, in_pass ? &ss : nullptr);
-      x.grad_ss = in_pass ? std::optional<double>(ss) : std::nullopt;
-      // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
-      const uint64_t ticket = be_->copy_to_host_async(x.grad.data(), tmp.data(), x.owned * gb);
-      std::lock_guard<std::mutex> lock(grad_copy_mu_);
-      grad_copy_ = {ticket, std::move(tmp)};
-      to_host_ += (int64_t)(x.owned * gb);
-      return;
-    }
-    ensure_staging();  // gradient accumulation: the fp32 sum moves, the host adds it
-    x.grad_ss.reset();
-    for (size_t begin = 0; begin < x.owned; begin += granule_) {
-      const size_t n = std::min(granule_, x.owned - begin);
-      be_->copy_to_host(grad_stage_.data(), src + begin, n * 4);
-      to_host_ += (int64_t)(n * 4);
-      scale_add(static_cast<char*>(x.grad.data()) + begin * gb, x.grad_t, grad_stage_.f32(),
-                scale, true, n);
-    }
-  }
-  double gradient_sum_squares(int u) override {
-    settle_gradients();
-    const Unit& x = units_[u];
-    return x.grad_ss ? *x.grad_ss : cpu_sum_squares(x.grad.data(), x.grad_t, x.owned);
-  }
-  void get_gradient(int u, float* host) override {
-    settle_gradients();
-    const Unit& x = units_[u];
-    convert(x.grad.data(), x.grad_t, host, DType::kF32, x.owned);
-  }
-  void copy_gradient(int u, void* host) override {
-    settle_gradients();
-    std::memcpy(host, units_[u].grad.data(), units_[u].grad.bytes());
-  }
   void prepare_staging() override { ensure_staging(); }
   void flush() override {
     be_->wait_copy(std::max(out_ticket_[0], out_ticket_[1]));  // the working copy is whole
@@ -238,12 +175,6 @@ class CpuOptimizerState final : public OptimizerState {
     for (int w = 0; w < (int)win_.size(); ++w) settle(w);
     clock_.add(OffloadClock::kNvmeWrite, t.ms());
   }
-  void zero_gradient(int u) override {
-    settle_gradients();
-    std::memset(units_[u].grad.data(), 0, units_[u].grad.bytes());
-    units_[u].grad_ss = 0.0;
-  }
-
   const MemoryTracker* host_tracker() const override { return &host_; }
   int64_t bytes_to_host() const override { return to_host_; }
   int64_t bytes_to_device() const override { return to_device_; }
@@ -253,9 +184,6 @@ class CpuOptimizerState final : public OptimizerState {
   struct Unit {
     size_t owned = 0, granule = 0;
     HostBuffer arrays[1 + kMaxOptimizerStates];  // host memory: master, then the states
-    HostBuffer grad;          // the stored gradient (sharded units, stages 2-3)
-    DType grad_t = DType::kF32;
-    std::optional<double> grad_ss;  // Σ g² of grad, summed as it was written, or none
     int file = -1;            // NVMe
     size_t region = 0;        // NVMe: bytes of one array (master or a state) per sub-group
   };
@@ -289,14 +217,6 @@ class CpuOptimizerState final : public OptimizerState {
       out_stage_ = HostBuffer(bytes, MemCategory::kPinnedHost, &host_, pin_with());
     });
   }
-  // Waits for the gradient copy accumulate_gradient left in flight, and frees its source.
-  void settle_gradients() {
-    std::lock_guard<std::mutex> lock(grad_copy_mu_);
-    if (!grad_copy_.second.data()) return;
-    be_->wait_copy(grad_copy_.first);
-    grad_copy_.second.reset();
-  }
-
   // The state of the sub-group of unit u starting at element `begin`: the unit's host buffers,
   // or an NVMe window (read from the file first when `read`, unless it was read ahead). With
   // pipeline_read the next sub-group (the unit's next, else the next unit's first) starts
@@ -398,8 +318,6 @@ class CpuOptimizerState final : public OptimizerState {
   std::once_flag staging_once_;
   int64_t to_host_ = 0, to_device_ = 0;
   uint64_t out_ticket_[2] = {0, 0};  // the last copy out of each half of out_stage_
-  std::mutex grad_copy_mu_;
-  std::pair<uint64_t, DeviceBuffer> grad_copy_;  // accumulate_gradient's copy in flight
   OffloadClock clock_;
   // Last: destroyed first, so its ring is closed before the window it reads into is freed.
   std::unique_ptr<NvmeSwapper> nvme_;

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/timer.h"
-#include "offload/host_buffer.h"
+#include "zero/host_buffer.h"
 
 namespace zt {
 namespace {

@@ -47,6 +47,7 @@ EngineOptions engine_options(const DsConfig& ds) {
     eo.delayed_update_after = (int)ds.zerotrain.delayed_param_update_warmup;
   eo.node_shared_params = ds.zerotrain.node_shared_params;
   eo.offload_pipeline = ds.zerotrain.offload_pipeline;
+  eo.pin_host_gradients = ds.zero.offload_optimizer.pin_memory;
   eo.optimizer_threads = (int)std::max<int64_t>(1, ds.zerotrain.optimizer_threads);
   return eo;
 }

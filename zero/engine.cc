@@ -34,7 +34,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   ZT_CHECK(!params_ || stage == 3);
   // The offloaded state holds the sharded units' gradients in host memory.
-  const bool host_grads = stage >= 2 && optimizer_->keeps_gradients();
+  const bool host_grads = stage >= 2 && optimizer_->host_tracker() != nullptr;
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   // (The offload pipeline applies only where one is: pipelined().)
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
@@ -87,11 +87,12 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
     optimizer_->add_unit(s.owned(), alias ? static_cast<float*>(owned_working(s)) : nullptr);
   }
   grads_ = std::make_unique<Gradients>(
-      be, comm_, world_comm_, zeropp_, optimizer_.get(), partition_,
+      be, comm_, world_comm_, zeropp_, partition_,
       Gradients::Options{.stage = stage,
                          .grad_dtype = opt.grad_dtype,
                          .overlap_comm = opt.zero.overlap_comm,
-                         .reduce_scatter = opt.zero.reduce_scatter},
+                         .reduce_scatter = opt.zero.reduce_scatter,
+                         .pin_with = opt.pin_host_gradients ? be : nullptr},
       [this](double ms) { note_comm_wait(ms); });
   std::vector<ParamGatherer::Shard> shards(units_.size());
   for (size_t u = 0; u < units_.size(); ++u)
@@ -182,7 +183,7 @@ size_t Engine::host_bytes(MemCategory c, bool peak) const {
   size_t b = 0;
   for (const MemoryTracker* t :
        {optimizer_->host_tracker(), params_ ? &params_->host_tracker() : nullptr,
-        pipeline_ ? &pipeline_->host_tracker() : nullptr})
+        pipeline_ ? &pipeline_->host_tracker() : nullptr, &grads_->host_tracker()})
     if (t) b += peak ? t->peak(c) : t->current(c);
   return b;
 }
@@ -192,7 +193,8 @@ OffloadTimes Engine::offload_times() const {
   // that update started (everything before it) stand for the state's.
   const OffloadTimes state = pipeline_ && pipeline_->running() ? pipeline_->state_times_at_start()
                                                                : optimizer_->times();
-  return state + (params_ ? params_->times() : OffloadTimes{}) + pipeline_clock_.times();
+  return state + (params_ ? params_->times() : OffloadTimes{}) + pipeline_clock_.times() +
+         grads_->times();
 }
 
 void Engine::note_comm_wait(double ms) {
@@ -200,7 +202,8 @@ void Engine::note_comm_wait(double ms) {
   trace_elapsed(Track::kCompute, "wait for communication", ms);
 }
 int64_t Engine::bytes_to_host() const {
-  return optimizer_->bytes_to_host() + (pipeline_ ? pipeline_->bytes_to_host() : 0);
+  return optimizer_->bytes_to_host() + (pipeline_ ? pipeline_->bytes_to_host() : 0) +
+         grads_->bytes_to_host();
 }
 int64_t Engine::bytes_to_device() const {
   return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +

@@ -90,14 +90,15 @@ struct EngineOptions {
   // reads a host snapshot of the gradients and writes host staging).
   int delayed_update_after = -1;
   // The offload pipeline (docs/offload.md "The offload pipeline"): with an offloaded optimizer
-  // state, step() starts the update of the units whose gradient the state holds (stages 2-3)
-  // on a worker thread and returns; the next fetch of a unit (its forward, a stage-3 gather or
+  // state, step() starts the update of every unit on a worker thread and returns; the next fetch of a unit (its forward, a stage-3 gather or
   // read ahead) waits for that unit's update alone and publishes its weights. Bitwise the serial
   // update. Not with Muon (its passes are collective) or node-shared parameters (a rank would
   // read a slice another rank has not published yet): those update serially.
   bool offload_pipeline = false;
   // OpenMP threads of the update off the training thread (the pipeline, the delayed update).
   int optimizer_threads = 1;
+  // offload_optimizer.pin_memory: the host gradients of an offloaded state page-locked.
+  bool pin_host_gradients = true;
   // Stages 1-2 on a backend whose memory is host memory (the CPU), every rank on one node: the
   // working copy of the sharded units is one per node, in shared memory (zero/comm.h
   // map_node_shared), not one per rank. Each rank's update writes its slice in place and a
@@ -119,8 +120,8 @@ struct StepStats {
 class Engine final : public UnitEngine {
  public:
   // comm must outlive the engine; its world size is N_d. optimizer: where the master weights and
-  // moments live (zero/optimizer_state.h); null keeps them on the device. An offloaded one that
-  // keeps_gradients() also holds the sharded units' gradients (stages 2-3). params (stage 3):
+  // moments live (zero/optimizer_state.h); null keeps them on the device. Offloaded, the sharded
+  // units' gradients (stages 2-3) go to host memory too (zero/gradients.h). params (stage 3):
   // where the parameter shards live between gathers (zero/param_store.h); null: the device.
   // With either offload, a single rank still shards (into one shard) so that the offloaded
   // state leaves the device. Collective where node_shared_params applies (every rank constructs

@@ -71,7 +71,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
     as.zero_grad = grads_->zero_as_read(u);
     grads_->read(u, as.zero_grad);
-    OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .out_t = pt};
+    OptimizerState::Io io{.grad = g.data, .grad_t = g.dtype, .grad_on_host = g.host, .out_t = pt};
     if (s.store >= 0) {  // stage-3 parameter offload: the update goes to the host shard
       io.out = params_->begin_write(s.store);
       io.out_on_host = true;
@@ -147,10 +147,9 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         UnitState& s = units_[u];
         UpdatePipeline::Source src;
         const Gradients::View g = grads_->owned(u);
-        if (g.host)
-          src.snapshot_host = delayed;  // else read in place
-        else
-          src.device_grad = g.data;
+        src.grad = g.data;
+        src.grad_on_device = !g.host;
+        src.snapshot_host = g.host && delayed;  // else read in place
         if (!delayed) {
           s.update_pending = true;
           if (be_->host_addressable() && s.store < 0) {  // the working copy, as the serial update

@@ -15,6 +15,7 @@
 #include "model/transformer.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
+#include "zero/gradients.h"
 #include "zero/update_pipeline.h"
 #include "zero/zeropp.h"
 
@@ -172,6 +173,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   Size params = 0, grads = 0, optim = 0, owned_total = 0, nvme_state = 0;
   Size host_grad_bytes = 0, host_params = 0, nvme_params = 0, largest_nvme = 0;
   int64_t largest_padded = 0, largest_shard = 0;
+  int64_t accumulate_tile = 0;  // zero/gradients.h: the tile host gradients accumulate through
   int64_t granule = 0, nvme_granule = 0;  // the largest sub-group of any unit (offload)
   const std::vector<UnitPartition> plan = plan_partition(units, po);
   // The offload pipeline's staging slots (zero/update_pipeline.h): unit i's is slot i % slots,
@@ -196,6 +198,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       }
     }
     (u.host_grads ? host_grad_bytes : grads) += Size(u.grad_numel()) * G;
+    if (u.host_grads)
+      accumulate_tile = std::max(accumulate_tile, std::min(shard, (int64_t)Gradients::kAccumulateTile));
     optim += Size(u.owned()) * K;
     if (u.stage >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
     const size_t owned = (size_t)u.owned();
@@ -241,6 +245,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
       pinned += nvme_staging + (in.nvme_pipeline ? 2 : 1) * arrays * 4 * Size(nvme_granule);
       break;
   }
+  pinned += 4 * Size(accumulate_tile);
   e.hst(M::kPinnedHost) = pinned.v;
   // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
   // Needs unit sizes: with only Ψ there is no "largest unit" to speak of (reported as 0).

@@ -1,25 +1,28 @@
 #include "zero/gradients.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/status.h"
 #include "common/timer.h"
+#include "model/cpu/cpu_adam.h"
 
 namespace zt {
 
 Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
-                     const ZeroppGroups& zeropp, OptimizerState* state,
-                     const std::vector<UnitPartition>& plan, const Options& o,
+                     const ZeroppGroups& zeropp, const std::vector<UnitPartition>& plan, const Options& o,
                      std::function<void(double)> note_wait)
     : be_(be),
       comm_(comm),
       world_(world),
       zeropp_(zeropp),
-      state_(state),
       opt_(o),
       note_wait_(std::move(note_wait)),
       rank_(comm->rank()),
       dp_(world->world_size()),
       units_(plan.size()) {
   norm_ss_ = DeviceBuffer(be, units_.size() * sizeof(double), MemCategory::kWorkspace);
+  size_t tile = 0;
   for (size_t u = 0; u < plan.size(); ++u) {
     const UnitPartition& p = plan[u];
     Unit& s = units_[u];
@@ -29,13 +32,17 @@ Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
     s.replicated = p.replicated;
     s.host = p.host_grads;
     if (s.host) {
-      state->add_gradient((int)u, o.grad_dtype);
+      s.host_stored = HostBuffer(s.shard * dtype_size(o.grad_dtype), MemCategory::kGrads, &host_,
+                                 o.pin_with);
+      std::memset(s.host_stored.data(), 0, s.host_stored.bytes());
+      tile = std::max(tile, std::min(s.shard, kAccumulateTile));
     } else {
       s.stored = DeviceBuffer(be, (size_t)p.grad_numel() * dtype_size(o.grad_dtype),
                               MemCategory::kGrads);
       be->zero(s.stored.data(), s.stored.bytes());
     }
   }
+  if (tile > 0) stage_ = HostBuffer(tile * 4, MemCategory::kPinnedHost, &host_, o.pin_with);
 }
 
 Gradients::~Gradients() {
@@ -46,6 +53,7 @@ Gradients::~Gradients() {
     p.req.wait();
     p.qgz.wait();
   }
+  settle_copy();
 }
 
 double* Gradients::norm_slot(int u) { return static_cast<double*>(norm_ss_.data()) + u; }
@@ -62,10 +70,13 @@ bool Gradients::kernels_add_to_stored(const Unit& s) const {
 void Gradients::settle_stale(int u) {
   Unit& s = unit(u);
   if (s.state != Unit::Stored::kStale) return;
-  if (s.host)
-    state_->zero_gradient(u);
-  else
+  if (s.host) {
+    settle_copy();
+    std::memset(s.host_stored.data(), 0, s.host_stored.bytes());
+    s.host_ss = 0.0;
+  } else {
     be_->zero(s.stored.data(), s.stored.bytes());
+  }
   s.state = Unit::Stored::kZero;
   s.ss = Unit::SumSq::kZero;
 }
@@ -166,12 +177,12 @@ void Gradients::finish(Pending& p) {
     be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
     s.reduced = std::move(p.recv);
   } else if (s.host) {  // stages 2-3, offloaded: averaged and accumulated on the host
-    state_->accumulate_gradient(p.unit, p.recv.f32(), mean, s.holds_values());
+    accumulate_host(p.unit, p.recv.f32(), mean, s.holds_values());
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
     be_->scale_add(s.stored.data(), opt_.grad_dtype, p.recv.f32(), mean, s.holds_values(),
                    s.shard, want_ss);
   }
-  // (An offloaded state keeps its own.)
+  // (A host gradient keeps its own.)
   s.ss = want_ss && !s.host ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
   if (opt_.stage != 1 || s.replicated) s.mark_written();
 }
@@ -190,7 +201,7 @@ double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
     Unit& s = unit(u);
     const View g = owned(u);  // settles a stale gradient (no backward since the last step)
     if (s.host) {
-      host_ss[u] = state_->gradient_sum_squares(u);
+      host_ss[u] = s.host_ss ? *s.host_ss : cpu_sum_squares(g.data, g.dtype, s.owned());
     } else if (s.ss == Unit::SumSq::kUnknown) {
       be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(u));
       s.ss = Unit::SumSq::kInSlot;
@@ -215,7 +226,9 @@ Gradients::View Gradients::owned(int u) {
     }
     return View{s.reduced.data(), DType::kF32, false};
   }
-  return View{s.stored.data(), opt_.grad_dtype, s.host};
+  if (!s.host) return View{s.stored.data(), opt_.grad_dtype, false};
+  settle_copy();  // its copy to the host has landed
+  return View{s.host_stored.data(), opt_.grad_dtype, true};
 }
 
 bool Gradients::zero_as_read(int u) const {
@@ -252,8 +265,46 @@ void Gradients::owned_f32(int u, float* out) {
     return;
   }
   std::vector<float> h(s.owned());
-  state_->get_gradient(u, h.data());
+  convert(g.data, g.dtype, h.data(), DType::kF32, h.size());
   be_->copy_to_device(out, h.data(), h.size() * 4);
+}
+
+void Gradients::accumulate_host(int u, const float* x, float scale, bool accumulate) {
+  Timer t;
+  Unit& s = unit(u);
+  const size_t gb = dtype_size(opt_.grad_dtype);
+  settle_copy();  // the previous unit's copy, long done: one in flight at a time
+  if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
+    DeviceBuffer tmp(be_, s.shard * gb, MemCategory::kCommBuffers);
+    // The norm's share, summed as the gradient is written, where the backend's memory is the
+    // host's (the CPU: no second pass). On a GPU the sum would land in device memory and cost
+    // a wait to bring back per unit, so the step sums the landed gradient on the host instead.
+    const bool in_pass = be_->host_addressable();
+    double ss = 0;
+    be_->scale_add(tmp.data(), opt_.grad_dtype, x, scale, false, s.shard, in_pass ? &ss : nullptr);
+    s.host_ss = in_pass ? std::optional<double>(ss) : std::nullopt;
+    // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
+    const uint64_t ticket = be_->copy_to_host_async(s.host_stored.data(), tmp.data(), s.shard * gb);
+    copy_ = {ticket, std::move(tmp)};
+    to_host_ += (int64_t)(s.shard * gb);
+  } else {  // gradient accumulation: the fp32 sum moves, the host adds it
+    s.host_ss.reset();
+    const size_t tile = stage_.bytes() / 4;
+    for (size_t begin = 0; begin < s.shard; begin += tile) {
+      const size_t n = std::min(tile, s.shard - begin);
+      be_->copy_to_host(stage_.data(), x + begin, n * 4);
+      to_host_ += (int64_t)(n * 4);
+      scale_add(static_cast<char*>(s.host_stored.data()) + begin * gb, opt_.grad_dtype,
+                static_cast<const float*>(stage_.data()), scale, true, n);
+    }
+  }
+  clock_.add(OffloadClock::kGradOut, t.ms());
+}
+
+void Gradients::settle_copy() {
+  if (!copy_.second.data()) return;
+  be_->wait_copy(copy_.first);
+  copy_.second.reset();
 }
 
 }  // namespace zt

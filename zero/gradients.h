@@ -3,21 +3,24 @@
 // stages 0-1 and for units kept whole, this rank's shard at stages 2-3), stage 1's reduced
 // shard, the reductions in flight, and each unit's Σ g² for the global norm. The engine says
 // when (a unit's backward, its reduction, the step); this class says where the gradient is and
-// what it holds. Where an offloaded optimizer state holds the stage 2-3 shards in host memory
-// (ZeRO-Offload, Ren et al. 2021, Section 4.1), it is the only caller of the state's gradient
-// functions (OptimizerState::accumulate_gradient and the rest).
+// what it holds. Where the optimizer state is offloaded, the stage 2-3 shards live here in host
+// memory (ZeRO-Offload, Ren et al. 2021, Section 4.1: the reduced gradient partition moves to
+// the CPU, 2Ψ/N_d bytes per step in 16-bit; DeepSpeed's CPU offload does the same), and the
+// update reads them through owned()'s view: the optimizer state keeps no gradient.
 #pragma once
 
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/memory.h"
 #include "model/backend.h"
 #include "zero/comm.h"
-#include "zero/optimizer_state.h"
+#include "zero/host_buffer.h"
+#include "zero/offload_device.h"
 #include "zero/partition.h"
 #include "zero/zeropp.h"
 
@@ -30,16 +33,19 @@ class Gradients {
     DType grad_dtype = DType::kF32;  // the stored gradient's (DeepSpeed's grad accumulation dtype)
     bool overlap_comm = false;       // one reduction stays in flight behind the next backward
     bool reduce_scatter = true;      // false: all-reduce, keep the shard (DeepSpeed's option)
+    // Host gradients (plan rows with host_grads) page-locked through it
+    // (offload_optimizer.pin_memory), or pageable when null.
+    Backend* pin_with = nullptr;
   };
   // plan: the engine's partition (zero/partition.h), a row per unit. comm: the ranks the shards
   // are over (the world, or the MiCS group); world: every rank (N_d, the mean's denominator,
-  // replicated units' all-reduce); zeropp: qgZ's and MiCS's groups. state: the optimizer state,
-  // which holds the units whose plan row says host_grads (its add_unit already called for
-  // every unit). note_wait(ms): the training thread waited for a reduction. All must outlive it.
+  // replicated units' all-reduce); zeropp: qgZ's and MiCS's groups. note_wait(ms): the training
+  // thread waited for a reduction. All must outlive it. Throws std::bad_alloc when host memory
+  // runs out.
   Gradients(Backend* be, Communicator* comm, Communicator* world, const ZeroppGroups& zeropp,
-            OptimizerState* state, const std::vector<UnitPartition>& plan, const Options& o,
+            const std::vector<UnitPartition>& plan, const Options& o,
             std::function<void(double)> note_wait);
-  ~Gradients();  // waits (without finishing) for the reductions in flight
+  ~Gradients();  // waits (without finishing) for the reductions and copies in flight
   Gradients(const Gradients&) = delete;
   Gradients& operator=(const Gradients&) = delete;
 
@@ -62,12 +68,13 @@ class Gradients {
   double owned_sum_squares(const std::function<bool(int)>& counted);
   // Unit u's owned gradient as the update reads it, in its stored dtype (no conversion pass):
   // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
-  // stored gradient; data null where the offloaded state holds it (the update reads the
-  // state's own). A gradient stale since the last step is zeroed first.
+  // stored gradient, in host memory at stages 2-3 with the optimizer offloaded (its copy
+  // landed). A gradient stale since the last step is zeroed first. The view stays valid until
+  // the unit's next backward or end_step().
   struct View {
     void* data = nullptr;
     DType dtype = DType::kF32;
-    bool host = false;  // held by the offloaded state (data null)
+    bool host = false;  // data is host memory
   };
   View owned(int u);
   // Whether the update may zero unit u's gradient as it reads it (OptimizerStep::zero_grad): the
@@ -84,12 +91,23 @@ class Gradients {
   // get_unit_grads. Call after drain(0).
   void owned_f32(int u, float* out);
 
+  // Host gradients, for reports: bytes by category (kGrads, and kPinnedHost for the fp32 tile
+  // gradient accumulation moves through), bytes copied device -> host, and the time spent
+  // moving them (OffloadClock::kGradOut).
+  const MemoryTracker& host_tracker() const { return host_; }
+  // Elements of that tile: the largest host shard, at most this (the estimator counts it).
+  static constexpr size_t kAccumulateTile = size_t(1) << 20;
+  int64_t bytes_to_host() const { return to_host_; }
+  OffloadTimes times() const { return clock_.times(); }
+
  private:
   struct Unit {
     size_t numel = 0, shard = 0, padded = 0;  // as the plan's row
     bool replicated = false;                  // whole on every rank, all-reduced
-    bool host = false;                        // the offloaded state holds the shard
+    bool host = false;                        // the shard lives in host memory
     DeviceBuffer stored;   // the whole unit (stages 0-1, replicated) or shard; none when host
+    HostBuffer host_stored;           // host: the shard, in the gradient's dtype
+    std::optional<double> host_ss;    // host: Σ g² of host_stored, summed as it was written
     DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
     DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary's reduce-scatter
     // What the stored gradient holds since the last step:
@@ -128,12 +146,15 @@ class Gradients {
   void settle_stale(int u);
   void reduce_to_shard(Pending& p, Unit& s);
   void finish(Pending& p);
+  // host_stored = (accumulate ? host_stored : 0) + scale * x, rounded as Backend::scale_add
+  // rounds; x: device fp32, the shard.
+  void accumulate_host(int u, const float* x, float scale, bool accumulate);
+  void settle_copy();  // waits for accumulate_host's copy in flight and frees its source
 
   Backend* be_;
   Communicator* comm_;
   Communicator* world_;
   const ZeroppGroups& zeropp_;
-  OptimizerState* state_;
   Options opt_;
   std::function<void(double)> note_wait_;
   int rank_ = 0;  // in comm_
@@ -143,6 +164,11 @@ class Gradients {
   // wrote the gradient, so the step waits for the device once, not per unit.
   DeviceBuffer norm_ss_;
   std::deque<Pending> pending_;
+  MemoryTracker host_;
+  HostBuffer stage_;  // fp32, the tile an accumulated gradient moves through
+  std::pair<uint64_t, DeviceBuffer> copy_;  // accumulate_host's copy in flight and its source
+  int64_t to_host_ = 0;
+  OffloadClock clock_;
 };
 
 }  // namespace zt

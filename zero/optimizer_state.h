@@ -40,9 +40,9 @@ class OptimizerState {
   virtual bool master_is_working_copy(int u) const = 0;
   // The buffers of one update (owned elements each).
   struct Io {
-    // The gradient in grad_t: device memory, left all zeros when OptimizerStep::zero_grad; host
-    // memory when grad_on_host (a snapshot, left as it is; offloaded states only); or null: the
-    // state's own host gradient (keeps_gradients()), zeroed when OptimizerStep::zero_grad.
+    // The gradient in grad_t: device memory, left all zeros when OptimizerStep::zero_grad; or
+    // host memory when grad_on_host (zero/gradients.h's host shard, or a snapshot; left as it
+    // is; offloaded states only).
     void* grad = nullptr;
     DType grad_t = DType::kF32;
     bool grad_on_host = false;
@@ -54,23 +54,6 @@ class OptimizerState {
   };
   // The optimizer's update on unit u (model/optimizer_math.h; s.kind == kind()).
   virtual void update(int u, const Io& io, const OptimizerStep& s) = 0;
-
-  // Offloaded states also keep the stored gradient of sharded units (stages 2-3) in host
-  // memory, in its dtype (ZeRO-Offload, Ren et al. 2021, Section 4.1: the reduced gradient
-  // partition moves to the CPU, 2Ψ/N_d bytes per step in 16-bit; DeepSpeed's CPU offload
-  // does the same). The engine then keeps no device gradient for those units and calls the
-  // gradient functions below; update() gets grad null and reads the host gradient.
-  virtual bool keeps_gradients() const { return false; }
-  // Registers unit u's host gradient (owned elements of dtype t, zeros).
-  virtual void add_gradient(int /*u*/, DType /*t*/) {}
-  // host gradient = (accumulate ? host gradient : 0) + scale * x, rounded to its dtype as
-  // Backend::scale_add rounds. x: device fp32, the owned elements (the reduced shard).
-  virtual void accumulate_gradient(int /*u*/, const float* /*x*/, float /*scale*/,
-                                   bool /*accumulate*/) {}
-  virtual double gradient_sum_squares(int /*u*/) { return 0; }  // Σ g² in double
-  virtual void get_gradient(int /*u*/, float* /*host*/) {}        // as fp32, owned elements
-  virtual void copy_gradient(int /*u*/, void* /*host*/) {}        // in its dtype, as stored
-  virtual void zero_gradient(int /*u*/) {}
 
   // Waits for writes still in flight (NVMe write-behind), so their errors surface now; the
   // engine calls it at the end of every step.

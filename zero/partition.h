@@ -34,7 +34,7 @@ struct PartitionOptions {
   int stage = 0;                      // ZeRO stage, 0-3
   int world = 1;                      // N_d
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
-  bool host_grads = false;            // an offloaded optimizer state holds gradient shards
+  bool host_grads = false;            // the gradient shards go to host memory (offloaded optimizer)
   bool offload_param = false;         // stage 3: parameter shards off the device
   // offload_param: elements of shards (in unit order) kept in host memory before the rest go
   // to the drive: "cpu" all (INT64_MAX), "nvme" max_in_cpu (DeepSpeed's key).
@@ -50,7 +50,7 @@ struct UnitPartition {
   int64_t padded = 0;       // shard · N_d; Ψ_u when replicated
   bool sharded_params = false;  // stage 3, not replicated: parameters kept as a shard
   bool whole_grads = false;     // the stored gradient is the whole (padded) unit: stages 0-1
-  bool host_grads = false;      // the gradient shard lives in the offloaded optimizer state
+  bool host_grads = false;      // the gradient shard lives in host memory (zero/gradients.h)
   ParamHome params = ParamHome::kDevice;
   int64_t owned() const { return replicated ? numel : shard; }  // elements this rank updates
   int64_t grad_numel() const { return whole_grads ? padded : shard; }

@@ -1,6 +1,7 @@
 #include "zero/update_pipeline.h"
 
 #include <omp.h>
+#include <cstring>
 
 #include "common/status.h"
 #include "common/trace.h"
@@ -51,15 +52,15 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
       }
       return x.grad.data();
     };
-    if (src.device_grad) {
-      be_->copy_to_host(snapshot(), src.device_grad, grad_bytes);
+    if (src.grad_on_device) {
+      be_->copy_to_host(snapshot(), src.grad, grad_bytes);
       to_host_ += (int64_t)grad_bytes;
       x.grad_ptr = x.grad.data();
     } else if (src.snapshot_host) {
-      state_->copy_gradient(u, snapshot());
+      if (grad_bytes > 0) std::memcpy(snapshot(), src.grad, grad_bytes);
       x.grad_ptr = x.grad.data();
     } else {
-      x.grad_ptr = nullptr;
+      x.grad_ptr = src.grad;
     }
     x.out_ptr = src.out;
     if (!src.out) {  // a staging slot, as large as the largest unit it holds
@@ -111,7 +112,7 @@ void UpdatePipeline::run() {
           }
           OptimizerState::Io io{.grad = const_cast<void*>(x.grad_ptr),
                                 .grad_t = slices_[u].grad_t,
-                                .grad_on_host = x.grad_ptr != nullptr,
+                                .grad_on_host = true,
                                 .out = out,
                                 .out_t = out_t_,
                                 .out_on_host = true};

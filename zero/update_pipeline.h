@@ -46,11 +46,12 @@ class UpdatePipeline {
 
   // Where unit u's update reads its gradient and writes its weights.
   struct Source {
-    // Device memory (grad_t, owned elements): copied into a host snapshot by start(), on the
-    // calling thread. Null: the state's own host gradient, read in place by the update, or
+    // The gradient (grad_t, owned elements). Device memory (grad_on_device): copied into a host
+    // snapshot by start(), on the calling thread. Host memory: read in place by the update, or
     // copied into a snapshot first when snapshot_host (the delayed update, whose next backward
     // writes it while the update still reads).
-    const void* device_grad = nullptr;
+    const void* grad = nullptr;
+    bool grad_on_device = false;
     bool snapshot_host = false;
     // Host memory the new weights go to directly (the working copy, where the backend's memory
     // is the host's); null: host staging, handed out by take().
@@ -88,7 +89,7 @@ class UpdatePipeline {
  private:
   struct Unit {
     std::vector<uint8_t> grad;       // snapshot, sized at its first use
-    const void* grad_ptr = nullptr;  // what the update reads: grad, or null (the state's own)
+    const void* grad_ptr = nullptr;  // what the update reads (host memory): grad, or the caller's
     void* out_ptr = nullptr;         // what it writes: the caller's memory, or null (a slot)
     bool staged = false;             // its weights wait in its slot for take()
   };

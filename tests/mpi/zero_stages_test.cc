@@ -188,7 +188,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   std::vector<int> x((size_t)B * kT), y((size_t)B * kT);
   for (int step = 0; step < kSteps; ++step) {
     const CommStats before = comm.stats();
-    const int64_t to_host = engine.optimizer().bytes_to_host();
+    const int64_t to_host = engine.bytes_to_host();  // gradients out, snapshots
     const int64_t to_device = engine.optimizer().bytes_to_device();
     const int64_t params_in = params_to_device();
     double loss = 0;
@@ -215,7 +215,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
     res.skipped_at.push_back(st->skipped);
     res.grad_norms.push_back(st->grad_norm);
     if (step == 1) {
-      res.to_host_one_step = engine.optimizer().bytes_to_host() - to_host;
+      res.to_host_one_step = engine.bytes_to_host() - to_host;
       res.to_device_one_step = engine.optimizer().bytes_to_device() - to_device;
       res.params_to_device_one_step = params_to_device() - params_in;
       for (size_t k = 0; k < kNumCollKinds; ++k) {

@@ -272,7 +272,8 @@ TEST(Estimator, PaperFormulasWhenNothingNeedsPadding) {
 
 // Units {10, 7, 1} over N_d = 4: owned shards 3 + 2 + 1 = 6 elements, padded Ψ 24; the largest
 // owned shard (3) sizes the two fp32 staging buffers of offload/cpu_optimizer.cc, each two tiles
-// of half a sub-group (2 + 2 elements): 2 x 4 x 4.
+// of half a sub-group (2 + 2 elements): 2 x 4 x 4, and the fp32 tile a host gradient
+// accumulates through (zero/gradients.h): the largest host shard, 4 x 3.
 TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EstimateInput in = small(2);
   in.offload_optimizer = OffloadDevice::kCpu;
@@ -283,12 +284,13 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EXPECT_EQ(e->hst(M::kGrads), 2 * 6);
   EXPECT_EQ(e->dev(M::kOptimizer), 0);
   EXPECT_EQ(e->hst(M::kOptimizer), 12 * 6);
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 4);
+  const int64_t tile = 4 * 3;
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 4 + tile);
   EXPECT_EQ(e->nvme(), 0);
   in.sub_group_size = 2;  // staging shrinks to one sub-group
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 2);
+  EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 2 + tile);
 
   // NVMe sub-groups are whole multiples of 1024 elements (4 KiB per fp32 region), so each of
   // these three tiny units takes one padded sub-group of master, m and v on the drive, and the
@@ -298,7 +300,7 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   in.offload_optimizer = OffloadDevice::kNvme;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window + tile);
   EXPECT_EQ(e->nvme(), 3 * group);
 
   // Stage 3 with both on NVMe: no model state on the device. Under the default max_in_cpu
@@ -312,13 +314,13 @@ TEST(Estimator, OffloadMovesBytesToHostAndNvme) {
   EXPECT_EQ(e->device_model_states(), 0);
   EXPECT_EQ(e->hst(M::kParams), 2 * 6);
   EXPECT_EQ(e->hst(M::kGrads), 2 * 6);
-  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window + tile);
   EXPECT_EQ(e->nvme(), 3 * group);
   in.param_max_in_cpu = 0;
   e = estimate_memory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->hst(M::kParams), 0);
-  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window + 5 * 4096);
+  EXPECT_EQ(e->hst(M::kPinnedHost), staging + window + tile + 5 * 4096);
   EXPECT_EQ(e->nvme(), 3 * group + 3 * 4096);
 
   in.param_max_in_cpu = 1'000'000'000;
@@ -366,7 +368,8 @@ TEST(Estimator, OneStateOptimizersHaveKEight) {
     e = estimate_memory(in);
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->nvme(), 3 * 2 * 4 * 1024);  // three units, a sub-group each
-    EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 1024 + 2 * 4 * 1024);  // staging + window
+    // staging, window, the largest host shard's accumulation tile
+    EXPECT_EQ(e->hst(M::kPinnedHost), 2 * 4 * 1024 + 2 * 4 * 1024 + 4 * 3);
   }
 }
 

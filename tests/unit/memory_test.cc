@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "model/backend.h"
-#include "offload/host_buffer.h"
+#include "zero/host_buffer.h"
 
 namespace zt {
 namespace {

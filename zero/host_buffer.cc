@@ -1,4 +1,4 @@
-#include "offload/host_buffer.h"
+#include "zero/host_buffer.h"
 
 #include <algorithm>
 #include <atomic>
