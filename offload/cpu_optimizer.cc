@@ -184,8 +184,8 @@ class CpuOptimizerState final : public OptimizerState {
   struct Unit {
     size_t owned = 0, granule = 0;
     HostBuffer arrays[1 + kMaxOptimizerStates];  // host memory: master, then the states
-    int file = -1;            // NVMe
-    size_t region = 0;        // NVMe: bytes of one array (master or a state) per sub-group
+    int file = -1;                               // NVMe
+    size_t region = 0;  // NVMe: bytes of one array (master or a state) per sub-group
   };
   struct State {
     float* master;
@@ -209,7 +209,7 @@ class CpuOptimizerState final : public OptimizerState {
 
   Backend* pin_with() const { return opt_.pin_memory ? be_ : nullptr; }
   // One sub-group of gradient and of working copy, at the first use (every unit is known
-  // then). Once: a delayed update's thread and the next backward may both get here first.
+  // then). Once: the first update may run on the pipeline's thread or the training thread.
   void ensure_staging() {
     std::call_once(staging_once_, [this] {
       const size_t bytes = staging_elems(granule_) * 4;

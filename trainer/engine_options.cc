@@ -60,9 +60,8 @@ bool offload_pipeline_runs(const DsConfig& ds) {
 }
 
 bool update_runs_off_the_training_thread(const DsConfig& ds) {
-  return offload_pipeline_runs(ds) ||
-         (ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
-          ds.zerotrain.delayed_param_update);
+  return offload_pipeline_runs(ds) || (ds.zero.offload_optimizer.device != OffloadDevice::kNone &&
+                                       ds.zerotrain.delayed_param_update);
 }
 
 namespace {

@@ -6,13 +6,13 @@
 #include <string>
 
 #include "model/backend.h"
-#include "trainer/ds_config.h"
 #include "model/config.h"
+#include "trainer/ds_config.h"
 #include "zero/engine.h"
 #include "zero/estimator.h"
-#include "zero/step_time.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_store.h"
+#include "zero/step_time.h"
 
 namespace zt {
 

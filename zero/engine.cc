@@ -33,7 +33,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   world_ = comm_->world_size();
   if (opt.loss_scaling) scaler_.emplace(opt.loss_scaler);
   ZT_CHECK(!params_ || stage == 3);
-  // The offloaded state holds the sharded units' gradients in host memory.
+  // Offloaded, the sharded units' gradients go to host memory (zero/gradients.h).
   const bool host_grads = stage >= 2 && optimizer_->host_tracker() != nullptr;
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   // (The offload pipeline applies only where one is: pipelined().)
@@ -191,8 +191,8 @@ OffloadTimes Engine::offload_times() const {
   // An update still running off the training thread counts once done, whole, in the step whose
   // forward (pipeline) or step (delayed update) waited for it: until then the state's times as
   // that update started (everything before it) stand for the state's.
-  const OffloadTimes state = pipeline_ && pipeline_->running() ? pipeline_->state_times_at_start()
-                                                               : optimizer_->times();
+  const OffloadTimes state =
+      pipeline_ && pipeline_->running() ? pipeline_->state_times_at_start() : optimizer_->times();
   return state + (params_ ? params_->times() : OffloadTimes{}) + pipeline_clock_.times() +
          grads_->times();
 }

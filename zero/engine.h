@@ -90,10 +90,11 @@ struct EngineOptions {
   // reads a host snapshot of the gradients and writes host staging).
   int delayed_update_after = -1;
   // The offload pipeline (docs/offload.md "The offload pipeline"): with an offloaded optimizer
-  // state, step() starts the update of every unit on a worker thread and returns; the next fetch of a unit (its forward, a stage-3 gather or
-  // read ahead) waits for that unit's update alone and publishes its weights. Bitwise the serial
-  // update. Not with Muon (its passes are collective) or node-shared parameters (a rank would
-  // read a slice another rank has not published yet): those update serially.
+  // state, step() starts the update of every unit on a worker thread and returns; the next
+  // fetch of a unit (its forward, a stage-3 gather or read ahead) waits for that unit's update
+  // alone and publishes its weights. Bitwise the serial update. Not with Muon (its passes are
+  // collective) or node-shared parameters (a rank would read a slice another rank has not
+  // published yet): those update serially.
   bool offload_pipeline = false;
   // OpenMP threads of the update off the training thread (the pipeline, the delayed update).
   int optimizer_threads = 1;
@@ -255,8 +256,8 @@ class Engine final : public UnitEngine {
   Communicator* comm_;
   EngineOptions opt_;
   int rank_ = 0, world_ = 1;
-  int dp_ = 1;  // N_d: every rank, the gradient mean's denominator
-  Communicator* world_comm_;  // every rank: replicated units' all-reduce
+  int dp_ = 1;                            // N_d: every rank, the gradient mean's denominator
+  Communicator* world_comm_;              // every rank: replicated units' all-reduce
   std::vector<UnitPartition> partition_;  // the plan units_ were allocated by
   std::vector<UnitState> units_;
   std::unique_ptr<OptimizerState> optimizer_;
@@ -265,10 +266,10 @@ class Engine final : public UnitEngine {
   size_t shared_tracked_ = 0;           // its bytes, counted as kParams in the backend's tracker
   // The update off the training thread (pipeline, DPU): made at its first step.
   std::unique_ptr<UpdatePipeline> pipeline_;
-  bool delayed_running_ = false;    // the running update is the delayed one
-  int publish_next_ = 0;            // publish(): the units before it are published
+  bool delayed_running_ = false;     // the running update is the delayed one
+  int publish_next_ = 0;             // publish(): the units before it are published
   int64_t published_to_device_ = 0;  // weights the pipeline's staging published to the device
-  OffloadClock pipeline_clock_;     // the training thread's snapshots and copy-backs around it
+  OffloadClock pipeline_clock_;      // the training thread's snapshots and copy-backs around it
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
   int t_ = 0;

@@ -91,7 +91,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   if (muon_) muon_->end_step();
   gather_owned_slices(gather_units);
   if (pipeline) {
-    as.zero_grad = false;  // as the serial update of these units: their next writer overwrites
+    as.zero_grad = false;  // the worker reads host copies; finish_step settles the device ones
     start_update_pipeline(as, /*delayed=*/false);
   }
   finish_step();
@@ -124,8 +124,9 @@ bool Engine::pipelined() const {
 
 // Every unit's update runs on the worker. A gradient on the device (stage 1's reduced shard,
 // units kept whole) is snapshotted into host memory first, as the step would read it (the
-// stored ones are then zeroed by finish_step); one the state holds is read in place (the next
-// backward overwrites a unit's gradient only after its forward has waited for its update),
+// stored ones are then zeroed or marked stale by finish_step); a host gradient shard
+// (zero/gradients.h) is read in place (the next backward writes a unit's gradient only after
+// grads(u) has published, that is waited for, its update),
 // except by the delayed update, which snapshots it too. Delayed: every unit's weights go to
 // staging, published at the next step. Pipelined: straight into the working copy where the
 // backend's memory is the host's, else into staging, published by the unit's next fetch.

@@ -13,9 +13,9 @@
 #include "model/hf_weights.h"
 #include "model/layout.h"
 #include "model/transformer.h"
+#include "zero/gradients.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
-#include "zero/gradients.h"
 #include "zero/update_pipeline.h"
 #include "zero/zeropp.h"
 
@@ -93,7 +93,7 @@ PartitionOptions partition_options(const EstimateInput& in) {
   return {.stage = in.stage,
           .world = (int)in.dp,
           .persistence_threshold = in.stage3_param_persistence_threshold,
-          // The engine's offloaded optimizer states hold the sharded units' gradients.
+          // With the optimizer offloaded the sharded units' gradients go to host memory.
           .host_grads = in.offload_optimizer != OffloadDevice::kNone && in.stage >= 2,
           .offload_param = param_offload,
           .param_host_elems = in.offload_param == OffloadDevice::kNvme
@@ -161,7 +161,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // An offloaded state keeps its own fp32 master even when the working params are fp32.
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
   const bool param_offload = in.offload_param != OffloadDevice::kNone;
-  const bool master = in.fp32_master && (in.param_dtype != DType::kF32 || offloaded || param_offload);
+  const bool master =
+      in.fp32_master && (in.param_dtype != DType::kF32 || offloaded || param_offload);
   const PartitionOptions po = partition_options(in);
   const bool host_grads = po.host_grads;
   // Offload shards even at N_d = 1; a sharded unit reduces into an fp32 shard buffer.
@@ -199,7 +200,8 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     }
     (u.host_grads ? host_grad_bytes : grads) += Size(u.grad_numel()) * G;
     if (u.host_grads)
-      accumulate_tile = std::max(accumulate_tile, std::min(shard, (int64_t)Gradients::kAccumulateTile));
+      accumulate_tile =
+          std::max(accumulate_tile, std::min(shard, (int64_t)Gradients::kAccumulateTile));
     optim += Size(u.owned()) * K;
     if (u.stage >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
     const size_t owned = (size_t)u.owned();
@@ -290,7 +292,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     Size comm = 0;
     if (in.stage <= 1) comm += in_flight * Size(largest_padded) * 4;  // fp32 copy being reduced
     if (in.stage >= 2) comm += in_flight * Size(largest_shard) * 4;   // its reduced shard
-    if (in.stage == 1) comm += owned_total * 4;  // every reduced shard, kept until the step
+    if (in.stage == 1) comm += owned_total * 4;       // every reduced shard, kept until the step
     if (host_grads) comm += Size(largest_shard) * G;  // the shard rounded to G on its way out
     // ZeRO++: the backward's reductions, with the gathers in flight beside them where the
     // backward gathers again through qwZ (no hpZ, overlap_comm's prefetcher); and the forward's
@@ -331,8 +333,9 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t k = std::min<int64_t>(checkpoint_every, c.n_layer);
   const int64_t L = k == 0 ? c.n_layer : k;  // per-layer sets kept
   const int64_t checkpoints = k == 0 ? 0 : (c.n_layer + k - 1) / k;
-  const int64_t xs = k == 0 ? c.n_layer + 1
-                            : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
+  const int64_t xs =
+      k == 0 ? c.n_layer + 1
+             : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
   const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
   const int64_t fcw = c.fc_dim();
   const int64_t chunk = logits_chunk_rows(

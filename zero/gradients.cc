@@ -10,8 +10,8 @@
 namespace zt {
 
 Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
-                     const ZeroppGroups& zeropp, const std::vector<UnitPartition>& plan, const Options& o,
-                     std::function<void(double)> note_wait)
+                     const ZeroppGroups& zeropp, const std::vector<UnitPartition>& plan,
+                     const Options& o, std::function<void(double)> note_wait)
     : be_(be),
       comm_(comm),
       world_(world),
@@ -32,13 +32,13 @@ Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
     s.replicated = p.replicated;
     s.host = p.host_grads;
     if (s.host) {
-      s.host_stored = HostBuffer(s.shard * dtype_size(o.grad_dtype), MemCategory::kGrads, &host_,
-                                 o.pin_with);
+      s.host_stored =
+          HostBuffer(s.shard * dtype_size(o.grad_dtype), MemCategory::kGrads, &host_, o.pin_with);
       std::memset(s.host_stored.data(), 0, s.host_stored.bytes());
       tile = std::max(tile, std::min(s.shard, kAccumulateTile));
     } else {
-      s.stored = DeviceBuffer(be, (size_t)p.grad_numel() * dtype_size(o.grad_dtype),
-                              MemCategory::kGrads);
+      s.stored =
+          DeviceBuffer(be, (size_t)p.grad_numel() * dtype_size(o.grad_dtype), MemCategory::kGrads);
       be->zero(s.stored.data(), s.stored.bytes());
     }
   }
@@ -179,8 +179,8 @@ void Gradients::finish(Pending& p) {
   } else if (s.host) {  // stages 2-3, offloaded: averaged and accumulated on the host
     accumulate_host(p.unit, p.recv.f32(), mean, s.holds_values());
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
-    be_->scale_add(s.stored.data(), opt_.grad_dtype, p.recv.f32(), mean, s.holds_values(),
-                   s.shard, want_ss);
+    be_->scale_add(s.stored.data(), opt_.grad_dtype, p.recv.f32(), mean, s.holds_values(), s.shard,
+                   want_ss);
   }
   // (A host gradient keeps its own.)
   s.ss = want_ss && !s.host ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
@@ -239,7 +239,8 @@ bool Gradients::zero_as_read(int u) const {
 
 void Gradients::read(int u, bool zeroed) {
   Unit& s = unit(u);
-  if (s.replicated || opt_.stage != 1) s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
+  if (s.replicated || opt_.stage != 1)
+    s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
 }
 
 void Gradients::end_step() {
@@ -273,7 +274,7 @@ void Gradients::accumulate_host(int u, const float* x, float scale, bool accumul
   Timer t;
   Unit& s = unit(u);
   const size_t gb = dtype_size(opt_.grad_dtype);
-  settle_copy();  // the previous unit's copy, long done: one in flight at a time
+  settle_copy();      // the previous unit's copy, long done: one in flight at a time
   if (!accumulate) {  // rounded on the device: the copy moves gradient-dtype bytes
     DeviceBuffer tmp(be_, s.shard * gb, MemCategory::kCommBuffers);
     // The norm's share, summed as the gradient is written, where the backend's memory is the

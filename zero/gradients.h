@@ -69,8 +69,11 @@ class Gradients {
   // Unit u's owned gradient as the update reads it, in its stored dtype (no conversion pass):
   // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
   // stored gradient, in host memory at stages 2-3 with the optimizer offloaded (its copy
-  // landed). A gradient stale since the last step is zeroed first. The view stays valid until
-  // the unit's next backward or end_step().
+  // landed). A gradient stale since the last step is zeroed first. A device view stays valid
+  // until end_step() (stage 1's shard is freed there) or the unit's next backward; a host view
+  // stays unwritten until the unit's next reduce(), so a caller that hands it to another
+  // thread must have that thread's update done before it calls backward_target(u) for the
+  // next backward (the engine's publish(u)).
   struct View {
     void* data = nullptr;
     DType dtype = DType::kF32;
@@ -83,8 +86,9 @@ class Gradients {
   // The update read unit u's gradient, zeroing it when `zeroed` (else its next writer
   // overwrites it).
   void read(int u, bool zeroed);
-  // The step ended: every gradient stands for zeros (those the kernels add into are zeroed now,
-  // the others overwritten by their next writer), stage 1's reduced shards are freed.
+  // The step ended: every gradient stands for zeros (an fp32 one the backward adds into is
+  // zeroed now, the others are stale: overwritten by their next writer, or zeroed by
+  // kernels_target), stage 1's reduced shards are freed.
   void end_step();
 
   // Unit u's owned gradient as fp32 into `out` (device memory, owned elements): tests and
@@ -105,10 +109,10 @@ class Gradients {
     size_t numel = 0, shard = 0, padded = 0;  // as the plan's row
     bool replicated = false;                  // whole on every rank, all-reduced
     bool host = false;                        // the shard lives in host memory
-    DeviceBuffer stored;   // the whole unit (stages 0-1, replicated) or shard; none when host
-    HostBuffer host_stored;           // host: the shard, in the gradient's dtype
-    std::optional<double> host_ss;    // host: Σ g² of host_stored, summed as it was written
-    DeviceBuffer scratch;  // fp32 whole-unit gradient while a backward writes it
+    DeviceBuffer stored;     // the whole unit (stages 0-1, replicated) or shard; none when host
+    HostBuffer host_stored;  // host: the shard, in the gradient's dtype
+    std::optional<double> host_ss;  // host: Σ g² of host_stored, summed as it was written
+    DeviceBuffer scratch;           // fp32 whole-unit gradient while a backward writes it
     DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary's reduce-scatter
     // What the stored gradient holds since the last step:
     //   kZero        zeros: nothing to read;
@@ -118,7 +122,8 @@ class Gradients {
     //   kWritten     this step's gradient, written by passes here (or, direct, added by the
     //                backward's kernels);
     //   kKernelsAdd  this step's gradient, which kernels_target handed to the backward's
-    //                kernels to add into: the step leaves it zeroed (as for direct).
+    //                kernels to add into: the serial update zeroes it as it reads it
+    //                (zero_as_read), else end_step leaves it stale.
     enum class Stored { kZero, kStale, kWritten, kKernelsAdd } state = Stored::kZero;
     // Σ g² of the owned gradient: not known yet (the step sums it), zero, or in the unit's
     // norm slot, summed on the device by the pass that last wrote the gradient.
@@ -165,7 +170,7 @@ class Gradients {
   DeviceBuffer norm_ss_;
   std::deque<Pending> pending_;
   MemoryTracker host_;
-  HostBuffer stage_;  // fp32, the tile an accumulated gradient moves through
+  HostBuffer stage_;                        // fp32, the tile an accumulated gradient moves through
   std::pair<uint64_t, DeviceBuffer> copy_;  // accumulate_host's copy in flight and its source
   int64_t to_host_ = 0;
   OffloadClock clock_;

@@ -146,9 +146,9 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
         "estimate --time needs ranks, micro-batch, seq_len and "
         "gradient accumulation of at least 1");
   if (in.nodes < 1 || in.ranks % in.nodes != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "estimate --time: ", in.ranks, " ranks do not split evenly over ", in.nodes,
-        " nodes; give --dp a multiple of --nodes"));
+    return absl::InvalidArgumentError(absl::StrCat("estimate --time: ", in.ranks,
+                                                   " ranks do not split evenly over ", in.nodes,
+                                                   " nodes; give --dp a multiple of --nodes"));
   const ModelConfig& c = in.model;
   const double N = in.ranks, psi = (double)ParamLayout(c).total_numel();
   const double tokens = (double)in.micro_batch * in.seq_len * in.gradient_accumulation;
@@ -167,7 +167,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   StepTime t;
   double flops = training_flops_per_token(c, in.seq_len) * tokens;
   if (in.checkpointing) flops += flops / 3;  // the forward again
-  double gemm_flops = hw.peak_flops;  // at the micro-batch's rows (Hardware::skinny_flops)
+  double gemm_flops = hw.peak_flops;         // at the micro-batch's rows (Hardware::skinny_flops)
   const double rows = (double)in.micro_batch * in.seq_len;
   if (hw.skinny_flops > 0 && rows < kFullRows) {
     const double x = std::log(std::max<double>(rows, kSkinnyRows) / kSkinnyRows) /
@@ -177,8 +177,8 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   double rank_flops = gemm_flops / share;
   if (rank_cores) {  // its threads' rate: one thread's (or the node's per core) times threads
     const int threads = std::min(compute_threads, rank_cores);
-    const double per_thread = hw.thread_flops > 0 ? hw.thread_flops * gemm_flops / hw.peak_flops
-                                                  : gemm_flops / hw.cores;
+    const double per_thread =
+        hw.thread_flops > 0 ? hw.thread_flops * gemm_flops / hw.peak_flops : gemm_flops / hw.cores;
     rank_flops = std::min(rank_flops, per_thread * threads);
   }
   const bool timed = hw.cpu_backend && in.micro_batch_seconds > 0;  // the micro-batch timed
@@ -218,8 +218,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // by its ranks), else on the device; off the training thread (the pipeline, the delayed
   // update) on the optimizer threads, else on the compute threads.
   const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
-  const bool off_thread =
-      offloaded && (in.delayed_update || in.offload_pipeline);
+  const bool off_thread = offloaded && (in.delayed_update || in.offload_pipeline);
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
@@ -265,7 +264,11 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
       exposed += gather;
     }
     step += exposed;
-    const double host_side = t.copies + t.optimizer + t.nvme;
+    // Off the training thread, stage 1's reduced fp32 shard is first copied into host snapshots
+    // on the training thread (zero/update_pipeline.h): that copy is exposed.
+    const double snapshot = off_thread && in.stage == 1 ? owned * 4 / hw.pcie_bw : 0;
+    step += snapshot;
+    const double host_side = t.copies - snapshot + t.optimizer + t.nvme;
     if (in.delayed_update && offloaded) {
       step = std::max(step, host_side);
       t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");

@@ -1,6 +1,7 @@
 #include "zero/update_pipeline.h"
 
 #include <omp.h>
+
 #include <cstring>
 
 #include "common/status.h"

@@ -63,8 +63,7 @@ class UpdatePipeline {
   // worker waits for it to be released. The delayed update, which publishes every unit at
   // once, gives one per unit; the pipeline kStagingSlots, so staging stays two units however
   // large the model.
-  void start(const std::function<Source(int)>& source, const OptimizerStep& as,
-             int staging_slots);
+  void start(const std::function<Source(int)>& source, const OptimizerStep& as, int staging_slots);
   static constexpr int kStagingSlots = 2;
   // An update started and not yet waited for whole (wait_all).
   bool running() const { return running_; }
