@@ -21,6 +21,8 @@ start. The build is brought back in step at the end.
 
 Usage: scripts/mutation.sh [--build build] [--only REGEX] [--jobs 2] [--markdown FILE]
                            [--no-baseline] [--first-only]
+       scripts/mutation.sh --check   (every mutant parses and its find text occurs once: ctest
+                                      `mutants_apply`, so a refactor cannot strand one)
 --first-only runs each mutant's `first` tests alone (a quick triage while writing mutants:
 one it does not kill is reported "not-first", not "survived").
 Exit status: 0 when every mutant is killed, 1 when one survives, 2 on a bad mutant (it does
@@ -139,7 +141,28 @@ def run_mutant(m, build, jobs, first_only=False):
     return "survived", "every test passed", elapsed
 
 
+def check_all():
+    """0 when every mutant parses and applies (its file exists, its find text occurs once);
+    else 2, each bad one named on stderr with what to do."""
+    bad = 0
+    for path in sorted((ROOT / "tests" / "mutants").glob("*.mutant")):
+        try:
+            m = parse(path)
+            count = (ROOT / m["file"]).read_text().count(m["find"])
+        except (ValueError, OSError) as e:
+            print(f"mutation: {path.name}: {e}", file=sys.stderr)
+            bad += 1
+            continue
+        if count != 1:
+            print(f"mutation: {path.name}: its find text occurs {count} times in {m['file']} "
+                  "(once expected): re-anchor it on the code as it is now", file=sys.stderr)
+            bad += 1
+    return 2 if bad else 0
+
+
 def main():
+    if sys.argv[1:] == ["--check"]:
+        return check_all()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=str(ROOT / "build"), help="configured build directory")
     ap.add_argument("--only", default="", help="regex on mutant names")
