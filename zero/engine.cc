@@ -88,8 +88,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   }
   grads_ = std::make_unique<Gradients>(
       be, comm_, world_comm_, zeropp_, partition_,
-      Gradients::Options{.stage = stage,
-                         .grad_dtype = opt.grad_dtype,
+      Gradients::Options{.grad_dtype = opt.grad_dtype,
                          .overlap_comm = opt.zero.overlap_comm,
                          .reduce_scatter = opt.zero.reduce_scatter,
                          .pin_with = opt.pin_host_gradients ? be : nullptr},

@@ -30,6 +30,7 @@ Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
     s.shard = (size_t)p.shard;
     s.padded = (size_t)p.padded;
     s.replicated = p.replicated;
+    s.whole = p.whole_grads;
     s.host = p.host_grads;
     if (s.host) {
       s.host_stored =
@@ -58,13 +59,10 @@ Gradients::~Gradients() {
 
 double* Gradients::norm_slot(int u) { return static_cast<double*>(norm_ss_.data()) + u; }
 
-bool Gradients::direct(const Unit& s) const {
-  return opt_.grad_dtype == DType::kF32 && (s.replicated || opt_.stage == 1);
-}
+bool Gradients::direct(const Unit& s) const { return opt_.grad_dtype == DType::kF32 && s.whole; }
 
 bool Gradients::kernels_add_to_stored(const Unit& s) const {
-  return (s.replicated || opt_.stage == 1) && !s.host &&
-         be_->grad_dtype(opt_.grad_dtype) == opt_.grad_dtype;
+  return s.whole && !s.host && be_->grad_dtype(opt_.grad_dtype) == opt_.grad_dtype;
 }
 
 void Gradients::settle_stale(int u) {
@@ -106,7 +104,7 @@ TensorRef Gradients::kernels_target(int u) {
 
 void Gradients::reduce(int u, bool boundary) {
   Unit& s = unit(u);
-  const bool whole = s.replicated || opt_.stage == 1;
+  const bool whole = s.whole;
   if (s.scratch.data() && whole) {  // accumulate the micro-step into the stored gradient
     // No reduction follows and no micro-step: the step's gradient, whose Σ g² the norm needs.
     const bool final = dp_ == 1 && s.replicated && boundary;
@@ -173,7 +171,7 @@ void Gradients::finish(Pending& p) {
   double* want_ss = p.boundary ? norm_slot(p.unit) : nullptr;
   if (s.replicated) {
     be_->scale_add(s.stored.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded, want_ss);
-  } else if (opt_.stage == 1) {
+  } else if (s.reduced_view()) {
     be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
     s.reduced = std::move(p.recv);
   } else if (s.host) {  // stages 2-3, offloaded: averaged and accumulated on the host
@@ -184,7 +182,7 @@ void Gradients::finish(Pending& p) {
   }
   // (A host gradient keeps its own.)
   s.ss = want_ss && !s.host ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
-  if (opt_.stage != 1 || s.replicated) s.mark_written();
+  if (!s.reduced_view()) s.mark_written();
 }
 
 void Gradients::drain(size_t keep) {
@@ -218,7 +216,7 @@ double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
 Gradients::View Gradients::owned(int u) {
   Unit& s = unit(u);
   settle_stale(u);  // no backward since the last step: the gradient is zeros
-  if (!s.replicated && opt_.stage == 1) {
+  if (s.reduced_view()) {
     if (!s.reduced.data()) {  // no backward since the last step: a zero shard, as other stages
       s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
       be_->zero(s.reduced.data(), s.reduced.bytes());
@@ -233,14 +231,12 @@ Gradients::View Gradients::owned(int u) {
 
 bool Gradients::zero_as_read(int u) const {
   const Unit& s = units_[u];
-  const bool stored = s.replicated || opt_.stage != 1;  // the view is the stored gradient
-  return stored && (direct(s) || s.state == Unit::Stored::kKernelsAdd);
+  return !s.reduced_view() && (direct(s) || s.state == Unit::Stored::kKernelsAdd);
 }
 
 void Gradients::read(int u, bool zeroed) {
   Unit& s = unit(u);
-  if (s.replicated || opt_.stage != 1)
-    s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
+  if (!s.reduced_view()) s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
 }
 
 void Gradients::end_step() {

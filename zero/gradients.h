@@ -29,7 +29,6 @@ namespace zt {
 class Gradients {
  public:
   struct Options {
-    int stage = 0;
     DType grad_dtype = DType::kF32;  // the stored gradient's (DeepSpeed's grad accumulation dtype)
     bool overlap_comm = false;       // one reduction stays in flight behind the next backward
     bool reduce_scatter = true;      // false: all-reduce, keep the shard (DeepSpeed's option)
@@ -108,7 +107,8 @@ class Gradients {
   struct Unit {
     size_t numel = 0, shard = 0, padded = 0;  // as the plan's row
     bool replicated = false;                  // whole on every rank, all-reduced
-    bool host = false;                        // the shard lives in host memory
+    bool whole = false;      // the stored gradient is the whole unit (the plan's whole_grads)
+    bool host = false;       // the shard lives in host memory
     DeviceBuffer stored;     // the whole unit (stages 0-1, replicated) or shard; none when host
     HostBuffer host_stored;  // host: the shard, in the gradient's dtype
     std::optional<double> host_ss;  // host: Σ g² of host_stored, summed as it was written
@@ -129,6 +129,8 @@ class Gradients {
     // norm slot, summed on the device by the pass that last wrote the gradient.
     enum class SumSq { kUnknown, kZero, kInSlot } ss = SumSq::kUnknown;
     size_t owned() const { return replicated ? numel : shard; }
+    // Stage 1: the step reads the reduced fp32 shard, not the stored (whole) gradient.
+    bool reduced_view() const { return whole && !replicated; }
     bool holds_values() const { return state == Stored::kWritten || state == Stored::kKernelsAdd; }
     void mark_written() {
       if (state != Stored::kKernelsAdd) state = Stored::kWritten;
