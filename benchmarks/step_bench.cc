@@ -79,7 +79,7 @@ int run(int argc, char** argv) {
   eo.param_dtype = eo.grad_dtype = *dt;
   eo.zero.stage = stage;
   eo.gradient_clipping = 1.0f;
-  eo.optimizer.weight_decay = 0.1;
+  eo.optimizer = AdamWParams{.weight_decay = 0.1};
   eo.node_shared_params = node_shared != 0;
   Engine engine(layout, be.get(), comm->get(), eo);
 

@@ -43,16 +43,19 @@ inline constexpr int kMaxOptimizerStates = 2;
 
 // What an optimizer keeps: its state tensors, named as torch.optim names them (checkpoints
 // store them by these names), each one fp32 element per parameter.
+// whole_matrices: its update needs each hidden matrix whole (a gather of the matrices and a
+// matrix step between element passes, zero/optimizer_rule.h), not element by element.
 struct OptimizerInfo {
   const char* name;  // as the ds_config's optimizer.type spells it
   int num_states;
   const char* state_names[kMaxOptimizerStates];
+  bool whole_matrices = false;
 };
 inline const OptimizerInfo& optimizer_info(OptimizerKind k) {
   static constexpr OptimizerInfo kInfo[] = {{"AdamW", 2, {"exp_avg", "exp_avg_sq"}},
                                             {"Lion", 1, {"exp_avg", nullptr}},
                                             {"Adagrad", 1, {"sum", nullptr}},
-                                            {"Muon", 2, {"exp_avg", "exp_avg_sq"}}};
+                                            {"Muon", 2, {"exp_avg", "exp_avg_sq"}, true}};
   return kInfo[static_cast<int>(k)];
 }
 // K of the ZeRO paper (Rajbhandari et al., SC20, Section 3.1): optimizer bytes per parameter,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference for Muon (model/optimizer_math.h, model/newton_schulz.h, zero/muon_update.h).
+"""Reference for Muon (model/optimizer_math.h, model/newton_schulz.h, zero/muon_rule.h).
 
 Muon as its author wrote it (K. Jordan et al. 2024, "Muon: an optimizer for hidden layers";
 the muon_update and zeropower_via_newtonschulz5 that DeepSpeed's MuonWithAuxAdam runs), in

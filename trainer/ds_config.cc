@@ -1,29 +1,25 @@
-// ds_config.json parsing: one parser per section over an ObjectReader that records the keys
-// it was asked for, so a section's known keys are exactly the ones its parser reads, and any
-// other key is reported with the closest known one.
+// ds_config.json parsing: one parser per section over an ObjectReader (trainer/ds_reader.h)
+// that records the keys it was asked for, so a section's known keys are exactly the ones its
+// parser reads, and any other key is reported with the closest known one. The optimizer and
+// scheduler sections are parsed in trainer/ds_optimizer.cc.
 #include "trainer/ds_config.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <initializer_list>
 #include <limits>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/str_join.h"
-#include "common/edit_distance.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "common/memory.h"
 #include "common/status.h"
 #include "model/backend.h"
-#include "nlohmann/json.hpp"
+#include "trainer/ds_reader.h"
 
 namespace zt {
 namespace {
 
-using json = nlohmann::json;
+using namespace ds;  // NOLINT: the reader and its helpers, in every section's parser
 
 // ---------------------------------------------------------------------------------------
 // Not implemented in this build: (path, predicate, message). Checked after the whole file
@@ -42,273 +38,6 @@ constexpr NotImplementedRule kNotImplementedRules[] = {
      "gradient_predivide_factor is known but not implemented in this build; set it to 1.0"},
 };
 // ---------------------------------------------------------------------------------------
-
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::string join_path(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : absl::StrCat(parent, ".", key);
-}
-
-// A JSON value for an error message, shortened.
-std::string show(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
-
-std::string type_name(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "boolean";
-  if (v.is_number()) return "number";
-  if (v.is_string()) return "string";
-  if (v.is_array()) return "array";
-  return "object";
-}
-
-// "string \"yes\"", "number 3", "null": what a wrong value was, for "expected X, got ...".
-std::string typed(const json& v) {
-  return v.is_null() ? "null" : absl::StrCat(type_name(v), " ", show(v));
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Closest candidate by edit distance, or "" when none is reasonably close.
-std::string closest(const std::string& key, const std::vector<std::string>& candidates) {
-  std::string best;
-  int best_d = std::numeric_limits<int>::max();
-  for (const auto& c : candidates) {
-    int d = edit_distance(lower(key), lower(c));
-    if (d < best_d) best_d = d, best = c;
-  }
-  int limit = std::max<int>(2, static_cast<int>(key.size()) / 2);
-  return best_d <= limit ? best : "";
-}
-
-// Reads one JSON object; remembers which keys its section knows.
-class ObjectReader {
- public:
-  // Errors unless `value` is an object.
-  static absl::StatusOr<ObjectReader> make(const std::string* source, const json& value,
-                                           std::string path) {
-    if (!value.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(*source, ": ",
-                                                     path.empty() ? "top level" : path,
-                                                     ": expected an object "
-                                                     "{...}, got ",
-                                                     typed(value)));
-    }
-    return ObjectReader(source, &value, std::move(path));
-  }
-
-  const std::string& path() const { return path_; }
-  std::string path_of(const std::string& key) const { return join_path(path_, key); }
-
-  absl::Status error(const std::string& key, const std::string& msg) const {
-    return absl::InvalidArgumentError(absl::StrCat(*source_, ": ", path_of(key), ": ", msg));
-  }
-
-  // The value under one of `names` (first = canonical, others aliases), nullptr if absent.
-  // Marks all names known. Two names given at once, or "auto", is an error.
-  absl::StatusOr<const json*> raw(std::initializer_list<const char*> names) {
-    const json* found = nullptr;
-    std::string found_name;
-    for (const char* n : names) {
-      if (std::find(known_.begin(), known_.end(), n) == known_.end()) known_.emplace_back(n);
-      auto it = obj_->find(n);
-      if (it == obj_->end()) continue;
-      if (found) {
-        return error(
-            n, absl::StrCat("given together with its alias '", found_name, "'; keep only one"));
-      }
-      found = &*it;
-      found_name = n;
-    }
-    if (found && found->is_string() && found->get<std::string>() == "auto") {
-      return error(found_name,
-                   "\"auto\" is a Hugging Face Trainer placeholder that the HF "
-                   "integration fills in; zerotrain reads the file as is, so "
-                   "give a number (or the value you want) here");
-    }
-    last_name_ = found ? found_name : *names.begin();
-    return found;
-  }
-
-  absl::Status get_bool(std::initializer_list<const char*> names, bool* out) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (!v) return absl::OkStatus();
-    if (!v->is_boolean()) return type_error(*v, "a boolean (true or false)");
-    *out = v->get<bool>();
-    return absl::OkStatus();
-  }
-
-  // Integer in [lo, hi]; integral floats (5e8) are accepted. Absent or null -> nullopt.
-  absl::StatusOr<std::optional<int64_t>> get_opt_int(std::initializer_list<const char*> names,
-                                                     int64_t lo, int64_t hi = kInt64Max) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (!v || v->is_null()) return std::optional<int64_t>();
-    int64_t x = 0;
-    std::string allowed = hi == kInt64Max ? absl::StrCat("an integer >= ", lo)
-                                          : absl::StrCat("an integer in [", lo, ", ", hi, "]");
-    if (v->is_number_integer()) {  // signed or unsigned
-      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(kInt64Max)) {
-        return error(last_name_,
-                     absl::StrCat("value ", show(*v), " is too large; allowed: ", allowed));
-      }
-      x = v->get<int64_t>();
-    } else if (v->is_number_float()) {
-      double d = v->get<double>();
-      if (!std::isfinite(d) || d != std::floor(d)) {
-        return error(last_name_,
-                     absl::StrCat("value ", show(*v), " is not an integer; allowed: ", allowed));
-      }
-      if (d < (double)lo) {
-        return error(last_name_,
-                     absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
-      }
-      if (d > (double)hi || d >= 0x1p63) {  // before the cast, which would overflow
-        return error(last_name_,
-                     absl::StrCat("value ", show(*v), " is too large; allowed: ", allowed));
-      }
-      x = static_cast<int64_t>(d);
-    } else {
-      return type_error(*v, allowed);
-    }
-    if (x < lo || x > hi) {
-      return error(last_name_,
-                   absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
-    }
-    return std::optional<int64_t>(x);
-  }
-
-  absl::Status get_int(std::initializer_list<const char*> names, int64_t* out, int64_t lo,
-                       int64_t hi = kInt64Max) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (v && v->is_null()) return null_error();
-    ZT_ASSIGN_OR_RETURN(std::optional<int64_t> x, get_opt_int(names, lo, hi));
-    if (x) *out = *x;
-    return absl::OkStatus();
-  }
-
-  // Number in [lo, hi] (lo excluded when lo_open). Absent or null -> nullopt.
-  absl::StatusOr<std::optional<double>> get_opt_double(std::initializer_list<const char*> names,
-                                                       double lo, bool lo_open = false,
-                                                       double hi = kInf) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (!v || v->is_null()) return std::optional<double>();
-    std::string allowed = absl::StrCat("a number ", lo_open ? "> " : ">= ", lo);
-    if (hi != kInf) absl::StrAppend(&allowed, " and <= ", hi);
-    if (!v->is_number()) return type_error(*v, allowed);
-    double x = v->get<double>();
-    if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi) {
-      return error(last_name_,
-                   absl::StrCat("value ", show(*v), " is out of range; allowed: ", allowed));
-    }
-    return std::optional<double>(x);
-  }
-
-  absl::Status get_double(std::initializer_list<const char*> names, double* out, double lo,
-                          bool lo_open = false, double hi = kInf) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (v && v->is_null()) return null_error();
-    ZT_ASSIGN_OR_RETURN(std::optional<double> x, get_opt_double(names, lo, lo_open, hi));
-    if (x) *out = *x;
-    return absl::OkStatus();
-  }
-
-  // A string from `choices` (compared case-insensitively when `fold_case`).
-  absl::Status get_choice(std::initializer_list<const char*> names,
-                          const std::vector<std::string>& choices, bool fold_case,
-                          std::string* out) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (!v) return absl::OkStatus();
-    std::string allowed = absl::StrCat("one of \"", absl::StrJoin(choices, "\", \""), "\"");
-    if (!v->is_string()) return type_error(*v, allowed);
-    std::string s = v->get<std::string>();
-    for (const auto& c : choices) {
-      if (fold_case ? lower(c) == lower(s) : c == s) {
-        *out = c;
-        return absl::OkStatus();
-      }
-    }
-    return error(last_name_,
-                 absl::StrCat("value ", show(*v), " is not allowed; allowed: ", allowed));
-  }
-
-  absl::Status get_string(std::initializer_list<const char*> names, std::string* out) {
-    ZT_ASSIGN_OR_RETURN(const json* v, raw(names));
-    if (!v || v->is_null()) return absl::OkStatus();
-    if (!v->is_string()) return type_error(*v, "a string");
-    *out = v->get<std::string>();
-    return absl::OkStatus();
-  }
-
-  // A DeepSpeed key this build does not implement: accepted only when absent or equal to
-  // DeepSpeed's default `dflt` (no effect then); `dflt` null -> any value is an error.
-  void unsupported(const char* name, json dflt = nullptr) {
-    unsupported_.emplace_back(name, std::move(dflt));
-  }
-
-  // Call after reading every known key: reports the first unknown or unsupported key.
-  absl::Status finish() const {
-    for (auto it = obj_->begin(); it != obj_->end(); ++it) {
-      const std::string& key = it.key();
-      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
-      bool is_unsupported = false;
-      for (const auto& [name, dflt] : unsupported_) {
-        if (name != key) continue;
-        is_unsupported = true;
-        if (!dflt.is_null() && it.value() == dflt) break;
-        std::string hint =
-            dflt.is_null()
-                ? std::string("remove it")
-                : absl::StrCat("remove it or set it to DeepSpeed's default ", dflt.dump());
-        return absl::UnimplementedError(absl::StrCat(*source_, ": ", path_of(key),
-                                                     ": known DeepSpeed setting, not "
-                                                     "implemented in this build; ",
-                                                     hint));
-      }
-      if (is_unsupported) continue;
-      std::vector<std::string> candidates = known_;
-      for (const auto& u : unsupported_) candidates.push_back(u.first);
-      std::string guess = closest(key, candidates);
-      std::string msg = "unknown key";
-      if (!guess.empty()) absl::StrAppend(&msg, "; did you mean '", guess, "'?");
-      absl::StrAppend(&msg, " (valid keys", path_.empty() ? "" : " in ", path_, ": ",
-                      absl::StrJoin(known_, ", "), ")");
-      return error(key, msg);
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  ObjectReader(const std::string* source, const json* obj, std::string path)
-      : source_(source), obj_(obj), path_(std::move(path)) {}
-
-  absl::Status type_error(const json& v, const std::string& allowed) const {
-    return error(last_name_, absl::StrCat("expected ", allowed, ", got ", typed(v)));
-  }
-  absl::Status null_error() const {
-    return error(last_name_, "null is not allowed here; give a value or remove the key");
-  }
-
-  const std::string* source_;
-  const json* obj_;
-  std::string path_;
-  std::string last_name_;
-  std::vector<std::string> known_;
-  std::vector<std::pair<std::string, json>> unsupported_;
-};
-
-// Sub-object `key` of `r`, or nullptr when absent (null counts as absent).
-absl::StatusOr<const json*> section(ObjectReader& r, std::initializer_list<const char*> names) {
-  ZT_ASSIGN_OR_RETURN(const json* v, r.raw(names));
-  if (v && v->is_null()) return static_cast<const json*>(nullptr);
-  return v;
-}
 
 // ----- batch ----------------------------------------------------------------------------
 
@@ -387,206 +116,6 @@ absl::Status resolve_batch(ObjectReader& top, const std::string& src, int64_t wo
   b->train_micro_batch_size_per_gpu = *micro;
   b->gradient_accumulation_steps = *gas;
   return absl::OkStatus();
-}
-
-// ----- optimizer ------------------------------------------------------------------------
-
-// params.betas: two numbers, each in [0, 1).
-absl::Status read_betas(ObjectReader& p, OptimizerConfig* o) {
-  ZT_ASSIGN_OR_RETURN(const json* betas, p.raw({"betas"}));
-  if (!betas) return absl::OkStatus();
-  const bool ok =
-      betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number();
-  if (!ok)
-    return p.error("betas",
-                   absl::StrCat("expected two numbers [beta1, beta2], got ", show(*betas)));
-  o->beta1 = (*betas)[0].get<double>();
-  o->beta2 = (*betas)[1].get<double>();
-  for (double b : {o->beta1, o->beta2})
-    if (!(b >= 0.0 && b < 1.0))
-      return p.error("betas", absl::StrCat("value ", show(*betas),
-                                           " is out of range; allowed: each beta in [0, 1)"));
-  return absl::OkStatus();
-}
-
-absl::Status read_eps(const std::string& src, ObjectReader& p, OptimizerConfig* o,
-                      const char* fallback) {
-  ZT_RETURN_IF_ERROR(p.get_double({"eps"}, &o->eps, 0.0));
-  if (o->eps <= 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        src,
-        ": optimizer.params.eps must be > 0 (with 0 the update divides 0 by 0 wherever a "
-        "gradient is 0); DeepSpeed's default is ",
-        fallback));
-  return absl::OkStatus();
-}
-
-absl::Status refuse_amsgrad(const std::string& src, ObjectReader& p) {
-  bool amsgrad = false;
-  ZT_RETURN_IF_ERROR(p.get_bool({"amsgrad"}, &amsgrad));
-  if (amsgrad)
-    return absl::UnimplementedError(
-        absl::StrCat(src,
-                     ": optimizer.params.amsgrad: AMSGrad is not implemented in this build; "
-                     "set it to false or remove it"));
-  return absl::OkStatus();
-}
-
-// One type's params, DeepSpeed's names and defaults.
-absl::Status read_optimizer_params(const std::string& src, ObjectReader& p, OptimizerConfig* o) {
-  ZT_RETURN_IF_ERROR(p.get_double({"lr"}, &o->lr, 0.0));
-  ZT_RETURN_IF_ERROR(p.get_double({"weight_decay"}, &o->weight_decay, 0.0));
-  switch (o->type) {
-    case OptimizerType::kAdam:
-    case OptimizerType::kAdamW:
-      ZT_RETURN_IF_ERROR(read_betas(p, o));
-      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-8"));
-      ZT_RETURN_IF_ERROR(p.get_bool({"bias_correction"}, &o->bias_correction));
-      ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
-      ZT_RETURN_IF_ERROR(p.get_bool({"torch_adam"}, &o->torch_adam));
-      ZT_RETURN_IF_ERROR(refuse_amsgrad(src, p));
-      break;
-    case OptimizerType::kLion: ZT_RETURN_IF_ERROR(read_betas(p, o)); break;
-    case OptimizerType::kAdagrad: {
-      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-10"));
-      ZT_RETURN_IF_ERROR(p.get_double({"lr_decay"}, &o->lr_decay, 0.0));
-      ZT_RETURN_IF_ERROR(refuse_amsgrad(src, p));
-      p.unsupported("initial_accumulator_value", 0.0);
-      break;
-    }
-    case OptimizerType::kMuon:  // the matrices' momentum, then its AdamW's betas and eps
-      ZT_RETURN_IF_ERROR(p.get_double({"momentum"}, &o->momentum, 0.0, false, 1.0));
-      ZT_RETURN_IF_ERROR(read_betas(p, o));
-      ZT_RETURN_IF_ERROR(read_eps(src, p, o, "1e-10"));
-      ZT_RETURN_IF_ERROR(p.get_bool({"adam_w_mode"}, &o->adam_w_mode));
-      // Both run in fp32 here: "gram" is the same iteration on the Gram matrix.
-      ZT_RETURN_IF_ERROR(p.get_choice({"ns_method"}, {"gram", "standard"}, false, &o->ns_method));
-      // Each half's lr (DeepSpeed's engine: muon_lr / adam_lr over the shared lr; the
-      // defaults of a half given neither follow in parse_optimizer). o->lr is the matrices'.
-      o->adam_lr = o->lr;
-      ZT_RETURN_IF_ERROR(p.get_double({"muon_lr"}, &o->lr, 0.0));
-      ZT_RETURN_IF_ERROR(p.get_double({"adam_lr"}, &o->adam_lr, 0.0));
-      break;
-  }
-  p.unsupported("fp32_optimizer_states", true);
-  return p.finish();
-}
-
-absl::Status parse_optimizer(const std::string& src, const json& v, OptimizerConfig* o) {
-  constexpr const char* kTypes = "\"Adam\", \"AdamW\", \"Lion\", \"Adagrad\" or \"Muon\"";
-  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "optimizer"));
-  o->specified = true;
-  ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
-  if (!type) return r.error("type", absl::StrCat("missing; give ", kTypes));
-  if (!type->is_string()) {
-    return r.error("type",
-                   absl::StrCat("expected a string (", kTypes, "), got ", typed(*type)));
-  }
-  const std::string name = lower(type->get<std::string>());
-  if (name == "adam") {
-    o->type = OptimizerType::kAdam;
-  } else if (name == "adamw") {
-    o->type = OptimizerType::kAdamW;
-  } else if (name == "lion") {
-    o->type = OptimizerType::kLion;
-  } else if (name == "adagrad") {
-    o->type = OptimizerType::kAdagrad;
-    o->lr = 1e-2;  // torch.optim.Adagrad's and DeepSpeedCPUAdagrad's defaults
-    o->eps = 1e-10;
-  } else if (name == "muon") {
-    o->type = OptimizerType::kMuon;
-    o->beta2 = 0.95;  // MuonWithAuxAdam's AdamW defaults: betas (0.9, 0.95), eps 1e-10
-    o->eps = 1e-10;
-    o->lr = -1;  // given or not: read_optimizer_params resolves each half's
-  } else {
-    return absl::UnimplementedError(absl::StrCat(src, ": optimizer.type: ", show(*type),
-                                                 " is not implemented in this build; supported "
-                                                 "types: ",
-                                                 kTypes, " (case-insensitive)"));
-  }
-  ZT_ASSIGN_OR_RETURN(const json* params, section(r, {"params"}));
-  r.unsupported("legacy_fusion", false);
-  ZT_RETURN_IF_ERROR(r.finish());
-  if (params) {
-    ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *params, "optimizer.params"));
-    ZT_RETURN_IF_ERROR(read_optimizer_params(src, p, o));
-  }
-  if (o->type == OptimizerType::kMuon) {  // a half given no lr: MuonWithAuxAdam's default
-    if (o->lr < 0) o->lr = 0.02;
-    if (o->adam_lr < 0) o->adam_lr = 3e-4;
-  }
-  // DeepSpeed engine: effective_adam_w_mode = (name == "adamw") or adam_w_mode.
-  o->decoupled_weight_decay = o->type == OptimizerType::kAdamW || o->adam_w_mode;
-  return absl::OkStatus();
-}
-
-// ----- scheduler ------------------------------------------------------------------------
-
-absl::Status parse_scheduler(const std::string& src, const json& v, SchedulerConfig* s) {
-  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, v, "scheduler"));
-  ZT_ASSIGN_OR_RETURN(const json* type, r.raw({"type"}));
-  const std::vector<std::string> implemented = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-  if (!type)
-    return r.error("type",
-                   "missing; give one of WarmupLR, WarmupDecayLR, "
-                   "WarmupCosineLR");
-  if (!type->is_string()) {
-    return r.error("type", absl::StrCat("expected a string, got ", typed(*type)));
-  }
-  std::string name = type->get<std::string>();
-  if (name == "WarmupLR") {
-    s->type = SchedulerType::kWarmupLR;
-  } else if (name == "WarmupDecayLR") {
-    s->type = SchedulerType::kWarmupDecayLR;
-  } else if (name == "WarmupCosineLR") {
-    s->type = SchedulerType::kWarmupCosineLR;
-  } else if (name == "OneCycle" || name == "LRRangeTest") {
-    return absl::UnimplementedError(absl::StrCat(src, ": scheduler.type: \"", name,
-                                                 "\" is not implemented in this build; supported: "
-                                                 "WarmupLR, WarmupDecayLR, WarmupCosineLR"));
-  } else {
-    std::vector<std::string> all = implemented;
-    all.push_back("OneCycle");
-    all.push_back("LRRangeTest");
-    std::string guess = closest(name, all);
-    return r.error("type",
-                   absl::StrCat("unknown scheduler \"", name, "\"",
-                                guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"),
-                                " (supported: WarmupLR, WarmupDecayLR, "
-                                "WarmupCosineLR)"));
-  }
-  ZT_ASSIGN_OR_RETURN(const json* params, section(r, {"params"}));
-  ZT_RETURN_IF_ERROR(r.finish());
-  bool needs_total = s->type != SchedulerType::kWarmupLR;
-  // DeepSpeed 0.19: WarmupDecayLR's own default warmup_max_lr is 0.001; WarmupLR's is None,
-  // meaning the optimizer's lr.
-  if (s->type == SchedulerType::kWarmupDecayLR) s->warmup_max_lr = 0.001;
-  json empty = json::object();
-  ZT_ASSIGN_OR_RETURN(ObjectReader p,
-                      ObjectReader::make(&src, params ? *params : empty, "scheduler.params"));
-  if (s->type == SchedulerType::kWarmupCosineLR) {
-    ZT_RETURN_IF_ERROR(p.get_double({"warmup_min_ratio"}, &s->warmup_min_ratio, 0.0, false, 1.0));
-    ZT_RETURN_IF_ERROR(p.get_double({"cos_min_ratio"}, &s->cos_min_ratio, 0.0, false, 1.0));
-  } else {
-    ZT_RETURN_IF_ERROR(p.get_double({"warmup_min_lr"}, &s->warmup_min_lr, 0.0));
-    ZT_ASSIGN_OR_RETURN(std::optional<double> max_lr, p.get_opt_double({"warmup_max_lr"}, 0.0));
-    if (max_lr) s->warmup_max_lr = max_lr;
-  }
-  ZT_RETURN_IF_ERROR(p.get_int({"warmup_num_steps"}, &s->warmup_num_steps, 1));
-  std::string wt = "log";
-  ZT_RETURN_IF_ERROR(p.get_choice({"warmup_type"}, {"log", "linear"}, false, &wt));
-  s->warmup_type = wt == "log" ? WarmupType::kLog : WarmupType::kLinear;
-  if (needs_total) {
-    ZT_ASSIGN_OR_RETURN(std::optional<int64_t> total, p.get_opt_int({"total_num_steps"}, 1));
-    if (!total) {
-      return p.error("total_num_steps", absl::StrCat("required by ", name,
-                                                     "; give the number "
-                                                     "of optimizer steps of the run"));
-    }
-    s->total_num_steps = *total;
-  }
-  p.unsupported("last_batch_iteration", -1);
-  return p.finish();
 }
 
 // ----- precision ------------------------------------------------------------------------
@@ -920,7 +449,7 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
         src, ": zerotrain.node_shared_params: not with zero_optimization.mics_shard_size in this "
              "build (MiCS's groups each own the whole model, so ranks of a node would write the "
              "same slices); drop one of the two"));
-  if (c->zerotrain.delayed_param_update && c->optimizer.type == OptimizerType::kMuon)
+  if (c->zerotrain.delayed_param_update && optimizer_info(c->optimizer.kind()).whole_matrices)
     return absl::UnimplementedError(absl::StrCat(
         src,
         ": zerotrain.delayed_param_update.enabled: not with optimizer.type \"Muon\" in "
@@ -1021,17 +550,6 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
 }
 
 }  // namespace
-
-OptimizerKind optimizer_kind(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::kAdam:
-    case OptimizerType::kAdamW: return OptimizerKind::kAdamW;
-    case OptimizerType::kLion: return OptimizerKind::kLion;
-    case OptimizerType::kAdagrad: return OptimizerKind::kAdagrad;
-    case OptimizerType::kMuon: return OptimizerKind::kMuon;
-  }
-  return OptimizerKind::kAdamW;
-}
 
 absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_size,
                                          std::string_view source_name) {

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/optimizer_math.h"
+#include "model/optimizer_params.h"
+#include "nlohmann/json.hpp"
 #include "zero/comm_logger.h"
 #include "zero/deepspeed_defaults.h"
 #include "zero/offload_device.h"
@@ -30,38 +31,25 @@ struct BatchConfig {
   int64_t gradient_accumulation_steps = 0;     // micro-batches per optimizer step
 };
 
-// Optimizer kinds this build implements (optimizer.type, case-insensitive as in DeepSpeed).
-enum class OptimizerType { kAdam, kAdamW, kLion, kAdagrad, kMuon };
-
 // "optimizer": {"type": ..., "params": {...}}. DeepSpeed lower-cases the type name. Absent
 // section -> specified = false and these defaults (AdamW), which the trainer may override
-// from its flags. Each type reads its own params with DeepSpeed's defaults (the optimizer
-// class DeepSpeed builds for it: FusedAdam / DeepSpeedCPUAdam, FusedLion / DeepSpeedCPULion,
-// torch.optim.Adagrad / DeepSpeedCPUAdagrad, MuonWithAuxAdam); a key another type takes is an
-// error.
+// from its flags. Each type reads its own params with DeepSpeed's defaults
+// (model/optimizer_params.h); a key another type takes is an error. "Adam" and "AdamW" are
+// both AdamWParams, resolved as DeepSpeed's engine does: type AdamW, or Adam with adam_w_mode
+// true (the default), decouples weight decay; Adam with adam_w_mode false adds the L2 term
+// weight_decay·θ to the gradient instead (AdamWParams::adam_w_mode holds the resolved mode).
+// params.torch_adam is accepted and has no effect here; params.amsgrad true is refused.
 struct OptimizerConfig {
-  bool specified = false;                      // the file had an "optimizer" section
-  OptimizerType type = OptimizerType::kAdamW;  // "Adam", "AdamW", "Lion", "Adagrad" or "Muon"
-  double lr = 1e-3;     // params.lr: learning rate (before any scheduler); Adagrad 1e-2; Muon:
-                        // its matrices' (params.muon_lr, else lr, else 0.02)
-  double adam_lr = -1;  // Muon: its AdamW half's (params.adam_lr, else lr, else 3e-4)
-  double beta1 = 0.9;              // params.betas[0] (Adam, Lion, Muon's AdamW), in [0, 1)
-  double beta2 = 0.999;            // params.betas[1] (Adam, Lion; Muon's AdamW 0.95), in [0, 1)
-  double eps = 1e-8;               // params.eps (Adam; Adagrad and Muon 1e-10), > 0
-  double momentum = 0.95;          // params.momentum (Muon's matrices), in [0, 1]
+  bool specified = false;  // the file had an "optimizer" section
+  // params.lr: learning rate (before any scheduler); Adagrad 1e-2; Muon: its matrices'
+  // (params.muon_lr, else lr, else 0.02).
+  double lr = 1e-3;
+  // Muon: its AdamW half's base rate (params.adam_lr, else lr, else 3e-4), scheduled as lr is.
+  double adam_lr = -1;
   std::string ns_method = "gram";  // params.ns_method (Muon): "gram" or "standard", both fp32
-  double weight_decay = 0.0;    // params.weight_decay: >= 0
-  bool bias_correction = true;  // params.bias_correction: Adam bias correction
-  bool adam_w_mode = true;      // params.adam_w_mode as written (default true)
-  bool torch_adam = false;      // params.torch_adam: accepted, no effect here
-  double lr_decay = 0.0;        // params.lr_decay (Adagrad, torch.optim.Adagrad's): >= 0
-  // Resolved as DeepSpeed's engine does: type AdamW, or Adam with adam_w_mode true (the
-  // default), decouples weight decay (AdamW); Adam with adam_w_mode false adds the L2 term
-  // weight_decay·θ to the gradient instead.
-  bool decoupled_weight_decay = true;
+  OptimizerParams params;          // the type's hyper-parameters; its index is the kind
+  OptimizerKind kind() const { return optimizer_kind(params); }
 };
-// The element update a type runs (Adam and AdamW are both AdamW's, L2 or decoupled).
-OptimizerKind optimizer_kind(OptimizerType t);
 
 // LR schedules this build implements (deepspeed/runtime/lr_schedules.py).
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
@@ -307,5 +295,11 @@ absl::StatusOr<DsConfig> parse_ds_config(std::string_view json_text, int world_s
 // Reads the file at `path` and parses it as parse_ds_config does. Missing or unreadable
 // file -> NotFound / InvalidArgument naming the path.
 absl::StatusOr<DsConfig> load_ds_config(const std::string& path, int world_size);
+
+// The ds_config's resolved values that change the numbers (defaults applied, under DeepSpeed's
+// key paths), so a config that writes a default out, or "Adam" for "AdamW" with adam_w_mode's
+// default, is the same run. Not zero_optimization, the batch split, offload, zerotrain or the
+// reporting keys, which a resume may change.
+nlohmann::json numeric_ds_config(const DsConfig& ds);
 
 }  // namespace zt

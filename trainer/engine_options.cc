@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "offload/cpu_optimizer.h"
 #include "offload/param_offload.h"
+#include "trainer/lr_schedule.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -23,15 +24,14 @@ EngineOptions engine_options(const DsConfig& ds) {
     eo.loss_scaler = {f.loss_scale,      (int)f.initial_scale_power, (int)f.loss_scale_window,
                       (int)f.hysteresis, f.consecutive_hysteresis,   (double)f.min_loss_scale};
   }
-  eo.optimizer.beta1 = ds.optimizer.beta1;
-  eo.optimizer.beta2 = ds.optimizer.beta2;
-  eo.optimizer.eps = ds.optimizer.eps;
-  eo.optimizer.weight_decay = ds.optimizer.weight_decay;
-  eo.optimizer.adam_w_mode = ds.optimizer.decoupled_weight_decay;  // as DeepSpeed resolves it
-  eo.optimizer.bias_correction = ds.optimizer.bias_correction;
-  eo.optimizer.kind = optimizer_kind(ds.optimizer.type);
-  eo.optimizer.lr_decay = ds.optimizer.lr_decay;
-  eo.optimizer.momentum = ds.optimizer.momentum;
+  eo.optimizer = ds.optimizer.params;
+  if (ds.optimizer.kind() == OptimizerKind::kMuon) {
+    // Its AdamW half from its own base rate, scheduled as DeepSpeed schedules each param group
+    // (the rate rounded to fp32, as the step's own).
+    eo.second_group_lr = [sched = ds.scheduler, base = ds.optimizer.adam_lr](int applied) {
+      return (double)static_cast<float>(lr_at(sched, base, applied));
+    };
+  }
   eo.gradient_clipping = static_cast<float>(ds.gradient_clipping);
   const ZeroConfig& z = ds.zero;
   eo.zero.stage = z.stage;
@@ -55,7 +55,7 @@ EngineOptions engine_options(const DsConfig& ds) {
 bool offload_pipeline_runs(const DsConfig& ds) {
   return ds.zerotrain.offload_pipeline &&
          ds.zero.offload_optimizer.device != OffloadDevice::kNone && ds.zero.stage >= 1 &&
-         ds.optimizer.type != OptimizerType::kMuon &&
+         !optimizer_info(ds.optimizer.kind()).whole_matrices &&
          !(ds.zerotrain.node_shared_params && ds.zero.stage <= 2);
 }
 
@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<NvmeSwapper>> open_swapper(const DsConfig& ds,
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> optimizer_state(const DsConfig& ds, Backend* be) {
   const OffloadOptimizerConfig& o = ds.zero.offload_optimizer;
-  const OptimizerKind kind = optimizer_kind(ds.optimizer.type);
+  const OptimizerKind kind = ds.optimizer.kind();
   const CpuOffloadOptions host{o.pin_memory, ds.zero.sub_group_size, o.pipeline_read,
                                o.pipeline_write, kind};
   switch (o.device) {
@@ -143,7 +143,7 @@ EstimateInput estimate_input(const DsConfig& ds, const ModelConfig& model, int w
   in.ranks_per_node = ranks_per_node;
   in.param_dtype = eo.param_dtype;
   in.grad_dtype = eo.grad_dtype;
-  in.optimizer = eo.optimizer.kind;
+  in.optimizer = optimizer_kind(eo.optimizer);
   in.stage3_param_persistence_threshold = ds.zero.stage3_param_persistence_threshold;
   in.offload_optimizer = ds.zero.offload_optimizer.device;
   in.offload_param = ds.zero.offload_param.device;

@@ -93,80 +93,6 @@ nlohmann::json model_identity(const ModelConfig& m) {
   return j;
 }
 
-// The ds_config's resolved values that change the numbers (defaults applied, under DeepSpeed's
-// key paths), so a config that writes a default out, or "Adam" for "AdamW" with adam_w_mode's
-// default, is the same run. Not zero_optimization, the batch split, offload, zerotrain or the
-// reporting keys, which a resume may change.
-nlohmann::json numeric_ds_config(const DsConfig& ds) {
-  const OptimizerConfig& o = ds.optimizer;
-  const SchedulerConfig& s = ds.scheduler;
-  nlohmann::json j;
-  switch (optimizer_kind(o.type)) {
-    case OptimizerKind::kAdamW:
-      j["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam with L2 weight decay"},
-                        {"params",
-                         {{"lr", o.lr},
-                          {"betas", {o.beta1, o.beta2}},
-                          {"eps", o.eps},
-                          {"weight_decay", o.weight_decay},
-                          {"bias_correction", o.bias_correction}}}};
-      break;
-    case OptimizerKind::kLion:
-      j["optimizer"] = {
-          {"type", "Lion"},
-          {"params",
-           {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"weight_decay", o.weight_decay}}}};
-      break;
-    case OptimizerKind::kAdagrad:
-      j["optimizer"] = {{"type", "Adagrad"},
-                        {"params",
-                         {{"lr", o.lr},
-                          {"eps", o.eps},
-                          {"weight_decay", o.weight_decay},
-                          {"lr_decay", o.lr_decay}}}};
-      break;
-    case OptimizerKind::kMuon:
-      j["optimizer"] = {{"type", "Muon"},
-                        {"params",
-                         {{"muon_lr", o.lr},
-                          {"adam_lr", o.adam_lr},
-                          {"momentum", o.momentum},
-                          {"betas", {o.beta1, o.beta2}},
-                          {"eps", o.eps},
-                          {"weight_decay", o.weight_decay},
-                          {"adam_w_mode", o.decoupled_weight_decay}}}};
-      break;
-  }
-  const char* type = s.type == SchedulerType::kWarmupLR         ? "WarmupLR"
-                     : s.type == SchedulerType::kWarmupDecayLR  ? "WarmupDecayLR"
-                     : s.type == SchedulerType::kWarmupCosineLR ? "WarmupCosineLR"
-                                                                : "none";
-  j["scheduler"] = {{"type", type}};
-  if (s.type != SchedulerType::kNone)
-    j["scheduler"]["params"] = {
-        {"warmup_min_lr", s.warmup_min_lr},
-        {"warmup_max_lr", s.warmup_max_lr.value_or(o.lr)},
-        {"warmup_num_steps", s.warmup_num_steps},
-        {"warmup_type", s.warmup_type == WarmupType::kLog ? "log" : "linear"},
-        {"total_num_steps", s.total_num_steps},
-        {"warmup_min_ratio", s.warmup_min_ratio},
-        {"cos_min_ratio", s.cos_min_ratio}};
-  j["gradient_clipping"] = ds.gradient_clipping;
-  j["gradient_predivide_factor"] = ds.gradient_predivide_factor;
-  j["bf16"] = {{"enabled", ds.bf16.enabled}};
-  j["fp16"] = {{"enabled", ds.fp16.enabled}};
-  if (ds.fp16.enabled) {
-    const Fp16Config& f = ds.fp16;
-    j["fp16"].update({{"loss_scale", f.loss_scale},
-                      {"initial_scale_power", f.initial_scale_power},
-                      {"loss_scale_window", f.loss_scale_window},
-                      {"hysteresis", f.hysteresis},
-                      {"consecutive_hysteresis", f.consecutive_hysteresis},
-                      {"min_loss_scale", f.min_loss_scale}});
-  }
-  return j;
-}
-
 // What a resumed run must share with the save (trainer/checkpoint.h): the model, the data
 // order, the global batch and the resolved ds_config values that change the numbers. Not the
 // world size, the stage, offload or the micro-batch split, which a resume may change. Flattened
@@ -912,13 +838,9 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
   // DeepSpeed's schedulers count applied optimizer steps from 0 (fp16 skips do not count).
   const OptimizerConfig& o = r.ds.optimizer;
   s.lr = lr_at(r.ds.scheduler, o.lr, r.engine->steps_taken());
-  // Muon's AdamW half on its own lr, scheduled as DeepSpeed schedules each param group.
-  const double adam_half_lr = o.type == OptimizerType::kMuon
-                                  ? lr_at(r.ds.scheduler, o.adam_lr, r.engine->steps_taken())
-                                  : -1;
   Timer to;
-  ZT_ASSIGN_OR_RETURN(const StepStats st,
-                      r.engine->step(static_cast<float>(s.lr), static_cast<float>(adam_half_lr)));
+  // A second parameter group's rate (Muon's AdamW half) comes from the engine's rule.
+  ZT_ASSIGN_OR_RETURN(const StepStats st, r.engine->step(static_cast<float>(s.lr)));
   s.optimizer_ms = to.ms();
   s.grad_norm = st.grad_norm;
   s.loss_scale = st.loss_scale;

@@ -20,7 +20,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       world_comm_(comm),
       units_(layout.num_units()),
       optimizer_(optimizer ? std::move(optimizer)
-                           : make_device_optimizer_state(be, opt.optimizer.kind)),
+                           : make_device_optimizer_state(be, optimizer_kind(opt.optimizer))),
       params_(std::move(params)) {
   const int stage = opt.zero.stage;
   ZT_CHECK(stage >= 0 && stage <= 3);
@@ -38,9 +38,9 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
   // (The offload pipeline applies only where one is: pipelined().)
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
-  // Muon's passes are collective (the all-gather of u): not from the delayed update's thread.
-  ZT_CHECK(opt.delayed_update_after < 0 || opt.optimizer.kind != OptimizerKind::kMuon);
-  if (opt.optimizer.kind == OptimizerKind::kMuon) muon_ = std::make_unique<MuonUpdate>(be, comm_);
+  rule_ = make_optimizer_rule(opt.optimizer, opt.second_group_lr, layout, be, comm_);
+  // A collective rule's update needs every rank on the training thread, not the delayed one's.
+  ZT_CHECK(opt.delayed_update_after < 0 || !rule_->collective());
   const size_t pbytes = dtype_size(opt.param_dtype);
   const bool fp32_params = opt.param_dtype == DType::kF32;
   std::vector<int64_t> numels;

@@ -20,8 +20,8 @@
 // gradient reduction of a unit runs while the next unit's backward computes.
 //
 // Bytes per parameter: working params dtype_size(param_dtype), grads dtype_size(grad_dtype),
-// optimizer K = optimizer_bytes_per_param (AdamW: 12, fp32 master, m, v; 8 when params are fp32,
-// they are the master; Lion and Adagrad 4 less; Muon as AdamW).
+// optimizer K = optimizer_bytes_per_param (the fp32 master, unless the fp32 working copy is it,
+// and 4 bytes per optimizer state).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,7 @@
 #include "zero/deepspeed_defaults.h"
 #include "zero/gradients.h"
 #include "zero/loss_scaler.h"
-#include "zero/muon_update.h"
+#include "zero/optimizer_rule.h"
 #include "zero/optimizer_state.h"
 #include "zero/param_gatherer.h"
 #include "zero/param_store.h"
@@ -47,17 +47,6 @@
 #include "zero/zeropp.h"
 
 namespace zt {
-
-// The optimizer and its hyper-parameters (DeepSpeed "optimizer"; lr comes per step from the
-// schedule). Each optimizer reads the fields model/optimizer_math.h names for it.
-struct OptimizerParams {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  bool adam_w_mode = true;  // AdamW: decoupled weight decay; false: L2 (classic Adam)
-  bool bias_correction = true;
-  OptimizerKind kind = OptimizerKind::kAdamW;
-  double lr_decay = 0;     // Adagrad
-  double momentum = 0.95;  // Muon (its hidden matrices; beta1, beta2 and eps are its AdamW's)
-};
 
 // The zero_optimization keys the engine uses (DeepSpeed names and defaults).
 struct ZeroOptions {
@@ -74,7 +63,10 @@ struct ZeroOptions {
 struct EngineOptions {
   DType param_dtype = DType::kF32;  // working parameters
   DType grad_dtype = DType::kF32;   // stored (accumulated) gradients
+  // The optimizer (DeepSpeed's "optimizer" section; the lr comes per step from the schedule),
+  // and its second parameter group's scheduled rate (zero/optimizer_rule.h; null: the step's).
   OptimizerParams optimizer;
+  GroupLr second_group_lr;
   float gradient_clipping = 0.f;  // max global L2 norm; 0 disables
   ZeroOptions zero;
   // fp16: the loss is scaled by loss_scale() (the caller multiplies its seed gradient), and an
@@ -92,9 +84,9 @@ struct EngineOptions {
   // The offload pipeline (docs/offload.md "The offload pipeline"): with an offloaded optimizer
   // state, step() starts the update of every unit on a worker thread and returns; the next
   // fetch of a unit (its forward, a stage-3 gather or read ahead) waits for that unit's update
-  // alone and publishes its weights. Bitwise the serial update. Not with Muon (its passes are
-  // collective) or node-shared parameters (a rank would read a slice another rank has not
-  // published yet): those update serially.
+  // alone and publishes its weights. Bitwise the serial update. Not with a collective rule
+  // (zero/optimizer_rule.h) or node-shared parameters (a rank would read a slice another rank
+  // has not published yet): those update serially.
   bool offload_pipeline = false;
   // OpenMP threads of the update off the training thread (the pipeline, the delayed update).
   int optimizer_threads = 1;
@@ -157,7 +149,7 @@ class Engine final : public UnitEngine {
   // working dtype (as after a step). Any stage and world size: the shards re-slice here.
   void set_unit_state(int u, std::span<const float> master,
                       std::span<const std::span<const float>> states);
-  // Optimizer steps taken (bias correction, Adagrad's lr decay) and the fp16 loss scaler, as
+  // Optimizer steps taken (bias correction, a learning rate decay) and the fp16 loss scaler, as
   // saved.
   void set_steps_taken(int t) { t_ = t; }
   std::optional<LossScaler::State> loss_scaler_state() const {
@@ -186,8 +178,8 @@ class Engine final : public UnitEngine {
   // (assembled from shards; an fp16 overflow skips the step), clipping (DeepSpeed: coef = clip /
   // (norm + 1e-6) when norm > clip), the optimizer on the owned fp32 master weights, refresh of the
   // working parameters, zeroed gradients. Errors: an fp16 overflow at min_loss_scale (DeepSpeed
-  // stops the run there too). adam_half_lr: Muon's AdamW elements' learning rate (< 0: lr).
-  absl::StatusOr<StepStats> step(float lr, float adam_half_lr = -1);
+  // stops the run there too). A second parameter group's rate comes from the rule.
+  absl::StatusOr<StepStats> step(float lr);
   int steps_taken() const { return t_; }
   // Waits for an update still running off the training thread (the offload pipeline's, the
   // delayed update's) and publishes its weights, so parameters and optimizer state are current
@@ -277,7 +269,7 @@ class Engine final : public UnitEngine {
   // The training thread waited `ms` for communication: the breakdown's and the trace's.
   void note_comm_wait(double ms);
   ZeroppGroups zeropp_;  // ZeRO++'s and MiCS's groups; before the gatherer, which uses them
-  std::unique_ptr<MuonUpdate> muon_;  // optimizer kMuon: its passes around the orthogonalisation
+  std::unique_ptr<OptimizerRule> rule_;  // the optimizer: each step's scalars, a unit's update
   std::unique_ptr<Gradients> grads_;  // every unit's gradient, backward to update
   // Stage 3's gathers, prefetch and reuse; every unit's users. Last: destroyed first, so no
   // all-gather still writes when the buffers go.

@@ -53,7 +53,7 @@ void Engine::get_saved_state(int u, float* master, float* const* states) {
   const auto [begin, end] = saved_range(u);
   if (begin == end) return;
   UnitState& s = unit(u);
-  const int k = optimizer_info(opt_.optimizer.kind).num_states;
+  const int k = optimizer_info(rule_->kind()).num_states;
   std::vector<float> a(s.owned());
   std::vector<std::vector<float>> st(k, std::vector<float>(s.owned()));
   float* ptr[kMaxOptimizerStates] = {};
@@ -69,7 +69,7 @@ void Engine::set_unit_state(int u, std::span<const float> master,
                             std::span<const std::span<const float>> states) {
   set_unit_params(u, master);
   UnitState& s = unit(u);
-  const int k = optimizer_info(opt_.optimizer.kind).num_states;
+  const int k = optimizer_info(rule_->kind()).num_states;
   ZT_CHECK((int)states.size() == k);
   std::vector<std::vector<float>> owned(k, std::vector<float>(s.owned(), 0.f));
   const float* ptr[kMaxOptimizerStates] = {};

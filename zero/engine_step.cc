@@ -13,7 +13,7 @@
 
 namespace zt {
 
-absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
+absl::StatusOr<StepStats> Engine::step(float lr) {
   grads_->drain(0);
   finish_update();  // the previous step's update, if it ran in the background
   StepStats st;
@@ -39,20 +39,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
   if (opt_.gradient_clipping > 0 && st.grad_norm > opt_.gradient_clipping)
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
-  const OptimizerParams& a = opt_.optimizer;
-  OptimizerStep as{.lr = lr,
-                   .beta1 = a.beta1,
-                   .beta2 = a.beta2,
-                   .eps = a.eps,
-                   .weight_decay = a.weight_decay,
-                   .t = t_,
-                   .grad_scale = st.clip_coef / st.loss_scale,
-                   .adam_w_mode = a.adam_w_mode,
-                   .bias_correction = a.bias_correction,
-                   .kind = a.kind,
-                   .lr_decay = a.lr_decay,
-                   .momentum = a.momentum,
-                   .aux_lr = adam_half_lr};
+  OptimizerStep as = rule_->step(lr, t_, st.clip_coef / st.loss_scale);
   if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
     start_update_pipeline(as, /*delayed=*/true);
     finish_step();
@@ -66,7 +53,7 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
     UnitState& s = units_[u];
     if (pipeline) continue;  // on the pipeline's worker, below
     const Gradients::View g = grads_->owned(u);
-    // One pass: unscale and clip the gradient, AdamW on the master, the working copy of the
+    // One pass: unscale and clip the gradient, the optimizer on the master, the working copy of the
     // owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
     as.zero_grad = grads_->zero_as_read(u);
@@ -78,17 +65,18 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
     } else if (!optimizer_->master_is_working_copy(u)) {
       io.out = owned_working(s);
     }
-    if (muon_)
-      muon_->update(*optimizer_, u, layout_.hidden_matrices(u), s.replicated ? 0 : rank_ * s.shard,
-                    s.owned(), !s.replicated, io, as);
-    else
-      optimizer_->update(u, io, as);
+    rule_->update(*optimizer_,
+                  {.unit = u,
+                   .owned_begin = s.replicated ? 0 : rank_ * s.shard,
+                   .owned = s.owned(),
+                   .sharded = !s.replicated},
+                  io, as);
     if (s.store >= 0) params_->end_write(s.store);
     // Stages 1-2: the updated slice then goes to every rank (all-gather in place).
     if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
   }
   optimizer_->flush();  // NVMe write-behind: errors surface in this step
-  if (muon_) muon_->end_step();
+  rule_->end_step();
   gather_owned_slices(gather_units);
   if (pipeline) {
     as.zero_grad = false;  // the worker reads host copies; finish_step settles the device ones
@@ -100,9 +88,9 @@ absl::StatusOr<StepStats> Engine::step(float lr, float adam_half_lr) {
 }
 
 // The all-gathers go out after every update: issued between updates they would share the
-// cores and memory bandwidth with them (the communication thread copies while Adam streams).
-// Node-shared parameters need no gather: every rank wrote its slice in place, and a barrier
-// orders those writes before any rank's next read.
+// cores and memory bandwidth with them (the communication thread copies while the optimizer
+// streams). Node-shared parameters need no gather: every rank wrote its slice in place, and a
+// barrier orders those writes before any rank's next read.
 void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
   std::vector<CommRequest> gathers;
   bool shared = false;
@@ -119,7 +107,7 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
 }
 
 bool Engine::pipelined() const {
-  return opt_.offload_pipeline && optimizer_->host_tracker() && !muon_ && !shared_;
+  return opt_.offload_pipeline && optimizer_->host_tracker() && !rule_->collective() && !shared_;
 }
 
 // Every unit's update runs on the worker. A gradient on the device (stage 1's reduced shard,

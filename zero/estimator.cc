@@ -267,11 +267,12 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
   // before training: the workspace peak is at least that.
   if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, Size(largest_padded) * 4);
-  // Muon's step (zero/muon_update.h), when the forward's and backward's workspace is free: u and
+  // A whole-matrix optimizer's step (zero/muon_rule.h), when the forward's and backward's
+  // workspace is free: u and
   // the update of a block unit's owned elements, its gathered u when sharded (padded), and
   // Newton-Schulz on the largest hidden matrix (its output, two iterates, three Gram-sized
   // matrices), all fp32, each at its largest over the blocks.
-  if (in.optimizer == OptimizerKind::kMuon && in.model &&
+  if (optimizer_info(in.optimizer).whole_matrices && in.model &&
       plan.size() == (size_t)ParamLayout(*in.model).num_units()) {
     const ParamLayout layout(*in.model);
     int64_t owned = 0, gathered = 0, ns = 0;

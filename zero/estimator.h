@@ -51,15 +51,15 @@ struct EstimateInput {
   // The optimizer holds an fp32 master copy when params are not fp32 (K = 12: master, m, v).
   // With fp32 params the params are the master (K = 8: m, v). false: K = 8 always.
   bool fp32_master = true;
-  // The optimizer: K = optimizer_bytes_per_param (AdamW 12 / 8, Lion and Adagrad 8 / 4).
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // The optimizer: K = optimizer_bytes_per_param (12 / 8 with two states, 8 / 4 with one).
+  OptimizerKind optimizer{};  // the first kind: two states
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3 only
   // offload_param nvme: shards kept in host memory (elements, in unit order), and the host
   // buffers the others are read through (offload/param_offload.h).
   int64_t param_max_in_cpu = ds_default::kParamMaxInCpu;
   int64_t param_buffer_count = ds_default::kParamBufferCount;
-  // zero_optimization.sub_group_size: elements CPU Adam takes at once (sizes its staging).
+  // zero_optimization.sub_group_size: elements the CPU optimizer takes at once (sizes its staging).
   int64_t sub_group_size = ds_default::kSubGroupSize;
   // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
   bool nvme_pipeline = false;
@@ -130,8 +130,8 @@ struct MemoryEstimate {
 //   1     | p_u * P         | p_u * G         | s_u * K
 //   2     | p_u * P         | s_u * G         | s_u * K
 //   3     | s_u * P         | s_u * G         | s_u * K
-// P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = optimizer_bytes_per_param: AdamW
-// 12 (fp32 master + m + v) or 8, Lion and Adagrad 8 (master + one state) or 4.
+// P = dtype_size(param_dtype), G = dtype_size(grad_dtype), K = optimizer_bytes_per_param: 12
+// (fp32 master + two states) or 8, with one state 8 (master + state) or 4.
 // With bf16 P, G and K = 12 this is the paper's (2+2+K)Ψ, 4Ψ + KΨ/N_d, 2Ψ + (2+K)Ψ/N_d,
 // (2+2+K)Ψ/N_d (up to padding).
 // Offload (offload/cpu_optimizer.h): offload_optimizer cpu moves the optimizer state (K with a
@@ -154,9 +154,9 @@ struct MemoryEstimate {
 // not fp32, plus
 // an fp32 gradient accumulator of the largest unit when grads are not fp32 or the stage is
 // 2-3; at stages 1-2 with N_d > 1 at least the fp32 copy of the largest unit that loading
-// parameters goes through; with Muon, at least its step's u, update, gathered u and
-// Newton-Schulz matrices (fp32; needs model). Only with unit_numel (a bare Ψ has no unit
-// structure: workspace 0).
+// parameters goes through; with a whole-matrix optimizer, at least its step's u, update,
+// gathered u and Newton-Schulz matrices (fp32; needs model). Only with unit_numel (a bare Ψ has
+// no unit structure: workspace 0).
 // Communication buffers (N_d > 1): the fp32 gradient being reduced (stages 0-1: the whole unit,
 // sent from a copy) and the fp32 shard it reduces to (stages 1-3), for the largest unit, twice
 // with overlap_comm; stage 1 also keeps every unit's reduced fp32 shard until the step (4 bytes

@@ -18,7 +18,7 @@ enum class OffloadDevice { kNone, kCpu, kNvme };
 // when it ran behind other work.
 struct OffloadTimes {
   double grad_out_ms = 0;    // gradients device -> host
-  double cpu_step_ms = 0;    // the optimizer step on the CPU (CPU Adam, Lion, Adagrad, Muon)
+  double cpu_step_ms = 0;    // the optimizer step on the CPU (whichever optimizer)
   double param_in_ms = 0;    // parameters host -> device (updated working copies, shard loads)
   double nvme_read_ms = 0;   // waiting for reads from the drive
   double nvme_write_ms = 0;  // waiting for writes to the drive

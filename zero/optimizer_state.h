@@ -1,6 +1,6 @@
 // Where a rank's optimizer state lives (docs/architecture.md "Offload"): the fp32 master weights
-// and the optimizer's state tensors (model/optimizer_math.h: AdamW's m and v, Lion's m,
-// Adagrad's sum) of the elements it owns, and the update on them. The engine keeps the
+// and the optimizer's state tensors (model/optimizer_math.h, optimizer_info: named as
+// torch.optim names them) of the elements it owns, and the update on them. The engine keeps the
 // stage logic (what is owned, reduced, gathered) and calls this per unit, so offloading the state
 // (offload/: host memory or NVMe) changes no stage code. The device implementation below is the
 // engine's behaviour without offload.
@@ -83,10 +83,11 @@ inline size_t offload_granule(size_t owned, int64_t sub_group_size, size_t align
 }
 // Elements of each of an offloaded state's two staging buffers (gradient, working copy) for
 // sub-groups of at most `granule`: two tiles of half a sub-group, so the copy stream moves one
-// tile while CPU Adam works on the other. Shared by offload/cpu_optimizer.cc and the estimator.
+// tile while the CPU optimizer works on the other. Shared by offload/cpu_optimizer.cc and the
+// estimator.
 inline size_t staging_elems(size_t granule) { return (granule + 1) / 2 * 2; }
 // NVMe bytes of one unit's state: whole sub-groups of the master and the optimizer's states
-// (AdamW: master, m and v, 12 bytes per element).
+// (4 bytes an element for the master and for each state).
 inline size_t nvme_state_bytes(size_t owned, int64_t sub_group_size, OptimizerKind kind) {
   const size_t g = offload_granule(owned, sub_group_size, 1024);
   return (owned + g - 1) / g * (1 + optimizer_info(kind).num_states) * g * 4;

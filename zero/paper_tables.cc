@@ -34,7 +34,7 @@ PaperCell agrees(std::string ours, std::string paper, std::string note) {
 }
 
 // Device model-state bytes per parameter of one layout on one rank (N_d = 1), bf16 parameters
-// and gradients, AdamW with an fp32 master (K = 12): zerotrain's memory model.
+// and gradients, an fp32 master and two optimizer states (K = 12): zerotrain's memory model.
 double device_bytes_per_param(int stage, OffloadDevice optimizer, OffloadDevice params) {
   EstimateInput in;
   in.psi = 1'000'000'000;

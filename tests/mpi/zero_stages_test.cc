@@ -169,7 +169,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   Transformer model(c, be.get(), B, kT, checkpoint_every, cpu_checkpointing,
                     be->activation_dtype(eo.param_dtype));  // the GPU's: 16-bit
   Engine engine(model.layout(), be.get(), &comm, eo,
-                optimizer_for(where, be.get(), eo.optimizer.kind),
+                optimizer_for(where, be.get(), optimizer_kind(eo.optimizer)),
                 params_for(params, be.get(), eo.param_dtype));
   const auto& units = model.layout().units();
   for (size_t u = 0; u < units.size(); ++u) {
@@ -262,10 +262,27 @@ class ZeroStages : public ::testing::Test {
   std::unique_ptr<Communicator> comm_;
 };
 
+// Optimizer kind k with the hyper-parameters of these tests: beta1 0.9, Muon's momentum 0.95,
+// and h's.
+struct TestHyper {
+  double beta2 = 0.999, eps = 1e-8, weight_decay = 0.1f, lr_decay = 0;
+};
+OptimizerParams test_params(OptimizerKind k, TestHyper h = {}) {
+  const AdamWParams adam{.beta2 = h.beta2, .eps = h.eps, .weight_decay = h.weight_decay};
+  switch (k) {
+    case OptimizerKind::kLion: return LionParams{.beta2 = h.beta2, .weight_decay = h.weight_decay};
+    case OptimizerKind::kAdagrad:
+      return AdagradParams{.eps = h.eps, .weight_decay = h.weight_decay, .lr_decay = h.lr_decay};
+    case OptimizerKind::kMuon: return MuonParams{.adam = adam};
+    case OptimizerKind::kAdamW: break;
+  }
+  return adam;
+}
+
 EngineOptions fp32_clipped(int stage) {
   EngineOptions eo;
   eo.gradient_clipping = 0.5f;  // binds in these runs: tests the norm assembled from shards
-  eo.optimizer.weight_decay = 0.1f;
+  eo.optimizer = test_params(OptimizerKind::kAdamW);
   eo.zero.stage = stage;
   eo.zero.stage3_param_persistence_threshold = 0;  // every unit sharded (see the variants)
   return eo;
@@ -434,7 +451,7 @@ TEST_F(ZeroStages, ClippedStepMatchesPyTorchDdp) {
       eo.zero.stage = k.stage;
       eo.param_dtype = eo.grad_dtype = k.dtype;
       eo.gradient_clipping = (float)max_norm;
-      eo.optimizer = {hp[2], hp[3], hp[4], hp[5], /*adam_w_mode=*/true, /*bias_correction=*/true};
+      eo.optimizer = AdamWParams{hp[2], hp[3], hp[4], hp[5]};
       if (k.dtype == DType::kF16) {
         eo.loss_scaling = true;
         eo.loss_scaler.initial_scale_power = 12;
@@ -911,7 +928,7 @@ TEST_F(ZeroStages, CpuAndNvmeOptimizerOffloadChangeNoResult) {
 }
 
 // Lion, Adagrad and Muon through the engine (the optimizer seam: zero/optimizer_state.h; Muon's
-// gather and orthogonalisation: zero/muon_update.h), fp32: at every stage, with the state on
+// gather and orthogonalisation: zero/muon_rule.h), fp32: at every stage, with the state on
 // the device, in host memory and on NVMe, a run gives the bits of single-rank-layout stage 0 on
 // the same ranks within 1e-6 (the offloaded CPU step and the device step are one element
 // update, model/optimizer_math.h), and 2 ranks train as 1 does. The states' bytes are the
@@ -922,10 +939,7 @@ TEST_F(ZeroStages, LionAdagradAndMuonTrainAlikeAtEveryStageAndPlace) {
     const int64_t states = optimizer_info(kind).num_states;
     auto options = [&](int stage) {
       EngineOptions eo = fp32_clipped(stage);
-      eo.optimizer.kind = kind;
-      eo.optimizer.beta2 = 0.99;
-      eo.optimizer.eps = 1e-10;
-      eo.optimizer.lr_decay = 0.01;
+      eo.optimizer = test_params(kind, {.beta2 = 0.99, .eps = 1e-10, .lr_decay = 0.01});
       return eo;
     };
     const RunResult one = train(*single, options(0), 1);
@@ -961,7 +975,7 @@ TEST_F(ZeroStages, LionAdagradAndMuonTrainAlikeAtEveryStageAndPlace) {
   }
 }
 
-// Muon moves each hidden matrix by its orthogonalised momentum (zero/muon_update.h), not by an
+// Muon moves each hidden matrix by its orthogonalised momentum (zero/muon_rule.h), not by an
 // element-wise update: NS5 leaves singular values at most about 1.2 (Jordan et al. 2024: it
 // aims them at U(0.5, 1.5)'s middle), so with weight decay 0 a matrix moves at most
 // steps x lr x 1.25 sqrt(min(rows, cols)) sqrt(max(1, rows / cols)) in Frobenius norm, where
@@ -969,8 +983,7 @@ TEST_F(ZeroStages, LionAdagradAndMuonTrainAlikeAtEveryStageAndPlace) {
 // Stage 2 on this world size: each matrix is gathered across a shard boundary.
 TEST_F(ZeroStages, MuonMovesHiddenMatricesByOrthogonalUpdates) {
   EngineOptions eo = fp32_clipped(2);
-  eo.optimizer.kind = OptimizerKind::kMuon;
-  eo.optimizer.weight_decay = 0;
+  eo.optimizer = test_params(OptimizerKind::kMuon, {.weight_decay = 0});
   const RunResult got = train(*comm_, eo, 1);
   const ModelConfig c = tiny();
   const ParamLayout layout(c);
@@ -1096,7 +1109,7 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
       EngineOptions eo = fp32_clipped(k.stage);
       eo.param_dtype = eo.grad_dtype = DType::kBF16;
       if (k.delayed) eo.delayed_update_after = 2;
-      eo.optimizer.kind = k.kind;
+      eo.optimizer = test_params(k.kind);
       eo.offload_pipeline = k.pipeline;
       const RunResult got = train(*comm, eo, 1, tiny(), k.optimizer, k.params);
       EstimateInput in;
@@ -1208,7 +1221,7 @@ RunResult delayed_reference(const EngineOptions& eo, int D) {
     for (size_t u = 0; u < w.size(); ++u)
       for (size_t i = 0; i < w[u].size(); ++i) plain.work[u][i] = (float)w[u][i];
   };
-  const OptimizerParams& a = eo.optimizer;
+  const AdamWParams& a = std::get<AdamWParams>(eo.optimizer);
   const double lr = 2e-3;
   RunResult res;
   std::vector<int> x((size_t)kGlobalBatch * kT), y((size_t)kGlobalBatch * kT);
@@ -1319,7 +1332,7 @@ TEST_F(ZeroStages, OffloadPipelineIsBitwiseTheSerialUpdate) {
     for (const Case& k : cases) {
       EngineOptions eo = fp32_clipped(k.stage);
       eo.param_dtype = eo.grad_dtype = k.dtype;
-      eo.optimizer.kind = k.kind;
+      eo.optimizer = test_params(k.kind);
       eo.delayed_update_after = k.delayed_after;
       eo.zero.stage3_param_persistence_threshold = k.persistence;
       if (k.dtype == DType::kF16) {

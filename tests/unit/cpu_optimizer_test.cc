@@ -289,7 +289,7 @@ TEST_P(CpuAdamLevels, LionAndAdagradZeroTheConsumedGradient) {
 }
 
 // Muon: model/optimizer_math.h's two passes around model/newton_schulz.h, as
-// zero/muon_update.cc runs them on one unit, after 10 steps on a unit of a wide matrix, a
+// zero/muon_rule.cc runs them on one unit, after 10 steps on a unit of a wide matrix, a
 // vector (AdamW), a tall and a square matrix match the float64 reference of
 // scripts/make_muon_reference.py to 1e-6; passes called in pieces at any offset (an offloaded
 // state's tiles) give the same bits as one call.

@@ -1412,7 +1412,7 @@ TrainResult train_tiny_llama(Backend* be, DType dtype) {
   EngineOptions eo;
   eo.param_dtype = eo.grad_dtype = dtype;
   eo.gradient_clipping = 1.f;
-  eo.optimizer.weight_decay = 0.1;
+  eo.optimizer = AdamWParams{.weight_decay = 0.1};
   Engine engine(model.layout(), be, comm.get(), eo);
   const ParamLayout& layout = model.layout();
   for (int u = 0; u < layout.num_units(); ++u) {

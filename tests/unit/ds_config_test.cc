@@ -93,32 +93,40 @@ TEST(DsConfig, MinimalConfigGetsDeepSpeedDefaults) {
   EXPECT_TRUE(c.aio.overlap_events);
 }
 
+// The parsed optimizer's hyper-parameters, as its type's struct.
+const AdamWParams& adamw(const DsConfig& c) { return std::get<AdamWParams>(c.optimizer.params); }
+const LionParams& lion(const DsConfig& c) { return std::get<LionParams>(c.optimizer.params); }
+const AdagradParams& adagrad(const DsConfig& c) {
+  return std::get<AdagradParams>(c.optimizer.params);
+}
+const MuonParams& muon(const DsConfig& c) { return std::get<MuonParams>(c.optimizer.params); }
+
 TEST(DsConfig, OptimizerDefaultsAndAdamIsAdamWUnlessAdamWModeFalse) {
   auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "adam"}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->optimizer.specified);
-  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdam);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kAdamW);
   EXPECT_EQ(r->optimizer.lr, 1e-3);
-  EXPECT_EQ(r->optimizer.beta1, 0.9);
-  EXPECT_EQ(r->optimizer.beta2, 0.999);
-  EXPECT_EQ(r->optimizer.eps, 1e-8);
-  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
-  EXPECT_TRUE(r->optimizer.bias_correction);
-  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+  EXPECT_EQ(adamw(*r).beta1, 0.9);
+  EXPECT_EQ(adamw(*r).beta2, 0.999);
+  EXPECT_EQ(adamw(*r).eps, 1e-8);
+  EXPECT_EQ(adamw(*r).weight_decay, 0.0);
+  EXPECT_TRUE(adamw(*r).bias_correction);
+  EXPECT_TRUE(adamw(*r).adam_w_mode);
 
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
                "params": {"adam_w_mode": false, "lr": 3e-4, "betas": [0.8, 0.95],
                           "torch_adam": true, "amsgrad": false}}})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->optimizer.decoupled_weight_decay);
+  EXPECT_FALSE(adamw(*r).adam_w_mode);
   EXPECT_EQ(r->optimizer.lr, 3e-4);
-  EXPECT_EQ(r->optimizer.beta2, 0.95);
+  EXPECT_EQ(adamw(*r).beta2, 0.95);
 
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "ADAMW",
                "params": {"adam_w_mode": false}}})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdamW);
-  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kAdamW);
+  EXPECT_TRUE(adamw(*r).adam_w_mode);
 }
 
 // Lion and Adagrad take DeepSpeed's defaults (DeepSpeedCPULion / FusedLion: lr 1e-3, betas
@@ -127,30 +135,29 @@ TEST(DsConfig, OptimizerDefaultsAndAdamIsAdamWUnlessAdamWModeFalse) {
 TEST(DsConfig, LionAndAdagradTakeTheirOwnParamsAndDefaults) {
   auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Lion"}})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->optimizer.type, OptimizerType::kLion);
-  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kLion);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kLion);
   EXPECT_EQ(r->optimizer.lr, 1e-3);
-  EXPECT_EQ(r->optimizer.beta1, 0.9);
-  EXPECT_EQ(r->optimizer.beta2, 0.999);
-  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
+  EXPECT_EQ(lion(*r).beta1, 0.9);
+  EXPECT_EQ(lion(*r).beta2, 0.999);
+  EXPECT_EQ(lion(*r).weight_decay, 0.0);
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "lion",
                "params": {"lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->optimizer.lr, 1e-4);
-  EXPECT_EQ(r->optimizer.beta2, 0.98);
-  EXPECT_EQ(r->optimizer.weight_decay, 0.1);
+  EXPECT_EQ(lion(*r).beta2, 0.98);
+  EXPECT_EQ(lion(*r).weight_decay, 0.1);
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad"}})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kAdagrad);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kAdagrad);
   EXPECT_EQ(r->optimizer.lr, 1e-2);
-  EXPECT_EQ(r->optimizer.eps, 1e-10);
-  EXPECT_EQ(r->optimizer.lr_decay, 0.0);
+  EXPECT_EQ(adagrad(*r).eps, 1e-10);
+  EXPECT_EQ(adagrad(*r).lr_decay, 0.0);
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
                "params": {"lr": 0.05, "eps": 1e-8, "lr_decay": 0.01, "amsgrad": false}}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->optimizer.lr, 0.05);
-  EXPECT_EQ(r->optimizer.eps, 1e-8);
-  EXPECT_EQ(r->optimizer.lr_decay, 0.01);
+  EXPECT_EQ(adagrad(*r).eps, 1e-8);
+  EXPECT_EQ(adagrad(*r).lr_decay, 0.01);
   EXPECT_TRUE(Contains(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Lion",
                            "params": {"eps": 1e-8}}})"),
                        {"optimizer.params.eps: unknown key"}));
@@ -173,26 +180,25 @@ TEST(DsConfig, LionAndAdagradTakeTheirOwnParamsAndDefaults) {
 TEST(DsConfig, MuonTakesEachHalfsLrAndDeepSpeedsDefaults) {
   auto r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "muon"}})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->optimizer.type, OptimizerType::kMuon);
-  EXPECT_EQ(optimizer_kind(r->optimizer.type), OptimizerKind::kMuon);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kMuon);
   EXPECT_EQ(r->optimizer.lr, 0.02);
   EXPECT_EQ(r->optimizer.adam_lr, 3e-4);
-  EXPECT_EQ(r->optimizer.momentum, 0.95);
-  EXPECT_EQ(r->optimizer.beta1, 0.9);
-  EXPECT_EQ(r->optimizer.beta2, 0.95);
-  EXPECT_EQ(r->optimizer.eps, 1e-10);
-  EXPECT_EQ(r->optimizer.weight_decay, 0.0);
-  EXPECT_TRUE(r->optimizer.decoupled_weight_decay);
+  EXPECT_EQ(muon(*r).momentum, 0.95);
+  EXPECT_EQ(muon(*r).adam.beta1, 0.9);
+  EXPECT_EQ(muon(*r).adam.beta2, 0.95);
+  EXPECT_EQ(muon(*r).adam.eps, 1e-10);
+  EXPECT_EQ(muon(*r).adam.weight_decay, 0.0);
+  EXPECT_TRUE(muon(*r).adam.adam_w_mode);
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Muon", "params": {"lr": 0.01,
                "momentum": 0.9, "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.1,
                "ns_method": "standard"}}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->optimizer.lr, 0.01);  // shared by both halves
   EXPECT_EQ(r->optimizer.adam_lr, 0.01);
-  EXPECT_EQ(r->optimizer.momentum, 0.9);
-  EXPECT_EQ(r->optimizer.beta2, 0.99);
-  EXPECT_EQ(r->optimizer.eps, 1e-8);
-  EXPECT_EQ(r->optimizer.weight_decay, 0.1);
+  EXPECT_EQ(muon(*r).momentum, 0.9);
+  EXPECT_EQ(muon(*r).adam.beta2, 0.99);
+  EXPECT_EQ(muon(*r).adam.eps, 1e-8);
+  EXPECT_EQ(muon(*r).adam.weight_decay, 0.1);
   EXPECT_EQ(r->optimizer.ns_method, "standard");
   r = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
                "params": {"lr": 0.01, "adam_lr": 1e-3}}})");
@@ -719,7 +725,7 @@ TEST(DsConfig, Zero0ExampleIsASmallModelRecipe) {
   auto r = load_ds_config(std::string(ZT_SOURCE_DIR) + "/configs/ds/zero0.json", 1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->zero.stage, 0);
-  EXPECT_EQ(r->optimizer.type, OptimizerType::kAdamW);
+  EXPECT_EQ(r->optimizer.kind(), OptimizerKind::kAdamW);
   EXPECT_EQ(r->scheduler.type, SchedulerType::kWarmupCosineLR);
   EXPECT_EQ(r->gradient_clipping, 1.0);
   EXPECT_FALSE(r->bf16.enabled);

@@ -425,7 +425,7 @@ TEST(Estimator, MatchesEngineAllocationStage0) {
   }
 }
 
-// Muon's step holds u, the update and Newton-Schulz's matrices in fp32 (zero/muon_update.h): the
+// Muon's step holds u, the update and Newton-Schulz's matrices in fp32 (zero/muon_rule.h): the
 // estimator's workspace is what the engine's step allocates on top of what it held before, at
 // stage 0 in fp32 (where nothing else needs workspace), for LLaMA and GPT-2 shapes.
 TEST(Estimator, MuonStepWorkspaceIsWhatTheEngineAllocates) {
@@ -436,7 +436,7 @@ TEST(Estimator, MuonStepWorkspaceIsWhatTheEngineAllocates) {
     auto be = make_cpu_backend(1);
     EngineOptions eo;
     eo.param_dtype = eo.grad_dtype = DType::kF32;
-    eo.optimizer.kind = OptimizerKind::kMuon;
+    eo.optimizer = MuonParams{};
     auto comm = make_single_process_communicator();
     Engine engine(layout, be.get(), comm.get(), eo);
     const size_t before = be->tracker().current(M::kWorkspace);

@@ -158,7 +158,7 @@ void check_adamw(const std::string& name) {
   ASSERT_TRUE(fx.ref.read_f32("adamw_hparams", hp).ok());
   ASSERT_TRUE(fx.ref.read_f32("adamw_losses", ref).ok());
   EngineOptions opt;
-  opt.optimizer = {hp[1], hp[2], hp[3], hp[4], /*adam_w_mode=*/true, /*bias_correction=*/true};
+  opt.optimizer = AdamWParams{hp[1], hp[2], hp[3], hp[4]};
   opt.gradient_clipping = 0.f;
   Loaded l = build(fx, opt);
   if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
@@ -195,13 +195,11 @@ void check_clipped_step(const std::string& name, OptimizerKind kind = OptimizerK
   const double norm = std::sqrt(sq), max_norm = 0.5 * norm, c = max_norm / (norm + 1e-6);
   const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   EngineOptions opt;
-  opt.optimizer = {beta1,
-                   beta2,
-                   eps,
-                   /*weight_decay=*/0.0,
-                   /*adam_w_mode=*/true,
-                   /*bias_correction=*/true};
-  opt.optimizer.kind = kind;
+  switch (kind) {  // weight decay 0
+    case OptimizerKind::kLion: opt.optimizer = LionParams{.beta1 = beta1, .beta2 = beta2}; break;
+    case OptimizerKind::kAdagrad: opt.optimizer = AdagradParams{.eps = eps}; break;
+    default: opt.optimizer = AdamWParams{.beta1 = beta1, .beta2 = beta2, .eps = eps}; break;
+  }
   opt.gradient_clipping = (float)max_norm;
   Loaded l = build(fx, opt);
   if (!l.be) GTEST_SKIP() << "ZT_TEST_DEVICE=cuda and no CUDA device is visible";
@@ -403,10 +401,10 @@ TEST(Reference, LlmcModelFileGivesTransformersLogits) {
 // (MuonWithAuxAdam with the engine's param groups: the blocks' 2-D matrices take Muon, the
 // embedding, head and norms AdamW). A run named "Opt/key" is compared with "Opt/base", the
 // AdamW runs ("key") with "base". Here the same ds_config goes through the trainer's path
-// (parse_ds_config, engine_options, lr_at of the applied steps for each of Muon's halves) and
-// each run's losses must match DeepSpeed's and differ from its base run's by far more than
-// that bound: a key parsed but not applied (or applied as the default), or a part of the model
-// updated at another half's rate, fails.
+// (parse_ds_config, engine_options with Muon's AdamW half scheduled from its own rate, lr_at of
+// the applied steps) and each run's losses must match DeepSpeed's and differ from its base
+// run's by far more than that bound: a key parsed but not applied (or applied as the
+// default), or a part of the model updated at another half's rate, fails.
 // Bound 5e-5: the forward and backward in fp32 against float64 (each gradient to 1e-4 of its
 // tensor's largest, Reference tests above) move the weights by under 1e-4 of lr per step; the
 // losses (about 1) then differ by a few 1e-6 after 6 steps (seen: at most 4e-6, and 1.5e-5
@@ -444,12 +442,9 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
       l.model->backward(*l.engine);
       worst = std::max(worst, std::fabs(r.loss - want[s]));
       apart = std::max(apart, std::fabs(want[s] - base[s]));
-      const OptimizerConfig& o = ds->optimizer;
-      const int64_t t = l.engine->steps_taken();
-      const double lr = lr_at(ds->scheduler, o.lr, t);
-      const double adam_half_lr =
-          o.type == OptimizerType::kMuon ? lr_at(ds->scheduler, o.adam_lr, t) : -1;
-      ASSERT_TRUE(l.engine->step((float)lr, (float)adam_half_lr).ok());
+      // Muon's AdamW half takes its rate from engine_options' second_group_lr.
+      const double lr = lr_at(ds->scheduler, ds->optimizer.lr, l.engine->steps_taken());
+      ASSERT_TRUE(l.engine->step((float)lr).ok());
     }
     EXPECT_LE(worst, 5e-5) << name << ": the losses against DeepSpeed's";
     if (name != base_name) EXPECT_GT(apart, 100 * 5e-5) << name << " changes no loss";

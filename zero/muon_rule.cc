@@ -1,4 +1,4 @@
-#include "zero/muon_update.h"
+#include "zero/muon_rule.h"
 
 #include <algorithm>
 
@@ -15,9 +15,12 @@ float* ensure(Backend* be, DeviceBuffer& buf, size_t n) {
 
 }  // namespace
 
-void MuonUpdate::update(OptimizerState& state, int u, const std::vector<MatrixSlot>& matrices,
-                        size_t owned_begin, size_t owned, bool sharded,
-                        const OptimizerState::Io& io, OptimizerStep s) {
+void MuonRule::update(OptimizerState& state, const UnitSlice& slice, const OptimizerState::Io& io,
+                      const OptimizerStep& step) {
+  const int u = slice.unit;
+  const size_t owned_begin = slice.owned_begin, owned = slice.owned;
+  const std::vector<MatrixSlot>& matrices = layout_.hidden_matrices(u);
+  OptimizerStep s = step;
   s.offset = 0;
   if (matrices.empty()) {  // AdamW on every element: pass 1 is the whole step
     s.muon_pass = 1;
@@ -43,7 +46,7 @@ void MuonUpdate::update(OptimizerState& state, int u, const std::vector<MatrixSl
   state.update(u, first, s);
   state.flush();            // an offloaded state's last copies of u are in flight
   float* u_full = u_owned;  // indexed by unit element
-  if (sharded) {
+  if (slice.sharded) {
     u_full = ensure(be_, u_full_, owned * comm_->world_size());
     comm_->all_gather(u_owned, u_full, owned, DType::kF32).wait();
   }
