@@ -400,65 +400,11 @@ absl::Status parse_zerotrain(const std::string& src, const json& v, ZerotrainCon
   return r.finish();
 }
 
-// ----- top level ------------------------------------------------------------------------
+// ----- reporting ------------------------------------------------------------------------
 
-absl::Status parse_top(const std::string& src, const json& root, int world, DsConfig* c) {
-  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, root, ""));
-  ZT_RETURN_IF_ERROR(resolve_batch(r, src, world, &c->batch));
-  ZT_ASSIGN_OR_RETURN(const json* opt, section(r, {"optimizer"}));
-  if (opt) ZT_RETURN_IF_ERROR(parse_optimizer(src, *opt, &c->optimizer));
-  ZT_ASSIGN_OR_RETURN(const json* sched, section(r, {"scheduler"}));
-  if (sched) ZT_RETURN_IF_ERROR(parse_scheduler(src, *sched, &c->scheduler));
-  ZT_RETURN_IF_ERROR(r.get_double({"gradient_clipping"}, &c->gradient_clipping, 0.0));
-  ZT_ASSIGN_OR_RETURN(const json* fp16, section(r, {"fp16"}));
-  if (fp16) ZT_RETURN_IF_ERROR(parse_fp16(src, *fp16, &c->fp16));
-  ZT_ASSIGN_OR_RETURN(const json* bf16, r.raw({"bf16", "bfloat16"}));
-  if (bf16 && !bf16->is_null()) {
-    std::string name = root.contains("bf16") ? "bf16" : "bfloat16";
-    ZT_RETURN_IF_ERROR(parse_bf16(src, *bf16, name, &c->bf16));
-  }
-  if (c->fp16.enabled && c->bf16.enabled) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(src, ": fp16.enabled and bf16.enabled: both are true; enable at most one"));
-  }
-  ZT_ASSIGN_OR_RETURN(const json* spp, r.raw({"steps_per_print"}));
-  if (spp && spp->is_null()) {
-    c->steps_per_print = 0;
-  } else {
-    ZT_RETURN_IF_ERROR(r.get_int({"steps_per_print"}, &c->steps_per_print, 1));
-  }
-  ZT_RETURN_IF_ERROR(r.get_bool({"wall_clock_breakdown"}, &c->wall_clock_breakdown));
-  ZT_RETURN_IF_ERROR(r.get_bool({"prescale_gradients"}, &c->prescale_gradients));
-  ZT_RETURN_IF_ERROR(r.get_double({"gradient_predivide_factor"}, &c->gradient_predivide_factor, 0.0,
-                                  /*lo_open=*/true));
-  ZT_ASSIGN_OR_RETURN(const json* zero, section(r, {"zero_optimization"}));
-  if (zero) ZT_RETURN_IF_ERROR(parse_zero(src, *zero, &c->zero));
-  ZT_ASSIGN_OR_RETURN(const json* aio, section(r, {"aio"}));
-  if (aio) ZT_RETURN_IF_ERROR(parse_aio(src, *aio, &c->aio));
-  ZT_ASSIGN_OR_RETURN(const json* zt, section(r, {"zerotrain"}));
-  if (zt) ZT_RETURN_IF_ERROR(parse_zerotrain(src, *zt, &c->zerotrain));
-  if (c->zerotrain.delayed_param_update &&
-      c->zero.offload_optimizer.device == OffloadDevice::kNone)
-    return absl::InvalidArgumentError(absl::StrCat(
-        src, ": zerotrain.delayed_param_update.enabled: the delayed parameter update overlaps "
-             "the CPU optimizer step with the next forward and backward, so it needs "
-             "zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\"; set one, or "
-             "set enabled to false"));
-  if (c->zerotrain.node_shared_params && c->zero.mics_shard_size > 0)
-    return absl::UnimplementedError(absl::StrCat(
-        src, ": zerotrain.node_shared_params: not with zero_optimization.mics_shard_size in this "
-             "build (MiCS's groups each own the whole model, so ranks of a node would write the "
-             "same slices); drop one of the two"));
-  if (c->zerotrain.delayed_param_update && optimizer_info(c->optimizer.kind()).whole_matrices)
-    return absl::UnimplementedError(absl::StrCat(
-        src,
-        ": zerotrain.delayed_param_update.enabled: not with optimizer.type \"Muon\" in "
-        "this build (its orthogonalisation gathers each matrix across ranks, which the "
-        "background update cannot do); set enabled to false or pick another optimizer"));
-  // DeepSpeed sections and keys this build does not implement: allowed only at defaults
-  // where a default is given.
-  ZT_ASSIGN_OR_RETURN(const json* ac, section(r, {"activation_checkpointing"}));
-  if (ac) ZT_RETURN_IF_ERROR(parse_activation_checkpointing(src, *ac, c));
+// The top level's reporting sections: flops_profiler, the monitors (csv_monitor, tensorboard;
+// W&B and Comet refused when enabled) and comms_logger.
+absl::Status parse_reporting(const std::string& src, ObjectReader& r, DsConfig* c) {
   ZT_ASSIGN_OR_RETURN(const json* fp, section(r, {"flops_profiler"}));
   if (fp) {
     ZT_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::make(&src, *fp, "flops_profiler"));
@@ -532,6 +478,69 @@ absl::Status parse_top(const std::string& src, const json& root, int world, DsCo
           "\"csv_monitor\" (W&B and Comet import both) and the run's metrics.jsonl, or set "
           "enabled to false"));
   }
+  return absl::OkStatus();
+}
+
+// ----- top level ------------------------------------------------------------------------
+
+absl::Status parse_top(const std::string& src, const json& root, int world, DsConfig* c) {
+  ZT_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::make(&src, root, ""));
+  ZT_RETURN_IF_ERROR(resolve_batch(r, src, world, &c->batch));
+  ZT_ASSIGN_OR_RETURN(const json* opt, section(r, {"optimizer"}));
+  if (opt) ZT_RETURN_IF_ERROR(parse_optimizer(src, *opt, &c->optimizer));
+  ZT_ASSIGN_OR_RETURN(const json* sched, section(r, {"scheduler"}));
+  if (sched) ZT_RETURN_IF_ERROR(parse_scheduler(src, *sched, &c->scheduler));
+  ZT_RETURN_IF_ERROR(r.get_double({"gradient_clipping"}, &c->gradient_clipping, 0.0));
+  ZT_ASSIGN_OR_RETURN(const json* fp16, section(r, {"fp16"}));
+  if (fp16) ZT_RETURN_IF_ERROR(parse_fp16(src, *fp16, &c->fp16));
+  ZT_ASSIGN_OR_RETURN(const json* bf16, r.raw({"bf16", "bfloat16"}));
+  if (bf16 && !bf16->is_null()) {
+    std::string name = root.contains("bf16") ? "bf16" : "bfloat16";
+    ZT_RETURN_IF_ERROR(parse_bf16(src, *bf16, name, &c->bf16));
+  }
+  if (c->fp16.enabled && c->bf16.enabled) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": fp16.enabled and bf16.enabled: both are true; enable at most one"));
+  }
+  ZT_ASSIGN_OR_RETURN(const json* spp, r.raw({"steps_per_print"}));
+  if (spp && spp->is_null()) {
+    c->steps_per_print = 0;
+  } else {
+    ZT_RETURN_IF_ERROR(r.get_int({"steps_per_print"}, &c->steps_per_print, 1));
+  }
+  ZT_RETURN_IF_ERROR(r.get_bool({"wall_clock_breakdown"}, &c->wall_clock_breakdown));
+  ZT_RETURN_IF_ERROR(r.get_bool({"prescale_gradients"}, &c->prescale_gradients));
+  ZT_RETURN_IF_ERROR(r.get_double({"gradient_predivide_factor"}, &c->gradient_predivide_factor, 0.0,
+                                  /*lo_open=*/true));
+  ZT_ASSIGN_OR_RETURN(const json* zero, section(r, {"zero_optimization"}));
+  if (zero) ZT_RETURN_IF_ERROR(parse_zero(src, *zero, &c->zero));
+  ZT_ASSIGN_OR_RETURN(const json* aio, section(r, {"aio"}));
+  if (aio) ZT_RETURN_IF_ERROR(parse_aio(src, *aio, &c->aio));
+  ZT_ASSIGN_OR_RETURN(const json* zt, section(r, {"zerotrain"}));
+  if (zt) ZT_RETURN_IF_ERROR(parse_zerotrain(src, *zt, &c->zerotrain));
+  if (c->zerotrain.delayed_param_update &&
+      c->zero.offload_optimizer.device == OffloadDevice::kNone)
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": zerotrain.delayed_param_update.enabled: the delayed parameter update overlaps "
+             "the CPU optimizer step with the next forward and backward, so it needs "
+             "zero_optimization.offload_optimizer.device \"cpu\" or \"nvme\"; set one, or "
+             "set enabled to false"));
+  if (c->zerotrain.node_shared_params && c->zero.mics_shard_size > 0)
+    return absl::UnimplementedError(absl::StrCat(
+        src, ": zerotrain.node_shared_params: not with zero_optimization.mics_shard_size in this "
+             "build (MiCS's groups each own the whole model, so ranks of a node would write the "
+             "same slices); drop one of the two"));
+  if (c->zerotrain.delayed_param_update && optimizer_info(c->optimizer.kind()).whole_matrices)
+    return absl::UnimplementedError(absl::StrCat(
+        src,
+        ": zerotrain.delayed_param_update.enabled: not with optimizer.type \"Muon\" in "
+        "this build (its orthogonalisation gathers each matrix across ranks, which the "
+        "background update cannot do); set enabled to false or pick another optimizer"));
+  // DeepSpeed sections and keys this build does not implement: allowed only at defaults
+  // where a default is given.
+  ZT_ASSIGN_OR_RETURN(const json* ac, section(r, {"activation_checkpointing"}));
+  if (ac) ZT_RETURN_IF_ERROR(parse_activation_checkpointing(src, *ac, c));
+  ZT_RETURN_IF_ERROR(parse_reporting(src, r, c));
   for (const char* k :
        {"autotuning", "data_efficiency", "curriculum_learning", "compression_training",
         "elasticity", "amp", "sparse_attention", "pipeline", "checkpoint", "data_types",

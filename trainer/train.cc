@@ -2,19 +2,14 @@
 
 #include <omp.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <numeric>
-#include <optional>
-#include <random>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,228 +19,24 @@
 #include "common/status.h"
 #include "common/timer.h"
 #include "common/trace.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
 #include "model/hf_weights.h"
 #include "model/init.h"
-#include "model/profiling_backend.h"
-#include "model/safetensors.h"
 #include "model/transformer.h"
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
-#include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
-#include "trainer/model_source.h"
 #include "trainer/reports.h"
-#include "trainer/run_config.h"
+#include "trainer/run.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
 #include "zero/comm_logger.h"
-#include "zero/engine.h"
 #include "zero/mpi_comm.h"
 #include "zero/offload_device.h"
 
 namespace zt {
 namespace {
-
-// Everything a run builds before its first step; validated up front so that bad input
-// fails before any work.
-struct Run {
-  // comms_logger: what comm's collectives took (declared first: destroyed after comm).
-  std::unique_ptr<CommLogger> comms_log;
-  // The MPI communicator NCCL bootstraps over, kept while comm is NCCL (else null).
-  std::unique_ptr<Communicator> host_comm;
-  // Collectives on the backend's memory (MPI, single-process, or NCCL); host scalars too.
-  std::unique_ptr<Communicator> comm;
-  std::string ds_text;  // the ds_config file as read (fingerprinted across ranks)
-  DsConfig ds;
-  ModelConfig model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<DataLoader> train, val;
-  std::unique_ptr<Backend> backend;
-  ProfilingBackend* profiler = nullptr;  // backend itself, with flops_profiler.enabled
-  std::unique_ptr<Transformer> transformer;
-  std::unique_ptr<Engine> engine;
-  // Built by setup_model, handed to the engine by setup_engine.
-  std::unique_ptr<OptimizerState> optimizer;
-  std::unique_ptr<ParamStore> params;
-  std::optional<MetricsWriter> metrics;  // rank 0 only
-  std::unique_ptr<MetricsSink> csv;      // rank 0, csv_monitor.enabled
-  std::unique_ptr<MetricsSink> tensorboard;  // rank 0, tensorboard.enabled
-  // Rank 0: save_dir, run_dir and the monitors' folders are this run's alone.
-  DirLock save_lock, run_lock, csv_lock, tensorboard_lock;
-  int B = 0, T = 0, gas = 1;
-  std::string attention;  // what runs it (Backend::prepare_attention)
-  bool param_read_ahead = true;  // TrainOptions::param_read_ahead
-  int64_t start_step = 0;  // steps already done (a resumed run)
-  bool resave = false;     // resumed at --steps into another save_dir: save again, train nothing
-  // Resumed at --steps: metrics.jsonl records the end of training (rank 0 reads it in
-  // setup_resume, train_loop tells every rank).
-  bool ended = false;
-};
-
-// The model's configuration, each field named (a mismatch on resume names the field).
-nlohmann::json model_identity(const ModelConfig& m) {
-  nlohmann::json j;
-  for_each_field(m, [&](const char* name, auto value, bool) { j[name] = value; });
-  return j;
-}
-
-// What a resumed run must share with the save (trainer/checkpoint.h): the model, the data
-// order, the global batch and the resolved ds_config values that change the numbers. Not the
-// world size, the stage, offload or the micro-batch split, which a resume may change. Flattened
-// ("ds_config/optimizer/params/lr", "model/hidden") so a mismatch names the field.
-// `format_version` 1: the identity those saves recorded (the ds_config's text, not its resolved
-// values; the model as an unlabelled array), so they still resume.
-nlohmann::json resume_identity(const TrainOptions& opt, const Run& r, int format_version) {
-  const ModelConfig& m = r.model;
-  nlohmann::json id = {{"seq_len", opt.seq_len},
-                       {"global_batch", (int64_t)r.B * r.gas * r.comm->world_size()},
-                       {"seed", opt.seed},
-                       {"shuffle", opt.shuffle},
-                       {"train_tokens", r.train->num_tokens()}};
-  nlohmann::json ds;
-  if (format_version >= 2) {
-    const nlohmann::json model = model_identity(m);
-    for (const auto& [key, value] : model.items()) id["model/" + key] = value;
-    ds = numeric_ds_config(r.ds);
-  } else {
-    // Frozen as version 1 wrote it (not for_each_field, which grows with the model).
-    id["model"] = {(int)m.family, m.vocab_size, m.max_seq_len,    m.n_layer,
-                   m.n_head,    m.n_kv_head,  m.hidden,         m.intermediate,
-                   m.norm_eps,  m.rope_theta, m.tied_embeddings};
-    ds = nlohmann::json::parse(r.ds_text, nullptr, false);
-    if (ds.is_object())
-      for (const char* k :
-           {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
-            "gradient_accumulation_steps", "zerotrain", "steps_per_print", "wall_clock_breakdown",
-            "activation_checkpointing", "aio", "comms_logger", "flops_profiler", "tensorboard",
-            "wandb", "csv_monitor", "memory_breakdown", "dump_state"})
-        ds.erase(k);
-  }
-  const nlohmann::json flat = ds.flatten();
-  for (const auto& [key, value] : flat.items()) id["ds_config" + key] = value;
-  return id;
-}
-
-// The resolved save keys (trainer/run_config.h) against --resume and --resume_from.
-absl::Status check_saves(const TrainOptions& opt, const ZerotrainConfig& z) {
-  if (opt.resume && !opt.resume_from.empty())
-    return absl::InvalidArgumentError(
-        "give --resume (from --save_dir's latest) or --resume_from DIR, not both");
-  if (opt.resume && z.save_dir.empty() && opt.resume_from.empty())
-    return absl::InvalidArgumentError(
-        "--resume continues from --save_dir's latest save: give --save_dir (or "
-        "zerotrain.save_dir), or --resume_from DIR");
-  if ((z.save_interval > 0 || z.keep_last > 0) && z.save_dir.empty())
-    return absl::InvalidArgumentError(
-        "save_interval and keep_last need a --save_dir (or zerotrain.save_dir) to save into");
-  return absl::OkStatus();
-}
-
-// The directories a run writes, claimed before step 1 rather than found wanting at the first
-// save: save_dir created and writable on every rank (each writes its file there) and holding no
-// earlier run's saves unless this run resumes (a forgotten --resume would train from step 0
-// over them, and keep_last delete them); on rank 0, save_dir, run_dir and the enabled monitors'
-// folders (csv_monitor's and tensorboard's output_path/job_name: two runs from one ds_config
-// would rewrite each other's CSV files) locked for this run alone (common/file.h DirLock).
-absl::Status claim_dirs(const TrainOptions& opt, Run& r) {
-  const ZerotrainConfig& z = r.ds.zerotrain;
-  namespace fs = std::filesystem;
-  const std::string what = opt.save_dir.empty() ? "zerotrain.save_dir" : "--save_dir";
-  if (!z.save_dir.empty())
-    ZT_RETURN_IF_ERROR(ensure_writable_dir(z.save_dir, what));
-  if (r.comm->rank() == 0) {  // first: another run in them is the reason to name
-    const MonitorConfig &csv = r.ds.csv_monitor, &tb = r.ds.tensorboard;
-    std::vector<std::tuple<std::string, std::string, DirLock*>> dirs = {
-        {z.save_dir, what, &r.save_lock}, {opt.run_dir, "--run_dir", &r.run_lock}};
-    if (csv.enabled)
-      dirs.emplace_back(csv.dir(), "csv_monitor folder (output_path/job_name)", &r.csv_lock);
-    if (tb.enabled)
-      dirs.emplace_back(tb.dir(), "tensorboard folder (output_path/job_name)", &r.tensorboard_lock);
-    std::vector<fs::path> locked;  // one lock a directory, whatever roles it plays
-    std::error_code ec;
-    for (const auto& [dir, name, lock] : dirs) {
-      if (dir.empty()) continue;
-      if (lock != &r.save_lock) ZT_RETURN_IF_ERROR(ensure_writable_dir(dir, name));
-      const fs::path canonical = fs::weakly_canonical(dir, ec);
-      if (std::find(locked.begin(), locked.end(), canonical) != locked.end()) continue;
-      locked.push_back(canonical);
-      std::string warning;
-      ZT_ASSIGN_OR_RETURN(*lock, DirLock::acquire(dir, name, process_owner_line(), &warning));
-      if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
-    }
-  }
-  if (z.save_dir.empty() || opt.resume || !opt.resume_from.empty())
-    return absl::OkStatus();
-  const auto found = find_checkpoint(z.save_dir);
-  if (found.ok() && !*found) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, " '", z.save_dir, "' already holds saves of an earlier run",
-                   found.ok() ? absl::StrCat(" (newest: ", **found, ")") : "",
-                   ": pass --resume to continue it, or give another ", what,
-                   " (or remove them) to start from step 0"));
-}
-
-// A finished job relaunched with --resume: the save is at --steps, is not to be re-saved
-// elsewhere, and the log records the end of training (MetricsWriter::ended). Such a run writes
-// nothing (no log line, no report). One killed between its last save and that record does the
-// end again instead (the final validation, the reports, the sample), once.
-bool nothing_to_train(const TrainOptions& opt, const Run& r) {
-  return r.start_step == opt.steps && !r.resave && r.ended;
-}
-
-// --resume / --resume_from: the checkpoint's weights, moments and positions replace the
-// initial ones. Not collective (the caller agrees the outcome).
-absl::Status resume(const TrainOptions& opt, Run& r) {
-  if (!opt.resume && opt.resume_from.empty()) return absl::OkStatus();
-  const std::string where = opt.resume_from.empty() ? r.ds.zerotrain.save_dir : opt.resume_from;
-  std::optional<std::string> dir;
-  if (!opt.resume_from.empty()) {  // a save must be there
-    ZT_ASSIGN_OR_RETURN(dir, require_checkpoint(where, "--resume_from"));
-  } else {  // --resume: none yet is a fresh start (a job's first launch)
-    ZT_ASSIGN_OR_RETURN(dir, find_checkpoint(where));
-  }
-  if (!dir) {
-    if (r.comm->rank() == 0)
-      std::fprintf(stderr, "notice: no checkpoint in '%s' yet: starting from step 0\n",
-                   where.c_str());
-    return absl::OkStatus();
-  }
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (r.comm->rank() == 0 && *dir != where && !fs::exists(fs::path(where) / "latest", ec))
-    std::fprintf(stderr, "notice: '%s' has no 'latest': resuming from its newest save '%s'\n",
-                 where.c_str(), dir->c_str());
-  ZT_ASSIGN_OR_RETURN(const TrainingState st,
-                      load_checkpoint(
-                          *dir, [&](int version) { return resume_identity(opt, r, version); },
-                          *r.engine, r.transformer->layout(), r.comm->rank() == 0));
-  if (!st.meta_checked && r.comm->rank() == 0)
-    std::fprintf(stderr, "%s\n", unchecked_meta_notice(*dir).c_str());
-  ZT_RETURN_IF_ERROR(r.train->restore(st.data));
-  // --steps equal to the save's step with another --save_dir: nothing to train, the state is
-  // saved again as this run lays it out (world size, stage): resharding without training.
-  // (Compared as canonical paths: a trailing slash, a relative path or a link names the same.)
-  r.resave = st.step == opt.steps && !r.ds.zerotrain.save_dir.empty() &&
-             fs::weakly_canonical(r.ds.zerotrain.save_dir, ec) !=
-                 fs::weakly_canonical(*dir, ec).parent_path();
-  if (st.step > opt.steps)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the checkpoint '", *dir, "' is at step ", st.step, ", and --steps is ", opt.steps,
-        ": raise --steps to train further (or, to save it again for this world size and stage "
-        "without training, give --steps ", st.step, " and a different --save_dir)"));
-  r.start_step = st.step;
-  if (r.comm->rank() == 0 && st.step == opt.steps && !r.resave)  // a finished job relaunched
-    std::printf("the checkpoint '%s' is at --steps (%lld): nothing to train\n", dir->c_str(),
-                (long long)st.step);
-  else if (r.comm->rank() == 0)
-    std::printf("resumed from '%s' at step %lld\n", dir->c_str(), (long long)st.step);
-  std::fflush(stdout);  // a log follower (or a pipe) sees it now
-  return absl::OkStatus();
-}
 
 // flops_profiler: rank 0's table for `step` (step_ms long) on stdout, and into output_file.
 absl::Status report_profile(Run& r, int64_t step, double step_ms) {
@@ -280,307 +71,6 @@ absl::Status maybe_save(const TrainOptions& opt, Run& r, int64_t step) {
   if (r.comm->rank() == 0)
     std::printf("saved %s/step_%08lld\n", z.save_dir.c_str(), (long long)step);
   std::fflush(stdout);
-  return absl::OkStatus();
-}
-
-// What every rank must agree on before training, since it decides the sequence of collectives:
-// the whole ds_config (canonical JSON: parsed, keys sorted), the model, and the recipe.
-std::string fingerprint(const TrainOptions& opt, const Run& r) {
-  const nlohmann::json j = {
-      {"ds_config", nlohmann::json::parse(r.ds_text, nullptr, /*allow_exceptions=*/false)},
-      {"device", r.backend ? r.backend->name() : ""},
-      {"attention", r.ds.zerotrain.attention},
-      {"model", model_identity(r.model)},
-      {"recipe",
-       {opt.seq_len, opt.steps, opt.val_every, opt.val_sequences, opt.val_data.empty(),
-        opt.sample_tokens, opt.sample_prompt, opt.temperature, opt.top_k, opt.seed, opt.shuffle,
-        opt.tokenizer.empty(), opt.init_from.empty()}},
-      {"checkpoints",
-       {r.ds.zerotrain.save_dir, r.ds.zerotrain.save_interval, r.ds.zerotrain.keep_last, opt.resume,
-        opt.resume_from}}};
-  return j.dump();
-}
-
-// Every rank reads the same data: the same number of shards, each of the same size and CRC-32
-// (and its loss mask's), or an error on every rank naming the first shard that differs, the
-// ranks that disagree with rank 0 and what this rank read. Paths may differ (a node's own
-// mount). One collective when they agree; one a shard, to name it, when they do not.
-absl::Status check_same_data(Communicator& comm, const DataLoader& data, const std::string& flag) {
-  const std::vector<DataLoader::ShardIdentity> ids = data.identity();
-  std::string all = absl::StrCat(ids.size(), " shards");
-  for (const auto& id : ids) absl::StrAppend(&all, "\n", id.what);
-  if (check_same_on_all_ranks(comm, flag, all).ok()) return absl::OkStatus();
-  ZT_RETURN_IF_ERROR(check_same_on_all_ranks(
-      comm, absl::StrCat("number of token shards matching ", flag, " (", ids.size(), " here)"),
-      absl::StrCat(ids.size())));
-  for (const auto& id : ids) {
-    const absl::Status st = check_same_on_all_ranks(comm, "token shard", id.what);
-    if (!st.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " '", id.path, "' (here: ", id.what, "): ", st.message()));
-  }
-  return absl::InternalError("ranks disagree on their data, but on no shard");
-}
-
-// Ranges of the recipe flags (absl checks only their types).
-absl::Status check_options(const TrainOptions& opt, const ModelConfig& m) {
-  auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
-  ZT_RETURN_IF_ERROR(check_seq_len(m, opt.seq_len, "--seq_len"));
-  if (opt.steps < 1) return bad("--steps must be at least 1");
-  if (opt.val_every < 0) return bad("--val_every must be >= 0 (0: validate at start and end)");
-  if (opt.val_sequences < 1) return bad("--val_sequences must be at least 1");
-  if (opt.sample_tokens < 0) return bad("--sample_tokens must be >= 0 (0: no sample)");
-  ZT_RETURN_IF_ERROR(check_sampling(opt.temperature, opt.top_k, opt.top_p));
-  if (opt.threads < 0 || opt.threads > 1024)
-    return bad(absl::StrCat("--threads ", opt.threads,
-                            " must be in [0, 1024] (0: the cores of "
-                            "this node divided by the ranks on it)"));
-  if (!opt.sample_prompt.empty() && opt.tokenizer.empty())
-    return bad("--sample_prompt needs --tokenizer to encode it");
-  return absl::OkStatus();
-}
-
-// Inputs, data and the backend: everything a rank can fail on alone, before any collective.
-absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
-  // A flag's value first, before files are read: a typo is reported as itself.
-  ZT_ASSIGN_OR_RETURN(const Device device, parse_device(opt.device));
-  if (!opt.attention.empty()) ZT_RETURN_IF_ERROR(parse_attention(opt.attention).status());
-  r.param_read_ahead = opt.param_read_ahead;
-  if (opt.deepspeed.empty())
-    return absl::InvalidArgumentError(
-        "--deepspeed is required: pass a ds_config.json "
-        "(examples in configs/ds/)");
-  ZT_ASSIGN_OR_RETURN(r.ds_text, read_file(opt.deepspeed, "the DeepSpeed config (--deepspeed)"));
-  ZT_ASSIGN_OR_RETURN(r.ds,
-                      resolve_run_config(r.ds_text, r.comm->world_size(), opt.deepspeed,
-                                         {.attention = opt.attention,
-                                          .device_memory_limit = opt.device_memory_limit,
-                                          .host_memory_limit = opt.host_memory_limit,
-                                          .gradient_checkpointing = opt.gradient_checkpointing,
-                                          .save_dir = opt.save_dir,
-                                          .save_interval = opt.save_interval,
-                                          .keep_last = opt.keep_last,
-                                          .optimizer_threads = opt.optimizer_threads}));
-  ZT_RETURN_IF_ERROR(check_saves(opt, r.ds.zerotrain));
-  if (r.comm->rank() == 0)
-    for (const std::string& n : r.ds.notices) std::fprintf(stderr, "%s\n", n.c_str());
-  ZerotrainConfig::Trace& trace = r.ds.zerotrain.trace;
-  if (opt.trace_first > 0 && trace.enabled &&
-      (trace.first_step != opt.trace_first || trace.last_step != opt.trace_last))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--trace_steps ", opt.trace_first, ",", opt.trace_last, " and zerotrain.trace.steps [",
-        trace.first_step, ", ", trace.last_step, "] disagree; give one, or both equal"));
-  if (opt.trace_first > 0) trace = {true, opt.trace_first, opt.trace_last, trace.output_path};
-  if (trace.enabled) {
-    if (trace.output_path.empty()) trace.output_path = opt.run_dir;
-    // Checked now, not after training: the trace is written at the end.
-    std::error_code ec;
-    std::filesystem::create_directories(trace.output_path, ec);
-    if (ec || ::access(trace.output_path.c_str(), W_OK) != 0)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "zerotrain.trace.output_path '", trace.output_path, "' cannot be written (",
-          ec ? ec.message() : std::strerror(errno), "); give a writable directory"));
-    Tracer::instance().configure(r.comm->rank(), trace.first_step, trace.last_step);
-  }
-  ZT_ASSIGN_OR_RETURN(r.model, resolve_model(opt.model, opt.init_from, opt.max_seq_len));
-  r.B = static_cast<int>(r.ds.batch.train_micro_batch_size_per_gpu);
-  r.gas = static_cast<int>(r.ds.batch.gradient_accumulation_steps);
-  r.T = opt.seq_len;
-  ZT_RETURN_IF_ERROR(check_options(opt, r.model));
-  const SchedulerConfig& sc = r.ds.scheduler;
-  if ((sc.type == SchedulerType::kWarmupDecayLR || sc.type == SchedulerType::kWarmupCosineLR) &&
-      sc.total_num_steps < sc.warmup_num_steps && r.comm->rank() == 0)
-    std::fprintf(stderr,
-                 "warning: scheduler.params.total_num_steps %lld < warmup_num_steps %lld: "
-                 "the learning rate decays to its minimum right after warm-up\n",
-                 (long long)sc.total_num_steps, (long long)sc.warmup_num_steps);
-  if (!opt.tokenizer.empty()) {
-    ZT_ASSIGN_OR_RETURN(Tokenizer tok, load_tokenizer_for(opt.tokenizer, r.model));
-    r.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-  }
-  if (opt.train_data.empty())
-    return absl::InvalidArgumentError(
-        "--train_data is required: a glob of token shards "
-        "written by `zerotrain prepare` or llm.c");
-  DataLoaderOptions lo;
-  lo.pattern = opt.train_data;
-  lo.B = r.B;
-  lo.T = r.T;
-  lo.rank = r.comm->rank();
-  lo.world_size = r.comm->world_size();
-  lo.micro_batches_per_step = r.gas;
-  lo.seed = opt.seed;
-  lo.shuffle = opt.shuffle;
-  lo.vocab_size = r.model.vocab_size;
-  ZT_ASSIGN_OR_RETURN(DataLoader train, DataLoader::open(lo));
-  r.train = std::make_unique<DataLoader>(std::move(train));
-  if (!opt.val_data.empty()) {
-    // Read by sequence (evaluate): one sequence is enough, whatever the batch and the ranks.
-    lo.pattern = opt.val_data;
-    lo.shuffle = false;
-    lo.B = 1;
-    lo.rank = 0;
-    lo.world_size = 1;
-    lo.micro_batches_per_step = 1;
-    ZT_ASSIGN_OR_RETURN(DataLoader val, DataLoader::open(lo));
-    r.val = std::make_unique<DataLoader>(std::move(val));
-  }
-  // Ranks on one node share its cores (docs/architecture.md "Rules of thumb"); an offloaded
-  // optimizer's update off the training thread gets threads of its own.
-  ZerotrainConfig& z = r.ds.zerotrain;
-  const bool off_thread = update_runs_off_the_training_thread(r.ds);
-  const ThreadSplit split =
-      split_threads(std::max(1, omp_get_num_procs() / r.comm->local_size()), device, off_thread,
-                    opt.threads, (int)z.optimizer_threads);
-  const int threads = split.compute;
-  z.optimizer_threads = split.optimizer;
-  ZT_ASSIGN_OR_RETURN(const AttentionImpl attention, parse_attention(r.ds.zerotrain.attention));
-  ZT_ASSIGN_OR_RETURN(r.backend, make_backend(device, r.comm->local_rank(), r.comm->local_size(),
-                                              threads, attention));
-  if (r.ds.flops_profiler.enabled) {  // times every op of profile_step
-    const std::string& file = r.ds.flops_profiler.output_file;
-    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
-    if (!file.empty() && ::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat("flops_profiler.output_file '", file, "': cannot write into '",
-                       dir.empty() ? "." : dir.string(), "' (", std::strerror(errno),
-                       "); give a path in a writable directory, or null for stdout only"));
-    auto p = std::make_unique<ProfilingBackend>(std::move(r.backend));
-    r.profiler = p.get();
-    r.backend = std::move(p);
-  }
-  r.backend->set_memory_limit((size_t)r.ds.zerotrain.device_memory_limit);
-  return claim_dirs(opt, r);
-}
-
-// The dtype r's backend keeps activations in for its working dtype (Backend::activation_dtype).
-DType activation_dtype(const Run& r) {
-  return r.backend->activation_dtype(engine_options(r.ds).param_dtype);
-}
-
-// The model and where its optimizer state and parameter shards live, on the backend of r:
-// everything of the model that can fail on one rank alone (memory, a drive), before the engine,
-// whose construction may be collective (node-shared parameters).
-absl::Status setup_model(Run& r) {
-  ZT_ASSIGN_OR_RETURN(const int every, checkpoint_every(r.ds, r.model));
-  r.transformer = std::make_unique<Transformer>(r.model, r.backend.get(), r.B, r.T, every,
-                                                r.ds.activation_checkpointing.cpu_checkpointing,
-                                                activation_dtype(r));
-  const ModelConfig& m = r.model;
-  ZT_ASSIGN_OR_RETURN(r.attention,
-                      r.backend->prepare_attention(activation_dtype(r), r.B, r.T, m.n_head,
-                                                   m.n_kv_head, m.head_dim()));
-  // Packed rows (prepare --pack) run on our attention kernels, whatever runs whole rows: the
-  // cuDNN graphs here are plain causal. Ours take head sizes up to 128.
-  if (r.train->packed() || (r.val && r.val->packed())) {
-    if (m.head_dim() > 128)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "packed rows (prepare --pack) need head_dim <= 128 (our attention kernels); this "
-          "model's is ",
-          m.head_dim(), ": prepare the data without --pack"));
-    if (r.attention.rfind("cuDNN", 0) == 0) r.attention += " (packed rows: flash)";
-  }
-  ZT_ASSIGN_OR_RETURN(r.optimizer, optimizer_state(r.ds, r.backend.get()));
-  ZT_ASSIGN_OR_RETURN(r.params, param_store(r.ds, r.model, r.comm->world_size(), r.backend.get(),
-                                            r.param_read_ahead));
-  return absl::OkStatus();
-}
-
-// A host category's peak bytes on this rank, as memory_report and host_memory_limit count
-// them: the engine's (offloaded states and buffers) and the Transformer's (cpu_checkpointing).
-size_t host_peak_bytes(const Run& r, MemCategory c) {
-  return r.engine->host_bytes(c, /*peak=*/true) + r.transformer->host_tracker().peak(c);
-}
-
-// zerotrain.host_memory_limit against the host categories (model states, offload buffers and
-// cpu_checkpointing's checkpoints; not NVMe), at their peaks, as memory_report counts them;
-// collective, so every rank stops together. Checked after set-up and after each step rather
-// than at each allocation. At set-up a category counts the larger of what it holds and what
-// the estimator predicts the run will hold: what comes at the first step (pinned staging) and
-// at the first delayed parameter update (its host snapshots, after the warm-up steps) is
-// refused before any step trains.
-absl::Status check_host_memory_limit(Run& r, bool at_setup = false) {
-  const int64_t limit = r.ds.zerotrain.host_memory_limit;
-  if (limit <= 0) return absl::OkStatus();
-  std::optional<MemoryEstimate> predicted;
-  if (at_setup) {
-    ZT_ASSIGN_OR_RETURN(predicted, estimate_memory(estimate_input(
-                                       r.ds, r.model, r.comm->world_size(), r.comm->local_size(),
-                                       r.B, r.T, r.backend.get())));
-  }
-  std::string in_use;
-  double peak = 0;
-  for (size_t k = 0; k < kNumMemCategories; ++k) {
-    const auto c = static_cast<MemCategory>(k);
-    const size_t held = c == MemCategory::kNvme ? 0 : host_peak_bytes(r, c);
-    const size_t b = predicted && c != MemCategory::kNvme
-                         ? std::max<size_t>(held, (size_t)std::max<int64_t>(predicted->hst(c), 0))
-                         : held;
-    if (b == 0) continue;
-    peak += (double)b;
-    absl::StrAppend(&in_use, in_use.empty() ? "" : ", ", std::string(mem_category_name(c)), " ",
-                    format_bytes((int64_t)b));
-  }
-  double worst[1] = {peak};
-  r.comm->all_reduce_scalars(worst, 1, ScalarOp::kMax);
-  if (worst[0] <= (double)limit) return absl::OkStatus();
-  const bool delayed = predicted && r.ds.zerotrain.delayed_param_update;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "host memory limit ", format_bytes(limit), " exceeded: a rank ",
-      predicted ? "will hold " : "holds ", format_bytes((int64_t)worst[0]),
-      " of model states and offload buffers at its peak (rank ", r.comm->rank(), ": ", in_use,
-      predicted ? "; predicted at set-up, with the first step's staging" : "",
-      delayed ? " and the delayed parameter update's host snapshots of the owned gradients and "
-                "weights, taken after its warm-up steps"
-              : "",
-      "); `zerotrain estimate --host_memory` says what fits, or raise the limit",
-      delayed ? ", or turn off zerotrain.delayed_param_update" : ""));
-}
-
-// The ZeRO engine on r's model, communicator and state, and its initial weights. Resuming is a
-// phase of its own: with node-shared parameters every rank writes whole units, so the
-// checkpoint's values must not be written while another rank may still write the initial ones
-// (the agreement between the phases orders them).
-absl::Status setup_engine(const TrainOptions& opt, Run& r) {
-  ZT_RETURN_IF_ERROR(  // collective
-      prefixed(check_zeropp(engine_options(r.ds).zero.zeropp, *r.comm), opt.deepspeed));
-  r.engine =
-      std::make_unique<Engine>(r.transformer->layout(), r.backend.get(), r.comm.get(),
-                               engine_options(r.ds), std::move(r.optimizer), std::move(r.params));
-  if (r.comm->rank() == 0) {
-    ZT_ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::open(opt.run_dir));
-    r.metrics.emplace(std::move(m));
-  }
-  ZT_RETURN_IF_ERROR(load_initial_params(r.model, r.transformer->layout(), opt.init_from, opt.seed,
-                                         *r.engine, r.comm->rank() == 0));
-  return check_host_memory_limit(r, /*at_setup=*/true);
-}
-
-absl::Status setup_resume(const TrainOptions& opt, Run& r) {
-  ZT_RETURN_IF_ERROR(resume(opt, r));
-  const bool at_end = r.start_step == opt.steps && r.start_step > 0;
-  if (r.metrics && at_end && !r.resave) {
-    r.ended = r.metrics->ended(opt.steps);
-    if (!r.ended)
-      std::printf(
-          "the log records no end of training (killed after the last save?): "
-          "running the final validation, reports and sample\n");
-  }
-  // A resumed run continues its log; a run from step 0 (also --resume with no save yet) starts
-  // a new one.
-  if (!r.metrics || nothing_to_train(opt, r)) return absl::OkStatus();
-  const int64_t resumed = r.start_step > 0 ? r.start_step : -1;
-  ZT_RETURN_IF_ERROR(r.metrics->begin(resumed, at_end));
-  const MonitorConfig &csv = r.ds.csv_monitor, &tb = r.ds.tensorboard;
-  const int64_t batch = r.ds.batch.train_batch_size;
-  if (csv.enabled) {
-    ZT_ASSIGN_OR_RETURN(r.csv, make_csv_sink(csv.dir(), batch, r.ds.fp16.enabled,
-                                             r.ds.wall_clock_breakdown, resumed));
-  }
-  if (tb.enabled) {
-    ZT_ASSIGN_OR_RETURN(r.tensorboard, make_tensorboard_sink(tb.dir(), batch, r.ds.fp16.enabled,
-                                                             r.ds.wall_clock_breakdown));
-  }
   return absl::OkStatus();
 }
 
@@ -857,19 +347,6 @@ absl::StatusOr<StepRecord> train_step(Run& r, int64_t step, std::vector<int>& x,
 
 absl::Status train_loop(const TrainOptions& opt, Run& r) {
   const bool root = r.comm->rank() == 0;
-  // Rank 0's sinks: the console, metrics.jsonl.
-  std::vector<std::unique_ptr<MetricsSink>> own;
-  std::vector<MetricsSink*> sinks;
-  if (root) {
-    const DsConfig& ds = r.ds;
-    own.push_back(make_console_sink(
-        ds.wall_clock_breakdown ? ds.steps_per_print : 0,
-        ds.activation_checkpointing.profile && ds.zerotrain.gradient_checkpointing));
-    sinks.push_back(own.back().get());
-  }
-  if (r.metrics) sinks.push_back(&*r.metrics);
-  if (r.csv) sinks.push_back(r.csv.get());
-  if (r.tensorboard) sinks.push_back(r.tensorboard.get());
   const ParamLayout& layout = r.transformer->layout();
   const int64_t tokens_per_step = (int64_t)r.B * r.T * r.gas * r.comm->world_size();
   if (root)
@@ -895,7 +372,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
   auto validate_now = [&](int64_t step) {
     if (!r.val) return absl::OkStatus();
     const double vl = evaluate(r, opt.val_sequences);
-    for (MetricsSink* s : sinks) ZT_RETURN_IF_ERROR(s->validation(step, vl));
+    for (const auto& s : r.sinks) ZT_RETURN_IF_ERROR(s->validation(step, vl));
     return absl::OkStatus();
   };
   if (r.start_step == 0) ZT_RETURN_IF_ERROR(validate_now(0));
@@ -945,7 +422,7 @@ absl::Status train_loop(const TrainOptions& opt, Run& r) {
     rec.step_ms = ms;
     rec.tokens_per_s = tokens_per_step / (ms / 1e3);
     rec.eta_s = loop_ms / (step - r.start_step) * (opt.steps - step) / 1e3;
-    for (MetricsSink* s : sinks) ZT_RETURN_IF_ERROR(s->step(rec));
+    for (const auto& s : r.sinks) ZT_RETURN_IF_ERROR(s->step(rec));
     const double loss = rec.loss;
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step,

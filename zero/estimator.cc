@@ -132,7 +132,32 @@ static ZeroppBuffers zeropp_buffers(const EstimateInput& in, int64_t shard, int6
   return b;
 }
 
-absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
+// The workspace of a whole-matrix optimizer's step (zero/muon_rule.h), when the forward's and
+// backward's workspace is free: u and the update of a block unit's owned elements, its
+// gathered u when sharded (padded), and Newton-Schulz on the largest hidden matrix (its
+// output, two iterates, three Gram-sized matrices), all fp32, each at its largest over the
+// blocks. 0 for an element-wise optimizer, or without the model.
+static Size whole_matrix_workspace(const EstimateInput& in,
+                                   const std::vector<UnitPartition>& plan) {
+  if (!optimizer_info(in.optimizer).whole_matrices || !in.model ||
+      plan.size() != (size_t)ParamLayout(*in.model).num_units())
+    return 0;
+  const ParamLayout layout(*in.model);
+  int64_t owned = 0, gathered = 0, ns = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (layout.hidden_matrices(u).empty()) continue;
+    owned = std::max(owned, plan[u].owned());
+    if (!plan[u].replicated) gathered = std::max(gathered, plan[u].padded);
+    for (const MatrixSlot& m : layout.hidden_matrices(u)) {
+      const int64_t r = std::min(m.rows, m.cols);
+      ns = std::max(ns, 3 * m.rows * m.cols + 3 * r * r + 2);  // + the norm's double
+    }
+  }
+  return 4 * (2 * Size(owned) + gathered + ns);
+}
+
+// The input's errors (see estimate_memory), and its units: unit_numel, or one unit of psi.
+static absl::StatusOr<std::vector<int64_t>> checked_units(const EstimateInput& in) {
   if (in.stage < 0 || in.stage > 3)
     return absl::InvalidArgumentError("stage " + std::to_string(in.stage) +
                                       " is not a ZeRO stage; use 0, 1, 2 or 3");
@@ -155,6 +180,62 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
                        "the parameter count"));
   }
 
+  return units;
+}
+
+// The communication buffers of a sharded run (N_d > 1 or offload; see estimate_memory): the
+// largest unit's, whose padded size is largest_padded and shard largest_shard; owned_total:
+// the rank's owned elements of every sharded unit.
+static Size comm_buffer_bytes(const EstimateInput& in, int64_t largest_padded,
+                              int64_t largest_shard, Size owned_total, bool host_grads) {
+  const int64_t G = dtype_size(in.grad_dtype);
+  const int64_t in_flight = in.overlap_comm ? 2 : 1;
+  Size comm = 0;
+  if (in.stage <= 1) comm += in_flight * Size(largest_padded) * 4;  // fp32 copy being reduced
+  if (in.stage >= 2) comm += in_flight * Size(largest_shard) * 4;   // its reduced shard
+  if (in.stage == 1) comm += owned_total * 4;       // every reduced shard, kept until the step
+  if (host_grads) comm += Size(largest_shard) * G;  // the shard rounded to G on its way out
+  // ZeRO++: the backward's reductions, with the gathers in flight beside them where the
+  // backward gathers again through qwZ (no hpZ, overlap_comm's prefetcher); and the forward's
+  // gathers, with one reduction still pending beside them where overlap_comm keeps the last
+  // unit's into the next micro-batch (gradient accumulation). An upper bound: the two
+  // overlaps need particular schedules.
+  const ZeroppBuffers z = zeropp_buffers(in, largest_shard, in_flight);
+  const bool regathers = in.overlap_comm && in.hpz_partition_size <= 1;
+  const Size backward = comm + z.reduce + (regathers ? z.gather : 0);
+  const Size forward = z.gather + (in.overlap_comm ? Size(largest_shard) * 4 + z.pending : 0);
+  return std::max(backward, z.gather > 0 ? forward : 0);
+}
+
+// The device workspace (see estimate_memory): gathered units (stage 3), fp32 views of fetched
+// units, the fp32 gradient accumulator, a whole-matrix optimizer's step; largest_padded: the
+// largest unit's padded size. Needs unit sizes: with only Ψ there is no "largest unit" to
+// speak of (0).
+static Size workspace_bytes(const EstimateInput& in, const std::vector<UnitPartition>& plan,
+                            int64_t largest_padded, bool shards) {
+  const int64_t P = dtype_size(in.param_dtype);
+  Size ws = 0;
+  if (in.unit_numel.empty()) largest_padded = 0;
+  if (in.stage == 3) ws += Size(in.live_units) * largest_padded * P;
+  // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
+  // units: one, or the head and the embedding together when they are tied (counted at the
+  // largest unit's size): the decoding step's. In training the CPU's GEMMs widen a 16-bit weight
+  // and sum its gradient a block of about 4 MiB at a time per thread (plus up to 8 MiB of input
+  // gradient), which this term bounds for any thread count a real model meets.
+  const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
+  if (in.param_dtype != in.weight_dtype) ws += views * Size(largest_padded) * 4;
+  // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
+  // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
+  if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += Size(largest_padded) * 4;
+  // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
+  // before training: the workspace peak is at least that.
+  if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, Size(largest_padded) * 4);
+  ws = std::max(ws, whole_matrix_workspace(in, plan));
+  return ws;
+}
+
+absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
+  ZT_ASSIGN_OR_RETURN(const std::vector<int64_t> units, checked_units(in));
   MemoryEstimate e;
   const int64_t N = in.dp;
   const int64_t P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
@@ -249,64 +330,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   }
   pinned += 4 * Size(accumulate_tile);
   e.hst(M::kPinnedHost) = pinned.v;
-  // Workspace: gathered units (stage 3), fp32 views of fetched units, fp32 grad accumulator.
-  // Needs unit sizes: with only Ψ there is no "largest unit" to speak of (reported as 0).
-  Size ws = 0;
-  if (in.unit_numel.empty()) largest_padded = 0;
-  if (in.stage == 3) ws += Size(in.live_units) * largest_padded * P;
-  // The fp32 views of the units in use, where the kernels read fp32 weights from 16-bit
-  // units: one, or the head and the embedding together when they are tied (counted at the
-  // largest unit's size): the decoding step's. In training the CPU's GEMMs widen a 16-bit weight
-  // and sum its gradient a block of about 4 MiB at a time per thread (plus up to 8 MiB of input
-  // gradient), which this term bounds for any thread count a real model meets.
-  const int64_t views = in.model && in.model->tied_embeddings ? 2 : 1;
-  if (in.param_dtype != in.weight_dtype) ws += views * Size(largest_padded) * 4;
-  // The engine's fp32 accumulator of a unit's gradient during its backward: whenever the
-  // stored gradient is not a whole fp32 unit (low-precision grads, or stages 2-3).
-  if (in.grad_dtype != DType::kF32 || in.stage >= 2) ws += Size(largest_padded) * 4;
-  // Stages 1-2 load each unit's whole working copy through an fp32 buffer (set_unit_params),
-  // before training: the workspace peak is at least that.
-  if ((in.stage == 1 || in.stage == 2) && shards) ws = std::max(ws, Size(largest_padded) * 4);
-  // A whole-matrix optimizer's step (zero/muon_rule.h), when the forward's and backward's
-  // workspace is free: u and
-  // the update of a block unit's owned elements, its gathered u when sharded (padded), and
-  // Newton-Schulz on the largest hidden matrix (its output, two iterates, three Gram-sized
-  // matrices), all fp32, each at its largest over the blocks.
-  if (optimizer_info(in.optimizer).whole_matrices && in.model &&
-      plan.size() == (size_t)ParamLayout(*in.model).num_units()) {
-    const ParamLayout layout(*in.model);
-    int64_t owned = 0, gathered = 0, ns = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-      if (layout.hidden_matrices(u).empty()) continue;
-      owned = std::max(owned, plan[u].owned());
-      if (!plan[u].replicated) gathered = std::max(gathered, plan[u].padded);
-      for (const MatrixSlot& m : layout.hidden_matrices(u)) {
-        const int64_t r = std::min(m.rows, m.cols);
-        ns = std::max(ns, 3 * m.rows * m.cols + 3 * r * r + 2);  // + the norm's double
-      }
-    }
-    ws = std::max(ws, 4 * (2 * Size(owned) + gathered + ns));
-  }
-  e.dev(M::kWorkspace) = ws.v;
-  if (shards && !in.unit_numel.empty()) {
-    const int64_t in_flight = in.overlap_comm ? 2 : 1;
-    Size comm = 0;
-    if (in.stage <= 1) comm += in_flight * Size(largest_padded) * 4;  // fp32 copy being reduced
-    if (in.stage >= 2) comm += in_flight * Size(largest_shard) * 4;   // its reduced shard
-    if (in.stage == 1) comm += owned_total * 4;       // every reduced shard, kept until the step
-    if (host_grads) comm += Size(largest_shard) * G;  // the shard rounded to G on its way out
-    // ZeRO++: the backward's reductions, with the gathers in flight beside them where the
-    // backward gathers again through qwZ (no hpZ, overlap_comm's prefetcher); and the forward's
-    // gathers, with one reduction still pending beside them where overlap_comm keeps the last
-    // unit's into the next micro-batch (gradient accumulation). An upper bound: the two
-    // overlaps need particular schedules.
-    const ZeroppBuffers z = zeropp_buffers(in, largest_shard, in_flight);
-    const bool regathers = in.overlap_comm && in.hpz_partition_size <= 1;
-    const Size backward = comm + z.reduce + (regathers ? z.gather : 0);
-    const Size forward = z.gather + (in.overlap_comm ? Size(largest_shard) * 4 + z.pending : 0);
-    comm = std::max(backward, z.gather > 0 ? forward : 0);
-    e.dev(M::kCommBuffers) = comm.v;
-  }
+  e.dev(M::kWorkspace) = workspace_bytes(in, plan, largest_padded, shards).v;
+  if (shards && !in.unit_numel.empty())
+    e.dev(M::kCommBuffers) =
+        comm_buffer_bytes(in, largest_padded, largest_shard, owned_total, host_grads).v;
   if (in.model && in.micro_batch > 0 && in.seq_len > 0) {
     e.dev(M::kActivations) = transformer_activation_bytes(
         *in.model, in.micro_batch, in.seq_len, in.checkpoint_every, in.cpu_checkpointing,
