@@ -1,12 +1,14 @@
 // Each optimizer's hyper-parameters, one struct per optimizer with DeepSpeed's defaults (the
 // class DeepSpeed builds for its optimizer.type: FusedAdam / DeepSpeedCPUAdam, FusedLion /
 // DeepSpeedCPULion, torch.optim.Adagrad / DeepSpeedCPUAdagrad, MuonWithAuxAdam). The
-// ds_config parser fills one (trainer/ds_config.cc), the engine's optimizer rule turns it into
-// each step's scalars (optimizer_step below, zero/optimizer_rule.h); the learning rate comes
-// per step from the schedule. A new optimizer adds its struct to OptimizerParams in the order
-// of OptimizerKind (model/optimizer_math.h).
+// ds_config parser fills one (ParamsReader, trainer/ds_optimizer.cc), the engine's optimizer
+// rule turns it into each step's scalars (optimizer_step below, zero/optimizer_rule.h); the
+// learning rate comes per step from the schedule. A new optimizer adds its struct to
+// OptimizerParams in the order of OptimizerKind (model/optimizer_math.h).
 #pragma once
 
+#include <cstddef>
+#include <type_traits>
 #include <variant>
 
 #include "model/optimizer_math.h"
@@ -32,21 +34,17 @@ struct MuonParams {
 
 // Indexed as OptimizerKind.
 using OptimizerParams = std::variant<AdamWParams, LionParams, AdagradParams, MuonParams>;
+template <OptimizerKind K>
+using ParamsOf = std::variant_alternative_t<static_cast<size_t>(K), OptimizerParams>;
+static_assert(std::is_same_v<ParamsOf<OptimizerKind::kAdamW>, AdamWParams> &&
+                  std::is_same_v<ParamsOf<OptimizerKind::kLion>, LionParams> &&
+                  std::is_same_v<ParamsOf<OptimizerKind::kAdagrad>, AdagradParams> &&
+                  std::is_same_v<ParamsOf<OptimizerKind::kMuon>, MuonParams>,
+              "OptimizerParams must list the structs in OptimizerKind's order");
 
 inline OptimizerKind optimizer_kind(const OptimizerParams& p) {
   return static_cast<OptimizerKind>(p.index());
 }
-// The defaults of kind k.
-inline OptimizerParams optimizer_params(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::kLion: return LionParams{};
-    case OptimizerKind::kAdagrad: return AdagradParams{};
-    case OptimizerKind::kMuon: return MuonParams{};
-    case OptimizerKind::kAdamW: break;
-  }
-  return AdamWParams{};
-}
-
 // One step's scalars of p (OptimizerStep: what the backends' kernels read) at learning rate lr,
 // step t >= 1, every gradient multiplied by grad_scale first. aux_lr: the learning rate of the
 // optimizer's second parameter group (Muon's AdamW elements; < 0: lr).

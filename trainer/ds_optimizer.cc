@@ -2,6 +2,8 @@
 // values that change a run's numbers written back as JSON.
 #include <variant>
 
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "trainer/ds_config.h"
 #include "trainer/ds_reader.h"
 

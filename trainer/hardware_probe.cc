@@ -249,6 +249,7 @@ class TimedModel {
     eo.node_shared_params = false;
     eo.offload_pipeline = false;  // the step between passes ends before the next one starts
     eo.delayed_update_after = -1;
+    eo.second_group_lr = nullptr;  // every group at the step's rate 0
     m->engine_ = std::make_unique<Engine>(m->model_.layout(), m->be_.get(), m->comm_.get(), eo,
                                           std::move(optimizer), std::move(params));
     const ParamLayout& layout = m->model_.layout();

@@ -1,8 +1,6 @@
 // The run's set-up, phase by phase (trainer/run.h): inputs, data and the backend; the model
 // and where its state lives; the engine and its initial weights; a resumed save and the
 // metrics sinks.
-#include "trainer/run.h"
-
 #include <omp.h>
 #include <unistd.h>
 
@@ -16,10 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/memory.h"
 #include "common/status.h"
 #include "common/trace.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "model/config.h"
 #include "model/profiling_backend.h"
 #include "model/transformer.h"
 #include "trainer/checkpoint.h"
@@ -28,10 +28,13 @@
 #include "trainer/engine_options.h"
 #include "trainer/metrics.h"
 #include "trainer/model_source.h"
+#include "trainer/run.h"
 #include "trainer/run_config.h"
 #include "trainer/sampler.h"
 #include "zero/comm.h"
 #include "zero/engine.h"
+#include "zero/estimator.h"
+#include "zero/zeropp.h"
 
 namespace zt {
 namespace {

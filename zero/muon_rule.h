@@ -12,6 +12,7 @@
 // its end; the estimator counts them as workspace (zero/estimator.cc).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "model/backend.h"
@@ -29,8 +30,6 @@ class MuonRule final : public OptimizerRule {
            Communicator* comm)
       : OptimizerRule(params, std::move(adam_lr)), layout_(layout), be_(be), comm_(comm) {}
 
-  // The all-gather of u, when the slice is sharded.
-  bool collective() const override { return true; }
   // Muon's step on the slice (s.kind == kMuon; s.muon_pass, spans and offset are set here):
   // pass 1, the gather and Newton-Schulz on every matrix the slice touches, pass 2.
   void update(OptimizerState& state, const UnitSlice& slice, const OptimizerState::Io& io,

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "model/backend.h"
 #include "model/layout.h"
@@ -46,9 +47,12 @@ class OptimizerRule {
     return optimizer_step(params_, lr, t, grad_scale,
                           second_group_lr_ ? second_group_lr_(t - 1) : -1);
   }
-  // True when update() communicates: every rank calls it for each unit in the same order, on
-  // the training thread, so it never runs on the update pipeline's worker.
-  virtual bool collective() const { return false; }
+  // True when update() communicates (a whole-matrix optimizer's gather): every rank calls it
+  // for each unit in the same order, on the training thread. The engine runs the others'
+  // updates on the update pipeline's worker as OptimizerState::update (zero/update_pipeline.h),
+  // which is all the base rule's update() does; the trainer reads the same optimizer_info
+  // (trainer/engine_options.cc offload_pipeline_runs).
+  bool collective() const { return optimizer_info(kind()).whole_matrices; }
   // Unit `slice.unit`'s update of this rank's elements; io as OptimizerState::update takes it
   // (the gradient, where the new weights go).
   virtual void update(OptimizerState& state, const UnitSlice& slice, const OptimizerState::Io& io,

@@ -196,9 +196,12 @@ void check_clipped_step(const std::string& name, OptimizerKind kind = OptimizerK
   const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   EngineOptions opt;
   switch (kind) {  // weight decay 0
+    case OptimizerKind::kAdamW:
+      opt.optimizer = AdamWParams{.beta1 = beta1, .beta2 = beta2, .eps = eps};
+      break;
     case OptimizerKind::kLion: opt.optimizer = LionParams{.beta1 = beta1, .beta2 = beta2}; break;
     case OptimizerKind::kAdagrad: opt.optimizer = AdagradParams{.eps = eps}; break;
-    default: opt.optimizer = AdamWParams{.beta1 = beta1, .beta2 = beta2, .eps = eps}; break;
+    default: FAIL() << "no reference for " << optimizer_info(kind).name;
   }
   opt.gradient_clipping = (float)max_norm;
   Loaded l = build(fx, opt);
