@@ -40,21 +40,23 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
     st.clip_coef = opt_.gradient_clipping / (st.grad_norm + 1e-6);
   ++t_;
   OptimizerStep as = rule_->step(lr, t_, st.clip_coef / st.loss_scale);
-  if (opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after) {  // t_ counts this one
-    start_update_pipeline(as, /*delayed=*/true);
+  // Off the training thread: the delayed update (t_ counts this step), or the offload
+  // pipeline. The worker reads host gradients, or host snapshots of device ones; finish_step
+  // then settles the stored gradients (zeroed or stale), so the update zeroes none as it reads.
+  const bool delayed = opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after;
+  if (delayed || pipelined()) {
+    start_update_pipeline(as, delayed);
     finish_step();
     st.step = t_;
     return st;
   }
   const DType pt = opt_.param_dtype;
-  const bool pipeline = pipelined();
   std::vector<UnitState*> gather_units;
   for (int u = 0; u < (int)units_.size(); ++u) {
     UnitState& s = units_[u];
-    if (pipeline) continue;  // on the pipeline's worker, below
     const Gradients::View g = grads_->owned(u);
-    // One pass: unscale and clip the gradient, the optimizer on the master, the working copy of the
-    // owned elements (unless the master is it), and the gradient zeroed for the next step
+    // One pass: unscale and clip the gradient, the optimizer on the master, the working copy of
+    // the owned elements (unless the master is it), and the gradient zeroed for the next step
     // where the backward accumulates into it (elsewhere its next writer overwrites it).
     as.zero_grad = grads_->zero_as_read(u);
     grads_->read(u, as.zero_grad);
@@ -78,10 +80,6 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   optimizer_->flush();  // NVMe write-behind: errors surface in this step
   rule_->end_step();
   gather_owned_slices(gather_units);
-  if (pipeline) {
-    as.zero_grad = false;  // the worker reads host copies; finish_step settles the device ones
-    start_update_pipeline(as, /*delayed=*/false);
-  }
   finish_step();
   st.step = t_;
   return st;
@@ -114,17 +112,15 @@ bool Engine::pipelined() const {
 // units kept whole) is snapshotted into host memory first, as the step would read it (the
 // stored ones are then zeroed or marked stale by finish_step); a host gradient shard
 // (zero/gradients.h) is read in place (the next backward writes a unit's gradient only after
-// grads(u) has published, that is waited for, its update),
-// except by the delayed update, which snapshots it too. Delayed: every unit's weights go to
+// grads(u) has published, that is waited for, its update), except by the delayed update,
+// which snapshots it too. Delayed: every unit's weights go to
 // staging, published at the next step. Pipelined: straight into the working copy where the
 // backend's memory is the host's, else into staging, published by the unit's next fetch.
 void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
   if (!pipeline_) {
     std::vector<UpdatePipeline::Slice> slices;
-    for (const UnitState& s : units_) {
-      const bool reduced = !s.replicated && opt_.zero.stage == 1;  // the fp32 reduced shard
-      slices.push_back({s.owned(), reduced ? DType::kF32 : opt_.grad_dtype});
-    }
+    for (int u = 0; u < (int)units_.size(); ++u)
+      slices.push_back({units_[u].owned(), grads_->owned_dtype(u)});
     optimizer_->prepare_staging();  // here: the worker thread has no GPU device of its own
     pipeline_ = std::make_unique<UpdatePipeline>(be_, optimizer_.get(), std::move(slices),
                                                  opt_.param_dtype, opt_.optimizer_threads);

@@ -286,16 +286,17 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     optim += Size(u.owned()) * K;
     if (u.stage >= 1) largest_shard = std::max(largest_shard, shard), owned_total += shard;
     const size_t owned = (size_t)u.owned();
-    const int st = u.stage;
     granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
     nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size, in.optimizer);
+    // A snapshot of the owned gradient in its dtype: stage 1's reduced shard is fp32.
+    const Size snapshot = Size((int64_t)owned) * (u.whole_grads && !u.replicated ? 4 : G);
     if (in.delayed_update) {
-      host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
+      host_grad_bytes += snapshot;
       host_params += Size((int64_t)owned) * P;
     } else if (in.offload_pipeline) {
       // A gradient on the device (stage 1's reduced shard, a unit kept whole) is snapshotted.
-      if (!u.host_grads) host_grad_bytes += Size((int64_t)owned) * (st == 1 && N > 1 ? 4 : G);
+      if (!u.host_grads) host_grad_bytes += snapshot;
       if (!in.device_host_addressable || u.params != ParamHome::kDevice) {
         int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
         slot = std::max(slot, (int64_t)owned);

@@ -222,11 +222,11 @@ Gradients::View Gradients::owned(int u) {
       be_->zero(s.reduced.data(), s.reduced.bytes());
       s.ss = Unit::SumSq::kZero;
     }
-    return View{s.reduced.data(), DType::kF32, false};
+    return View{s.reduced.data(), owned_dtype(u), false};
   }
-  if (!s.host) return View{s.stored.data(), opt_.grad_dtype, false};
+  if (!s.host) return View{s.stored.data(), owned_dtype(u), false};
   settle_copy();  // its copy to the host has landed
-  return View{s.host_stored.data(), opt_.grad_dtype, true};
+  return View{s.host_stored.data(), owned_dtype(u), true};
 }
 
 bool Gradients::zero_as_read(int u) const {

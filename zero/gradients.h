@@ -79,6 +79,10 @@ class Gradients {
     bool host = false;  // data is host memory
   };
   View owned(int u);
+  // The dtype owned(u)'s view has: fp32 for stage 1's reduced shard, else the stored dtype.
+  DType owned_dtype(int u) const {
+    return units_[u].reduced_view() ? DType::kF32 : opt_.grad_dtype;
+  }
   // Whether the update may zero unit u's gradient as it reads it (OptimizerStep::zero_grad): the
   // backward's kernels add into it next, so it must hold zeros, and one pass does both.
   bool zero_as_read(int u) const;
