@@ -100,6 +100,7 @@ absl::StatusOr<std::string> recommend_text(const EstimateOptions& o) {
         estimate_input(*ds, model, dp, dp, (int)ds->batch.train_micro_batch_size_per_gpu,
                        o.seq_len);  // one node
     if (!hw.cpu_backend) use_gpu_activations(in);
+    in.device_host_addressable = hw.cpu_backend;  // the CPU backend's device memory is the host's
     auto e = estimate_memory(in);
     if (!e.ok()) continue;
     if (e->device_total() > o.device_memory || e->host_total() > o.host_memory) continue;

@@ -132,9 +132,11 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         UnitState& s = units_[u];
         UpdatePipeline::Source src;
         const Gradients::View g = grads_->owned(u);
-        src.grad = g.data;
+        // The delayed update's next backward writes the host gradient: it takes this buffer
+        // and the backward the other one (Gradients::hand_off).
+        src.grad = g.host && delayed ? grads_->hand_off(u).data : g.data;
         src.grad_on_device = !g.host;
-        src.snapshot_host = g.host && delayed;  // else read in place
+        if (delayed && swaps_params(s)) src.out = s.next_params.data();
         if (!delayed) {
           s.update_pending = true;
           if (be_->host_addressable() && s.store < 0) {  // the working copy, as the serial update
@@ -168,6 +170,11 @@ void Engine::publish_unit(UnitState& s) {
   Timer copied;
   if (put_staged(s)) pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
   if (!s.replicated && !s.sharded_params) gather_owned_slices({&s});
+}
+
+bool Engine::swaps_params(const UnitState& s) const {
+  return be_->host_addressable() && s.store < 0 && !s.shared && !s.sharded_params &&
+         s.owned() == s.padded;
 }
 
 bool Engine::put_staged(UnitState& s) {
@@ -205,8 +212,15 @@ void Engine::finish_update() {
   }
   Timer copied;
   std::vector<UnitState*> gather_units;
-  for (UnitState& s : units_)
-    if (put_staged(s) && !s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  for (UnitState& s : units_) {
+    if (swaps_params(s)) {
+      std::swap(s.params, s.next_params);
+      published_to_device_ += (int64_t)s.params.bytes();
+    } else if (!put_staged(s)) {
+      continue;
+    }
+    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
+  }
   pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
   gather_owned_slices(gather_units);
 }

@@ -19,6 +19,9 @@ struct Engine::UnitState {
   int store = -1;               // stage 3 with parameter offload: the shard's ParamStore handle
   DeviceBuffer fetched;         // fp32 view while in use, when the working dtype is not fp32
   bool update_pending = false;  // its pipelined update is not published yet (Engine::publish)
+  // The delayed update's new weights, swapped with params when published, where that costs no
+  // memory (Engine::swaps_params): allocated with params.
+  DeviceBuffer next_params;
 
   size_t owned() const { return replicated ? numel : shard; }
   // This rank's working copy: the whole unit or its shard (params), or the node's (shared).

@@ -292,8 +292,13 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     // A snapshot of the owned gradient in its dtype: stage 1's reduced shard is fp32.
     const Size snapshot = Size((int64_t)owned) * (u.whole_grads && !u.replicated ? 4 : G);
     if (in.delayed_update) {
+      // The update reads the host gradient's second buffer (Gradients::hand_off) or a snapshot
+      // of a device one; its weights go to a second working copy where the host can address
+      // the device's and it is the owned slice whole (Engine::swaps_params), else to staging.
       host_grad_bytes += snapshot;
-      host_params += Size((int64_t)owned) * P;
+      const bool swaps = in.device_host_addressable && u.params == ParamHome::kDevice &&
+                         !u.sharded_params && owned == (size_t)padded;
+      (swaps ? params : host_params) += Size((int64_t)owned) * P;
     } else if (in.offload_pipeline) {
       // A gradient on the device (stage 1's reduced shard, a unit kept whole) is snapshotted.
       if (!u.host_grads) host_grad_bytes += snapshot;

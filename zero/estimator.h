@@ -63,9 +63,10 @@ struct EstimateInput {
   int64_t sub_group_size = ds_default::kSubGroupSize;
   // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
   bool nvme_pipeline = false;
-  // zerotrain.delayed_param_update: host snapshots of the owned gradient (kGrads: G bytes per
-  // owned element; 4 at stage 1 with N_d > 1, the reduced fp32 shard) and of the owned
-  // working copy (kParams: P bytes).
+  // zerotrain.delayed_param_update: a second host buffer or snapshot of the owned gradient
+  // (kGrads: G bytes per owned element; 4 at stage 1 with N_d > 1, the reduced fp32 shard) and
+  // a second owned working copy (kParams: P bytes; on the device where the host can address it
+  // and the owned slice is the whole unit, else host staging).
   bool delayed_update = false;
   // zerotrain.offload_pipeline: every unit is updated off the training thread, its new weights
   // staged in host memory (kParams: P bytes per element of the two largest units that share a

@@ -229,6 +229,19 @@ Gradients::View Gradients::owned(int u) {
   return View{s.host_stored.data(), owned_dtype(u), true};
 }
 
+Gradients::View Gradients::hand_off(int u) {
+  Unit& s = unit(u);
+  ZT_CHECK(s.host);
+  settle_copy();
+  if (!s.handed_off.data())
+    s.handed_off = HostBuffer(s.host_stored.bytes(), MemCategory::kGrads, &host_, opt_.pin_with);
+  std::swap(s.host_stored, s.handed_off);
+  // The buffer the backward writes next holds an older gradient: stale, not zeros.
+  s.state = Unit::Stored::kStale;
+  s.host_ss.reset();
+  return View{s.handed_off.data(), owned_dtype(u), true};
+}
+
 bool Gradients::zero_as_read(int u) const {
   const Unit& s = units_[u];
   return !s.reduced_view() && (direct(s) || s.state == Unit::Stored::kKernelsAdd);

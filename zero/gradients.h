@@ -83,6 +83,12 @@ class Gradients {
   DType owned_dtype(int u) const {
     return units_[u].reduced_view() ? DType::kF32 : opt_.grad_dtype;
   }
+  // The delayed update takes unit u's host gradient (after owned(u)) instead of a copy of it:
+  // returns the view owned(u) gave, which stays unwritten until the next hand_off(u), and the
+  // unit's next backward writes into a second buffer (allocated at the first hand-off, in the
+  // same memory), so the two alternate and no pass copies the shard (ZeRO-Offload's delayed
+  // update, Ren et al. 2021, Section 5.2, double-buffers the same way). Host units only.
+  View hand_off(int u);
   // Whether the update may zero unit u's gradient as it reads it (OptimizerStep::zero_grad): the
   // backward's kernels add into it next, so it must hold zeros, and one pass does both.
   bool zero_as_read(int u) const;
@@ -115,6 +121,7 @@ class Gradients {
     bool host = false;       // the shard lives in host memory
     DeviceBuffer stored;     // the whole unit (stages 0-1, replicated) or shard; none when host
     HostBuffer host_stored;  // host: the shard, in the gradient's dtype
+    HostBuffer handed_off;   // host: the other buffer of hand_off's pair, read by the update
     std::optional<double> host_ss;  // host: Σ g² of host_stored, summed as it was written
     DeviceBuffer scratch;           // fp32 whole-unit gradient while a backward writes it
     DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary's reduce-scatter

@@ -204,21 +204,26 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   // backward.
   // A micro-batch timed on the CPU backend has timed the gradients' way out at stages 2-3
   // (stage 1's reduced shard goes out in the step) and the parameter offload's way in: the
-  // updated parameters' way back is left.
+  // updated parameters' way back is left, except where the update off the training thread
+  // writes the working copy the CPU backend's device memory is (the pipeline; the delayed
+  // update's second working copy at N_d = 1, stages 1-2: Engine::swaps_params).
   const double owned = in.stage == 0 ? psi : psi / N;
+  const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
+  const bool off_thread = offloaded && (in.delayed_update || in.offload_pipeline);
+  const bool written_in_place = hw.cpu_backend && off_thread &&
+                                in.offload_param == OffloadDevice::kNone &&
+                                (!in.delayed_update || (N == 1 && in.stage <= 2));
   double copy = 0;
-  if (in.offload_optimizer != OffloadDevice::kNone)
+  if (offloaded)
     copy += (timed && in.stage >= 2 ? 0
              : in.stage == 1        ? owned * 4
                                     : owned * G + owned * 4 * (A - 1)) +
-            owned * P;
+            (written_in_place ? 0 : owned * P);
   if (in.offload_param != OffloadDevice::kNone && !timed) copy += 2 * psi / N * P * A;
   t.copies = copy / (hw.cpu_backend ? stream_bw(compute_threads) : hw.pcie_bw);
   // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
   // by its ranks), else on the device; off the training thread (the pipeline, the delayed
   // update) on the optimizer threads, else on the compute threads.
-  const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
-  const bool off_thread = offloaded && (in.delayed_update || in.offload_pipeline);
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;

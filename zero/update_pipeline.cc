@@ -2,8 +2,6 @@
 
 #include <omp.h>
 
-#include <cstring>
-
 #include "common/status.h"
 #include "common/trace.h"
 
@@ -46,19 +44,13 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
     const Source src = source(u);
     x.staged = false;
     const size_t grad_bytes = slices_[u].owned * dtype_size(slices_[u].grad_t);
-    auto snapshot = [&] {
+    if (src.grad_on_device) {
       if (x.grad.empty() && grad_bytes > 0) {
         x.grad.resize(grad_bytes);
         host_.on_alloc(MemCategory::kGrads, grad_bytes);
       }
-      return x.grad.data();
-    };
-    if (src.grad_on_device) {
-      be_->copy_to_host(snapshot(), src.grad, grad_bytes);
+      be_->copy_to_host(x.grad.data(), src.grad, grad_bytes);
       to_host_ += (int64_t)grad_bytes;
-      x.grad_ptr = x.grad.data();
-    } else if (src.snapshot_host) {
-      if (grad_bytes > 0) std::memcpy(snapshot(), src.grad, grad_bytes);
       x.grad_ptr = x.grad.data();
     } else {
       x.grad_ptr = src.grad;

@@ -5,8 +5,9 @@
 //   - the offload pipeline (zerotrain.offload_pipeline): the step ends when the update starts;
 //     the next forward's fetch of unit u waits for unit u alone (ZeRO-Offload's overlap of the
 //     CPU step with compute, Ren et al., USENIX ATC 2021, Section 4.2, taken unit by unit);
-//   - the delayed parameter update (Section 5.2): the gradients are snapshotted first, and the
-//     new weights wait in staging until the next step publishes them all (one step stale).
+//   - the delayed parameter update (Section 5.2): the update reads gradients the next backward
+//     does not write, and its new weights wait (in staging, or in a second working copy) until
+//     the next step publishes them all (one step stale).
 // Each unit's update is the same call the training thread would make, on the same tiles, so a
 // pipelined run is bitwise the serial one.
 #pragma once
@@ -47,12 +48,11 @@ class UpdatePipeline {
   // Where unit u's update reads its gradient and writes its weights.
   struct Source {
     // The gradient (grad_t, owned elements). Device memory (grad_on_device): copied into a host
-    // snapshot by start(), on the calling thread. Host memory: read in place by the update, or
-    // copied into a snapshot first when snapshot_host (the delayed update, whose next backward
-    // writes it while the update still reads).
+    // snapshot by start(), on the calling thread. Host memory: read in place by the update,
+    // which the caller keeps unwritten until it is done (the delayed update hands the buffer
+    // over: Gradients::hand_off).
     const void* grad = nullptr;
     bool grad_on_device = false;
-    bool snapshot_host = false;
     // Host memory the new weights go to directly (the working copy, where the backend's memory
     // is the host's); null: host staging, handed out by take().
     void* out = nullptr;

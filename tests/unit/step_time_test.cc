@@ -194,7 +194,10 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   EXPECT_DOUBLE_EQ(serial.step, serial.compute + serial.copies + serial.optimizer);
   in.offload_pipeline = true;
   const StepTime pipelined = *predict_step(in, hw);
-  const double compute_side = serial.compute + serial.copies, host = serial.optimizer;
+  // Off the training thread the update writes the working copy the CPU backend's device
+  // memory is: the parameters' way back (P bytes) is no copy.
+  EXPECT_DOUBLE_EQ(pipelined.copies, psi * 2 / 20e9);
+  const double compute_side = serial.compute + pipelined.copies, host = serial.optimizer;
   const double block = 7087872;  // 12 C^2 + 13 C
   const double wait = host * (embedding + block) / psi;
   // Slowed over the update's time less the forward's wait; the compute outlasts the update.
@@ -203,6 +206,10 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   in.offload_pipeline = false;
   in.delayed_update = true;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->step, std::max(slowed, host));
+  // The delayed update over two ranks stages its slice and copies it in (Engine::swaps_params).
+  in.ranks = 2;
+  EXPECT_DOUBLE_EQ(predict_step(in, hw)->copies, psi / 2 * (2 + 2) / 20e9);
+  in.ranks = 1;
   // Where one thread's GEMM rate is known (cores that share a clock or an SMT core give one
   // thread more than its share), one compute thread runs at it.
   Hardware shared_core = hw;
@@ -213,13 +220,13 @@ TEST(StepTime, OffloadPipelineRunsTheUpdateBesideTheCompute) {
   in.optimizer_threads = 2;
   EXPECT_DOUBLE_EQ(predict_step(in, hw)->optimizer, psi * 28 / 40e9);
   // Stage 1 pipelines the same way; the training thread copies the reduced fp32 shard out (4
-  // bytes, one rank: the whole model) before it hands the update over.
+  // bytes, one rank: the whole model) before it hands the update over, and nothing back.
   in.delayed_update = false;
   in.offload_pipeline = true;
   in.optimizer_threads = 1;
   in.stage = 1;
   const StepTime stage1 = *predict_step(in, hw);
-  EXPECT_DOUBLE_EQ(stage1.copies, psi * (4 + 2) / 20e9);
+  EXPECT_DOUBLE_EQ(stage1.copies, psi * 4 / 20e9);
   const double stage1_side = stage1.compute + stage1.copies;
   EXPECT_DOUBLE_EQ(stage1.step, stage1_side + wait + (host - wait) * 0.2);
   // A GPU (4 ranks, as PhasesAndOverlapsOnAGpu): the host side behind the next step, the
