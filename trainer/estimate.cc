@@ -228,7 +228,6 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
                                       "' is not one of auto, cpu, cuda (estimate: cuda counts "
                                       "activations in the working dtype, as a GPU keeps them)");
   if (o.device == "cuda") use_gpu_activations(in);
-  in.device_host_addressable = o.device == "cpu";  // the CPU backend's device memory is the host's
   if (in.model && o.seq_len > in.model->max_seq_len && in.model->learned_positions)
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
