@@ -137,6 +137,7 @@ absl::StatusOr<InstructionPrepareReport> prepare_instructions(const InstructionP
     return absl::InvalidArgumentError(
         absl::StrCat("val_fraction must be in [0, 0.5], got ", o.val_fraction));
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer_path));
+  ZT_RETURN_IF_ERROR(tok.check_encodes("prepare --format alpaca"));
   if (tok.eos_id() < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("the tokenizer '", o.tokenizer_path, "' has no EOS token to end responses"));

@@ -109,6 +109,7 @@ absl::Status prepare_text(const PrepareOptions& o) {
         absl::StrCat("prepare: max_shard_tokens must be >= 2, got ", o.max_shard_tokens));
   }
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, Tokenizer::load(o.tokenizer_path));
+  ZT_RETURN_IF_ERROR(tok.check_encodes("zerotrain prepare"));
   if (o.model_vocab_size && tok.vocab_size() > *o.model_vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer '", o.tokenizer_path, "' has ", tok.vocab_size(),

@@ -107,9 +107,11 @@ absl::Status run_export(const ExportOptions& o) {
     std::fprintf(stderr, "%s\n", unchecked_meta_notice(dir).c_str());
   ZT_ASSIGN_OR_RETURN(const ModelConfig c, checkpoint_model(meta, dir));
   int bos = -1, eos = -1;  // -1: not written
+  std::string tokenizer_file;  // the file --tokenizer names (or its directory holds)
   if (!o.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(o.tokenizer, c));
     bos = tok.bos_id(), eos = tok.eos_id();
+    tokenizer_file = tok.path();
   } else if (c.family == Family::kGPT2) {
     bos = eos = 50256;  // GPT-2's <|endoftext|>
   }
@@ -146,9 +148,10 @@ absl::Status run_export(const ExportOptions& o) {
   if (eos >= 0) gen["eos_token_id"] = eos;
   ZT_RETURN_IF_ERROR(
       write_file_atomic((fs::path(o.out) / "generation_config.json").string(), gen.dump(2) + "\n"));
-  if (!o.tokenizer.empty()) {
-    ZT_ASSIGN_OR_RETURN(const std::string bytes, read_file(o.tokenizer, "tokenizer"));
-    ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(o.out) / "tokenizer.model").string(), bytes));
+  if (!tokenizer_file.empty()) {  // under the name transformers looks for
+    ZT_ASSIGN_OR_RETURN(const std::string bytes, read_file(tokenizer_file, "tokenizer"));
+    const char* name = tokenizer_file.ends_with(".json") ? "tokenizer.json" : "tokenizer.model";
+    ZT_RETURN_IF_ERROR(write_file_atomic((fs::path(o.out) / name).string(), bytes));
   }
   std::printf("exported '%s' (step %lld) to '%s': %d shard(s), %s\n", dir.c_str(),
               (long long)meta.value("step", (int64_t)0), o.out.c_str(), (int)w.shards.size(),

@@ -42,7 +42,9 @@
 // info
 ABSL_FLAG(std::string, model, "shakespeare-llama", "model preset (see `zerotrain info`)");
 // prepare
-ABSL_FLAG(std::string, tokenizer, "", "sentencepiece tokenizer .model");
+ABSL_FLAG(std::string, tokenizer, "",
+          "sentencepiece .model, or a Hugging Face tokenizer.json (decodes only), or the model "
+          "directory holding one");
 ABSL_FLAG(std::string, input, "", "prepare: text file(s), comma-separated");
 ABSL_FLAG(std::string, out, "",
           "prepare: output directory for token shards; export: the model directory to write");

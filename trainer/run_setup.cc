@@ -193,6 +193,7 @@ absl::Status setup_inputs(const TrainOptions& opt, Run& r) {
                  (long long)sc.total_num_steps, (long long)sc.warmup_num_steps);
   if (!opt.tokenizer.empty()) {
     ZT_ASSIGN_OR_RETURN(Tokenizer tok, load_tokenizer_for(opt.tokenizer, r.model));
+    if (!opt.sample_prompt.empty()) ZT_RETURN_IF_ERROR(tok.check_encodes("--sample_prompt"));
     r.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   }
   if (opt.train_data.empty())

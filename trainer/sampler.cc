@@ -56,6 +56,7 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   }
   std::mt19937_64 rng(s.seed);
   std::vector<float> logits(model.config().vocab_size);
+  if (out && !tok.note().empty()) std::fprintf(out, "note: %s\n", tok.note().c_str());
   if (out) std::fprintf(out, "sample:\n---\n%s", s.prompt.c_str());
   int pos = 0;
   auto feed = [&](int token) {
@@ -103,16 +104,20 @@ absl::Status check_sampling(float temperature, int top_k, float top_p) {
 absl::Status run_sample(const SampleCommand& cmd) {
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
   SampleOptions s = cmd.sample;
-  // A Hugging Face directory (a zerotrain export with --tokenizer) may carry its own.
+  // A Hugging Face directory (a zerotrain export with --tokenizer, a downloaded model) may carry
+  // its own: Tokenizer::load takes the directory.
   std::string tokenizer = cmd.tokenizer;
   std::error_code ec;
+  const std::filesystem::path from(cmd.init_from);
   if (tokenizer.empty() && !cmd.init_from.empty() &&
-      std::filesystem::exists(std::filesystem::path(cmd.init_from) / "tokenizer.model", ec))
-    tokenizer = (std::filesystem::path(cmd.init_from) / "tokenizer.model").string();
+      (std::filesystem::exists(from / "tokenizer.model", ec) ||
+       std::filesystem::exists(from / "tokenizer.json", ec)))
+    tokenizer = cmd.init_from;
   if (tokenizer.empty())
     return bad(
-        "sample needs --tokenizer (a sentencepiece .model) to encode the prompt and print "
-        "the tokens (an --init_from directory holding tokenizer.model provides it)");
+        "sample needs --tokenizer (a sentencepiece .model, or a tokenizer.json to print the "
+        "tokens of a prompt-less sample) to encode the prompt and print the tokens (an "
+        "--init_from directory holding either provides it)");
   ZT_ASSIGN_OR_RETURN(const Device device, parse_device(cmd.device));
   if (!cmd.prompt_template.empty()) {
     PromptTemplate t = alpaca_template();
@@ -147,6 +152,7 @@ absl::Status run_sample(const SampleCommand& cmd) {
   if (!cmd.window_given) s.window = std::min(256, c.max_seq_len);
   ZT_RETURN_IF_ERROR(check_seq_len(c, s.window, "--seq_len"));
   ZT_ASSIGN_OR_RETURN(const Tokenizer tok, load_tokenizer_for(tokenizer, c));
+  if (!s.prompt.empty()) ZT_RETURN_IF_ERROR(tok.check_encodes("sample's --prompt"));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
                       make_backend(device, 0, 1, cmd.threads, AttentionImpl::kFlash));
   auto comm = make_single_process_communicator(be.get());

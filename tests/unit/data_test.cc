@@ -118,6 +118,66 @@ TEST_F(DataTest, TokenizerLoadErrorsNameThePath) {
   EXPECT_TRUE(Contains(std::string(bad.status().message()), path("text.model")));
 }
 
+// Hugging Face tokenizer.json, decoded as `tokenizers` decodes it (fixture:
+// scripts/make_hf_tokenizer_fixture.py): byte-level BPE and sentencepiece-style byte fallback.
+TEST(Tokenizer, HfTokenizerJsonDecodesAsTheTokenizersPackage) {
+  const auto ref = read_json(kFixtures + "hf_tokenizer_reference.json");
+  ASSERT_EQ(ref["tokenizers"].size(), 2u);
+  for (const auto& t : ref["tokenizers"]) {
+    const std::string file = kFixtures + t["path"].get<std::string>();
+    auto tok = Tokenizer::load(file);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ(tok->vocab_size(), t["vocab_size"].get<int>()) << file;
+    EXPECT_EQ(tok->note(), "") << file;
+    EXPECT_EQ(tok->bos_id(), -1) << file;  // no config.json beside it
+    for (const auto& c : t["cases"]) {
+      const auto ids = c["ids"].get<std::vector<int>>();
+      const auto decoded = c["decoded"].get<std::string>();
+      EXPECT_EQ(tok->decode(ids), decoded) << file;
+      // Streamed token by token: the same bytes, and sentencepiece's dummy prefix, which the
+      // metaspace decoder strips from the whole text, stays on the first piece.
+      std::string streamed;
+      for (int id : ids) streamed += tok->decode_token(id);
+      const bool dummy_prefix = file.find("metaspace") != std::string::npos;
+      EXPECT_EQ(streamed, dummy_prefix ? " " + decoded : decoded) << file;
+    }
+    // Encoding is the script's (scripts/prepare_hf_tokens.py): asked for, a clear error.
+    EXPECT_TRUE(tok->encode("").empty());
+    const absl::Status s = tok->check_encodes("--sample_prompt");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(std::string(s.message()), "--sample_prompt"));
+    EXPECT_TRUE(Contains(std::string(s.message()), "scripts/prepare_hf_tokens.py"));
+  }
+}
+
+TEST_F(DataTest, HfTokenizerDirectoryBosFromConfigAndUnknownDecoder) {
+  // A model directory: tokenizer.json found in it, BOS and EOS from its config.json.
+  fs::copy_file(kFixtures + "hf_tokenizers/byte_level/tokenizer.json", path("tokenizer.json"));
+  write_bytes(path("config.json"), R"({"bos_token_id": 0, "eos_token_id": [0, 5]})");
+  auto tok = Tokenizer::load(dir_.string());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(tok->bos_id(), 0);
+  EXPECT_EQ(tok->eos_id(), 0);
+  EXPECT_EQ(tok->decode_token(0), "");  // <|endoftext|>: special
+  // A decoder zerotrain does not read: token ids, and a note that says why.
+  write_bytes(path("w.json"), R"({"model": {"type": "WordPiece", "vocab": {"a": 0, "##b": 1}},
+                                  "decoder": {"type": "WordPiece"}})");
+  auto wp = Tokenizer::load(path("w.json"));
+  ASSERT_TRUE(wp.ok()) << wp.status();
+  EXPECT_EQ(wp->decode(std::vector<int>{0, 1}), "[0][1]");
+  EXPECT_TRUE(Contains(wp->note(), "WordPiece"));
+  EXPECT_TRUE(Contains(wp->note(), "token ids"));
+  // Not a tokenizer.json, an empty directory: errors that name the path.
+  write_bytes(path("x.json"), R"({"model": {}})");
+  auto bad = Tokenizer::load(path("x.json"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(std::string(bad.status().message()), path("x.json")));
+  fs::create_directories(path("empty"));
+  auto none = Tokenizer::load(path("empty"));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(std::string(none.status().message()), "neither tokenizer.model"));
+}
+
 // ---------------------------------------------------------------- shards
 
 TEST_F(DataTest, ShardRoundTripUint16) {
