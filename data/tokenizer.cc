@@ -95,9 +95,11 @@ absl::Status Tokenizer::check_encodes(std::string_view needed_by) const {
   if (m_->encodes()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       std::string(needed_by), " needs the tokenizer to encode text, and zerotrain reads '", path_,
-      "' (a Hugging Face tokenizer.json) to decode only: make token shards with the model's own "
-      "tokenizer (python3 scripts/prepare_hf_tokens.py --tokenizer ",
-      path_, " --input FILE --out DIR) and train on those, or give a sentencepiece .model"));
+      "' (a Hugging Face tokenizer.json) to decode only: make plain-text token shards with the "
+      "model's own tokenizer (python3 scripts/prepare_hf_tokens.py --tokenizer ",
+      path_,
+      " --input FILE --out DIR) and train on those; instruction data and packed rows need a "
+      "sentencepiece .model for now"));
 }
 
 int Tokenizer::vocab_size() const { return m_->vocab_size(); }

@@ -69,6 +69,29 @@ def metaspace(text):
     return t, 1
 
 
+def byte_piece(tok, name, b):
+    """The id of the piece that stands for the single byte b."""
+    if name == "metaspace":
+        return tok.token_to_id(f"<0x{b:02X}>")
+    return tok.token_to_id(BYTE_CHARS[b])
+
+
+def bytes_to_unicode():
+    """GPT-2's table: the character a byte-level piece writes for each byte."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+BYTE_CHARS = bytes_to_unicode()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--text", default=str(ROOT.parent / "shared/data/tinyshakespeare.txt"))
@@ -85,6 +108,12 @@ def main():
         for s in TEXTS:
             ids = [first] + tok.encode(s, add_special_tokens=False).ids
             cases.append({"text": s, "ids": ids,
+                          "decoded": tok.decode(ids, skip_special_tokens=True)})
+        # Invalid UTF-8 (a character cut short, a stray continuation byte, 0xFF) between text:
+        # what `tokenizers` makes of it (U+FFFD), built from single-byte pieces.
+        for raw in (b"a\xe2\x82 b", b"\x80x\xff\xf0\x9f\x98", b"ok \xe2\x82\xac"):
+            ids = [first] + [byte_piece(tok, name, b) for b in raw]
+            cases.append({"bytes": raw.hex(), "ids": ids,
                           "decoded": tok.decode(ids, skip_special_tokens=True)})
         reference["tokenizers"].append({
             "path": f"hf_tokenizers/{name}/tokenizer.json",

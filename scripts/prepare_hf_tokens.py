@@ -14,7 +14,9 @@ BOS is config.json's bos_token_id beside the tokenizer (or --bos; -1: none). Nee
 input with what was wrong, 77 when `tokenizers` is missing.
 """
 import argparse
+import array
 import json
+import math
 import os
 import pathlib
 import struct
@@ -46,7 +48,7 @@ def write_shard(path, tokens, token_bytes):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(struct.pack(f"<{HEADER_INTS}i", *header))
-        f.write(struct.pack(f"<{len(tokens)}{code}", *tokens))
+        array.array(code, tokens).tofile(f)  # little-endian on x86-64, as the format
     os.replace(tmp, path)
 
 
@@ -77,13 +79,22 @@ def main():
     bos = a.bos
     config = path.parent / "config.json"
     if bos is None and config.is_file():
-        bos = json.loads(config.read_text()).get("bos_token_id")
-    bos = -1 if bos is None else int(bos)
+        try:
+            bos = json.loads(config.read_text()).get("bos_token_id")
+        except (OSError, ValueError, AttributeError) as e:
+            fail(f"{config} cannot be read as a model's config.json ({e}); pass --bos")
+        if isinstance(bos, list):  # as zerotrain reads it: the first
+            bos = bos[0] if bos else None
+    if bos is not None and not isinstance(bos, int):
+        fail(f"{config}: bos_token_id {bos!r} is not a token id; pass --bos")
+    bos = -1 if bos is None else bos
     vocab = tok.get_vocab_size(with_added_tokens=True)
     if bos >= vocab:
         fail(f"BOS id {bos} is outside the tokenizer's {vocab} tokens; pass --bos")
 
-    tokens = []
+    # Text that spells a special token ("<|endoftext|>") is text, as `zerotrain prepare` encodes.
+    tok.encode_special_tokens = True
+    tokens = array.array("I")  # 4 bytes a token, as zerotrain prepare holds them
     for name in a.input.split(","):
         try:
             text = pathlib.Path(name).read_text(encoding="utf-8")
@@ -93,8 +104,8 @@ def main():
             fail(f"--input '{name}' is empty")
         if bos >= 0:
             tokens.append(bos)
-        tokens += tok.encode(text, add_special_tokens=False).ids
-    n_val = round(a.val_fraction * len(tokens))
+        tokens.extend(tok.encode(text, add_special_tokens=False).ids)
+    n_val = math.floor(a.val_fraction * len(tokens) + 0.5)  # C++ llround, as zerotrain prepare
     n_train = len(tokens) - n_val
     if n_train < 2 or (a.val_fraction > 0 and n_val < 2):
         fail(f"{len(tokens)} tokens split into {n_train} train and {n_val} val tokens; each part "

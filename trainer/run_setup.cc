@@ -314,8 +314,8 @@ absl::Status check_host_memory_limit(Run& r, bool at_setup) {
       predicted ? "will hold " : "holds ", format_bytes((int64_t)worst[0]),
       " of model states and offload buffers at its peak (rank ", r.comm->rank(), ": ", in_use,
       predicted ? "; predicted at set-up, with the first step's staging" : "",
-      delayed ? " and the delayed parameter update's host snapshots of the owned gradients and "
-                "weights, taken after its warm-up steps"
+      delayed ? " and the delayed parameter update's second buffers of the owned gradients "
+                "and (off the CPU backend, or over several ranks) weights"
               : "",
       "); `zerotrain estimate --host_memory` says what fits, or raise the limit",
       delayed ? ", or turn off zerotrain.delayed_param_update" : ""));

@@ -51,7 +51,9 @@ void generate(Transformer& model, Engine& engine, Communicator& comm, const Toke
   ctx.insert(ctx.end(), prompt.begin(), prompt.end());
   if (ctx.empty()) {
     if (out)
-      std::fprintf(out, "sample: skipped (the tokenizer has no BOS; give --sample_prompt)\n");
+      std::fprintf(out,
+                   "sample: skipped (the tokenizer has no BOS: give a prompt, or beside a "
+                   "tokenizer.json the model's config.json with its bos_token_id)\n");
     return;
   }
   std::mt19937_64 rng(s.seed);

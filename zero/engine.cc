@@ -35,7 +35,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
   ZT_CHECK(!params_ || stage == 3);
   // Offloaded, the sharded units' gradients go to host memory (zero/gradients.h).
   const bool host_grads = stage >= 2 && optimizer_->host_tracker() != nullptr;
-  // The delayed update needs an offloaded state (it reads host snapshots, writes host staging).
+  // The delayed update needs an offloaded state (it reads host gradients, runs the CPU step).
   // (The offload pipeline applies only where one is: pipelined().)
   ZT_CHECK(opt.delayed_update_after < 0 || optimizer_->host_tracker() != nullptr);
   rule_ = make_optimizer_rule(opt.optimizer, opt.second_group_lr, layout, be, comm_);

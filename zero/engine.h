@@ -79,7 +79,8 @@ struct EngineOptions {
   // before it (one step stale); the next step() waits for it and publishes its weights. With
   // D = delayed_update_after and w_k the weights after step k, the gradient of step k > D + 1
   // is taken at w_{k-2} and applied to w_{k-1}. Needs an offloaded optimizer state (its update
-  // reads a host snapshot of the gradients and writes host staging).
+  // reads host gradients the next backward does not write, and writes a second working copy or
+  // host staging: docs/offload.md "Delayed parameter update").
   int delayed_update_after = -1;
   // The offload pipeline (docs/offload.md "The offload pipeline"): with an offloaded optimizer
   // state, step() starts the update of every unit on a worker thread and returns; the next
@@ -222,7 +223,7 @@ class Engine final : public UnitEngine {
 
  private:
   struct UnitState;
-  // Every unit's update on the pipeline's worker: delayed, from gradient snapshots, published
+  // Every unit's update on the pipeline's worker: delayed, from gradients handed over, published
   // by the next finish_update(); otherwise each published by publish(u) when first needed.
   void start_update_pipeline(const OptimizerStep& as, bool delayed);
   bool pipelined() const;  // EngineOptions::offload_pipeline applies

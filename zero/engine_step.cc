@@ -41,7 +41,8 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   ++t_;
   OptimizerStep as = rule_->step(lr, t_, st.clip_coef / st.loss_scale);
   // Off the training thread: the delayed update (t_ counts this step), or the offload
-  // pipeline. The worker reads host gradients, or host snapshots of device ones; finish_step
+  // pipeline. The worker reads host gradients (the delayed update takes them over:
+  // Gradients::hand_off), or host snapshots of device ones; finish_step
   // then settles the stored gradients (zeroed or stale), so the update zeroes none as it reads.
   const bool delayed = opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after;
   if (delayed || pipelined()) {
@@ -113,9 +114,10 @@ bool Engine::pipelined() const {
 // stored ones are then zeroed or marked stale by finish_step); a host gradient shard
 // (zero/gradients.h) is read in place (the next backward writes a unit's gradient only after
 // grads(u) has published, that is waited for, its update), except by the delayed update,
-// which snapshots it too. Delayed: every unit's weights go to
-// staging, published at the next step. Pipelined: straight into the working copy where the
-// backend's memory is the host's, else into staging, published by the unit's next fetch.
+// which takes it over (Gradients::hand_off: the next backward writes a second buffer).
+// Delayed: every unit's weights go to a second working copy (swaps_params) or to staging,
+// published at the next step. Pipelined: straight into the working copy where the backend's
+// memory is the host's, else into staging, published by the unit's next fetch.
 void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
   if (!pipeline_) {
     std::vector<UpdatePipeline::Slice> slices;

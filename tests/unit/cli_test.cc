@@ -110,11 +110,12 @@ TEST_F(Cli, HostMemoryLimitStopsAtSetupOrAfterTheStepThatPassesIt) {
                     {"host_memory_limit", "disagree"});
 }
 
-// The delayed parameter update's host snapshots (the owned gradient, 4 bytes a parameter, and
-// the new weights, 4 bytes: 2 x 427,264 bytes here) come at its first step, after the warm-up
-// steps; with the 1,857,024 bytes of set-up and the first step's 295,936 of pinned staging
-// (the test above) a rank peaks at 3,007,488 bytes (2.87 MiB). The run predicts that at start,
-// so a 2.5 MiB limit is refused there, before any step trains; 3 MiB fits.
+// The delayed parameter update's second gradient buffer (the owned gradient, 4 bytes a
+// parameter: 427,264 bytes here) comes at its first step, after the warm-up steps (its second
+// working copy is the CPU backend's device memory); with the 1,857,024 bytes of set-up and the
+// first step's 295,936 of pinned staging (the test above) a rank peaks at 2,580,224 bytes (2.46
+// MiB). The run predicts that at start, so a 2.25 MiB limit is refused there, before any step
+// trains; 3 MiB fits.
 TEST_F(Cli, HostMemoryLimitRefusesTheDelayedUpdatesPeakAtStart) {
   auto ds = [&](const std::string& limit) {
     write(path("dpu.json"), R"({"train_micro_batch_size_per_gpu": 2,
