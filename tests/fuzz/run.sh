@@ -16,7 +16,7 @@ cmake -S . -B "$OUT" -G Ninja -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Rel
   cmake --build "$OUT" >/dev/null || { echo "fuzz build failed"; exit 1; }
 ROOT=$(cd ../.. && pwd)
 status=0
-for target in safetensors_fuzz checkpoint_meta_fuzz alpaca_fuzz; do
+for target in safetensors_fuzz checkpoint_meta_fuzz alpaca_fuzz tokenizer_json_fuzz; do
   corpus="$OUT/corpus_$target"
   rm -rf "$corpus" && mkdir -p "$corpus"
   case $target in
@@ -25,6 +25,9 @@ for target in safetensors_fuzz checkpoint_meta_fuzz alpaca_fuzz; do
     checkpoint_meta_fuzz) printf '%s' '{"format":"zerotrain-checkpoint","version":1,"units":[{"numel":3}],"ranks":[{"file":"rank_00000.bin","bytes":144,"crc32":0,"ranges":[[0,4]]}]}' > "$corpus/meta"
       printf '%s' '{"format":"zerotrain-checkpoint","version":2,"units":[{"numel":3}],"ranks":[{"file":"rank_00000.bin","bytes":144,"crc32":0,"ranges":[[0,4]]}]}' > "$corpus/meta2" ;;
     alpaca_fuzz) printf '%s' '[{"instruction":"a","input":"b","output":"c"},{"instruction":"d","output":"e"}]' > "$corpus/a" ;;
+    tokenizer_json_fuzz) cp "$ROOT"/tests/fixtures/hf_tokenizers/byte_level/tokenizer.json "$corpus/b"
+      printf '%s' '{"model":{"type":"BPE","vocab":{"<0x41>":0,"\u2581a":1,"\u0120b":2}},"added_tokens":[{"id":3,"content":"<s>","special":true}],"decoder":{"type":"Sequence","decoders":[{"type":"Replace"},{"type":"ByteFallback"},{"type":"Strip","start":1}]}}' > "$corpus/m"
+      printf '%s' '{"model":{"vocab":{"\u0120b":0,"\u00c4\u0142":1}},"decoder":{"type":"ByteLevel"}}' > "$corpus/l" ;;
   esac
   echo "== $target ($RUNS inputs)"
   ASAN_OPTIONS=detect_leaks=1 "$OUT/$target" -runs="$RUNS" -max_len=4096 -seed=1 "$corpus" \
