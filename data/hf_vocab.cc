@@ -13,8 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kMetaspace[] = "\xE2\x96\x81";        // "▁" (U+2581)
-constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
+constexpr char kMetaspace[] = "\xE2\x96\x81";  // "▁" (U+2581)
 
 // GPT-2's bytes_to_unicode, inverted: the code point a byte-level piece writes for each byte
 // -> the byte. Printable Latin-1 bytes stand for themselves; the other 68 take the code points

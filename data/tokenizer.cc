@@ -16,7 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
 constexpr char kHint[] =
     "Pass a sentencepiece .model file (e.g. LLaMA-2's tokenizer.model), a Hugging Face "
     "tokenizer.json, or the model directory holding one, with --tokenizer.";
@@ -59,7 +58,7 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& given) {
   std::error_code ec;
   std::string path = given;
   if (fs::is_directory(given, ec)) {
-    for (const char* name : {"tokenizer.model", "tokenizer.json"})
+    for (const char* name : kTokenizerFiles)
       if (fs::is_regular_file(fs::path(given) / name, ec)) {
         path = (fs::path(given) / name).string();
         break;

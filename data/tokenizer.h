@@ -13,6 +13,11 @@
 
 namespace zt {
 
+// The files a model directory may hold its tokenizer in, in the order load() looks for them.
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json"};
+// What decoding gives for a byte that is not text, and ids outside the vocabulary.
+inline constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
+
 // One kind of tokenizer file behind Tokenizer: sentencepiece (data/tokenizer.cc) or
 // tokenizer.json (data/hf_vocab.h). Ids given to decode and decode_token are valid.
 class TokenizerModel {

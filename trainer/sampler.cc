@@ -111,10 +111,9 @@ absl::Status run_sample(const SampleCommand& cmd) {
   std::string tokenizer = cmd.tokenizer;
   std::error_code ec;
   const std::filesystem::path from(cmd.init_from);
-  if (tokenizer.empty() && !cmd.init_from.empty() &&
-      (std::filesystem::exists(from / "tokenizer.model", ec) ||
-       std::filesystem::exists(from / "tokenizer.json", ec)))
-    tokenizer = cmd.init_from;
+  if (tokenizer.empty() && !cmd.init_from.empty())
+    for (const char* name : kTokenizerFiles)
+      if (std::filesystem::exists(from / name, ec)) tokenizer = cmd.init_from;
   if (tokenizer.empty())
     return bad(
         "sample needs --tokenizer (a sentencepiece .model, or a tokenizer.json to print the "

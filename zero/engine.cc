@@ -83,7 +83,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       s.params = DeviceBuffer(be, param_elems * pbytes, MemCategory::kParams);
       be->zero(s.params.data(), s.params.bytes());
     }
-    if (opt.delayed_update_after >= 0 && swaps_params(s))  // with the working copy: it is one
+    if (opt.delayed_update_after >= 0 && swaps_params(s))  // beside the copy it doubles
       s.next_params = DeviceBuffer(be, s.params.bytes(), MemCategory::kParams);
     const bool alias = fp32_params && s.store < 0;  // an fp32 device working copy is the master
     optimizer_->add_unit(s.owned(), alias ? static_cast<float*>(owned_working(s)) : nullptr);

@@ -232,10 +232,8 @@ class Engine final : public UnitEngine {
   void publish(int u);
   void publish_unit(UnitState& s);  // one unit of publish()
   // Whether the delayed update writes unit s's weights into a second working copy that its
-  // publication swaps in (no staging, no copy): where the backend's memory is the host's and the
-  // owned elements are the whole working copy (one rank, or a replicated unit), so the second
-  // copy is the staging it replaces; not for stage-3 shards (the gatherer holds their address),
-  // node-shared or offloaded parameters. The estimator counts the same (zero/estimator.cc).
+  // publication swaps in (no staging, no copy): UpdatePipeline::swaps_working_copy, the rule the
+  // estimator reads too, and not node-shared parameters.
   bool swaps_params(const UnitState& s) const;
   // Puts unit s's staged weights (UpdatePipeline::take) into its working copy or parameter
   // store; false when none were staged.

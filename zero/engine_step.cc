@@ -141,7 +141,8 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         if (delayed && swaps_params(s)) src.out = s.next_params.data();
         if (!delayed) {
           s.update_pending = true;
-          if (be_->host_addressable() && s.store < 0) {  // the working copy, as the serial update
+          // The working copy, as the serial update.
+          if (UpdatePipeline::writes_working_copy(partition_[u], be_->host_addressable())) {
             src.out = owned_working(s);
             published_to_device_ += (int64_t)(s.owned() * dtype_size(opt_.param_dtype));
           }
@@ -175,8 +176,8 @@ void Engine::publish_unit(UnitState& s) {
 }
 
 bool Engine::swaps_params(const UnitState& s) const {
-  return be_->host_addressable() && s.store < 0 && !s.shared && !s.sharded_params &&
-         s.owned() == s.padded;
+  const UnitPartition& p = partition_[&s - units_.data()];
+  return !s.shared && UpdatePipeline::swaps_working_copy(p, be_->host_addressable());
 }
 
 bool Engine::put_staged(UnitState& s) {

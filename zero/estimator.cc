@@ -294,15 +294,14 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     if (in.delayed_update) {
       // The update reads the host gradient's second buffer (Gradients::hand_off) or a snapshot
       // of a device one; its weights go to a second working copy where the host can address
-      // the device's and it is the owned slice whole (Engine::swaps_params), else to staging.
+      // the device's and it is the owned slice whole, else to staging (UpdatePipeline's rule).
       host_grad_bytes += snapshot;
-      const bool swaps = in.device_host_addressable && u.params == ParamHome::kDevice &&
-                         !u.sharded_params && owned == (size_t)padded;
+      const bool swaps = UpdatePipeline::swaps_working_copy(u, in.device_host_addressable);
       (swaps ? params : host_params) += Size((int64_t)owned) * P;
     } else if (in.offload_pipeline) {
       // A gradient on the device (stage 1's reduced shard, a unit kept whole) is snapshotted.
       if (!u.host_grads) host_grad_bytes += snapshot;
-      if (!in.device_host_addressable || u.params != ParamHome::kDevice) {
+      if (!UpdatePipeline::writes_working_copy(u, in.device_host_addressable)) {
         int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
         slot = std::max(slot, (int64_t)owned);
       }

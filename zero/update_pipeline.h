@@ -25,6 +25,7 @@
 #include "common/memory.h"
 #include "model/backend.h"
 #include "zero/optimizer_state.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -65,6 +66,20 @@ class UpdatePipeline {
   // large the model.
   void start(const std::function<Source(int)>& source, const OptimizerStep& as, int staging_slots);
   static constexpr int kStagingSlots = 2;
+  // Where unit u's new weights go: one rule the engine and the estimator read. host_addressable:
+  // the backend's device memory is the host's (the CPU backend). The pipeline writes the working
+  // copy itself where the host can address it and it is on the device (not an offloaded shard);
+  // elsewhere staging, copied in.
+  static bool writes_working_copy(const UnitPartition& u, bool host_addressable) {
+    return host_addressable && u.params == ParamHome::kDevice;
+  }
+  // The delayed update, whose next forward still reads the working copy, writes a second one
+  // that its publication swaps in, where the pipeline would write the working copy and that
+  // copy is the owned slice whole (one rank at stages 1-2, a replicated unit), so the second
+  // copy costs what staging would; not stage-3 shards (the gatherer holds their address).
+  static bool swaps_working_copy(const UnitPartition& u, bool host_addressable) {
+    return writes_working_copy(u, host_addressable) && !u.sharded_params && u.owned() == u.padded;
+  }
   // An update started and not yet waited for whole (wait_all).
   bool running() const { return running_; }
   // Waits until unit u's update is done (at once when it is, or none runs). Rethrows
