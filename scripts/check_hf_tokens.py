@@ -6,7 +6,8 @@ them and prints its sample through the same tokenizer.json.
 - the shards hold [BOS] + what `tokenizers` encodes, in llm.c's uint16 format (read back here
   by the format's definition), the last tenth in val_000000.bin;
 - `zerotrain train --tokenizer MODEL_DIR` trains two steps on them and samples, exit 0;
-- bad input (no tokenizer.json, a val fraction out of range, an empty input) exits 2 with the
+- bad input (no tokenizer.json, a val fraction out of range, an empty input, a shard that
+  cannot be written) exits 2 with the
   reason; a --sample_prompt or `zerotrain prepare` that zerotrain cannot encode is refused
   (exit 2) with the script's name.
 
@@ -91,6 +92,11 @@ def main():
             r = subprocess.run(prepare + args + ["--out", str(tmp / "bad")], capture_output=True,
                                text=True)
             assert r.returncode == 2 and why in r.stderr, (args, r.stderr)
+        # A shard that cannot be written (its temporary name taken by a directory): exit 2.
+        (tmp / "taken/train_000000.bin.tmp").mkdir(parents=True)
+        r = subprocess.run(prepare + ["--tokenizer", str(model), "--input", str(tmp / "a.txt"),
+                                      "--out", str(tmp / "taken")], capture_output=True, text=True)
+        assert r.returncode == 2 and "cannot write" in r.stderr, r.stderr
     print("OK: prepare_hf_tokens.py shards hold what tokenizers encodes; zerotrain trains and "
           "samples on them; bad input exits 2")
 

@@ -109,9 +109,11 @@ def main():
             ids = [first] + tok.encode(s, add_special_tokens=False).ids
             cases.append({"text": s, "ids": ids,
                           "decoded": tok.decode(ids, skip_special_tokens=True)})
-        # Invalid UTF-8 (a character cut short, a stray continuation byte, 0xFF) between text:
+        # Invalid UTF-8 (a character cut short, a stray continuation byte, 0xFF, an overlong form,
+        # a surrogate) between text:
         # what `tokenizers` makes of it (U+FFFD), built from single-byte pieces.
-        for raw in (b"a\xe2\x82 b", b"\x80x\xff\xf0\x9f\x98", b"ok \xe2\x82\xac"):
+        for raw in (b"a\xe2\x82 b", b"\x80x\xff\xf0\x9f\x98", b"ok \xe2\x82\xac",
+                    b"\xe0\x80\x80z\xed\xa0\x80"):
             ids = [first] + [byte_piece(tok, name, b) for b in raw]
             cases.append({"bytes": raw.hex(), "ids": ids,
                           "decoded": tok.decode(ids, skip_special_tokens=True)})

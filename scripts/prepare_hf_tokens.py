@@ -46,10 +46,17 @@ def write_shard(path, tokens, token_bytes):
     header = [0] * HEADER_INTS
     header[:3] = magic, version, len(tokens)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack(f"<{HEADER_INTS}i", *header))
-        array.array(code, tokens).tofile(f)  # little-endian on x86-64, as the format
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack(f"<{HEADER_INTS}i", *header))
+            array.array(code, tokens).tofile(f)  # little-endian on x86-64, as the format
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk, a read-only directory: the good shard stays
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        fail(f"cannot write {path} ({e}); free space or choose another --out")
 
 
 def main():
