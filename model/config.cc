@@ -182,7 +182,9 @@ absl::Status validate(const ModelConfig& c) {
     return bad(
         "vocab_size, max_seq_len, n_layer, n_head, n_kv_head, hidden and "
         "intermediate must all be positive");
-  if (c.hidden % c.n_head != 0) return bad("hidden must be a multiple of n_head");
+  if (c.head_dim_apart < 0) return bad("head_dim must be positive");
+  if (c.head_dim_apart == 0 && c.hidden % c.n_head != 0)
+    return bad("hidden must be a multiple of n_head (or head_dim given apart)");
   if (c.n_head % c.n_kv_head != 0) return bad("n_head must be a multiple of n_kv_head");
   if (c.rope() && c.head_dim() % 2 != 0) return bad("RoPE needs an even head_dim");
   if (c.family == Family::kGPT2 && c.n_kv_head != c.n_head)
@@ -309,12 +311,11 @@ absl::Status read_llama_family(const HfFields& f, const nlohmann::json& j, Model
     ZT_ASSIGN_OR_RETURN(c.mlp_bias, f.flag("mlp_bias", false));
     c.qkv_bias = c.out_bias = attention_bias;
   }
+  // head_dim apart from hidden_size / heads (Mistral-Nemo's 128 at 5120 / 32): the queries and
+  // the attention's output are n_head * head_dim wide, o_proj maps them back to hidden_size.
   if (f.has("head_dim")) {
     ZT_ASSIGN_OR_RETURN(const int head_dim, f.integer("head_dim"));
-    if ((int64_t)head_dim * c.n_head != c.hidden)
-      return f.error("head_dim",
-                     absl::StrCat(head_dim, " x ", c.n_head, " heads != hidden_size ", c.hidden,
-                                  "; only hidden_size / heads is supported"));
+    if ((int64_t)head_dim * c.n_head != c.hidden) c.head_dim_apart = head_dim;
   }
   // Mistral attends within sliding_window tokens (null: everywhere); Qwen2 only where
   // use_sliding_window is true. Up to the window that is the full causal attention.
@@ -406,6 +407,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype,
          {"intermediate_size", c.intermediate},
          {"rms_norm_eps", shortest(c.norm_eps)},
          {"rope_theta", c.rope_theta},
+         {"head_dim", c.head_dim()},
          {"hidden_act", "silu"},
          {"tie_word_embeddings", c.tied_embeddings}};
     const RopeScaling& r = c.rope_scaling;

@@ -27,6 +27,9 @@ struct ModelConfig {
   int n_head = 0;                // query heads
   int n_kv_head = 0;             // key/value heads (GQA when < n_head)
   int hidden = 0;                // C
+  // config.json's head_dim where it is not hidden / n_head (Mistral-Nemo: 5120 wide, 32 heads
+  // of 128); 0 where it is, as in every preset. Read it through head_dim().
+  int head_dim_apart = 0;
   int intermediate = 0;          // MLP width I (GPT-2: 4C)
   float norm_eps = 1e-5f;        // LayerNorm / RMSNorm epsilon
   float rope_theta = 1e4f;       // RoPE's base (models without learned positions)
@@ -47,7 +50,10 @@ struct ModelConfig {
   // learned positions, GELU, every bias and tied embeddings; LLaMA RMSNorm, RoPE, SwiGLU and no
   // bias; Qwen2 LLaMA's with biases on q|k|v; Mistral LLaMA's.
   static ModelConfig of(Family f);
-  int head_dim() const { return hidden / n_head; }
+  int head_dim() const { return head_dim_apart > 0 ? head_dim_apart : hidden / n_head; }
+  // Width of the queries and of the attention's output, the input of its output projection:
+  // n_head * head_dim (C unless head_dim is set apart).
+  int attn_dim() const { return n_head * head_dim(); }
   // Width of the fused q|k|v projection: (n_head + 2 n_kv_head) * head_dim.
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
   // Rows of the MLP's first projection: I (GELU) or 2I ([gate | up], SwiGLU).
@@ -87,6 +93,7 @@ void for_each_field(const ModelConfig& c, F&& f) {
   if (c.qkv_bias != d.qkv_bias) f("qkv_bias", c.qkv_bias, true);
   if (c.out_bias != d.out_bias) f("out_bias", c.out_bias, true);
   if (c.mlp_bias != d.mlp_bias) f("mlp_bias", c.mlp_bias, true);
+  if (c.head_dim_apart > 0) f("head_dim", c.head_dim_apart, true);
   if (c.rope_scaling.type != RopeScalingType::kNone)
     f("rope_scaling", rope_scaling_text(c.rope_scaling), false);
 }
@@ -109,7 +116,8 @@ absl::StatusOr<ModelConfig> config_from_hf_json(std::string_view json_text, std:
 // out). config_from_hf_json of it gives c back.
 std::string hf_config_json(const ModelConfig& c, const std::string& torch_dtype, int bos_id,
                            int eos_id);
-// Checks internal consistency (heads divide hidden, kv heads divide heads, ...).
+// Checks internal consistency (heads divide hidden unless head_dim is set apart, kv heads
+// divide heads, ...).
 absl::Status validate(const ModelConfig& c);
 // Context length as a knob (--max_seq_len): the longest sequence the model is built for. RoPE
 // models (LLaMA family) take any length up to 2^20, as Hugging Face's max_position_embeddings;

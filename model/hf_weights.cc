@@ -53,7 +53,7 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& c, const ParamLayout& layout, 
     if (!c.tied_embeddings) whole("lm_head.w", "lm_head.weight");
   } else {
     const std::string p = absl::StrCat("model.layers.", u - 1, ".");
-    const int64_t q = (int64_t)c.n_head * c.head_dim(), kv = (int64_t)c.n_kv_head * c.head_dim();
+    const int64_t q = c.attn_dim(), kv = (int64_t)c.n_kv_head * c.head_dim();
     whole("ln1.w", p + "input_layernorm.weight");
     rows("qkv.w", p + "self_attn.q_proj.weight", 0, q);
     rows("qkv.w", p + "self_attn.k_proj.weight", q, kv);

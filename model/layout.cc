@@ -32,7 +32,7 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     if (ln) add(b, "ln1.b", {C});
     add(b, "qkv.w", {c.qkv_dim(), C});
     if (c.qkv_bias) add(b, "qkv.b", {c.qkv_dim()});
-    add(b, "attn_out.w", {C, C});
+    add(b, "attn_out.w", {C, c.attn_dim()});
     if (c.out_bias) add(b, "attn_out.b", {C});
     add(b, "ln2.w", {C});
     if (ln) add(b, "ln2.b", {C});
@@ -43,7 +43,7 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     units_.push_back(std::move(b));
   }
   // The hidden matrices: row blocks of the fused projections, then the square and down ones.
-  const int64_t hd = c.head_dim(), q = (int64_t)c.n_head * hd, kv = (int64_t)c.n_kv_head * hd;
+  const int64_t q = c.attn_dim(), kv = (int64_t)c.n_kv_head * c.head_dim();
   matrices_.resize(units_.size() + 1);
   for (int l = 0; l < c.n_layer; ++l) {
     const Unit& b = units_[block_unit(l)];

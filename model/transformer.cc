@@ -133,8 +133,8 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   }
   for (size_t l = 0; l < (k == 0 ? L : k); ++l)
     a_->blocks.push_back({act(N * C), f32(N), f32(N), act(N * c.qkv_dim()),
-                          f32((size_t)max_B * c.n_head * max_T), act(N * C), act(N * C), act(N * C),
-                          f32(N), f32(N), act(N * fcw), act(N * c.intermediate)});
+                          f32((size_t)max_B * c.n_head * max_T), act(N * c.attn_dim()), act(N * C),
+                          act(N * C), f32(N), f32(N), act(N * fcw), act(N * c.intermediate)});
   a_->lnf = act(N * C);
   a_->lnf_mean = f32(N);
   a_->lnf_rstd = f32(N);
@@ -146,7 +146,7 @@ Transformer::Transformer(const ModelConfig& c, Backend* be, int max_B, int max_T
   a_->dx = act(N * C);
   a_->dresid = act(N * C);
   a_->dln = act(N * C);
-  a_->datty = act(N * C);
+  a_->datty = act(N * c.attn_dim());
   a_->dqkv = act(N * c.qkv_dim());
   a_->dact = act(N * c.intermediate);
   a_->dfc = act(N * fcw);
@@ -288,7 +288,7 @@ void Transformer::block_tail(TensorView p, TensorView x, TensorView atty, Tensor
   const ModelConfig& c = config_;
   const Offsets& o = a_->off;
   const int C = c.hidden, I = c.intermediate;
-  be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, C, C);  // mid = x + attn_out
+  be_->matmul_forward(mid, atty, p + o.attw, at(p, o.attb), N, c.attn_dim(), C);  // x + attn_out
   residual_norm_forward(mid, x, ln2, ln2_mean, ln2_rstd, p + o.ln2w, at(p, o.ln2b), N);
   if (c.mlp == MlpKind::kGelu) {  // fc (N, I), or (N, 2I) = [gate | up] for SwiGLU; act (N, I)
     be_->matmul_gelu_forward(act, fc, ln2, p + o.fcw, at(p, o.fcb), N, C, I);
@@ -427,8 +427,9 @@ void Transformer::block_backward(UnitEngine& e, int l) {
                 b.ln2_mean.f32(), b.ln2_rstd.f32(), N);
   // Attention: mid = x + atty @ Wo^T
   const TensorRef datty = act(a_->datty);
-  zero(datty, NC);
-  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, act(b.atty), p + o.attw, N, C, C);
+  zero(datty, (size_t)N * c.attn_dim());
+  be_->matmul_backward(datty, g + o.attw, at(g, o.attb), dresid, act(b.atty), p + o.attw, N,
+                       c.attn_dim(), C);
   const TensorRef dqkv = act(a_->dqkv);
   zero(dqkv, (size_t)N * QKV);
   be_->attention_backward(dqkv, datty, act(b.qkv), act(b.atty), b.lse.f32(), B_, T_, c.n_head,
@@ -491,7 +492,7 @@ void Transformer::decode(UnitEngine& e, int token, int pos, float* logits_host) 
   auto row = [&](size_t n) { return DeviceBuffer(be_, n * as, W); };
   // One row: the residual stream, a norm's output and statistics, the attention's output, the
   // residual after it, the MLP's fc and activation (activation dtype), the logits (fp32).
-  DeviceBuffer xb = row(C), lnb = row(C), mean = f32(1), rstd = f32(1), attyb = row(C),
+  DeviceBuffer xb = row(C), lnb = row(C), mean = f32(1), rstd = f32(1), attyb = row(c.attn_dim()),
                midb = row(C), fcb = row(c.fc_dim()), actb = row(I), logits = f32(V),
                tok(be_, sizeof(int), W);
   const TensorRef x = act(xb), ln = act(lnb), atty = act(attyb);

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the tiny reference fixtures (tests/fixtures/): GPT-2, LLaMA (GQA), and the
 LLaMA-family variants people fine-tune today: Qwen2 (biases on q, k, v), Mistral (a sliding
-window longer than the batch) and LLaMA with tied embeddings and every bias.
+window longer than the batch), LLaMA with tied embeddings and every bias, and heads sized
+apart from the width (config.json's head_dim: wider, as Qwen3's, and narrower, as
+Mistral-Nemo's).
 
 For each model: random (seeded) non-trivial weights, one batch of B=2, T=8, and from
 PyTorch + Hugging Face transformers computed in float64:
@@ -186,6 +188,25 @@ def llama3_scaled_model():
                  tie_word_embeddings=True)
 
 
+def llama_wide_heads_model():
+    # head_dim 12 apart from hidden 32 / 4 heads (Qwen3's shape: queries 48 wide, wider than the
+    # residual stream), with GQA.
+    return eager(LlamaConfig, LlamaForCausalLM, vocab_size=53, hidden_size=32,
+                 intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=12, max_position_embeddings=32,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+
+
+def mistral_narrow_heads_model():
+    # Mistral-Nemo's shape in small: head_dim 6 apart from hidden 32 / 4 heads (queries 24 wide,
+    # narrower than the residual stream).
+    return eager(MistralConfig, MistralForCausalLM, vocab_size=61, hidden_size=32,
+                 intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=1, head_dim=6, max_position_embeddings=64,
+                 sliding_window=None, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                 tie_word_embeddings=False)
+
+
 def is_norm_weight(name):
     return any(k in name for k in ("ln_", "norm")) and name.endswith("weight")
 
@@ -316,6 +337,9 @@ def main():
         ("tiny_mistral", mistral_model, SEED + 300, lambda: patch_llama_for_float64("mistral")),
         ("tiny_llama_biased_tied", llama_biased_tied_model, SEED + 400, patch_llama_for_float64),
         ("tiny_llama3_rope_scaled", llama3_scaled_model, SEED + 500, patch_llama_for_float64),
+        ("tiny_llama_wide_heads", llama_wide_heads_model, SEED + 600, patch_llama_for_float64),
+        ("tiny_mistral_narrow_heads", mistral_narrow_heads_model, SEED + 700,
+         lambda: patch_llama_for_float64("mistral")),
     ]
     for name, make, seed, patch in fixtures:
         if only is None or name in only:

@@ -369,7 +369,7 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
   const int64_t xs =
       k == 0 ? c.n_layer + 1
              : (cpu_checkpointing ? std::min<int64_t>(2, checkpoints) : checkpoints) + k;
-  const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head;
+  const int64_t I = c.intermediate, QKV = c.qkv_dim(), NH = c.n_head, A = c.attn_dim();
   const int64_t fcw = c.fc_dim();
   const int64_t chunk = logits_chunk_rows(
       (int)ld,
@@ -377,14 +377,14 @@ int64_t transformer_activation_bytes(const ModelConfig& c, int B, int T, int che
       activations, N.v);
   Size acts = 0, floats = 0;  // elements in the activation dtype, and in fp32
   acts += xs * N * C;         // x[]
-  acts += L * (N * C + N * QKV + 3 * N * C + N * fcw + N * I);  // ln1, qkv, atty, resid_mid,
-                                                                // ln2, fc, act
+  acts += L * (N * C + N * QKV + N * A + 2 * N * C + N * fcw + N * I);  // ln1, qkv, atty,
+                                                                        // resid_mid, ln2, fc, act
   floats += L * (2 * N + B * NH * Size(T) + 2 * N);             // ln1 stats, lse, ln2 stats
   acts += N * C;                                                // lnf
   acts += Size(chunk) * ld;                                     // logits chunk
   floats += 2 * N + N;                                          // lnf stats, losses
   acts += N * C;                                                // dlnf
-  acts += 4 * N * C + N * QKV + N * I + N * fcw;                // backward scratch
+  acts += 3 * N * C + N * A + N * QKV + N * I + N * fcw;        // backward scratch
   return (acts * (int64_t)dtype_size(activations) + floats * 4 +
           3 * N * 4)  // + tokens, targets, positions (int32)
       .v;

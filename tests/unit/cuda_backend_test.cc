@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "model/backend.h"
 #include "model/init.h"
 #include "model/quantize.h"
@@ -1404,8 +1405,7 @@ TEST_F(CudaVsCpu, HostWaitsPerStepDoNotGrowWithTheUnits) {
 struct TrainResult {
   std::vector<float> losses, params;
 };
-TrainResult train_tiny_llama(Backend* be, DType dtype) {
-  const ModelConfig c = tiny_llama(2);
+TrainResult train_tiny_llama(Backend* be, DType dtype, const ModelConfig& c) {
   const int B = 2, T = 13;
   auto comm = make_single_process_communicator();
   Transformer model(c, be, B, T, 0, false, be->activation_dtype(dtype));  // bf16 on the GPU
@@ -1437,16 +1437,24 @@ TrainResult train_tiny_llama(Backend* be, DType dtype) {
   return r;
 }
 
+// Also with head_dim set apart (20, its queries and the attention's output 80 wide at hidden
+// 48), as Qwen3's: the attention's buffers and its output projection follow n_head x head_dim.
 TEST_F(CudaVsCpu, TinyLlamaTrainsAsOnTheCpu) {
-  for (DType t : {DType::kF32, DType::kBF16}) {
-    const TrainResult cpu = train_tiny_llama(cpu_.get(), t), gpu = train_tiny_llama(gpu_.get(), t);
-    const double tol = t == DType::kF32 ? 1e-4 : 1e-2;  // bf16: 8 mantissa bits per weight
-    for (size_t s = 0; s < cpu.losses.size(); ++s)
-      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], tol * cpu.losses[s])
-          << dtype_name(t) << " step " << s;
-    const TrainResult again = train_tiny_llama(gpu_.get(), t);
-    EXPECT_EQ(again.losses, gpu.losses) << dtype_name(t) << ": two runs, same bits";
-    EXPECT_EQ(again.params, gpu.params) << dtype_name(t) << ": two runs, same bits";
+  ModelConfig wide = tiny_llama(2);
+  wide.head_dim_apart = 20;
+  for (const ModelConfig& c : {tiny_llama(2), wide}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      const std::string what = absl::StrCat(std::string(dtype_name(t)), " head_dim ", c.head_dim(),
+                                            " hidden ", c.hidden);
+      const TrainResult cpu = train_tiny_llama(cpu_.get(), t, c),
+                        gpu = train_tiny_llama(gpu_.get(), t, c);
+      const double tol = t == DType::kF32 ? 1e-4 : 1e-2;  // bf16: 8 mantissa bits per weight
+      for (size_t s = 0; s < cpu.losses.size(); ++s)
+        EXPECT_NEAR(gpu.losses[s], cpu.losses[s], tol * cpu.losses[s]) << what << " step " << s;
+      const TrainResult again = train_tiny_llama(gpu_.get(), t, c);
+      EXPECT_EQ(again.losses, gpu.losses) << what << ": two runs, same bits";
+      EXPECT_EQ(again.params, gpu.params) << what << ": two runs, same bits";
+    }
   }
 }
 

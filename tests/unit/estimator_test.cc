@@ -460,10 +460,12 @@ TEST(Estimator, MuonStepWorkspaceIsWhatTheEngineAllocates) {
 // transformer_activation_bytes equals what the Transformer allocates as activations, with and
 // without activation checkpointing, in fp32 (the CPU backend's) and bf16 (a GPU's).
 TEST(Estimator, ActivationBytesMatchTransformerAllocation) {
-  for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
-    auto c = preset(name);
+  // "wide heads": tiny-llama with head_dim set apart, its queries wider than the width.
+  for (const char* name : {"tiny-gpt2", "tiny-llama", "wide heads"}) {
+    auto c = preset(name[0] == 'w' ? "tiny-llama" : name);
     ASSERT_TRUE(c.ok());
     c->n_layer = 5;
+    if (name[0] == 'w') c->head_dim_apart = 3 * c->head_dim() / 2;
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 64}}) {
       for (int k : {0, 1, 2, 3, 5}) {  // 3: two checkpoints (both on the device with cpu)
         for (bool cpu : {false, true}) {

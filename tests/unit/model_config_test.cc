@@ -172,6 +172,56 @@ TEST(HfConfig, Qwen2AndMistralFromTheirConfigJson) {
   EXPECT_TRUE(biased->qkv_bias && biased->out_bias && biased->mlp_bias);
 }
 
+// Mistral-Nemo-Base-2407's config.json (its published values): head_dim 128 at hidden_size 5120
+// and 32 heads, so its queries and o_proj's input are 4096 wide, not 5120; 12,247,782,400
+// parameters (the hub's 12.2B). A head_dim equal to hidden_size / heads is no feature (the
+// identities of earlier saves stay as they were), and the export writes head_dim back.
+TEST(HfConfig, HeadDimApartFromTheWidth) {
+  auto nemo = config_from_hf_json(
+      R"({"model_type":"mistral","vocab_size":131072,"hidden_size":5120,"intermediate_size":14336,
+          "num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,
+          "max_position_embeddings":1024000,"rms_norm_eps":1e-5,"rope_theta":1000000.0,
+          "sliding_window":null,"tie_word_embeddings":false,"hidden_act":"silu"})",
+      "nemo/config.json");
+  ASSERT_TRUE(nemo.ok()) << nemo.status();
+  EXPECT_EQ(nemo->head_dim(), 128);
+  EXPECT_EQ(nemo->attn_dim(), 4096);
+  EXPECT_EQ(nemo->qkv_dim(), 4096 + 2 * 8 * 128);
+  const ParamLayout layout(*nemo);
+  EXPECT_EQ(layout.total_numel(), 12'247'782'400u);
+  const TensorSlot* o = layout.units()[layout.block_unit(0)].find("attn_out.w");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->shape, (std::vector<int64_t>{5120, 4096}));
+  bool named = false;
+  for_each_field(*nemo, [&](const char* k, const auto&, bool shapes) {
+    if (std::string(k) == "head_dim") named = shapes;
+  });
+  EXPECT_TRUE(named) << "head_dim fixes the weights' shapes";
+  auto back = config_from_hf_json(hf_config_json(*nemo, "bfloat16", 1, 2), "export");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->head_dim_apart, 128);
+  EXPECT_EQ(ParamLayout(*back).total_numel(), 12'247'782'400u);
+
+  auto same = config_from_hf_json(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+          "num_hidden_layers":1,"num_attention_heads":2,"head_dim":4})",
+      "config.json");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->head_dim_apart, 0);
+  // Heads that do not divide the width need head_dim; an odd one cannot rotate.
+  auto odd = config_from_hf_json(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":10,"intermediate_size":8,
+          "num_hidden_layers":1,"num_attention_heads":4,"head_dim":3})",
+      "config.json");
+  EXPECT_NE(odd.status().message().find("even head_dim"), std::string::npos) << odd.status();
+  auto undivided = config_from_hf_json(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":10,"intermediate_size":8,
+          "num_hidden_layers":1,"num_attention_heads":4})",
+      "config.json");
+  EXPECT_NE(undivided.status().message().find("multiple of n_head"), std::string::npos)
+      << undivided.status();
+}
+
 // GPT-2's initialisation: weights ~ N(0, 0.02) (GPT-1's, kept by GPT-2), the residual
 // projections (attention output, MLP output) scaled by 1/sqrt(N) for N residual layers
 // (Radford et al. 2019, section 2.3), N = 2L as nanoGPT and llm.c read it (two per block):

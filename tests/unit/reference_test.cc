@@ -289,6 +289,13 @@ TEST(Reference, TinyMistralMatchesTransformers) { check_forward_backward("tiny_m
 TEST(Reference, TinyLlamaWithBiasesAndTiedEmbeddingsMatchesTransformers) {
   check_forward_backward("tiny_llama_biased_tied");
 }
+// config.json's head_dim apart from hidden_size / heads: queries and the attention's output
+// wider than the residual stream (LLaMA, head_dim 12 at 32 / 4, as Qwen3's) and narrower
+// (Mistral, head_dim 6, as Mistral-Nemo's).
+TEST(Reference, HeadsSizedApartFromTheWidthMatchTransformers) {
+  check_forward_backward("tiny_llama_wide_heads");
+  check_forward_backward("tiny_mistral_narrow_heads");
+}
 // Llama 3.x's rope_scaling (rope_type llama3) with tied embeddings, as Llama 3.2 1B: one
 // frequency kept, two blended, five divided by the factor (scripts/make_reference.py).
 TEST(Reference, TinyLlama3RopeScalingMatchesTransformers) {
@@ -458,7 +465,8 @@ TEST(Reference, TinyGpt2AdamWLossesMatchTorch) { check_adamw("tiny_gpt2"); }
 TEST(Reference, TinyLlamaAdamWLossesMatchTorch) { check_adamw("tiny_llama"); }
 TEST(Reference, LlamaFamilyVariantsAdamWLossesMatchTorch) {
   for (const char* name :
-       {"tiny_qwen2", "tiny_mistral", "tiny_llama_biased_tied", "tiny_llama3_rope_scaled"}) {
+       {"tiny_qwen2", "tiny_mistral", "tiny_llama_biased_tied", "tiny_llama3_rope_scaled",
+        "tiny_llama_wide_heads", "tiny_mistral_narrow_heads"}) {
     SCOPED_TRACE(name);
     check_adamw(name);
   }
