@@ -268,6 +268,7 @@ StepTimeInput step_time_input(const DsConfig& ds, const ModelConfig& model, int 
           .reduce_scatter = z.reduce_scatter,
           .param_bytes = bytes,
           .grad_bytes = bytes,
+          .optimizer = ds.optimizer.kind(),
           .offload_pipeline = offload_pipeline_runs(ds),
           .optimizer_threads = (int)ds.zerotrain.optimizer_threads};
 }

@@ -94,8 +94,19 @@ std::vector<std::string> hardware_profile_names() {
   return n;
 }
 
+double newton_schulz_flops(const ModelConfig& c) {
+  const ParamLayout layout(c);
+  double flops = 0;
+  for (int u = 0; u < (int)layout.units().size(); ++u)
+    for (const MatrixSlot& m : layout.hidden_matrices(u)) {
+      const double r = (double)std::min(m.rows, m.cols), w = (double)std::max(m.rows, m.cols);
+      flops += 5 * (4 * r * r * w + 2 * r * r * r);
+    }
+  return flops;
+}
+
 double training_flops_per_token(const ModelConfig& c, int seq_len) {
-  return 6 * matmul_params(c) + 12.0 * c.n_layer * seq_len * c.hidden;
+  return 6 * matmul_params(c) + 12.0 * c.n_layer * seq_len * c.attn_dim();
 }
 
 StepLinkBytes link_bytes(const StepTimeInput& in, double psi) {
@@ -221,13 +232,18 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
             (written_in_place ? 0 : owned * P);
   if (in.offload_param != OffloadDevice::kNone && !timed) copy += 2 * psi / N * P * A;
   t.copies = copy / (hw.cpu_backend ? stream_bw(compute_threads) : hw.pcie_bw);
-  // Adam: 28 bytes a parameter it owns, on the host when offloaded (the node's bandwidth shared
-  // by its ranks), else on the device; off the training thread (the pipeline, the delayed
-  // update) on the optimizer threads, else on the compute threads.
+  // The update's bytes for each parameter it owns, on the host when offloaded (the node's
+  // bandwidth shared by its ranks), else on the device; off the training thread (the pipeline,
+  // the delayed update) on the optimizer threads, else on the compute threads.
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
-  t.optimizer = owned * 28 / (on_host ? host_bw : hw.device_bw);
+  const double update_bytes = 2.0 * optimizer_bytes_per_param(in.optimizer, false) + G + P;
+  t.optimizer = owned * update_bytes / (on_host ? host_bw : hw.device_bw);
+  // A whole-matrix rule (Muon) orthogonalises on the device (the CPU backend's cores) whatever
+  // holds its state: each rank the matrices its slice touches, about 1/N of them past stage 0.
+  if (optimizer_info(in.optimizer).whole_matrices)
+    t.optimizer += newton_schulz_flops(c) / (in.stage == 0 ? 1 : N) / (rank_flops * hw.efficiency);
   if (in.offload_optimizer == OffloadDevice::kNvme) t.nvme = owned * N * 24 / hw.nvme_bw;
   if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.

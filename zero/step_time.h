@@ -13,8 +13,10 @@
 //              their own bytes (link_bytes below; docs/zero.md);
 //   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
 //              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
-//   optimizer  Adam's bytes (28 a parameter: fp32 master, m and v read and written, the 16-bit
-//              gradient in and parameter out) / the memory bandwidth of where it runs;
+//   optimizer  the update's bytes (the fp32 master and each state read and written, the gradient
+//              in and the parameter out: 28 a parameter for AdamW with 16-bit ones, 20 for
+//              Lion and Adagrad) / the memory bandwidth of where it runs; Muon's Newton-Schulz
+//              products on each rank's share of the hidden matrices at the compute's rate;
 //   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
 // On a GPU the reductions overlap the backward (overlap_comm), stage 3's gathers the compute
 // (prefetch), and the delayed update hides the CPU step and its copies behind the next step;
@@ -32,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/optimizer_math.h"
 #include "zero/offload_device.h"
 #include "zero/zeropp.h"
 
@@ -91,6 +94,9 @@ struct StepTimeInput {
   // only, does not run.
   bool reduce_scatter = true;
   int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
+  // The ds_config's optimizer: its state bytes and, for a whole-matrix rule, its Newton-Schulz
+  // products (the optimizer phase above). Value-initialised: the first kind, AdamW.
+  OptimizerKind optimizer{};
   // The offload pipeline runs (trainer/engine_options.h offload_pipeline_runs).
   bool offload_pipeline = false;
   // The CPU backend: a rank's compute threads (--threads) and, off the training thread (the
@@ -112,8 +118,13 @@ struct StepTime {
 };
 
 // Training FLOPs of one token (forward and backward; PaLM's 6 Ψ_matmul + 12 L T C, with the
-// head's matmul in Ψ_matmul and the embedding lookup not).
+// head's matmul in Ψ_matmul and the embedding lookup not; C there is the attention's width,
+// n_head head_dim).
 double training_flops_per_token(const ModelConfig& c, int seq_len);
+// Muon's Newton-Schulz FLOPs a step over every hidden matrix (model/newton_schulz.h): five
+// iterations of A = X X^T (2 r^2 w), A A (2 r^3) and B X (2 r^2 w) on the wide orientation,
+// r = min(rows, cols), w = max.
+double newton_schulz_flops(const ModelConfig& c);
 
 // Bus bytes a rank's collectives move in one step, within its node and between nodes, for the
 // stage and ZeRO++/MiCS options of `in` over Ψ = psi parameters: `reduce` the gradients' and

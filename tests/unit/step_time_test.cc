@@ -36,6 +36,35 @@ TEST(StepTime, FlopsPerTokenArePalmsCount) {
                    6 * (psi - 1024.0 * 768) + 12.0 * 12 * 1024 * 768);
 }
 
+// The update's bytes follow the optimizer's states (model/optimizer_math.h): the fp32 master and
+// each state read and written, the 16-bit gradient in and parameter out: AdamW 8 + 16 + 4 = 28,
+// Lion and Adagrad (one state) 8 + 8 + 4 = 20. Muon's are AdamW's, plus Newton-Schulz on every
+// hidden matrix: for gpt2-124m per block four 768 x 768 (q, k, v and the attention's output) and
+// two 768 x 3072 (fc, fc_out), each five iterations of 4 r^2 w + 2 r^3 FLOPs, at the compute's
+// rate; over 4 ranks a quarter of them.
+TEST(StepTime, OptimizerPhaseFollowsTheOptimizer) {
+  StepTimeInput in;
+  in.model = *preset("gpt2-124m");
+  in.micro_batch = 8;
+  in.seq_len = 1024;
+  in.stage = 2;
+  in.ranks = 4;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  const double psi = (double)ParamLayout(in.model).total_numel(), host = 100e9 / 4;
+  const double r = 768, w = 3072;
+  const double ns = 12 * (4 * 5 * 6 * r * r * r + 2 * 5 * (4 * r * r * w + 2 * r * r * r));
+  EXPECT_DOUBLE_EQ(newton_schulz_flops(in.model), ns);
+  for (auto [kind, bytes] : {std::pair{OptimizerKind::kAdamW, 28},
+                             {OptimizerKind::kLion, 20},
+                             {OptimizerKind::kAdagrad, 20},
+                             {OptimizerKind::kMuon, 28}}) {
+    in.optimizer = kind;
+    const double muon = kind == OptimizerKind::kMuon ? ns / 4 / 0.5e12 : 0;
+    EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->optimizer, psi / 4 * bytes / host + muon)
+        << optimizer_info(kind).name;
+  }
+}
+
 // Stage 2 with the optimizer on the CPU on 4 GPUs: compute F / (peak x efficiency); the
 // reduce-scatter and all-gather move 3/4 x Ψ x 2 bytes each over the link; the copies Ψ/4 x
 // (2 + 2) bytes over PCIe; Adam 28 bytes for each of its Ψ/4 parameters from host memory shared
