@@ -33,31 +33,90 @@ namespace zt {
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int run(int argc, char** argv) {
+struct Flags {
   std::string model = "gpt2-124m", dtype = "bf16";
   int layers = -1, stage = 0, steps = 5, threads = 0, node_shared = 0;
+};
+
+// The flags as pairs; false (after saying why on stderr) for an unknown one.
+bool parse_flags(int argc, char** argv, Flags& f) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--model") model = v;
-    else if (a == "--dtype") dtype = v;
-    else if (a == "--layers") layers = std::stoi(v);
-    else if (a == "--stage") stage = std::stoi(v);
-    else if (a == "--steps") steps = std::stoi(v);
-    else if (a == "--threads") threads = std::stoi(v);
+    if (a == "--model")
+      f.model = v;
+    else if (a == "--dtype")
+      f.dtype = v;
+    else if (a == "--layers")
+      f.layers = std::stoi(v);
+    else if (a == "--stage")
+      f.stage = std::stoi(v);
+    else if (a == "--steps")
+      f.steps = std::stoi(v);
+    else if (a == "--threads")
+      f.threads = std::stoi(v);
     else if (a == "--node-shared")
-      node_shared = std::stoi(v);
+      f.node_shared = std::stoi(v);
     else {
       std::fprintf(stderr,
                    "error: unknown flag %s (--model --dtype --layers --stage --steps "
                    "--threads --node-shared 0|1)\n",
                    a.c_str());
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The gradient norm's Σ g² is summed in the pass that writes the reduced gradient (the
+// backward's, untimed in the step): what that adds to the pass (the slowest rank's), against a
+// separate pass as the step made before, on this rank's `g32.size()` owned elements
+// (alternating, medians of `steps`).
+struct NormCost {
+  double fused_s = 0, pass_s = 0;
+};
+NormCost norm_cost(Backend* be, Communicator* comm, DType gt, const std::vector<float>& g32,
+                   int steps) {
+  const size_t owned = g32.size();
+  DeviceBuffer gw(be, owned * dtype_size(gt), MemCategory::kWorkspace);
+  DeviceBuffer gx(be, owned * 4, MemCategory::kWorkspace);
+  be->copy_to_device(gx.data(), g32.data(), owned * 4);
+  std::vector<double> plain, fused, separate;
+  auto timed = [&](auto fn) {  // every rank at once, as in the backward
+    comm->barrier();
+    const double t0 = now_s();
+    fn();
+    return now_s() - t0;
+  };
+  for (int s = 0; s <= steps; ++s) {
+    double ss = 0;
+    const double a =
+        timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, nullptr); });
+    const double b =
+        timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, &ss); });
+    const double c = timed([&] { ss += be->sum_squares(gw.data(), gt, owned); });
+    if (s > 0) plain.push_back(a), fused.push_back(b), separate.push_back(c);
+  }
+  NormCost r{std::max(0.0, median(fused) - median(plain)), median(separate)};
+  comm->all_reduce_scalars(&r.fused_s, 1, ScalarOp::kMax);
+  return r;
+}
+
+int run(int argc, char** argv) {
+  Flags flags;
+  if (!parse_flags(argc, argv, flags)) return 2;
+  const std::string& model = flags.model;
+  const std::string& dtype = flags.dtype;
+  const int layers = flags.layers, stage = flags.stage, steps = flags.steps,
+            node_shared = flags.node_shared;
+  int threads = flags.threads;
   auto cfg = preset(model);
   auto dt = parse_dtype(dtype);
   if (!cfg.ok() || !dt.ok()) {
@@ -132,38 +191,13 @@ int run(int argc, char** argv) {
     const double tp = now_s() - t0;
     if (s > 0) times.push_back(t), pattern.push_back(tp), waits.push_back(engine.comm_wait_ms());
   }
-  // The gradient norm's Σ g² is summed in the pass that writes the reduced gradient (the
-  // backward's, untimed above): what that adds to the pass, against a separate pass as the step
-  // made before, on this rank's owned elements (alternating).
-  const DType gt = eo.grad_dtype;
-  DeviceBuffer gw(be.get(), owned * dtype_size(gt), MemCategory::kWorkspace);
-  DeviceBuffer gx(be.get(), owned * 4, MemCategory::kWorkspace);
-  be->copy_to_device(gx.data(), g32.data(), owned * 4);
-  std::vector<double> plain, fused, separate;
-  auto timed = [&](auto fn) {  // every rank at once, as in the backward
-    (*comm)->barrier();
-    const double t0 = now_s();
-    fn();
-    return now_s() - t0;
-  };
-  for (int s = 0; s <= steps; ++s) {
-    double ss = 0;
-    const double a = timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, nullptr); });
-    const double b = timed([&] { be->scale_add(gw.data(), gt, gx.f32(), 0.5f, false, owned, &ss); });
-    const double c = timed([&] { ss += be->sum_squares(gw.data(), gt, owned); });
-    if (s > 0) plain.push_back(a), fused.push_back(b), separate.push_back(c);
-  }
+  const NormCost norm = norm_cost(be.get(), comm->get(), eo.grad_dtype, g32, steps);
   // Each step and the pattern pass right after it form a pair (the slowest rank's times); the
   // ratio is the median of the pairs' ratios, so a slow minute of this shared machine's
   // memory moves both sides of a pair alike.
   (*comm)->all_reduce_scalars(times.data(), (int)times.size(), ScalarOp::kMax);
   (*comm)->all_reduce_scalars(pattern.data(), (int)pattern.size(), ScalarOp::kMax);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  double norm_fused_s = std::max(0.0, median(fused) - median(plain));
-  (*comm)->all_reduce_scalars(&norm_fused_s, 1, ScalarOp::kMax);
+  const double norm_fused_s = norm.fused_s;
   // The phase is the step plus, for the elements whose norm the engine sums in the pass that
   // folds the gradient in (`folded`; the step sums the rest), what that adds to the pass.
   const double extra_s = norm_fused_s * (double)folded / (double)owned;
@@ -173,7 +207,7 @@ int run(int argc, char** argv) {
     phases.push_back(times[i] + extra_s);
     ratios.push_back((psi / phases.back()) / (world * (owned / pattern[i])));
   }
-  const double norm_fused_ms = norm_fused_s * 1e3, norm_pass_ms = median(separate) * 1e3;
+  const double norm_fused_ms = norm_fused_s * 1e3, norm_pass_ms = norm.pass_s * 1e3;
   const double step_s = median(times), pattern_s = median(pattern);
   const double rate = psi / median(phases) / 1e9, bound = world * (owned / pattern_s) / 1e9;
   if (rank == 0)

@@ -178,11 +178,11 @@ absl::StatusOr<std::string> time_text(const EstimateOptions& o) {
   return out;
 }
 
-absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
+// memory_text's input: the run a ds_config describes, as `train` would estimate it (ds then
+// holds the resolved config), or the flags' model, dtypes and offload; `what` names it.
+static absl::StatusOr<EstimateInput> memory_input(const EstimateOptions& o, int dp,
+                                                  std::optional<DsConfig>& ds, std::string& what) {
   EstimateInput in;
-  std::string what;
-  const int dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
-  std::optional<DsConfig> ds;
   if (!o.deepspeed.empty()) {  // the run the config describes, as `train` would estimate it
     if (o.model.empty())
       return absl::InvalidArgumentError("estimate --deepspeed needs --model PRESET");
@@ -232,6 +232,14 @@ absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
     return absl::InvalidArgumentError("--seq_len " + std::to_string(o.seq_len) + " exceeds " +
                                       o.model + "'s " + std::to_string(in.model->max_seq_len) +
                                       " positions");
+  return in;
+}
+
+absl::StatusOr<std::string> memory_text(const EstimateOptions& o) {
+  std::string what;
+  const int dp = o.dp > 0 ? o.dp : o.gpus_per_node * o.nodes;
+  std::optional<DsConfig> ds;
+  ZT_ASSIGN_OR_RETURN(EstimateInput in, memory_input(o, dp, ds, what));
   std::vector<int> stages;
   if (ds) {
     stages = {in.stage};
