@@ -284,13 +284,13 @@ int prepare(bool seq_len_given) {
   return s.ok() ? 0 : fail(s);
 }
 
-// seq_len_given: --seq_len was on the command line (else the window is 256, or the model's
-// context when shorter: trainer/sampler.h).
-// given(flag): the flag was on the command line (for its aliases: --prompt, --max_new_tokens).
+// `zerotrain sample`. given(flag): the flag was on the command line, read for --seq_len (else
+// the window is 256, or the model's context when shorter: trainer/sampler.h) and for the
+// aliases below.
 int sample(const std::function<bool(const std::string&)>& given) {
   const bool seq_len_given = given("--seq_len");
-  // The spellings are aliases: --prompt of --sample_prompt, --max_new_tokens of
-  // --sample_tokens; both of a pair given is an error unless they agree.
+  // --prompt and --max_new_tokens are aliases of --sample_prompt and --sample_tokens; both of a
+  // pair given is an error unless they agree.
   std::string prompt = absl::GetFlag(FLAGS_sample_prompt);
   int tokens = absl::GetFlag(FLAGS_sample_tokens);
   if (given("--prompt")) {
