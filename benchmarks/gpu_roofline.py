@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The roofline budget of one training step on an H200 (the kernels issue): every kernel the
+"""The roofline budget of one training step on an H100 or H200 (the kernels issue): every kernel the
 CUDA backend launches for one micro-batch of GPT-2 124M (B 16, T 1024) or TinyLlama-1.1B
 (B 4, T 2048), single GPU, stage 0, bf16 parameters and activations, fp32 master weights and
-AdamW, each with its FLOPs, the bytes it must move, its time at the H200's roofs (989.4 TFLOP/s
-dense bf16, 4.8 TB/s HBM3e), and the step time and MFU that follow when each kernel runs at
-a stated fraction of its roof.
+AdamW, each with its FLOPs, the bytes it must move, its time at the GPU's roofs (989.4 TFLOP/s
+dense bf16 on both; 3.35 TB/s of HBM3 on an H100 SXM, 4.8 TB/s of HBM3e on an H200), and the
+step time and MFU that follow when each kernel runs at a stated fraction of its roof.
 
-  benchmarks/gpu_roofline.py [--model gpt2|tinyllama|both] [--batch B] [--ordered-dq]
+  benchmarks/gpu_roofline.py [--gpu h100|h200|both] [--model gpt2|tinyllama|both] [--batch B]
+                             [--ordered-dq]
                              [--beta0] [--residual-in-gemm] [--measured PROFILE.txt]
 
 The kernel list is the CUDA backend's as built (model/transformer.cc's forward and backward,
@@ -29,7 +30,9 @@ import sys
 from collections import OrderedDict
 
 PEAK = 989.4e12  # dense bf16 FLOP/s, H100/H200 SXM (NVIDIA's datasheet)
-HBM = 4.8e12     # bytes/s, H200 HBM3e (NVIDIA's datasheet)
+# Memory bandwidth, bytes/s (NVIDIA's datasheets): the two share the compute roof and differ here.
+GPUS = OrderedDict(h100=(3.35e12, "H100 SXM, HBM3"), h200=(4.8e12, "H200, HBM3e"))
+HBM = GPUS["h200"][0]  # the GPU being planned for (main sets it from --gpu)
 # The fraction of its roof each kind of kernel is planned to reach, and why that is credible.
 FRACTION = OrderedDict(
     gemm=(0.75, "cuBLASLt bf16 GEMMs of these shapes on Hopper: 650-750 TFLOP/s (NVIDIA's "
@@ -276,6 +279,8 @@ def report(key, fractions, measured, options):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", choices=list(GPUS) + ["both"], default="both",
+                    help="the GPU whose memory bandwidth is the memory roof (default both)")
     ap.add_argument("--model", choices=["gpt2", "tinyllama", "both"], default="both")
     ap.add_argument("--measured", help="the flops profiler's table from a GPU run")
     ap.add_argument("--batch", type=int, help="micro-batch B (default: 16 GPT-2, 4 TinyLlama)")
@@ -290,17 +295,20 @@ def main():
                         help=f"fraction of roof for {kind} kernels (default {f})")
     a = ap.parse_args()
     fractions = {k: getattr(a, k) for k in FRACTION}
-    print("Roofs: %.1f TFLOP/s dense bf16, %.1f TB/s; a launch gap of %.1f us per kernel."
-          % (PEAK / 1e12, HBM / 1e12, LAUNCH_GAP_S * 1e6))
     print("\n| kind | fraction of roof | why |\n|---|---|---|")
     for kind, (f, why) in FRACTION.items():
         print(f"| {kind} | {fractions[kind]:.2f} | {why} |")
     measured = read_measured(a.measured) if a.measured else None
-    for key in (["gpt2", "tinyllama"] if a.model == "both" else [a.model]):
-        if a.batch:
-            MODELS[key]["B"] = a.batch
-        report(key, fractions, measured, dict(ordered_dq=a.ordered_dq, beta0=a.beta0,
-                                              residual_in_gemm=a.residual_in_gemm))
+    global HBM
+    for gpu in (list(GPUS) if a.gpu == "both" else [a.gpu]):
+        HBM, name = GPUS[gpu]
+        print(f"\n## {name}\n\nRoofs: {PEAK / 1e12:.1f} TFLOP/s dense bf16, {HBM / 1e12:.2f} TB/s; "
+              f"a launch gap of {LAUNCH_GAP_S * 1e6:.1f} us per kernel.")
+        for key in (["gpt2", "tinyllama"] if a.model == "both" else [a.model]):
+            if a.batch:
+                MODELS[key]["B"] = a.batch
+            report(key, fractions, measured, dict(ordered_dq=a.ordered_dq, beta0=a.beta0,
+                                                  residual_in_gemm=a.residual_in_gemm))
 
 
 if __name__ == "__main__":

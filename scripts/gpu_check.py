@@ -4,6 +4,8 @@
   scripts/gpu_check.sh --pack [--llmc DIR]      here: build for sm_90, fill build/gpu_bundle
   scripts/gpu_check.sh --run OUT [--deadline S] [--stages A,B]  there: the plan on the GPU
   scripts/gpu_check.sh --rehearse OUT [--deadline S] here: the same plan on the CUDA emulation
+  scripts/gpu_check.sh --file OUT                here: OUT's results.json and summary.md, as they
+                                                 came, into docs/gpu_runs/DATE-COMMIT/
 
 The machine (the library's device notes): one H200, 15 minutes of device time in all, 10 per
 command, nothing installed of ours, `python3` with PyTorch and CUDA's libraries in its
@@ -15,7 +17,9 @@ packages, at most 8 files back from OUT, and a command killed at its limit. So:
   with --llmc DIR (a checkout or git directory of karpathy/llm.c) llm.c's train_gpt2cu compiled
   for sm_90. Carry build/gpu_bundle.
 - --run OUT runs the stages below in order of the value of what each measures, each under its
-  own time limit and all under --deadline (default 540 s: a 600 s command with room to spare).
+  own time limit and all under --deadline (default 450 s: inside a 600 s command, and leaving
+  of a session's 15 device minutes enough for the machine's start and a second call that
+  reruns what failed with --stages).
   A stage that the deadline leaves too little time is skipped, saying so.
 - OUT holds three files, each rewritten (atomically) before and after every stage, so a run
   killed at any moment returns everything measured until then: results.json (one object per
@@ -64,6 +68,7 @@ import time
 
 from gpu_runs import BUNDLE, ROOT, SHAPES, TRAIN_CONFIG, capture, losses, metrics, train_args
 
+DEFAULT_DEADLINE_S = 450
 PEAK_BF16 = 989.4e12  # dense bf16 FLOP/s of an H100/H200 SXM (NVIDIA's datasheet)
 STATUSES = ("pending", "running", "pass", "fail", "skipped", "timeout")
 LOG_TAIL = 1 << 20  # bytes of each log in logs.tar.gz
@@ -100,9 +105,10 @@ class Plan:
         os.makedirs(self.out, exist_ok=True)
         self.stages = []
         self.gpu = False
+        self.gpu_kind = "h200"  # benchmarks/gpu_roofline.py --gpu: read by the preflight
         self.lib_path = os.path.join(self.work, "lib")
         self.header = {"mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "commit": git_commit(), "deadline_s": deadline}
+                       "commit": bundle_commit(), "deadline_s": deadline}
 
     def left(self):
         return self.deadline - (time.monotonic() - self.t0)
@@ -168,12 +174,14 @@ def child_setup():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
-def git_commit():
+def bundle_commit():
+    """The commit the bundle was packed from, "+ changes" when the tracked tree had changes
+    then (scripts/gpu_pack.py writes commit.json: the device's copy of the tree has no .git)."""
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+        c = json.load(open(os.path.join(BUNDLE, "commit.json")))
+    except (OSError, ValueError):
+        return "unknown (the bundle has no commit.json: pack again)"
+    return c["commit"] + (" + changes" if c["dirty"] else "")
 
 
 def kill_group(p, hard=False):
@@ -233,6 +241,9 @@ def preflight(plan, res, limit):
         q = capture(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                      "--format=csv,noheader"])[1].strip()
         res["figures"]["nvidia_smi"] = q
+        # The roofline's memory roof follows the GPU: an H100's 3.35 TB/s, an H200's 4.8.
+        plan.gpu_kind = next((k for k in ("h100", "h200") if k in q.lower()), "h200")
+        res["figures"]["roofline_gpu"] = plan.gpu_kind
     res["figures"]["nvcc"] = (re.findall(r"release [\d.]+", capture(["nvcc", "--version"])[1])
                               or ["none"])[0]
     cpu = open("/proc/cpuinfo").read()
@@ -412,8 +423,8 @@ def bench(plan, name, shape, stage, offload, dpu, attention, limit):
                         if op.startswith("attention")}
     if profiled and os.path.exists(profile) and name == "gpt2":
         rc = plan.sh("roofline_gpt2.md", ["python3", os.path.join(ROOT, "benchmarks",
-                     "gpu_roofline.py"), "--model", "gpt2", "--batch", str(B), "--measured",
-                     profile], 30)
+                     "gpu_roofline.py"), "--gpu", plan.gpu_kind, "--model", "gpt2", "--batch",
+                     str(B), "--measured", profile], min(30, max(1.0, plan.left())))
         roofline = "logs/roofline_gpt2.md" if rc == 0 else f"gpu_roofline.py: exit {rc}"
     if not steps:
         return {"status": "no steps past the warm-up"}
@@ -480,9 +491,9 @@ def pytorch(plan, res, limit):
     if plan.mode == "rehearse":
         venv = os.path.join(ROOT, ".venv", "bin", "python3")
         python, device = (venv if os.path.exists(venv) else "python3"), "cpu"
-    if capture([python, "-c", "import torch, transformers"], timeout=60)[0] != 0:
-        return "skipped", f"{python} cannot import torch and transformers"
     t_end = time.monotonic() + limit
+    if capture([python, "-c", "import torch, transformers"], timeout=min(60, limit))[0] != 0:
+        return "skipped", f"{python} cannot import torch and transformers"
     bad = []
     runs = [("gpt2", False), ("tinyllama", False)]
     if plan.mode == "run":  # compiling takes ~50 s even for a tiny model
@@ -687,6 +698,31 @@ def run(mode, out, deadline, only=None):
     return 1 if failed or not plan.gpu else 0  # no GPU: nothing was measured
 
 
+def file_results(out, runs_dir=os.path.join(ROOT, "docs", "gpu_runs")):
+    """Copies OUT's results.json and summary.md, byte for byte, into
+    docs/gpu_runs/<the run's start date>-<its commit>[-k]/ (k counts the runs of one day and
+    commit), so that a figure in docs/gpu_results.md names the file it came from. Exit 2 when
+    OUT holds no readable results.json."""
+    try:
+        doc = json.load(open(os.path.join(out, "results.json")))
+        date, commit = doc["started"][:10], doc["commit"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --file {out}: no readable results.json with its start and commit ({e}); "
+              "give the OUT folder a --run brought back", file=sys.stderr)
+        return 2
+    name = f"{date}-" + re.sub(r"[^A-Za-z0-9]+", "-", commit).strip("-")
+    dest, k = os.path.join(runs_dir, name), 1
+    while os.path.exists(dest):
+        k += 1
+        dest = os.path.join(runs_dir, f"{name}-{k}")
+    os.makedirs(dest)
+    for f in ("results.json", "summary.md"):
+        if os.path.exists(os.path.join(out, f)):
+            shutil.copyfile(os.path.join(out, f), os.path.join(dest, f))
+    print(f"filed: {dest}")
+    return 0
+
+
 def run_stages(plan, only=None):
     """Runs STAGES in order (the preflight and those in `only`, when given), OUT rewritten
     around each. True when one failed."""
@@ -726,8 +762,10 @@ def main():
     g.add_argument("--pack", action="store_true")
     g.add_argument("--run", metavar="OUT")
     g.add_argument("--rehearse", metavar="OUT")
+    g.add_argument("--file", metavar="OUT", help="copy a run's results into docs/gpu_runs/")
     ap.add_argument("--llmc", metavar="DIR", help="with --pack: llm.c's checkout or git directory")
-    ap.add_argument("--deadline", type=float, default=540, help="seconds for the whole plan")
+    ap.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
+                    help="seconds for the whole plan")
     ap.add_argument("--stages", metavar="A,B", help="with --run/--rehearse: only these stages "
                     "(the preflight always runs), to rerun what failed on fewer device minutes")
     a = ap.parse_args()
@@ -744,10 +782,10 @@ def main():
         ap.error(f"OUT {out} is not a directory; give a directory (it is made if missing)")
     if a.deadline < STAGES[0][1]:
         ap.error(f"--deadline {a.deadline:g} s leaves no time for the preflight "
-                 f"({STAGES[0][1]} s); give at least that (default 540)")
+                 f"({STAGES[0][1]} s); give at least that (default {DEFAULT_DEADLINE_S:g})")
     only = None
     if a.stages is not None:
-        if a.pack:
+        if a.pack or a.file:
             ap.error("--stages goes with --run or --rehearse")
         only = set(filter(None, a.stages.split(",")))
         if not only:
@@ -758,6 +796,8 @@ def main():
     if unknown:
         ap.error(f"--stages: no stage {', '.join(unknown)}; the stages are "
                  + ", ".join(n for n, *_ in STAGES))
+    if a.file:
+        return file_results(a.file)
     if a.pack:
         import gpu_pack  # scripts/gpu_pack.py: only --pack builds
         try:

@@ -72,6 +72,10 @@ def pack(llmc_dir):
             cpu[mode] = losses(run_dir)
     with open(os.path.join(BUNDLE, "cpu_losses.json"), "w") as f:
         json.dump(cpu, f)
+    # The device's copy of the tree has no .git: the commit the binaries were built from, and
+    # whether the tree had changes beside it, travel in the bundle (gpu_check's results name it).
+    with open(os.path.join(BUNDLE, "commit.json"), "w") as f:
+        json.dump(tree_commit(), f)
     if llmc_dir:
         build_llmc(llmc_dir)
     tracked = sum(os.path.getsize(os.path.join(ROOT, p)) for p in subprocess.run(
@@ -85,6 +89,14 @@ def pack(llmc_dir):
         print(f"error: over {BUNDLE_LIMIT_MIB} MiB", file=sys.stderr)
         return 1
     return 0
+
+
+def tree_commit():
+    """{"commit": short hash of HEAD, "dirty": tracked files differ from it}, here at pack time."""
+    head = capture(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"])
+    status = capture(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": head[1].strip() if head[0] == 0 else "",
+            "dirty": status[0] != 0 or bool(status[1].strip())}
 
 
 def build_llmc(src):

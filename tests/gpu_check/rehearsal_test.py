@@ -95,6 +95,26 @@ def main():
         ok = s["status"] == "pass" or (s["status"] == "skipped" and s["name"] in allowed_skips
                                         and s["reason"])
         check(ok, f"whole: {s['name']} {s['status']} ({s['reason']})")
+    # What the device's copy cannot ask git (it has no .git): the commit packed, changes marked.
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    check(doc and doc["commit"].split(" ")[0] == head,
+          f"whole: commit {doc and doc['commit']!r}, HEAD {head}")
+    check(doc and doc["deadline_s"] == gpu_check.DEFAULT_DEADLINE_S and
+          doc["elapsed_s"] <= doc["deadline_s"], f"whole: deadline and elapsed {doc and doc}")
+    pre = doc["stages"][0]["figures"] if doc else {}
+    check(pre.get("roofline_gpu") == "h200", f"whole: the fake H200 read as {pre}")
+    # --file: results.json and summary.md as they came, under DATE-COMMIT, a second one beside.
+    runs = os.path.join(tmp, "gpu_runs")
+    for k in (1, 2):
+        check(gpu_check.file_results(out, runs) == 0, "--file of the whole rehearsal")
+    if doc:
+        name = doc["started"][:10] + "-" + re.sub(r"[^A-Za-z0-9]+", "-", doc["commit"]).strip("-")
+        for d in (name, name + "-2"):
+            for f in ("results.json", "summary.md"):
+                got = os.path.join(runs, d, f)
+                check(os.path.exists(got) and open(got, "rb").read() ==
+                      open(os.path.join(out, f), "rb").read(), f"--file: {d}/{f} not as it came")
 
     for i, sig in enumerate((signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)):
         at = rng.uniform(0.5, whole)
@@ -119,7 +139,8 @@ def main():
                         "--stages: no stage nope"),
                        (["--rehearse", os.path.join(tmp, "d"), "--stages", ""],
                         "--stages: name at least one stage"),
-                       (["--pack", "--stages", "gpt2"], "--stages goes with --run")):
+                       (["--pack", "--stages", "gpt2"], "--stages goes with --run"),
+                       (["--file", os.path.join(tmp, "d")], "no readable results.json")):
         p = subprocess.run(["bash", SCRIPT] + argv, capture_output=True, text=True)
         check(p.returncode == 2 and says in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr}")
     check(not os.path.exists(os.path.join(tmp, "d")), "a refused run made its OUT")
