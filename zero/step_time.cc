@@ -39,7 +39,7 @@ std::vector<Hardware> profiles() {
       // The CPU backend on the 2-core development machine (`--hardware this` measures any):
       // OpenBLAS sgemm 375 GFLOP/s, of which its forward and backward reach 0.65 (gpt2-124m,
       // stage 0, 4 x 128 tokens: 1.55 s); a threaded copy 32 GB/s; the drive through the
-      // swapper 5.0 GB/s (docs/estimator.md); one thread's CPU Adam 26 GB/s
+      // swapper 5.0 GB/s (docs/estimator.md); one thread's CPU optimizer 26 GB/s
       // (benchmarks/cpu_adam_bench.cc), and its forward and backward 1.1x slower beside a
       // spinning core (benchmarks/offload_pipeline.py).
       {"cpu", true, 375e9, 0.65, 32e9, 32e9, 32e9, 32e9, 5e9,
@@ -240,7 +240,7 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
   const double update_bytes = 2.0 * optimizer_bytes_per_param(in.optimizer, false) + G + P;
   t.optimizer = owned * update_bytes / (on_host ? host_bw : hw.device_bw);
-  // A whole-matrix rule (Muon) orthogonalises on the device (the CPU backend's cores) whatever
+  // A whole-matrix rule orthogonalises on the device (the CPU backend's cores) whatever
   // holds its state: each rank the matrices its slice touches, about 1/N of them past stage 0.
   if (optimizer_info(in.optimizer).whole_matrices)
     t.optimizer += newton_schulz_flops(c) / (in.stage == 0 ? 1 : N) / (rank_flops * hw.efficiency);

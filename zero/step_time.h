@@ -14,9 +14,10 @@
 //   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
 //              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
 //   optimizer  the update's bytes (the fp32 master and each state read and written, the gradient
-//              in and the parameter out: 28 a parameter for AdamW with 16-bit ones, 20 for
-//              Lion and Adagrad) / the memory bandwidth of where it runs; Muon's Newton-Schulz
-//              products on each rank's share of the hidden matrices at the compute's rate;
+//              in and the parameter out: 28 a parameter with two states and 16-bit ones, 20
+//              with one) / the memory bandwidth of where it runs; a whole-matrix rule's
+//              Newton-Schulz products on each rank's share of the hidden matrices at the compute's
+//              rate;
 //   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
 // On a GPU the reductions overlap the backward (overlap_comm), stage 3's gathers the compute
 // (prefetch), and the delayed update hides the CPU step and its copies behind the next step;
@@ -48,7 +49,7 @@ struct Hardware {
   double peak_flops = 0;     // per device: dense bf16 tensor-core rate (fp32 GEMM on a CPU)
   double efficiency = 0.5;   // the share of peak_flops a training step's kernels reach
   double device_bw = 0;      // per device memory bandwidth
-  double host_bw = 0;        // the node's host memory bandwidth (CPU Adam streams it)
+  double host_bw = 0;        // the node's host memory bandwidth (the CPU optimizer streams it)
   double pcie_bw = 0;        // per device and direction, host<->device
   double link_bw = 0;        // per device bus bandwidth of collectives within the node
   double nvme_bw = 0;        // the node's drive, read or write
@@ -95,7 +96,7 @@ struct StepTimeInput {
   bool reduce_scatter = true;
   int param_bytes = 2, grad_bytes = 2;  // 16-bit working parameters and gradients
   // The ds_config's optimizer: its state bytes and, for a whole-matrix rule, its Newton-Schulz
-  // products (the optimizer phase above). Value-initialised: the first kind, AdamW.
+  // products (the optimizer phase above). Value-initialised: the first kind.
   OptimizerKind optimizer{};
   // The offload pipeline runs (trainer/engine_options.h offload_pipeline_runs).
   bool offload_pipeline = false;
@@ -121,9 +122,9 @@ struct StepTime {
 // head's matmul in Ψ_matmul and the embedding lookup not; C there is the attention's width,
 // n_head head_dim).
 double training_flops_per_token(const ModelConfig& c, int seq_len);
-// Muon's Newton-Schulz FLOPs a step over every hidden matrix (model/newton_schulz.h): five
-// iterations of A = X X^T (2 r^2 w), A A (2 r^3) and B X (2 r^2 w) on the wide orientation,
-// r = min(rows, cols), w = max.
+// A whole-matrix rule's Newton-Schulz FLOPs a step over every hidden matrix
+// (model/newton_schulz.h): five iterations of A = X X^T (2 r^2 w), A A (2 r^3) and B X (2 r^2 w) on
+// the wide orientation, r = min(rows, cols), w = max.
 double newton_schulz_flops(const ModelConfig& c);
 
 // Bus bytes a rank's collectives move in one step, within its node and between nodes, for the
