@@ -27,6 +27,18 @@ Hardware toy(bool cpu) {
   return h;
 }
 
+// gpt2-124m, micro-batch 8 x 1024, stage 2 with the optimizer on the CPU, 4 ranks.
+StepTimeInput gpt2_stage2_cpu_offload_on_4() {
+  StepTimeInput in;
+  in.model = *preset("gpt2-124m");
+  in.micro_batch = 8;
+  in.seq_len = 1024;
+  in.stage = 2;
+  in.ranks = 4;
+  in.offload_optimizer = OffloadDevice::kCpu;
+  return in;
+}
+
 // gpt2-124m: 6 Ψ_matmul + 12 L T C FLOPs a token, Ψ_matmul = Ψ - the token and position
 // embedding + the tied head read again (V x C) = Ψ - 1024 x 768.
 TEST(StepTime, FlopsPerTokenArePalmsCount) {
@@ -43,13 +55,7 @@ TEST(StepTime, FlopsPerTokenArePalmsCount) {
 // two 768 x 3072 (fc, fc_out), each five iterations of 4 r^2 w + 2 r^3 FLOPs, at the compute's
 // rate; over 4 ranks a quarter of them.
 TEST(StepTime, OptimizerPhaseFollowsTheOptimizer) {
-  StepTimeInput in;
-  in.model = *preset("gpt2-124m");
-  in.micro_batch = 8;
-  in.seq_len = 1024;
-  in.stage = 2;
-  in.ranks = 4;
-  in.offload_optimizer = OffloadDevice::kCpu;
+  StepTimeInput in = gpt2_stage2_cpu_offload_on_4();
   const double psi = (double)ParamLayout(in.model).total_numel(), host = 100e9 / 4;
   const double r = 768, w = 3072;
   const double ns = 12 * (4 * 5 * 6 * r * r * r + 2 * 5 * (4 * r * r * w + 2 * r * r * r));
@@ -71,13 +77,7 @@ TEST(StepTime, OptimizerPhaseFollowsTheOptimizer) {
 // by the 4 ranks. overlap_comm hides the collectives behind the compute; the delayed update
 // the host side.
 TEST(StepTime, PhasesAndOverlapsOnAGpu) {
-  StepTimeInput in;
-  in.model = *preset("gpt2-124m");
-  in.micro_batch = 8;
-  in.seq_len = 1024;
-  in.stage = 2;
-  in.ranks = 4;
-  in.offload_optimizer = OffloadDevice::kCpu;
+  StepTimeInput in = gpt2_stage2_cpu_offload_on_4();
   const double psi = (double)ParamLayout(in.model).total_numel();
   const StepTime t = *predict_step(in, toy(false));
   const double flops = training_flops_per_token(in.model, 1024) * 8 * 1024;
