@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -183,6 +184,10 @@ absl::Status validate(const ModelConfig& c) {
         "vocab_size, max_seq_len, n_layer, n_head, n_kv_head, hidden and "
         "intermediate must all be positive");
   if (c.head_dim_apart < 0) return bad("head_dim must be positive");
+  // The fused q|k|v width and the attention's are int element counts (kernels, GEMMs).
+  if (((int64_t)c.n_head + 2 * (int64_t)c.n_kv_head) * c.head_dim() > INT32_MAX)
+    return bad(absl::StrCat("(", c.n_head, " heads + 2 x ", c.n_kv_head, " kv heads) x head_dim ",
+                            c.head_dim(), " is too large: the q|k|v width must stay under 2^31"));
   if (c.head_dim_apart == 0 && c.hidden % c.n_head != 0)
     return bad("hidden must be a multiple of n_head (or head_dim given apart)");
   if (c.n_head % c.n_kv_head != 0) return bad("n_head must be a multiple of n_kv_head");

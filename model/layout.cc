@@ -42,7 +42,7 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     if (c.mlp_bias) add(b, "fc_out.b", {C});
     units_.push_back(std::move(b));
   }
-  // The hidden matrices: row blocks of the fused projections, then the square and down ones.
+  // The hidden matrices: row blocks of the fused projections, then the output and down ones.
   const int64_t q = c.attn_dim(), kv = (int64_t)c.n_kv_head * c.head_dim();
   matrices_.resize(units_.size() + 1);
   for (int l = 0; l < c.n_layer; ++l) {

@@ -156,6 +156,10 @@ absl::Status run_sample(const SampleCommand& cmd) {
   if (!s.prompt.empty()) ZT_RETURN_IF_ERROR(tok.check_encodes("sample's --prompt"));
   ZT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
                       make_backend(device, 0, 1, cmd.threads, AttentionImpl::kFlash));
+  // The decode step runs on our attention kernels (head sizes up to 128 on a GPU).
+  ZT_RETURN_IF_ERROR(
+      be->prepare_attention(DType::kF32, 1, s.window, c.n_head, c.n_kv_head, c.head_dim())
+          .status());
   auto comm = make_single_process_communicator(be.get());
   Transformer model(c, be.get(), 1, s.window);
   Engine engine(model.layout(), be.get(), comm.get(), EngineOptions{});

@@ -16,6 +16,7 @@
 // Gimelshein 2018) and the head's columns (lane + 32 c) for the sums into the row, so every
 // per-thread array has a fixed size and no kernel uses local memory. Every gradient element has
 // one writer adding in a fixed order: no atomics, and two runs give the same bits.
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/cuda/attention.cuh"
 #include "model/cuda/cuda_backend.cuh"
@@ -188,6 +189,11 @@ absl::StatusOr<std::string> CudaBackend::prepare_attention(DType act, int B, int
     ZT_RETURN_IF_ERROR(prepare_cudnn(s));
     if (cudnn_shapes_.at(s)) return cudnn_->version();
   }
+  if (hd > kMaxHd)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", hd, " is over our attention kernels' ", kMaxHd,
+        cudnn_ ? "; cuDNN has no engine for this shape either"
+               : "; --attention cudnn (or auto) runs it with cuDNN where it has an engine"));
   return std::string(mma_attention_supports(act, hd) ? "flash (tensor cores)" : "flash (fp32)");
 }
 

@@ -950,6 +950,11 @@ TEST_F(CudaVsCpu, AttentionChoiceFallsBackOrSaysWhy) {
   name = (*automatic)->prepare_attention(DType::kF32, 2, 64, 12, 12, 64);
   ASSERT_TRUE(name.ok()) << name.status();
   EXPECT_EQ(*name, "flash (fp32)");
+  // Heads over our kernels' 128 (a config.json's head_dim apart) are refused before a step,
+  // where cuDNN does not run them (fp32 here), not aborted in the first one.
+  auto wide = (*automatic)->prepare_attention(DType::kF32, 2, 64, 4, 4, 160);
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument) << wide.status();
+  EXPECT_NE(wide.status().message().find("head_dim 160"), std::string::npos) << wide.status();
   if (cudnn.ok()) {  // fp32 is refused when cuDNN is asked for by name
     auto refused = (*cudnn)->prepare_attention(DType::kF32, 2, 64, 12, 12, 64);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);

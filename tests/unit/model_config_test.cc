@@ -214,6 +214,13 @@ TEST(HfConfig, HeadDimApartFromTheWidth) {
           "num_hidden_layers":1,"num_attention_heads":4,"head_dim":3})",
       "config.json");
   EXPECT_NE(odd.status().message().find("even head_dim"), std::string::npos) << odd.status();
+  // A head_dim whose q|k|v width overflows an int is refused, not wrapped (2^29 x 4 heads).
+  auto huge = config_from_hf_json(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+          "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":4,
+          "head_dim":536870912})",
+      "config.json");
+  EXPECT_NE(huge.status().message().find("under 2^31"), std::string::npos) << huge.status();
   auto undivided = config_from_hf_json(
       R"({"model_type":"llama","vocab_size":10,"hidden_size":10,"intermediate_size":8,
           "num_hidden_layers":1,"num_attention_heads":4})",
