@@ -19,7 +19,7 @@ std::vector<Hardware> profiles() {
   // GPUs: dense bf16 tensor-core FLOP/s with fp32 accumulation and memory bandwidth from the
   // vendor datasheets; collectives at ~80% of NVLink's per-direction rate; the host a server's
   // (~150 GB/s) or a desktop's (~50 GB/s), NVMe a PCIe gen4 drive (~6 GB/s).
-  return {
+  std::vector<Hardware> h = {
       {"h100", false, 989e12, 0.5, 3.35e12, 150e9, kPcie5, 360e9, 6e9,
        "H100 SXM datasheet; NVLink 4 450 GB/s a direction; PCIe gen5"},
       {"h200", false, 989e12, 0.5, 4.8e12, 150e9, kPcie5, 360e9, 6e9,
@@ -45,6 +45,18 @@ std::vector<Hardware> profiles() {
       {"cpu", true, 375e9, 0.65, 32e9, 32e9, 32e9, 32e9, 5e9,
        "the 2-core development machine, measured (docs/estimator.md)", 0, 0, 2, 0, 26e9, 1.1},
   };
+  // fp32 GEMMs on CUDA cores (no TF32: Muon's Newton-Schulz, model/newton_schulz.h), from the
+  // same datasheets; the CPU's peak is its fp32 rate already.
+  for (auto [name, rate] : {std::pair{"h100", 67e12},
+                            {"h200", 67e12},
+                            {"a100-80gb", 19.5e12},
+                            {"a100-40gb", 19.5e12},
+                            {"v100-32gb", 15.7e12},
+                            {"rtx3070", 20.3e12},
+                            {"rtx4090", 82.6e12}})
+    for (Hardware& x : h)
+      if (x.name == name) x.fp32_flops = rate;
+  return h;
 }
 
 // Matmul parameters of c (every 2-D weight the GEMMs read, the untied or tied head included,
@@ -238,13 +250,21 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   const bool on_host = hw.cpu_backend || offloaded;
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
-  const double update_bytes = 2.0 * optimizer_bytes_per_param(in.optimizer, false) + G + P;
-  t.optimizer = owned * update_bytes / (on_host ? host_bw : hw.device_bw);
-  // A whole-matrix rule orthogonalises on the device (the CPU backend's cores) whatever
+  // The fp32 master and each state read and written, the gradient read, and, where the master
+  // is not the working copy (16-bit parameters, or offloaded: zero/estimator.cc), the working
+  // copy written.
+  const bool master_apart = P != 4 || offloaded || in.offload_param != OffloadDevice::kNone;
+  const double state_bytes = optimizer_bytes_per_param(in.optimizer, false);  // master + states
+  t.optimizer =
+      owned * (2 * state_bytes + G + (master_apart ? P : 0)) / (on_host ? host_bw : hw.device_bw);
+  // A whole-matrix rule orthogonalises on the device (the CPU backend's cores) in fp32 whatever
   // holds its state: each rank the matrices its slice touches, about 1/N of them past stage 0.
-  if (optimizer_info(in.optimizer).whole_matrices)
-    t.optimizer += newton_schulz_flops(c) / (in.stage == 0 ? 1 : N) / (rank_flops * hw.efficiency);
-  if (in.offload_optimizer == OffloadDevice::kNvme) t.nvme = owned * N * 24 / hw.nvme_bw;
+  if (optimizer_info(in.optimizer).whole_matrices) {
+    const double fp32 = hw.fp32_flops > 0 ? hw.fp32_flops / share : rank_flops;
+    t.optimizer += newton_schulz_flops(c) / (in.stage == 0 ? 1 : N) / (fp32 * hw.efficiency);
+  }
+  if (in.offload_optimizer == OffloadDevice::kNvme)
+    t.nvme = owned * N * 2 * state_bytes / hw.nvme_bw;
   if (in.offload_param == OffloadDevice::kNvme) t.nvme += 2 * psi * P * A / hw.nvme_bw;
   // What overlaps what.
   double step = t.compute;

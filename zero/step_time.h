@@ -14,11 +14,12 @@
 //   copies     offload's device<->host bytes (the 16-bit gradient out, the 16-bit parameter in;
 //              stage 3 parameter offload fetches every shard forward and backward) / PCIe;
 //   optimizer  the update's bytes (the fp32 master and each state read and written, the gradient
-//              in and the parameter out: 28 a parameter with two states and 16-bit ones, 20
-//              with one) / the memory bandwidth of where it runs; a whole-matrix rule's
-//              Newton-Schulz products on each rank's share of the hidden matrices at the compute's
-//              rate;
-//   nvme       the optimizer state read and written (24 bytes a parameter) / the drive.
+//              in and, where the master is not the working copy, the parameter out: 28 a
+//              parameter with two states and 16-bit ones, 20 with one) / the memory bandwidth
+//              of where it runs; a whole-matrix rule's Newton-Schulz products on each rank's
+//              share of the hidden matrices at the fp32 GEMM rate;
+//   nvme       the optimizer state read and written (24 bytes a parameter with two states, 16
+//              with one) / the drive.
 // On a GPU the reductions overlap the backward (overlap_comm), stage 3's gathers the compute
 // (prefetch), and the delayed update hides the CPU step and its copies behind the next step;
 // stage 1-2's all-gather after the step is exposed; on the CPU backend the phases run one after
@@ -67,6 +68,8 @@ struct Hardware {
   double thread_flops = 0;        // one thread's GEMM rate at kFullRows (0: peak / cores)
   double thread_bw = 0;           // bytes/s one thread's copy streams
   double busy_core_slowdown = 1;  // a one-thread GEMM's time beside a busy core / alone
+  // A GPU's fp32 GEMM rate on CUDA cores, FLOP/s (0: peak_flops, as on the CPU backend).
+  double fp32_flops = 0;
 };
 // The rows (tokens of a micro-batch) of the two GEMMs the CPU probe times.
 inline constexpr int kSkinnyRows = 32, kFullRows = 2048;

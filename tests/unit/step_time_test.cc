@@ -69,6 +69,22 @@ TEST(StepTime, OptimizerPhaseFollowsTheOptimizer) {
     EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->optimizer, psi / 4 * bytes / host + muon)
         << optimizer_info(kind).name;
   }
+  // Newton-Schulz runs in fp32: at the GPU's fp32 rate where the profile has one.
+  Hardware fp32 = toy(false);
+  fp32.fp32_flops = 0.1e12;
+  EXPECT_DOUBLE_EQ(predict_step(in, fp32)->optimizer, psi / 4 * 28 / host + ns / 4 / 0.05e12);
+  // fp32 parameters on the device are the master (zero/estimator.cc): nothing more is written,
+  // 8 + 16 + 4 = 28 for AdamW; NVMe moves the state, 24 bytes with two states, 16 with one.
+  in.optimizer = OptimizerKind::kAdamW;
+  in.offload_optimizer = OffloadDevice::kNone;
+  in.param_bytes = in.grad_bytes = 4;
+  EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->optimizer, psi / 4 * 28 / 1e12);
+  in.param_bytes = in.grad_bytes = 2;
+  in.offload_optimizer = OffloadDevice::kNvme;
+  for (auto [kind, bytes] : {std::pair{OptimizerKind::kAdamW, 24}, {OptimizerKind::kLion, 16}}) {
+    in.optimizer = kind;
+    EXPECT_DOUBLE_EQ(predict_step(in, toy(false))->nvme, psi * bytes / 2e9);
+  }
 }
 
 // Stage 2 with the optimizer on the CPU on 4 GPUs: compute F / (peak x efficiency); the
