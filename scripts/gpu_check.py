@@ -105,7 +105,7 @@ class Plan:
         os.makedirs(self.out, exist_ok=True)
         self.stages = []
         self.gpu = False
-        self.gpu_kind = "h200"  # benchmarks/gpu_roofline.py --gpu: read by the preflight
+        self.gpu_kind = "h100"  # benchmarks/gpu_roofline.py --gpu: read by the preflight
         self.lib_path = os.path.join(self.work, "lib")
         self.header = {"mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        "commit": bundle_commit(), "deadline_s": deadline}
@@ -179,9 +179,9 @@ def bundle_commit():
     then (scripts/gpu_pack.py writes commit.json: the device's copy of the tree has no .git)."""
     try:
         c = json.load(open(os.path.join(BUNDLE, "commit.json")))
-    except (OSError, ValueError):
-        return "unknown (the bundle has no commit.json: pack again)"
-    return c["commit"] + (" + changes" if c["dirty"] else "")
+        return c["commit"] + (" + changes" if c["dirty"] else "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
 
 
 def kill_group(p, hard=False):
@@ -241,9 +241,11 @@ def preflight(plan, res, limit):
         q = capture(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                      "--format=csv,noheader"])[1].strip()
         res["figures"]["nvidia_smi"] = q
-        # The roofline's memory roof follows the GPU: an H100's 3.35 TB/s, an H200's 4.8.
-        plan.gpu_kind = next((k for k in ("h100", "h200") if k in q.lower()), "h200")
-        res["figures"]["roofline_gpu"] = plan.gpu_kind
+        # The roofline's memory roof follows the GPU: an H100's 3.35 TB/s, an H200's 4.8; any
+        # other GPU is held to the H100's, and the figure says so.
+        kind = next((k for k in ("h100", "h200") if k in q.lower()), None)
+        plan.gpu_kind = kind or "h100"
+        res["figures"]["roofline_gpu"] = kind or f"h100 (not an H100 or H200: {q.split(',')[0]})"
     res["figures"]["nvcc"] = (re.findall(r"release [\d.]+", capture(["nvcc", "--version"])[1])
                               or ["none"])[0]
     cpu = open("/proc/cpuinfo").read()
@@ -706,11 +708,11 @@ def file_results(out, runs_dir=os.path.join(ROOT, "docs", "gpu_runs")):
     try:
         doc = json.load(open(os.path.join(out, "results.json")))
         date, commit = doc["started"][:10], doc["commit"]
+        name = f"{date}-" + (re.sub(r"[^A-Za-z0-9]+", "-", commit).strip("-") or "unknown")
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: --file {out}: no readable results.json with its start and commit ({e}); "
               "give the OUT folder a --run brought back", file=sys.stderr)
         return 2
-    name = f"{date}-" + re.sub(r"[^A-Za-z0-9]+", "-", commit).strip("-")
     dest, k = os.path.join(runs_dir, name), 1
     while os.path.exists(dest):
         k += 1

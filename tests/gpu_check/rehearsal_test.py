@@ -109,7 +109,8 @@ def main():
     for k in (1, 2):
         check(gpu_check.file_results(out, runs) == 0, "--file of the whole rehearsal")
     if doc:
-        name = doc["started"][:10] + "-" + re.sub(r"[^A-Za-z0-9]+", "-", doc["commit"]).strip("-")
+        name = doc["started"][:10] + "-" + (
+            re.sub(r"[^A-Za-z0-9]+", "-", doc["commit"]).strip("-") or "unknown")
         for d in (name, name + "-2"):
             for f in ("results.json", "summary.md"):
                 got = os.path.join(runs, d, f)
