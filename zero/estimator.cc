@@ -240,10 +240,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
   const int64_t N = in.dp;
   const int64_t P = dtype_size(in.param_dtype), G = dtype_size(in.grad_dtype);
   // An offloaded state keeps its own fp32 master even when the working params are fp32.
-  const bool offloaded = in.offload_optimizer != OffloadDevice::kNone;
   const bool param_offload = in.offload_param != OffloadDevice::kNone;
-  const bool master =
-      in.fp32_master && (in.param_dtype != DType::kF32 || offloaded || param_offload);
+  const bool master = in.fp32_master && master_apart(in.param_dtype == DType::kF32,
+                                                     in.offload_optimizer, in.offload_param);
   const PartitionOptions po = partition_options(in);
   const bool host_grads = po.host_grads;
   // Offload shards even at N_d = 1; a sharded unit reduces into an fp32 shard buffer.

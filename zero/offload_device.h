@@ -54,6 +54,13 @@ class OffloadClock {
  private:
   std::atomic<int64_t> us_[kPhases] = {};
 };
+// Whether the optimizer keeps its fp32 master weights apart from the working copy: with 16-bit
+// parameters, or with the optimizer or the parameters offloaded; otherwise the fp32 device
+// working copy is the master (the engine's states alias it). Read by the estimator's memory and
+// the step-time model's update bytes.
+inline bool master_apart(bool fp32_params, OffloadDevice optimizer, OffloadDevice params) {
+  return !fp32_params || optimizer != OffloadDevice::kNone || params != OffloadDevice::kNone;
+}
 std::string_view offload_device_name(OffloadDevice d);  // "none", "cpu", "nvme"
 absl::StatusOr<OffloadDevice> parse_offload_device(std::string_view s);
 

@@ -251,12 +251,11 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
   const double host_bw =
       stream_bw(off_thread ? threads_of(in.optimizer_threads) : compute_threads) * share / N;
   // The fp32 master and each state read and written, the gradient read, and, where the master
-  // is not the working copy (16-bit parameters, or offloaded: zero/estimator.cc), the working
-  // copy written.
-  const bool master_apart = P != 4 || offloaded || in.offload_param != OffloadDevice::kNone;
+  // is not the working copy, the working copy written.
+  const bool apart = master_apart(P == 4, in.offload_optimizer, in.offload_param);
   const double state_bytes = optimizer_bytes_per_param(in.optimizer, false);  // master + states
   t.optimizer =
-      owned * (2 * state_bytes + G + (master_apart ? P : 0)) / (on_host ? host_bw : hw.device_bw);
+      owned * (2 * state_bytes + G + (apart ? P : 0)) / (on_host ? host_bw : hw.device_bw);
   // A whole-matrix rule orthogonalises on the device (the CPU backend's cores) in fp32 whatever
   // holds its state: each rank the matrices its slice touches, about 1/N of them past stage 0.
   if (optimizer_info(in.optimizer).whole_matrices) {
