@@ -93,7 +93,9 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
       Gradients::Options{.grad_dtype = opt.grad_dtype,
                          .overlap_comm = opt.zero.overlap_comm,
                          .reduce_scatter = opt.zero.reduce_scatter,
-                         .pin_with = opt.pin_host_gradients ? be : nullptr},
+                         .pin_with = opt.pin_host_gradients ? be : nullptr,
+                         .land_on_host = optimizer_->host_tracker() &&
+                                         (pipelined() || opt.delayed_update_after >= 0)},
       [this](double ms) { note_comm_wait(ms); });
   std::vector<ParamGatherer::Shard> shards(units_.size());
   for (size_t u = 0; u < units_.size(); ++u)
@@ -203,8 +205,7 @@ void Engine::note_comm_wait(double ms) {
   trace_elapsed(Track::kCompute, "wait for communication", ms);
 }
 int64_t Engine::bytes_to_host() const {
-  return optimizer_->bytes_to_host() + (pipeline_ ? pipeline_->bytes_to_host() : 0) +
-         grads_->bytes_to_host();
+  return optimizer_->bytes_to_host() + grads_->bytes_to_host();
 }
 int64_t Engine::bytes_to_device() const {
   return optimizer_->bytes_to_device() + (params_ ? params_->bytes_to_device() : 0) +

@@ -266,7 +266,7 @@ class Engine final : public UnitEngine {
   bool delayed_running_ = false;     // the running update is the delayed one
   int publish_next_ = 0;             // publish(): the units before it are published
   int64_t published_to_device_ = 0;  // weights the pipeline's staging published to the device
-  OffloadClock pipeline_clock_;      // the training thread's snapshots and copy-backs around it
+  OffloadClock pipeline_clock_;      // the training thread's copy-backs around it
   bool boundary_ = true;
   std::optional<LossScaler> scaler_;
   int t_ = 0;

@@ -42,8 +42,8 @@ absl::StatusOr<StepStats> Engine::step(float lr) {
   OptimizerStep as = rule_->step(lr, t_, st.clip_coef / st.loss_scale);
   // Off the training thread: the delayed update (t_ counts this step), or the offload
   // pipeline. The worker reads host gradients (the delayed update takes them over:
-  // Gradients::hand_off), or host snapshots of device ones; finish_step
-  // then settles the stored gradients (zeroed or stale), so the update zeroes none as it reads.
+  // Gradients::hand_off); finish_step then settles the stored gradients (zeroed or stale), so
+  // the update zeroes none as it reads.
   const bool delayed = opt_.delayed_update_after >= 0 && t_ > opt_.delayed_update_after;
   if (delayed || pipelined()) {
     start_update_pipeline(as, delayed);
@@ -109,12 +109,11 @@ bool Engine::pipelined() const {
   return opt_.offload_pipeline && optimizer_->host_tracker() && !rule_->collective() && !shared_;
 }
 
-// Every unit's update runs on the worker. A gradient on the device (stage 1's reduced shard,
-// units kept whole) is snapshotted into host memory first, as the step would read it (the
-// stored ones are then zeroed or marked stale by finish_step); a host gradient shard
-// (zero/gradients.h) is read in place (the next backward writes a unit's gradient only after
-// grads(u) has published, that is waited for, its update), except by the delayed update,
-// which takes it over (Gradients::hand_off: the next backward writes a second buffer).
+// Every unit's update runs on the worker, on the host gradients (zero/gradients.h: the shards
+// of stages 2-3, and the device's gradients landed there by the backward, land_on_host). It
+// reads them in place (the next backward writes a unit's gradient only after publish(u) has
+// waited for its update), except the delayed update, which takes them over
+// (Gradients::hand_off: the next backward writes a second buffer).
 // Delayed: every unit's weights go to a second working copy (swaps_params) or to staging,
 // published at the next step. Pipelined: straight into the working copy where the backend's
 // memory is the host's, else into staging, published by the unit's next fetch.
@@ -124,11 +123,9 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
     for (int u = 0; u < (int)units_.size(); ++u)
       slices.push_back({units_[u].owned(), grads_->owned_dtype(u)});
     optimizer_->prepare_staging();  // here: the worker thread has no GPU device of its own
-    pipeline_ = std::make_unique<UpdatePipeline>(be_, optimizer_.get(), std::move(slices),
+    pipeline_ = std::make_unique<UpdatePipeline>(optimizer_.get(), std::move(slices),
                                                  opt_.param_dtype, opt_.optimizer_threads);
   }
-  Timer t;  // the snapshots: the training thread copies before the worker starts
-  const int64_t snapshot_bytes = pipeline_->bytes_to_host();
   pipeline_->start(
       [&](int u) {
         UnitState& s = units_[u];
@@ -136,8 +133,8 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         const Gradients::View g = grads_->owned(u);
         // The delayed update's next backward writes the host gradient: it takes this buffer
         // and the backward the other one (Gradients::hand_off).
-        src.grad = g.host && delayed ? grads_->hand_off(u).data : g.data;
-        src.grad_on_device = !g.host;
+        ZT_CHECK(g.host);  // land_on_host
+        src.grad = delayed ? grads_->hand_off(u).data : g.data;
         if (delayed && swaps_params(s)) src.out = s.next_params.data();
         if (!delayed) {
           s.update_pending = true;
@@ -150,8 +147,6 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
         return src;
       },
       as, delayed ? (int)units_.size() : UpdatePipeline::kStagingSlots);
-  if (delayed || pipeline_->bytes_to_host() > snapshot_bytes)
-    pipeline_clock_.add(OffloadClock::kGradOut, t.ms());
   delayed_running_ = delayed;
   publish_next_ = delayed ? (int)units_.size() : 0;
 }

@@ -288,18 +288,19 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const EstimateInput& in) {
     granule = std::max<int64_t>(granule, offload_granule(owned, in.sub_group_size));
     nvme_granule = std::max<int64_t>(nvme_granule, offload_granule(owned, in.sub_group_size, 1024));
     nvme_state += (int64_t)nvme_state_bytes(owned, in.sub_group_size, in.optimizer);
-    // A snapshot of the owned gradient in its dtype: stage 1's reduced shard is fp32.
-    const Size snapshot = Size((int64_t)owned) * (u.whole_grads && !u.replicated ? 4 : G);
+    // Off the training thread, a gradient the device keeps (stage 1's reduced fp32 shard, a
+    // unit kept whole) lands in host memory, owned elements in its dtype (Gradients'
+    // land_on_host).
+    const Size landed = Size((int64_t)owned) * (u.whole_grads && !u.replicated ? 4 : G);
     if (in.delayed_update) {
-      // The update reads the host gradient's second buffer (Gradients::hand_off) or a snapshot
-      // of a device one; its weights go to a second working copy where the host can address
-      // the device's and it is the owned slice whole, else to staging (UpdatePipeline's rule).
-      host_grad_bytes += snapshot;
+      // The update reads the host gradient's second buffer (Gradients::hand_off); its weights
+      // go to a second working copy where the host can address the device's and it is the
+      // owned slice whole, else to staging (UpdatePipeline's rule).
+      host_grad_bytes += landed * (u.host_grads ? 1 : 2);
       const bool swaps = UpdatePipeline::swaps_working_copy(u, in.device_host_addressable);
       (swaps ? params : host_params) += Size((int64_t)owned) * P;
     } else if (in.offload_pipeline) {
-      // A gradient on the device (stage 1's reduced shard, a unit kept whole) is snapshotted.
-      if (!u.host_grads) host_grad_bytes += snapshot;
+      if (!u.host_grads) host_grad_bytes += landed;
       if (!UpdatePipeline::writes_working_copy(u, in.device_host_addressable)) {
         int64_t& slot = slots[i % UpdatePipeline::kStagingSlots];
         slot = std::max(slot, (int64_t)owned);

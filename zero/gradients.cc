@@ -32,6 +32,7 @@ Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
     s.replicated = p.replicated;
     s.whole = p.whole_grads;
     s.host = p.host_grads;
+    s.lands = o.land_on_host && !s.host;
     if (s.host) {
       s.host_stored =
           HostBuffer(s.shard * dtype_size(o.grad_dtype), MemCategory::kGrads, &host_, o.pin_with);
@@ -42,6 +43,9 @@ Gradients::Gradients(Backend* be, Communicator* comm, Communicator* world,
           DeviceBuffer(be, (size_t)p.grad_numel() * dtype_size(o.grad_dtype), MemCategory::kGrads);
       be->zero(s.stored.data(), s.stored.bytes());
     }
+    if (s.lands)
+      s.host_stored = HostBuffer(s.owned() * dtype_size(owned_dtype((int)u)), MemCategory::kGrads,
+                                 &host_, o.pin_with);
   }
   if (tile > 0) stage_ = HostBuffer(tile * 4, MemCategory::kPinnedHost, &host_, o.pin_with);
 }
@@ -114,7 +118,10 @@ void Gradients::reduce(int u, bool boundary) {
     s.mark_written();
     s.scratch.reset();
   }
-  if (dp_ == 1 && whole) return;
+  if (dp_ == 1 && whole) {  // nothing to reduce: at the boundary the gradient is final
+    if (boundary && s.lands) land(u, s.stored.data(), {});
+    return;
+  }
   if (whole && !boundary) return;  // stages 0-1 reduce once per step
   Pending p{u, {}, {}, {}};
   p.boundary = boundary;
@@ -173,7 +180,6 @@ void Gradients::finish(Pending& p) {
     be_->scale_add(s.stored.data(), opt_.grad_dtype, p.send.f32(), mean, false, s.padded, want_ss);
   } else if (s.reduced_view()) {
     be_->scale_add(p.recv.data(), DType::kF32, p.recv.f32(), mean, false, s.shard, want_ss);
-    s.reduced = std::move(p.recv);
   } else if (s.host) {  // stages 2-3, offloaded: averaged and accumulated on the host
     accumulate_host(p.unit, p.recv.f32(), mean, s.holds_values());
   } else {  // stages 2-3: average and accumulate into the stored shard in one pass
@@ -182,7 +188,16 @@ void Gradients::finish(Pending& p) {
   }
   // (A host gradient keeps its own.)
   s.ss = want_ss && !s.host ? Unit::SumSq::kInSlot : Unit::SumSq::kUnknown;
-  if (!s.reduced_view()) s.mark_written();
+  if (s.reduced_view()) {
+    void* shard = p.recv.data();
+    if (s.lands)
+      land(p.unit, shard, std::move(p.recv));
+    else
+      s.reduced = std::move(p.recv);
+  } else {
+    s.mark_written();
+    if (s.lands) land(p.unit, s.stored.data(), {});  // a unit kept whole, at the boundary
+  }
 }
 
 void Gradients::drain(size_t keep) {
@@ -200,7 +215,7 @@ double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
     const View g = owned(u);  // settles a stale gradient (no backward since the last step)
     if (s.host) {
       host_ss[u] = s.host_ss ? *s.host_ss : cpu_sum_squares(g.data, g.dtype, s.owned());
-    } else if (s.ss == Unit::SumSq::kUnknown) {
+    } else if (s.ss == Unit::SumSq::kUnknown) {  // a device view: land() leaves none unknown
       be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(u));
       s.ss = Unit::SumSq::kInSlot;
     }
@@ -216,6 +231,15 @@ double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
 Gradients::View Gradients::owned(int u) {
   Unit& s = unit(u);
   settle_stale(u);  // no backward since the last step: the gradient is zeros
+  if (s.lands) {
+    settle_copy();    // its copy has landed
+    if (!s.landed) {  // no backward since the last step: zeros
+      std::memset(s.host_stored.data(), 0, s.host_stored.bytes());
+      s.ss = Unit::SumSq::kZero;
+      s.landed = true;
+    }
+    return View{s.host_stored.data(), owned_dtype(u), true};
+  }
   if (s.reduced_view()) {
     if (!s.reduced.data()) {  // no backward since the last step: a zero shard, as other stages
       s.reduced = DeviceBuffer(be_, s.shard * 4, MemCategory::kCommBuffers);
@@ -231,29 +255,33 @@ Gradients::View Gradients::owned(int u) {
 
 Gradients::View Gradients::hand_off(int u) {
   Unit& s = unit(u);
-  ZT_CHECK(s.host);
+  ZT_CHECK(s.host || s.lands);
   settle_copy();
   if (!s.handed_off.data())
     s.handed_off = HostBuffer(s.host_stored.bytes(), MemCategory::kGrads, &host_, opt_.pin_with);
   std::swap(s.host_stored, s.handed_off);
-  // The buffer the backward writes next holds an older gradient: stale, not zeros.
-  s.state = Unit::Stored::kStale;
-  s.host_ss.reset();
+  if (s.host) {  // the buffer the backward writes next holds an older gradient: stale, not zeros
+    s.state = Unit::Stored::kStale;
+    s.host_ss.reset();
+  }  // (a landing one is overwritten whole by its next copy)
   return View{s.handed_off.data(), owned_dtype(u), true};
 }
 
 bool Gradients::zero_as_read(int u) const {
   const Unit& s = units_[u];
-  return !s.reduced_view() && (direct(s) || s.state == Unit::Stored::kKernelsAdd);
+  // (A landed gradient is read on the host: the device's stays for end_step to settle.)
+  return !s.lands && !s.reduced_view() && (direct(s) || s.state == Unit::Stored::kKernelsAdd);
 }
 
 void Gradients::read(int u, bool zeroed) {
   Unit& s = unit(u);
-  if (!s.reduced_view()) s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
+  if (!s.reduced_view() && !s.lands) s.state = zeroed ? Unit::Stored::kZero : Unit::Stored::kStale;
 }
 
 void Gradients::end_step() {
+  settle_copy();  // no pass below may write a gradient still being copied out
   for (Unit& s : units_) {
+    s.landed = false;
     if (s.holds_values()) {
       if (direct(s)) {
         be_->zero(s.stored.data(), s.stored.bytes());
@@ -295,7 +323,7 @@ void Gradients::accumulate_host(int u, const float* x, float scale, bool accumul
     s.host_ss = in_pass ? std::optional<double>(ss) : std::nullopt;
     // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
     const uint64_t ticket = be_->copy_to_host_async(s.host_stored.data(), tmp.data(), s.shard * gb);
-    copy_ = {ticket, std::move(tmp)};
+    copy_ = {true, ticket, std::move(tmp)};
     to_host_ += (int64_t)(s.shard * gb);
   } else {  // gradient accumulation: the fp32 sum moves, the host adds it
     s.host_ss.reset();
@@ -311,10 +339,25 @@ void Gradients::accumulate_host(int u, const float* x, float scale, bool accumul
   clock_.add(OffloadClock::kGradOut, t.ms());
 }
 
+void Gradients::land(int u, const void* src, DeviceBuffer source) {
+  Timer t;
+  Unit& s = unit(u);
+  if (s.ss == Unit::SumSq::kUnknown) {  // the norm's share, on the device while it is there
+    be_->sum_squares(src, owned_dtype(u), s.owned(), norm_slot(u));
+    s.ss = Unit::SumSq::kInSlot;
+  }
+  settle_copy();  // the previous unit's, long done: one in flight at a time
+  const size_t bytes = s.host_stored.bytes();
+  copy_ = {true, be_->copy_to_host_async(s.host_stored.data(), src, bytes), std::move(source)};
+  s.landed = true;
+  to_host_ += (int64_t)bytes;
+  clock_.add(OffloadClock::kGradOut, t.ms());
+}
+
 void Gradients::settle_copy() {
-  if (!copy_.second.data()) return;
-  be_->wait_copy(copy_.first);
-  copy_.second.reset();
+  if (!copy_.active) return;
+  be_->wait_copy(copy_.ticket);
+  copy_ = {};
 }
 
 }  // namespace zt

@@ -35,6 +35,11 @@ class Gradients {
     // Host gradients (plan rows with host_grads) page-locked through it
     // (offload_optimizer.pin_memory), or pageable when null.
     Backend* pin_with = nullptr;
+    // The offloaded optimizer's update runs off the training thread (the offload pipeline, the
+    // delayed update): a gradient the device keeps (stage 1's reduced shard, a unit kept
+    // whole) lands in host memory as soon as it is final, on the copy stream behind the rest
+    // of the backward, so that the step finds every owned gradient on the host.
+    bool land_on_host = false;
   };
   // plan: the engine's partition (zero/partition.h), a row per unit. comm: the ranks the shards
   // are over (the world, or the MiCS group); world: every rank (N_d, the mean's denominator,
@@ -67,12 +72,12 @@ class Gradients {
   double owned_sum_squares(const std::function<bool(int)>& counted);
   // Unit u's owned gradient as the update reads it, in its stored dtype (no conversion pass):
   // stage 1's reduced fp32 shard (zeros when no backward ran since the last step), else the
-  // stored gradient, in host memory at stages 2-3 with the optimizer offloaded (its copy
-  // landed). A gradient stale since the last step is zeroed first. A device view stays valid
-  // until end_step() (stage 1's shard is freed there) or the unit's next backward; a host view
-  // stays unwritten until the unit's next reduce(), so a caller that hands it to another
-  // thread must have that thread's update done before it calls backward_target(u) for the
-  // next backward (the engine's publish(u)).
+  // stored gradient; in host memory at stages 2-3 with the optimizer offloaded, and for every
+  // unit with land_on_host (its copy landed). A gradient stale since the last step is zeroed first.
+  // A device view stays valid until end_step() (stage 1's shard is freed there) or the unit's next
+  // backward; a host view stays unwritten until the unit's next reduce(), so a caller that hands it
+  // to another thread must have that thread's update done before it calls backward_target(u) for
+  // the next backward (the engine's publish(u)).
   struct View {
     void* data = nullptr;
     DType dtype = DType::kF32;
@@ -87,7 +92,8 @@ class Gradients {
   // returns the view owned(u) gave, which stays unwritten until the next hand_off(u), and the
   // unit's next backward writes into a second buffer (allocated at the first hand-off, in the
   // same memory), so the two alternate and no pass copies the shard (ZeRO-Offload's delayed
-  // update, Ren et al. 2021, Section 5.2, double-buffers the same way). Host units only.
+  // update, Ren et al. 2021, Section 5.2, double-buffers the same way). Host views only (owned
+  // returns one).
   View hand_off(int u);
   // Whether the update may zero unit u's gradient as it reads it (OptimizerStep::zero_grad): the
   // backward's kernels add into it next, so it must hold zeros, and one pass does both.
@@ -97,7 +103,7 @@ class Gradients {
   void read(int u, bool zeroed);
   // The step ended: every gradient stands for zeros (an fp32 one the backward adds into is
   // zeroed now, the others are stale: overwritten by their next writer, or zeroed by
-  // kernels_target), stage 1's reduced shards are freed.
+  // kernels_target), stage 1's reduced shards are freed, the copies to the host have landed.
   void end_step();
 
   // Unit u's owned gradient as fp32 into `out` (device memory, owned elements): tests and
@@ -119,9 +125,11 @@ class Gradients {
     bool replicated = false;                  // whole on every rank, all-reduced
     bool whole = false;      // the stored gradient is the whole unit (the plan's whole_grads)
     bool host = false;       // the shard lives in host memory
+    bool lands = false;      // land_on_host: the device's final gradient is copied to host_stored
+    bool landed = false;     // lands: its copy of this step is queued (else the step reads zeros)
     DeviceBuffer stored;     // the whole unit (stages 0-1, replicated) or shard; none when host
-    HostBuffer host_stored;  // host: the shard, in the gradient's dtype
-    HostBuffer handed_off;   // host: the other buffer of hand_off's pair, read by the update
+    HostBuffer host_stored;  // host: the shard, in the gradient's dtype; lands: owned(u)'s copy
+    HostBuffer handed_off;   // the other buffer of hand_off's pair, read by the update
     std::optional<double> host_ss;  // host: Σ g² of host_stored, summed as it was written
     DeviceBuffer scratch;           // fp32 whole-unit gradient while a backward writes it
     DeviceBuffer reduced;  // stage 1: fp32 averaged shard after the boundary's reduce-scatter
@@ -167,7 +175,11 @@ class Gradients {
   // host_stored = (accumulate ? host_stored : 0) + scale * x, rounded as Backend::scale_add
   // rounds; x: device fp32, the shard.
   void accumulate_host(int u, const float* x, float scale, bool accumulate);
-  void settle_copy();  // waits for accumulate_host's copy in flight and frees its source
+  // lands: unit u's final owned gradient `src` (device, owned_dtype(u)) to host_stored, on the
+  // copy stream; `source` (if any) is src's buffer, kept until the copy lands. Its Σ g² must be
+  // in the norm slot or summed here.
+  void land(int u, const void* src, DeviceBuffer source);
+  void settle_copy();  // waits for the copy to the host in flight and frees its source
 
   Backend* be_;
   Communicator* comm_;
@@ -184,7 +196,11 @@ class Gradients {
   std::deque<Pending> pending_;
   MemoryTracker host_;
   HostBuffer stage_;                        // fp32, the tile an accumulated gradient moves through
-  std::pair<uint64_t, DeviceBuffer> copy_;  // accumulate_host's copy in flight and its source
+  struct Copy {                             // the copy to the host in flight (one at a time)
+    bool active = false;
+    uint64_t ticket = 0;
+    DeviceBuffer source;  // its source where it is a temporary
+  } copy_;
   int64_t to_host_ = 0;
   OffloadClock clock_;
 };

@@ -304,11 +304,9 @@ absl::StatusOr<StepTime> predict_step(const StepTimeInput& in, const Hardware& h
       exposed += gather;
     }
     step += exposed;
-    // Off the training thread, stage 1's reduced fp32 shard is first copied into host snapshots
-    // on the training thread (zero/update_pipeline.h): that copy is exposed.
-    const double snapshot = off_thread && in.stage == 1 ? owned * 4 / hw.pcie_bw : 0;
-    step += snapshot;
-    const double host_side = t.copies - snapshot + t.optimizer + t.nvme;
+    // (Off the training thread, stage 1's reduced fp32 shard lands in host memory on the copy
+    // stream as the backward goes on, as stages 2-3's shards do: zero/gradients.h.)
+    const double host_side = t.copies + t.optimizer + t.nvme;
     if (in.delayed_update && offloaded) {
       step = std::max(step, host_side);
       t.overlaps.push_back("CPU step, its copies and NVMe behind the next step (delayed update)");

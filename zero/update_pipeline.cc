@@ -7,10 +7,9 @@
 
 namespace zt {
 
-UpdatePipeline::UpdatePipeline(Backend* be, OptimizerState* state, std::vector<Slice> slices,
-                               DType out_t, int threads)
-    : be_(be),
-      state_(state),
+UpdatePipeline::UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t,
+                               int threads)
+    : state_(state),
       slices_(std::move(slices)),
       out_t_(out_t),
       threads_(threads > 0 ? threads : 1),
@@ -43,18 +42,7 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
     Unit& x = units_[u];
     const Source src = source(u);
     x.staged = false;
-    const size_t grad_bytes = slices_[u].owned * dtype_size(slices_[u].grad_t);
-    if (src.grad_on_device) {
-      if (x.grad.empty() && grad_bytes > 0) {
-        x.grad.resize(grad_bytes);
-        host_.on_alloc(MemCategory::kGrads, grad_bytes);
-      }
-      be_->copy_to_host(x.grad.data(), src.grad, grad_bytes);
-      to_host_ += (int64_t)grad_bytes;
-      x.grad_ptr = x.grad.data();
-    } else {
-      x.grad_ptr = src.grad;
-    }
+    x.grad_ptr = src.grad;
     x.out_ptr = src.out;
     if (!src.out) {  // a staging slot, as large as the largest unit it holds
       x.staged = true;

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "common/memory.h"
-#include "model/backend.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
 
@@ -38,22 +37,19 @@ class UpdatePipeline {
   };
   // state: the offloaded optimizer state the update runs on (host memory or NVMe); slices: per
   // unit; out_t: the working dtype of the new weights; threads (>= 1): the worker's OpenMP
-  // threads. Host snapshots and staging slots are allocated at their first use and kept for the
-  // run (host_tracker counts them: gradients as kGrads, staged weights as kParams).
-  UpdatePipeline(Backend* be, OptimizerState* state, std::vector<Slice> slices, DType out_t,
-                 int threads);
+  // threads. Staging slots are allocated at their first use and kept for the run (host_tracker
+  // counts them as kParams).
+  UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t, int threads);
   ~UpdatePipeline();  // ends the running update early and waits for it; its error is dropped
   UpdatePipeline(const UpdatePipeline&) = delete;
   UpdatePipeline& operator=(const UpdatePipeline&) = delete;
 
   // Where unit u's update reads its gradient and writes its weights.
   struct Source {
-    // The gradient (grad_t, owned elements). Device memory (grad_on_device): copied into a host
-    // snapshot by start(), on the calling thread. Host memory: read in place by the update,
-    // which the caller keeps unwritten until it is done (the delayed update hands the buffer
-    // over: Gradients::hand_off).
+    // The gradient (grad_t, owned elements), in host memory: read in place by the update, which
+    // the caller keeps unwritten until it is done (the delayed update hands the buffer over:
+    // Gradients::hand_off).
     const void* grad = nullptr;
-    bool grad_on_device = false;
     // Host memory the new weights go to directly (the working copy, where the backend's memory
     // is the host's); null: host staging, handed out by take().
     void* out = nullptr;
@@ -98,12 +94,10 @@ class UpdatePipeline {
   // updates.
   const OffloadTimes& state_times_at_start() const { return times_at_start_; }
   const MemoryTracker& host_tracker() const { return host_; }
-  int64_t bytes_to_host() const { return to_host_; }  // gradient snapshots copied off the device
 
  private:
   struct Unit {
-    std::vector<uint8_t> grad;       // snapshot, sized at its first use
-    const void* grad_ptr = nullptr;  // what the update reads (host memory): grad, or the caller's
+    const void* grad_ptr = nullptr;  // what the update reads (host memory)
     void* out_ptr = nullptr;         // what it writes: the caller's memory, or null (a slot)
     bool staged = false;             // its weights wait in its slot for take()
   };
@@ -114,7 +108,6 @@ class UpdatePipeline {
   void run();  // the worker's loop
   Slot& slot(int u) { return slots_[u % slots_used_]; }
 
-  Backend* be_;
   OptimizerState* state_;
   std::vector<Slice> slices_;
   DType out_t_;
@@ -126,7 +119,6 @@ class UpdatePipeline {
   OffloadTimes times_at_start_;
   bool running_ = false;  // training thread's view: started and not wait_all'ed
   MemoryTracker host_;
-  int64_t to_host_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;

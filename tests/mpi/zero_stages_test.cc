@@ -95,6 +95,7 @@ struct RunResult {
   std::vector<bool> skipped_at;  // per step
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
   int64_t host_optimizer_bytes = 0, nvme_bytes = 0, to_host_one_step = 0, to_device_one_step = 0;
+  int64_t to_host_in_backward = 0;  // of to_host_one_step, before the step's optimizer call
   // Host bytes by category of the optimizer state and the parameter store, after training.
   std::array<int64_t, kNumMemCategories> host{};
   // Parameter offload: host -> device bytes of step 2 (gathers).
@@ -188,7 +189,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   std::vector<int> x((size_t)B * kT), y((size_t)B * kT);
   for (int step = 0; step < kSteps; ++step) {
     const CommStats before = comm.stats();
-    const int64_t to_host = engine.bytes_to_host();  // gradients out, snapshots
+    const int64_t to_host = engine.bytes_to_host();  // gradients out
     const int64_t to_device = engine.optimizer().bytes_to_device();
     const int64_t params_in = params_to_device();
     double loss = 0;
@@ -208,6 +209,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
       loss += model.forward(engine, x.data(), y.data(), B, kT, seed).loss / gas;
       model.backward(engine);
     }
+    if (step == 1) res.to_host_in_backward = engine.bytes_to_host() - to_host;
     auto st = engine.step(2e-3f);
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return res;
@@ -1015,24 +1017,34 @@ TEST_F(ZeroStages, MuonMovesHiddenMatricesByOrthogonalUpdates) {
 // moves the owned gradient out in its stored dtype (stages 2-3: the bf16 shard; stage 1: the
 // fp32 shard of the boundary reduce-scatter) and the owned working copy in (bf16): the paper's
 // 2Ψ/N_d + 2Ψ/N_d for stage 2, up to padding.
+// With the offload pipeline every gradient leaves during the backward, as soon as it is final
+// (stage 1's reduced shard too, zero/gradients.h land_on_host): the step copies none.
 TEST_F(ZeroStages, CpuOptimizerOffloadMemoryAndTraffic) {
   const int W = comm_->world_size();
-  for (int stage = 1; stage <= 3; ++stage) {
-    EngineOptions eo = fp32_clipped(stage);
-    eo.param_dtype = eo.grad_dtype = DType::kBF16;
-    const RunResult off = train(*comm_, eo, 1, tiny(), Optimizer::kCpuOffload);
-    const std::string what = absl::StrCat("stage ", stage);
-    EXPECT_EQ(off.model_state_bytes[2], 0) << what << ": optimizer bytes left on the device";
-    EXPECT_EQ(off.host_optimizer_bytes, (int64_t)(12 * off.owned)) << what;
-    const int64_t grad_bytes = stage == 1 ? 4 : 2;
-    EXPECT_EQ(off.to_host_one_step, grad_bytes * (int64_t)off.owned) << what;
-    EXPECT_EQ(off.to_device_one_step, 2 * (int64_t)off.owned) << what;
-    if (stage == 2) {  // the paper's 2Ψ/N_d each way, within the padding to N_d shards
-      int64_t total = 0;
-      for (const auto& p : off.params) total += (int64_t)p.size();
-      EXPECT_NEAR((double)off.to_host_one_step, 2.0 * total / W, 2.0 * (off.owned * W - total));
+  for (int stage = 1; stage <= 3; ++stage)
+    for (bool pipeline : {false, true}) {
+      EngineOptions eo = fp32_clipped(stage);
+      eo.param_dtype = eo.grad_dtype = DType::kBF16;
+      eo.offload_pipeline = pipeline;
+      const RunResult off = train(*comm_, eo, 1, tiny(), Optimizer::kCpuOffload);
+      const std::string what = absl::StrCat("stage ", stage, pipeline ? ", pipelined" : "");
+      if (pipeline || stage >= 2)
+        EXPECT_EQ(off.to_host_in_backward, off.to_host_one_step) << what;
+      else  // serially, stage 1's reduced shard is read from the device by the update
+        EXPECT_EQ(off.to_host_in_backward, 0) << what;
+      EXPECT_EQ(off.model_state_bytes[2], 0) << what << ": optimizer bytes left on the device";
+      EXPECT_EQ(off.host_optimizer_bytes, (int64_t)(12 * off.owned)) << what;
+      // (Stage 1 with one rank keeps the units whole: the bf16 gradient leaves.)
+      const int64_t grad_bytes = stage == 1 && W > 1 ? 4 : 2;
+      EXPECT_EQ(off.to_host_one_step, grad_bytes * (int64_t)off.owned) << what;
+      // (Pipelined, the new weights come in at the next forward, not through the state.)
+      if (!pipeline) EXPECT_EQ(off.to_device_one_step, 2 * (int64_t)off.owned) << what;
+      if (stage == 2) {  // the paper's 2Ψ/N_d each way, within the padding to N_d shards
+        int64_t total = 0;
+        for (const auto& p : off.params) total += (int64_t)p.size();
+        EXPECT_NEAR((double)off.to_host_one_step, 2.0 * total / W, 2.0 * (off.owned * W - total));
+      }
     }
-  }
 }
 
 // ZeRO-Infinity's parameter offload (stage 3): the parameter shards in host memory or on NVMe
@@ -1078,7 +1090,7 @@ TEST_F(ZeroStages, OffloadMemoryFollowsTheFormula) {
     int stage;
     Optimizer optimizer;
     Params params;
-    bool delayed = false;  // the delayed update's host snapshots
+    bool delayed = false;  // the delayed update's second host gradients
     OptimizerKind kind = OptimizerKind::kAdamW;
     bool pipeline = false;  // the offload pipeline's staging (where the host cannot write)
   };
@@ -1293,7 +1305,7 @@ TEST_F(ZeroStages, DelayedParamUpdateMatchesAPlainReference) {
 // The offload pipeline (zero/update_pipeline.h) moves each unit's update to a worker thread and
 // publishes it at the unit's next fetch: the same update call on the same tiles, so every run
 // gives the bits of the serial update (losses, gradient norms, final weights). Stages 1-3 (stage
-// 1's reduced shard and stage 3's units kept whole snapshotted from the device), the state in
+// 1's reduced shard and stage 3's units kept whole landed from the device), the state in
 // host memory and on NVMe (read ahead, written behind), parameters in host memory and on NVMe at
 // stage 3, AdamW, Lion, Adagrad and Muon (which updates serially), fp32, bf16 and fp16 with
 // loss scaling, gradient accumulation 1 and 3 (3 divides the batch on 1, 2 and 4 ranks), and
