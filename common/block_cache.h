@@ -43,6 +43,11 @@ class BlockCache {
       blocks_.erase(last);
     }
   }
+  // The most bytes kept cached; over it, put() evicts.
+  void set_limit(size_t limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ = limit;
+  }
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [bytes, p] : blocks_) release_(p, bytes);

@@ -69,8 +69,11 @@ size_t CudaBackend::scratch_budget() const {
 
 // cudaFree synchronises the device, so a block leaving the cache is no longer in use.
 CudaBackend::CudaBackend(int device)
-    : device_(device), cache_(kCacheLimit, [](void* p, size_t) { cudaFree(p); }) {
+    : device_(device), cache_(0, [](void* p, size_t) { cudaFree(p); }) {
   ZT_CHECK_CUDA(cudaSetDevice(device));
+  size_t free_bytes = 0, total = 0;
+  ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  cache_.set_limit(total / kCacheShare);
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (cudaStream_t& s : copy_streams_) {
     ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -104,7 +107,21 @@ namespace {
 size_t block_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
+void CudaBackend::bind_thread() const {
+  int current = -1;
+  ZT_CHECK_CUDA(cudaGetDevice(&current));
+  if (current != device_) ZT_CHECK_CUDA(cudaSetDevice(device_));
+}
+
+void CudaBackend::set_memory_limit(size_t bytes) {
+  Backend::set_memory_limit(bytes);
+  size_t free_bytes = 0, total = 0;
+  ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  cache_.set_limit((bytes ? std::min(bytes, total) : total) / kCacheShare);
+}
+
 void* CudaBackend::alloc(size_t bytes, MemCategory c) {
+  bind_thread();
   check_memory_limit(tracker_, memory_limit_, bytes, c);
   const size_t rounded = block_bytes(bytes);
   void* p = cache_.take(rounded);
@@ -129,36 +146,63 @@ void CudaBackend::free(void* p, size_t bytes, MemCategory c) {
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  bind_thread();
   ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  bind_thread();
   ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));  // src may be pageable and reused
 }
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  bind_thread();
   ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 void CudaBackend::zero(void* p, size_t bytes) {
+  bind_thread();
   ZT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
 }
-void CudaBackend::synchronize() { ZT_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  bind_thread();
+  ZT_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
 
 bool CudaBackend::pin_host(void* p, size_t bytes) {
+  bind_thread();  // the registration belongs to the current device's context
   if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
   cudaGetLastError();  // refused (the memlock limit): the caller keeps pageable memory
   return false;
 }
-void CudaBackend::unpin_host(void* p, size_t) { cudaHostUnregister(p); }
+void CudaBackend::unpin_host(void* p, size_t) {
+  bind_thread();
+  cudaHostUnregister(p);
+}
+
+namespace {
+// After a cudaEventQuery that said cudaErrorNotReady (an answer, not an error): clears that from
+// the runtime's last error, and reports any other error found there (an earlier copy's or
+// kernel's) instead of swallowing it.
+void clear_not_ready() {
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaErrorNotReady) ZT_CHECK_CUDA(last);
+}
+}  // namespace
 
 uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  bind_thread();
   std::lock_guard<std::mutex> lock(copy_mu_);
   // Copies nobody waits for (a gather's load) are done once their event is: recycle those.
-  while (!copies_.empty() && cudaEventQuery(copies_.front().done) == cudaSuccess) {
+  while (!copies_.empty()) {
+    const cudaError_t q = cudaEventQuery(copies_.front().done);
+    if (q == cudaErrorNotReady) {
+      clear_not_ready();
+      break;
+    }
+    ZT_CHECK_CUDA(q);
     spare_events_.push_back(copies_.front().done);
     copies_.pop_front();
   }
-  cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
   // One stream per direction, so a GPU's two copy engines move gradients out and weights in
   // at once. After the kernels queued so far: a D2H reads what they wrote, an H2D must not
   // overwrite what they still read.
@@ -187,6 +231,7 @@ uint64_t CudaBackend::copy_to_device_async(void* dst, const void* src, size_t by
   return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 void CudaBackend::wait_copy(uint64_t ticket) {
+  bind_thread();
   // The latest queued copy up to ticket in each direction: a stream runs its copies in order,
   // so those two imply the rest.
   cudaEvent_t last[2] = {nullptr, nullptr};
@@ -202,7 +247,7 @@ void CudaBackend::wait_copy(uint64_t ticket) {
     const cudaError_t q = cudaEventQuery(e);  // done already (a sync since): no host wait
     if (q == cudaSuccess) continue;
     if (q != cudaErrorNotReady) ZT_CHECK_CUDA(q);
-    cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
+    clear_not_ready();
     ZT_CHECK_CUDA(cudaEventSynchronize(e));
   }
   std::lock_guard<std::mutex> lock(copy_mu_);

@@ -68,6 +68,8 @@ class CudaBackend final : public Backend {
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   uint64_t copy_to_device_async(void* dst, const void* src, size_t bytes) override;
   void wait_copy(uint64_t ticket) override;
+  // Also sizes the block cache: a share of the limit (kCacheShare).
+  void set_memory_limit(size_t bytes) override;
 
  private:
   // The norms' weight (and bias) gradients, summed over N rows in two fixed-order passes
@@ -112,6 +114,11 @@ class CudaBackend final : public Backend {
   size_t cudnn_workspace_limit() const {
     return attention_ == AttentionImpl::kCudnn ? SIZE_MAX : scratch_budget();
   }
+  // Makes device_ the calling host thread's current device (the CUDA runtime keeps one per
+  // thread, GPU 0 until set). Every entry point another thread may call (allocation, copies,
+  // their waits, pinning) starts with it: on a node of several GPUs, a rank's copy or optimizer
+  // thread would otherwise allocate, pin and copy on GPU 0, another rank's.
+  void bind_thread() const;
   int device_;
   AttentionImpl attention_ = AttentionImpl::kFlash;
   std::unique_ptr<CudnnAttention> cudnn_;        // reset first in the destructor (it frees memory)
@@ -125,7 +132,10 @@ class CudaBackend final : public Backend {
   // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.
   // (A block a queued copy reads or writes is not freed before its wait_copy: the callers'
   // contract, Backend::copy_to_host_async.)
-  static constexpr size_t kCacheLimit = size_t{1} << 30;
+  // The cache keeps at most this share of the device's memory (or of its limit): a fixed cap
+  // would make a large GPU's big blocks go through cudaFree, which waits for the device, and
+  // would be most of a small one's memory.
+  static constexpr size_t kCacheShare = 4;  // a quarter
   BlockCache cache_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_streams_[2] = {nullptr, nullptr};  // device -> host, host -> device

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -267,6 +268,53 @@ TEST_F(CudaVsCpu, AsyncCopiesAreOrderedAgainstKernels) {
     ASSERT_EQ(b[i], a[i] + 1.f) << "device -> host copy after the kernel, element " << i;
   }
   gpu_->unpin_host(a.data(), n * 4);
+}
+
+// A node of several GPUs: rank k's backend is GPU k's, and its other host threads (the delayed
+// update's worker queues copies; pinning) start on GPU 0, the CUDA runtime's default. Used from
+// such a thread, the backend of GPU 1 allocates, pins, copies and waits on GPU 1. (The
+// emulation is made two devices here; in its strict mode a thread touching memory of a device
+// other than its current one aborts, so without the backend setting the thread's device this
+// test dies. On a real machine it needs two GPUs.)
+TEST(CudaBackend, AnotherHostThreadWorksOnTheBackendsGpu) {
+#ifdef ZT_CUDA_EMU
+  emu::set_device_count(2);
+  struct Restore {
+    ~Restore() {
+      emu::set_device_count(1);
+      emu::set_current_device(0);
+    }
+  } restore;
+  if (!emu::strict_enabled()) GTEST_SKIP() << "ZT_CUDA_EMU_STRICT is not 1 (ctest sets it)";
+#endif
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs (the emulation makes two)";
+  auto made = make_cuda_backend(1);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend* be = made->get();
+  const size_t n = 1000;
+  DeviceBuffer x(be, n * 4, MemCategory::kWorkspace);  // on GPU 1, from this thread
+  std::vector<float> a(n), back(n, -1.f);
+  for (size_t i = 0; i < n; ++i) a[i] = 0.5f * (float)i;
+  std::thread worker([&] {
+    DeviceBuffer y(be, n * 4, MemCategory::kWorkspace);
+    const bool pinned = be->pin_host(a.data(), n * 4);
+    be->zero(x.data(), n * 4);
+    be->wait_copy(be->copy_to_device_async(y.data(), a.data(), n * 4));
+    be->copy(x.data(), y.data(), n * 4);
+    be->wait_copy(be->copy_to_host_async(back.data(), x.data(), n * 4));
+    if (pinned) be->unpin_host(a.data(), n * 4);
+  });
+  worker.join();
+  EXPECT_EQ(back, a);
+#ifdef ZT_CUDA_EMU
+  // A kernel launched from a thread on another device: a GPU refuses it, the emulation aborts.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(std::thread([&] {
+                 emu::set_current_device(0);
+                 be->add_inplace(x.f32(), x.f32(), n);
+               }).join(),
+               "a launch on a stream of GPU 1 from a host thread whose current device is GPU 0");
+#endif
 }
 
 // Each direction has its own copy stream (a GPU's two copy engines at once), and waiting for a

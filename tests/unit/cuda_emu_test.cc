@@ -293,6 +293,23 @@ TEST(CudaEmuStrictDeathTest, ASharedMemoryRaceIsReported) {
   device_free(out);
 }
 
+// Several devices: memory belongs to the device current where it was allocated, and a thread
+// whose current device is another may not touch it (a copy or memset's check_range).
+TEST(CudaEmuStrictDeathTest, AnotherDevicesMemoryIsRefused) {
+  ZT_NEEDS_STRICT();
+  set_device_count(2);
+  set_current_device(1);
+  void* p = device_alloc(256);
+  check_range(p, 256, true, "a copy on GPU 1");
+  set_current_device(0);
+  EXPECT_DEATH(check_range(p, 16, true, "a copy"),
+               "a copy: memory of GPU 1 touched by a host thread whose current device is GPU 0");
+  set_current_device(1);
+  device_free(p);
+  set_current_device(0);
+  set_device_count(1);
+}
+
 __global__ void every_block_writes(int* out) { out[threadIdx.x] = (int)blockIdx.x; }
 
 TEST(CudaEmuStrictDeathTest, TwoBlocksWritingOneAddressAreReported) {

@@ -274,6 +274,7 @@ namespace {
 struct Mapping {
   char* base;
   size_t open_bytes, mapped, bytes;
+  int device;  // current on the thread that allocated it
 };
 struct Registry {
   std::mutex mu;
@@ -306,6 +307,15 @@ const std::pair<const char* const, Mapping>* find(Registry& r, const void* p) {
 bool guard_enabled() { return g_guard; }
 bool strict_enabled() { return g_strict; }
 
+namespace {
+std::atomic<int> g_device_count{1};
+thread_local int t_device = 0;
+}  // namespace
+void set_device_count(int n) { g_device_count = std::max(n, 1); }
+int device_count() { return g_device_count.load(); }
+int current_device() { return t_device; }
+void set_current_device(int device) { t_device = device; }
+
 void* device_alloc(size_t bytes) {
   const size_t n = (bytes + 255) / 256 * 256;
   if (!g_guard && !g_strict) return std::aligned_alloc(256, n + 256);
@@ -323,7 +333,7 @@ void* device_alloc(size_t bytes) {
     data = base + open_bytes - std::max<size_t>(n, 256);
   }
   if (g_guard && !r.open && mprotect(base, open_bytes, PROT_NONE) != 0) die("mprotect failed");
-  r.maps[data] = {base, open_bytes, mapped, bytes};
+  r.maps[data] = {base, open_bytes, mapped, bytes, current_device()};
   return data;
 }
 
@@ -354,6 +364,13 @@ void check_range(const void* p, size_t bytes, bool device, const char* what) {
   char msg[256];
   if (device && !a) {
     std::snprintf(msg, sizeof msg, "%s: %p is not in any device allocation", what, p);
+    die(msg);
+  }
+  if (device && a->second.device != current_device()) {
+    std::snprintf(msg, sizeof msg,
+                  "%s: memory of GPU %d touched by a host thread whose current device is GPU %d "
+                  "(cudaSetDevice on this thread first)",
+                  what, a->second.device, current_device());
     die(msg);
   }
   if (device && c + bytes > a->first + a->second.bytes) {

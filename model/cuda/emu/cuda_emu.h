@@ -32,6 +32,14 @@
 // launch limits of sm_90 (grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x 64 and 1024 threads, 227
 // KiB of dynamic shared memory) are checked always.
 //
+// Several GPUs on a node: set_device_count(n) makes the emulation n devices (1 by default). Each
+// host thread has a current device, 0 until cudaSetDevice, as in the CUDA runtime, and streams,
+// events and (guard or strict mode) allocations belong to the one current where they were made.
+// A launch on a stream of another device than the thread's is refused (aborts, as a GPU fails
+// it), so is an event recorded on another device's stream (cudaErrorInvalidResourceHandle), and
+// in strict mode a copy or memset touching another device's memory: on a node of several GPUs, a
+// thread that never set its device (a copy or pinning thread) works on GPU 0, another rank's.
+//
 // Limits: no timing, no memory model beyond program order, no streams or events (calls run at
 // once), no NCCL or cuDNN; fibers have 256 KiB stacks; each switch costs a few hundred
 // nanoseconds, so launches of millions of threads take seconds.
@@ -63,6 +71,11 @@ ThreadOrder thread_order();
 // device_free takes what device_alloc returned (or null).
 bool guard_enabled();
 bool strict_enabled();
+// The emulated devices (cudaGetDeviceCount; n >= 1) and the calling thread's current one.
+void set_device_count(int n);
+int device_count();
+int current_device();
+void set_current_device(int device);  // cudaSetDevice, after its range check
 void* device_alloc(size_t bytes);
 void device_free(void* p);
 // Opens every device allocation for the lifetime of the object (nested and from any thread:

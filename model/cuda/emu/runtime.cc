@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,7 @@
 // A stream: immediate (each call runs at once, after what it was told to wait for), or deferred
 // (calls queue, numbered, and run in order when waited for).
 struct CUstream_st {
+  int device = zt::emu::current_device();  // the device current where it was created
   bool deferred = false;
   std::deque<std::pair<uint64_t, std::function<void()>>> queue;
   uint64_t queued = 0;
@@ -26,6 +28,7 @@ struct CUstream_st {
 };
 // An event: the point of its stream's queue it was recorded at (0 on an immediate stream: done).
 struct CUevent_st {
+  int device = zt::emu::current_device();
   CUstream_st* stream = nullptr;
   uint64_t seq = 0;
 };
@@ -67,6 +70,13 @@ long long zt::emu::cublaslt_gelu_epilogues() { return g_gelu_epilogues.load(); }
 long long zt::emu::host_waits() { return g_host_waits.load(); }
 void zt::emu::defer_stream(cudaStream_t s) { s->deferred = true; }
 void zt::emu::before_work(cudaStream_t s) {
+  if (s && s->device != current_device()) {
+    std::fprintf(stderr,
+                 "CUDA emulation: a launch on a stream of GPU %d from a host thread whose current "
+                 "device is GPU %d (a GPU refuses it; cudaSetDevice on this thread first)\n",
+                 s->device, current_device());
+    std::abort();
+  }
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   if (s && !s->deferred) settle(s);
 }
@@ -74,10 +84,18 @@ void zt::emu::before_work(cudaStream_t s) {
 struct cublasLtContext {};
 
 cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;  // the emulated device
+  *n = zt::emu::device_count();
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= zt::emu::device_count()) return cudaErrorInvalidDevice;
+  zt::emu::set_current_device(device);
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = zt::emu::current_device();
+  return cudaSuccess;
+}
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
@@ -85,6 +103,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
   }
   return "unknown error";
 }
@@ -156,6 +176,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  // Event and stream of different devices, or the default stream of another device than the
+  // event's: a GPU refuses the record.
+  if (e->device != (s ? s->device : zt::emu::current_device()))
+    return cudaErrorInvalidResourceHandle;
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   e->stream = s;
   e->seq = s && s->deferred ? s->queued : 0;

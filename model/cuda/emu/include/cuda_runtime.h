@@ -14,6 +14,8 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600
 };
 using cudaError = cudaError_t;
@@ -30,6 +32,7 @@ constexpr unsigned cudaStreamNonBlocking = 1;
 
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaMalloc(void** p, size_t bytes);
