@@ -55,8 +55,7 @@ EngineOptions engine_options(const DsConfig& ds) {
 bool offload_pipeline_runs(const DsConfig& ds) {
   return ds.zerotrain.offload_pipeline &&
          ds.zero.offload_optimizer.device != OffloadDevice::kNone && ds.zero.stage >= 1 &&
-         !optimizer_info(ds.optimizer.kind()).whole_matrices &&
-         !(ds.zerotrain.node_shared_params && ds.zero.stage <= 2);
+         !optimizer_info(ds.optimizer.kind()).whole_matrices;
 }
 
 bool update_runs_off_the_training_thread(const DsConfig& ds) {

@@ -21,9 +21,7 @@ namespace zt {
 EngineOptions engine_options(const DsConfig& ds);
 // Whether the offload pipeline's worker has units to update (docs/offload.md "The offload
 // pipeline"): zerotrain.offload_pipeline, the optimizer state offloaded (stages 1-3), not Muon
-// (its passes are collective) and not
-// node-shared parameters at stages 1-2 (a rank would read a slice another rank has not
-// published). Engine::pipelined() applies the same rule to the engine it runs.
+// (its passes are collective). Engine::pipelined() applies the same rule to the engine it runs.
 bool offload_pipeline_runs(const DsConfig& ds);
 // Whether an optimizer update runs off the training thread (the offload pipeline, or the
 // delayed parameter update with an offloaded state): the rank's cores are then split between

@@ -86,8 +86,10 @@ struct EngineOptions {
   // state, step() starts the update of every unit on a worker thread and returns; the next
   // fetch of a unit (its forward, a stage-3 gather or read ahead) waits for that unit's update
   // alone and publishes its weights. Bitwise the serial update. Not with a collective rule
-  // (zero/optimizer_rule.h) or node-shared parameters (a rank would read a slice another rank
-  // has not published yet): those update serially.
+  // (zero/optimizer_rule.h): that updates serially. Node-shared parameters: each rank's worker
+  // writes its slice in place (every rank has left the backward: the norm's all-reduce came
+  // first), and the unit's publication ends in a node barrier, so no rank reads a unit before
+  // every rank's update of it is done.
   bool offload_pipeline = false;
   // OpenMP threads of the update off the training thread (the pipeline, the delayed update).
   int optimizer_threads = 1;
@@ -201,6 +203,8 @@ class Engine final : public UnitEngine {
   int64_t peak_gathered_numel() const { return gatherer_->peak_gathered_numel(); }
   // Whether the working copy is node-shared (node_shared_params asked for and possible).
   bool node_shared() const { return shared_.has_value(); }
+  // Whether the offload pipeline runs (EngineOptions::offload_pipeline, where it applies).
+  bool pipelined() const;
   int64_t gathered_numel() const { return gatherer_->gathered_numel(); }
   // Shard size and padded size of unit u (elements).
   size_t shard_numel(int u) const;
@@ -226,7 +230,6 @@ class Engine final : public UnitEngine {
   // Every unit's update on the pipeline's worker: delayed, from gradients handed over, published
   // by the next finish_update(); otherwise each published by publish(u) when first needed.
   void start_update_pipeline(const OptimizerStep& as, bool delayed);
-  bool pipelined() const;  // EngineOptions::offload_pipeline applies
   // Unit u's pipelined update: waits for it and puts its weights in place (stages 1-2 then
   // all-gather the slice: every rank publishes in the same unit order). No-op when none waits.
   void publish(int u);

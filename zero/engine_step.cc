@@ -106,7 +106,7 @@ void Engine::gather_owned_slices(const std::vector<UnitState*>& units) {
 }
 
 bool Engine::pipelined() const {
-  return opt_.offload_pipeline && optimizer_->host_tracker() && !rule_->collective() && !shared_;
+  return opt_.offload_pipeline && optimizer_->host_tracker() && !rule_->collective();
 }
 
 // Every unit's update runs on the worker, on the host gradients (zero/gradients.h: the shards

@@ -91,6 +91,7 @@ struct RunResult {
   CommStats comm_one_step{};               // collectives of step 2 (after the sequence is learnt)
   int64_t peak_gathered = 0;
   bool node_shared = false;  // Engine::node_shared()
+  bool pipelined = false;    // Engine::pipelined()
   int skipped = 0;  // fp16 overflow steps
   std::vector<bool> skipped_at;  // per step
   // Optimizer offload: host optimizer bytes, and device<->host bytes of step 2.
@@ -233,6 +234,7 @@ RunResult train(Communicator& comm, EngineOptions eo, int gas, const ModelConfig
   }
   res.peak_gathered = engine.peak_gathered_numel();
   res.node_shared = engine.node_shared();
+  res.pipelined = engine.pipelined();
   res.device_peak = be->tracker().peak_total();
   res.comm_buffers_peak = be->tracker().peak(MemCategory::kCommBuffers);
   for (size_t k = 0; k < kNumMemCategories; ++k)  // staging buffers exist after a step
@@ -510,27 +512,33 @@ TEST_F(ZeroStages, NodeSharedParamsChangeNoBit) {
     int stage, gas;
     DType dtype;
     Optimizer where;
-    int delayed;  // delayed_update_after (-1: off)
+    int delayed;            // delayed_update_after (-1: off)
+    bool pipeline = false;  // the offload pipeline: each rank's worker writes its slice
   };
   const Case cases[] = {{1, 2, DType::kF32, Optimizer::kDevice, -1},
                         {2, 1, DType::kF32, Optimizer::kDevice, -1},
                         {2, 2, DType::kBF16, Optimizer::kDevice, -1},
                         {1, 1, DType::kBF16, Optimizer::kCpuOffload, -1},
-                        {2, 1, DType::kF32, Optimizer::kCpuOffload, 2}};
+                        {2, 1, DType::kF32, Optimizer::kCpuOffload, 2},
+                        {1, 2, DType::kBF16, Optimizer::kCpuOffload, -1, true},
+                        {2, 1, DType::kF32, Optimizer::kCpuOffload, -1, true},
+                        {2, 1, DType::kBF16, Optimizer::kCpuOffload, 2, true}};
   for (const Case& k : cases) {
     EngineOptions eo = fp32_clipped(k.stage);
     eo.param_dtype = eo.grad_dtype = k.dtype;
     eo.delayed_update_after = k.delayed;
+    eo.offload_pipeline = k.pipeline;
     const RunResult gathered = train(*comm_, eo, k.gas, tiny(), k.where);
     eo.node_shared_params = true;
     const RunResult shared = train(*comm_, eo, k.gas, tiny(), k.where);
-    const std::string what =
-        absl::StrCat("stage ", k.stage, " gas ", k.gas, " ", std::string(dtype_name(k.dtype)),
-                     " optimizer ", (int)k.where, " delayed ", k.delayed);
+    const std::string what = absl::StrCat(
+        "stage ", k.stage, " gas ", k.gas, " ", std::string(dtype_name(k.dtype)), " optimizer ",
+        (int)k.where, " delayed ", k.delayed, k.pipeline ? " pipelined" : "");
     ASSERT_TRUE(shared.node_shared) << what
                                     << ": node_shared_params did not apply (the "
                                        "warning on stderr says why)";
     EXPECT_FALSE(gathered.node_shared) << what;
+    EXPECT_EQ(shared.pipelined, k.pipeline) << what;
     EXPECT_EQ(shared.losses, gathered.losses) << what;
     EXPECT_EQ(shared.grad_norms, gathered.grad_norms) << what;
     EXPECT_EQ(shared.params, gathered.params) << what;

@@ -158,8 +158,8 @@ TEST(Threads, TheOffloadPipelineRunsWhereItsWorkerHasUnits) {
       {2, "none", "AdamW", "", false},
       {2, "cpu", "Muon", "", false},
       {2, "cpu", "AdamW", R"("offload_pipeline": false)", false},
-      {2, "cpu", "AdamW", R"("node_shared_params": true)", false},
-      {3, "cpu", "AdamW", R"("node_shared_params": true)", true},  // stages 1-2 only share
+      {2, "cpu", "AdamW", R"("node_shared_params": true)", true},  // each rank its own slice
+      {3, "cpu", "AdamW", R"("node_shared_params": true)", true},
   };
   for (const Case& c : cases) {
     const std::string offload =
