@@ -36,17 +36,13 @@ class BlockCache {
     std::lock_guard<std::mutex> lock(mu_);
     blocks_.emplace(bytes, p);
     cached_ += bytes;
-    while (cached_ > limit_ && !blocks_.empty()) {
-      auto last = std::prev(blocks_.end());
-      release_(last->second, last->first);
-      cached_ -= last->first;
-      blocks_.erase(last);
-    }
+    evict();
   }
-  // The most bytes kept cached; over it, put() evicts.
+  // The most bytes kept cached: evicts the largest cached blocks until under it.
   void set_limit(size_t limit) {
     std::lock_guard<std::mutex> lock(mu_);
     limit_ = limit;
+    evict();
   }
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -56,6 +52,14 @@ class BlockCache {
   }
 
  private:
+  void evict() {  // mu_ held
+    while (cached_ > limit_ && !blocks_.empty()) {
+      auto last = std::prev(blocks_.end());
+      release_(last->second, last->first);
+      cached_ -= last->first;
+      blocks_.erase(last);
+    }
+  }
   size_t limit_;
   std::function<void(void*, size_t)> release_;
   std::mutex mu_;

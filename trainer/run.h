@@ -125,7 +125,7 @@ size_t host_peak_bytes(const Run& r, MemCategory c);
 // collective, so every rank stops together. Checked after set-up and after each step rather
 // than at each allocation. At set-up a category counts the larger of what it holds and what
 // the estimator predicts the run will hold: what comes at the first step (pinned staging) and
-// at the first delayed parameter update (its host snapshots, after the warm-up steps) is
+// at the first delayed parameter update (its second host gradients, after the warm-up steps) is
 // refused before any step trains.
 absl::Status check_host_memory_limit(Run& r, bool at_setup = false);
 

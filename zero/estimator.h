@@ -63,8 +63,9 @@ struct EstimateInput {
   int64_t sub_group_size = ds_default::kSubGroupSize;
   // offload_optimizer nvme with pipeline_read or pipeline_write: two host windows, not one.
   bool nvme_pipeline = false;
-  // zerotrain.delayed_param_update: a second host buffer or snapshot of the owned gradient
-  // (kGrads: G bytes per owned element; 4 at stage 1 with N_d > 1, the reduced fp32 shard) and
+  // zerotrain.delayed_param_update: a second host buffer of the owned gradient (kGrads: G bytes
+  // per owned element; the gradients the device keeps, 4 at stage 1 with N_d > 1 for the
+  // reduced fp32 shard, land in host memory first: two buffers, zero/gradients.h) and
   // a second owned working copy (kParams: P bytes; on the device where the host can address it
   // and the owned slice is the whole unit, else host staging).
   bool delayed_update = false;
@@ -72,8 +73,8 @@ struct EstimateInput {
   // staged in host memory (kParams: P bytes per element of the two largest units that share a
   // staging slot, UpdatePipeline::kStagingSlots) unless they go straight into a working copy
   // the host can address (device_host_addressable: the CPU backend) on the device; a gradient
-  // the offloaded state does not hold (stage 1, units kept whole) is snapshotted as for the
-  // delayed update. The delayed update's staging covers it when both are on.
+  // the device keeps (stage 1, units kept whole) lands in a host buffer (Gradients'
+  // land_on_host). The delayed update's staging covers it when both are on.
   bool offload_pipeline = false;
   bool device_host_addressable = false;
   // zero_optimization.overlap_comm: one gradient reduction stays in flight behind the next

@@ -119,7 +119,10 @@ void Gradients::reduce(int u, bool boundary) {
     s.scratch.reset();
   }
   if (dp_ == 1 && whole) {  // nothing to reduce: at the boundary the gradient is final
-    if (boundary && s.lands) land(u, s.stored.data(), {});
+    if (boundary && s.lands) {
+      settle_stale(u);  // no micro-step wrote it: zeros
+      land(u, s.stored.data(), {});
+    }
     return;
   }
   if (whole && !boundary) return;  // stages 0-1 reduce once per step
@@ -215,7 +218,8 @@ double Gradients::owned_sum_squares(const std::function<bool(int)>& counted) {
     const View g = owned(u);  // settles a stale gradient (no backward since the last step)
     if (s.host) {
       host_ss[u] = s.host_ss ? *s.host_ss : cpu_sum_squares(g.data, g.dtype, s.owned());
-    } else if (s.ss == Unit::SumSq::kUnknown) {  // a device view: land() leaves none unknown
+    } else if (s.ss == Unit::SumSq::kUnknown) {
+      ZT_CHECK(!g.host);  // a device view: land() leaves none unknown
       be_->sum_squares(g.data, g.dtype, s.owned(), norm_slot(u));
       s.ss = Unit::SumSq::kInSlot;
     }
@@ -263,7 +267,9 @@ Gradients::View Gradients::hand_off(int u) {
   if (s.host) {  // the buffer the backward writes next holds an older gradient: stale, not zeros
     s.state = Unit::Stored::kStale;
     s.host_ss.reset();
-  }  // (a landing one is overwritten whole by its next copy)
+  } else {  // the next copy overwrites it whole; until then owned(u) reads zeros, not it
+    s.landed = false;
+  }
   return View{s.handed_off.data(), owned_dtype(u), true};
 }
 

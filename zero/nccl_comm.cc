@@ -143,7 +143,12 @@ class NcclCommunicator final : public Communicator {
     ZT_NCCL_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   }
   // The comm stream waits for everything issued so far on the compute stream.
+  // (On the rank's GPU whichever host thread issues the collective: events and streams are a
+  // device's.)
   void after_compute() {
+    int current = -1;
+    ZT_NCCL_CHECK_CUDA(cudaGetDevice(&current));
+    if (current != device_) ZT_NCCL_CHECK_CUDA(cudaSetDevice(device_));
     ZT_NCCL_CHECK_CUDA(cudaEventRecord(ready_, compute_));
     ZT_NCCL_CHECK_CUDA(cudaStreamWaitEvent(stream_, ready_, 0));
   }

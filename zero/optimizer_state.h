@@ -41,7 +41,7 @@ class OptimizerState {
   // The buffers of one update (owned elements each).
   struct Io {
     // The gradient in grad_t: device memory, left all zeros when OptimizerStep::zero_grad; or
-    // host memory when grad_on_host (zero/gradients.h's host shard, or a snapshot; left as it
+    // host memory when grad_on_host (zero/gradients.h's host shard or landed copy; left as it
     // is; offloaded states only).
     void* grad = nullptr;
     DType grad_t = DType::kF32;

@@ -88,6 +88,7 @@ CudaBackend::CudaBackend(int device)
 }
 
 CudaBackend::~CudaBackend() {
+  bind_thread();  // its streams, events and blocks are the device's
   for (cudaStream_t s : copy_streams_) cudaStreamSynchronize(s);
   cudaStreamSynchronize(stream_);
   cudnn_.reset();  // its workspace goes back through free(), into cache_
@@ -114,6 +115,7 @@ void CudaBackend::bind_thread() const {
 }
 
 void CudaBackend::set_memory_limit(size_t bytes) {
+  bind_thread();
   Backend::set_memory_limit(bytes);
   size_t free_bytes = 0, total = 0;
   ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
@@ -141,6 +143,7 @@ void* CudaBackend::alloc(size_t bytes, MemCategory c) {
 }
 
 void CudaBackend::free(void* p, size_t bytes, MemCategory c) {
+  bind_thread();  // an eviction's cudaFree would otherwise start a context on GPU 0
   cache_.put(p, block_bytes(bytes));
   tracker_.on_free(c, bytes);
 }
@@ -176,7 +179,9 @@ bool CudaBackend::pin_host(void* p, size_t bytes) {
 }
 void CudaBackend::unpin_host(void* p, size_t) {
   bind_thread();
-  cudaHostUnregister(p);
+  // Memory pin_host could not register: refused again, and cleared so that no later check
+  // reports it.
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 namespace {

@@ -134,8 +134,9 @@ class CudaBackend final : public Backend {
   // contract, Backend::copy_to_host_async.)
   // The cache keeps at most this share of the device's memory (or of its limit): a fixed cap
   // would make a large GPU's big blocks go through cudaFree, which waits for the device, and
-  // would be most of a small one's memory.
-  static constexpr size_t kCacheShare = 4;  // a quarter
+  // would be most of a small one's memory. An eighth holds the two largest pieces of scratch
+  // (scratch_budget: a sixteenth each) and leaves NCCL's own lazy buffers room.
+  static constexpr size_t kCacheShare = 8;
   BlockCache cache_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_streams_[2] = {nullptr, nullptr};  // device -> host, host -> device
