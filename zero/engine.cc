@@ -110,7 +110,8 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 }
 
 Engine::~Engine() {
-  pipeline_.reset();  // waits for an update still running
+  if (pipeline_) release_staged(0);  // no copy may still read a slot
+  pipeline_.reset();                 // waits for an update still running
   grads_.reset();     // waits for the reductions in flight
   gatherer_.reset();
   if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);

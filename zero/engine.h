@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -238,9 +239,13 @@ class Engine final : public UnitEngine {
   // publication swaps in (no staging, no copy): UpdatePipeline::swaps_working_copy, the rule the
   // estimator reads too, and not node-shared parameters.
   bool swaps_params(const UnitState& s) const;
-  // Puts unit s's staged weights (UpdatePipeline::take) into its working copy or parameter
-  // store; false when none were staged.
+  // Puts unit s's staged weights (UpdatePipeline::take) into its working copy (a copy queued
+  // on the copy stream, its slot released by release_staged) or parameter store; false when
+  // none were staged.
   bool put_staged(UnitState& s);
+  // Waits for the staged copies but the latest `keep` and gives their slots back to the worker.
+  void release_staged(size_t keep);
+  std::deque<std::pair<int, uint64_t>> staged_copies_;  // (unit, copy ticket), oldest first
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   void map_shared_params();  // EngineOptions::node_shared_params, at construction
   void shared_barrier();     // node-shared parameters: every rank's writes before any next read

@@ -123,9 +123,12 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
     for (int u = 0; u < (int)units_.size(); ++u)
       slices.push_back({units_[u].owned(), grads_->owned_dtype(u)});
     optimizer_->prepare_staging();  // here: the worker thread has no GPU device of its own
+    // Staging a GPU copies from: page-locked (offload_optimizer.pin_memory).
+    Backend* pin = opt_.pin_host_gradients && !be_->host_addressable() ? be_ : nullptr;
     pipeline_ = std::make_unique<UpdatePipeline>(optimizer_.get(), std::move(slices),
-                                                 opt_.param_dtype, opt_.optimizer_threads);
+                                                 opt_.param_dtype, opt_.optimizer_threads, pin);
   }
+  release_staged(0);  // the worker rewrites the slots
   pipeline_->start(
       [&](int u) {
         UnitState& s = units_[u];
@@ -166,7 +169,12 @@ void Engine::publish_unit(UnitState& s) {
   // The part of the CPU step that compute did not hide: exposed optimizer time.
   trace_elapsed(Track::kOptimizer, "wait for optimizer", waited.ms());
   Timer copied;
-  if (put_staged(s)) pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
+  if (put_staged(s)) {
+    // The earlier unit's copy has long run (this unit's update came after it): its slot goes
+    // back to the worker, which the update two units on waits for.
+    release_staged(1);
+    pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
+  }
   if (!s.replicated && !s.sharded_params) gather_owned_slices({&s});
 }
 
@@ -182,12 +190,23 @@ bool Engine::put_staged(UnitState& s) {
   if (s.store >= 0) {
     std::memcpy(params_->begin_write(s.store), out.data(), out.size());
     params_->end_write(s.store);
+    pipeline_->release(u);
   } else {
-    be_->copy_to_device(owned_working(s), out.data(), out.size());
+    // On the copy stream, from page-locked staging: no host wait, and the kernels queued after
+    // it (the unit's forward) see the weights. Its slot is released once the copy has run.
+    staged_copies_.push_back(
+        {u, be_->copy_to_device_async(owned_working(s), out.data(), out.size())});
     published_to_device_ += (int64_t)out.size();
   }
-  pipeline_->release(u);
   return true;
+}
+
+void Engine::release_staged(size_t keep) {
+  while (staged_copies_.size() > keep) {
+    be_->wait_copy(staged_copies_.front().second);
+    pipeline_->release(staged_copies_.front().first);
+    staged_copies_.pop_front();
+  }
 }
 
 void Engine::finish_update() {

@@ -8,12 +8,13 @@
 namespace zt {
 
 UpdatePipeline::UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t,
-                               int threads)
+                               int threads, Backend* pin_with)
     : state_(state),
       slices_(std::move(slices)),
       out_t_(out_t),
       threads_(threads > 0 ? threads : 1),
-      units_(slices_.size()) {
+      units_(slices_.size()),
+      pin_with_(pin_with) {
   worker_ = std::thread([this] { run(); });
 }
 
@@ -33,7 +34,6 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
                            int staging_slots) {
   ZT_CHECK(!running_ && staging_slots >= 1);
   if (staging_slots != slots_used_) {  // slot k holds units k, k + slots, ...: sized anew
-    for (const Slot& sl : slots_) host_.on_free(MemCategory::kParams, sl.out.size());
     slots_.clear();
     slots_used_ = staging_slots;
   }
@@ -49,10 +49,8 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
       if ((int)slots_.size() <= u % staging_slots) slots_.resize(u % staging_slots + 1);
       Slot& sl = slot(u);
       const size_t bytes = slices_[u].owned * dtype_size(out_t_);
-      if (sl.out.size() < bytes) {
-        host_.on_alloc(MemCategory::kParams, bytes - sl.out.size());
-        sl.out.resize(bytes);
-      }
+      if (sl.out.bytes() < bytes)
+        sl.out = HostBuffer(bytes, MemCategory::kParams, &host_, pin_with_);
     }
   }
   step_ = as;
@@ -137,7 +135,7 @@ std::span<const uint8_t> UpdatePipeline::take(int u) {
   Unit& x = units_[u];
   if (!x.staged) return {};
   x.staged = false;
-  return {slot(u).out.data(), slices_[u].owned * dtype_size(out_t_)};
+  return {static_cast<const uint8_t*>(slot(u).out.data()), slices_[u].owned * dtype_size(out_t_)};
 }
 
 void UpdatePipeline::release(int u) {

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "common/memory.h"
+#include "model/backend.h"
+#include "zero/host_buffer.h"
 #include "zero/optimizer_state.h"
 #include "zero/partition.h"
 
@@ -38,8 +40,10 @@ class UpdatePipeline {
   // state: the offloaded optimizer state the update runs on (host memory or NVMe); slices: per
   // unit; out_t: the working dtype of the new weights; threads (>= 1): the worker's OpenMP
   // threads. Staging slots are allocated at their first use and kept for the run (host_tracker
-  // counts them as kParams).
-  UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t, int threads);
+  // counts them as kParams), page-locked by pin_with (null: pageable) so that their copies to a
+  // GPU run on its copy engine while it computes.
+  UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t, int threads,
+                 Backend* pin_with);
   ~UpdatePipeline();  // ends the running update early and waits for it; its error is dropped
   UpdatePipeline(const UpdatePipeline&) = delete;
   UpdatePipeline& operator=(const UpdatePipeline&) = delete;
@@ -84,8 +88,9 @@ class UpdatePipeline {
   // Waits for every unit and for the state's writes behind (OptimizerState::flush).
   void wait_all();
   // After wait(u): unit u's new weights in staging (out_t, owned elements), once; empty when
-  // they went straight to Source::out or were taken. Units are
-  // taken in forward order; release(u) after the copy hands its slot back to the worker.
+  // they went straight to Source::out or were taken. Units are taken in forward order;
+  // release(u), once their copy has read them, hands the slot back to the worker. Every slot
+  // must be released before the next start() and before the pipeline is destroyed.
   std::span<const uint8_t> take(int u);
   void release(int u);
 
@@ -102,7 +107,7 @@ class UpdatePipeline {
     bool staged = false;             // its weights wait in its slot for take()
   };
   struct Slot {
-    std::vector<uint8_t> out;
+    HostBuffer out;
     bool free = true;  // guarded by mu_
   };
   void run();  // the worker's loop
@@ -117,6 +122,7 @@ class UpdatePipeline {
   int slots_used_ = 1;  // this job's staging_slots
   OptimizerStep step_;
   OffloadTimes times_at_start_;
+  Backend* pin_with_;
   bool running_ = false;  // training thread's view: started and not wait_all'ed
   MemoryTracker host_;
 
