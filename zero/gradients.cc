@@ -328,9 +328,8 @@ void Gradients::accumulate_host(int u, const float* x, float scale, bool accumul
     be_->scale_add(tmp.data(), opt_.grad_dtype, x, scale, false, s.shard, in_pass ? &ss : nullptr);
     s.host_ss = in_pass ? std::optional<double>(ss) : std::nullopt;
     // On the copy stream, overlapping the next unit's backward; tmp lives until it lands.
-    const uint64_t ticket = be_->copy_to_host_async(s.host_stored.data(), tmp.data(), s.shard * gb);
-    copy_ = {true, ticket, std::move(tmp)};
-    to_host_ += (int64_t)(s.shard * gb);
+    const void* rounded = tmp.data();
+    copy_out(u, rounded, std::move(tmp));
   } else {  // gradient accumulation: the fp32 sum moves, the host adds it
     s.host_ss.reset();
     const size_t tile = stage_.bytes() / 4;
@@ -352,12 +351,16 @@ void Gradients::land(int u, const void* src, DeviceBuffer source) {
     be_->sum_squares(src, owned_dtype(u), s.owned(), norm_slot(u));
     s.ss = Unit::SumSq::kInSlot;
   }
-  settle_copy();  // the previous unit's, long done: one in flight at a time
-  const size_t bytes = s.host_stored.bytes();
-  copy_ = {true, be_->copy_to_host_async(s.host_stored.data(), src, bytes), std::move(source)};
+  copy_out(u, src, std::move(source));
   s.landed = true;
-  to_host_ += (int64_t)bytes;
   clock_.add(OffloadClock::kGradOut, t.ms());
+}
+
+void Gradients::copy_out(int u, const void* src, DeviceBuffer source) {
+  settle_copy();  // the previous unit's, long done: one in flight at a time
+  HostBuffer& dst = unit(u).host_stored;
+  copy_ = {true, be_->copy_to_host_async(dst.data(), src, dst.bytes()), std::move(source)};
+  to_host_ += (int64_t)dst.bytes();
 }
 
 void Gradients::settle_copy() {

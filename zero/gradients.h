@@ -179,6 +179,9 @@ class Gradients {
   // copy stream; `source` (if any) is src's buffer, kept until the copy lands. Its Σ g² must be
   // in the norm slot or summed here.
   void land(int u, const void* src, DeviceBuffer source);
+  // Queues the copy of `src` (device) into all of unit u's host_stored on the copy stream, after
+  // the one in flight; `source` (src's buffer where it is a temporary) lives until it lands.
+  void copy_out(int u, const void* src, DeviceBuffer source);
   void settle_copy();  // waits for the copy to the host in flight and frees its source
 
   Backend* be_;

@@ -71,9 +71,7 @@ size_t CudaBackend::scratch_budget() const {
 CudaBackend::CudaBackend(int device)
     : device_(device), cache_(0, [](void* p, size_t) { cudaFree(p); }) {
   ZT_CHECK_CUDA(cudaSetDevice(device));
-  size_t free_bytes = 0, total = 0;
-  ZT_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  cache_.set_limit(total / kCacheShare);
+  set_memory_limit(0);  // none yet: sizes the block cache by the device's memory
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (cudaStream_t& s : copy_streams_) {
     ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
