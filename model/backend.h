@@ -92,9 +92,10 @@ class Backend {
   // Queues a copy on its direction's copy stream and returns at once with a ticket. A device ->
   // host copy starts after the kernels queued so far (it reads what they wrote); a host ->
   // device copy starts after them too (they may still read its destination) and every kernel
-  // queued after the call sees its data. Copies in one direction complete in the order queued;
-  // the two directions run side by side (a GPU has a copy engine for each), so a host -> device
-  // copy must not write device memory that a device -> host copy still in flight reads. Until
+  // queued after the call sees its data. Copies in one direction complete in the order queued
+  // (copy_to_device_unjoined's among themselves); the directions run side by side (a GPU has a
+  // copy engine for each), so a host -> device copy must not write device memory that a device
+  // -> host copy still in flight reads. Until
   // wait_copy(ticket) has returned, the host memory stays untouched, the device memory
   // allocated, and a device source unwritten by later kernels; pinned host memory (pin_host)
   // lets the copy overlap the kernels. The CPU backend copies at once and returns ticket 0.
@@ -106,8 +107,22 @@ class Backend {
     copy_to_device(dev_dst, host_src, bytes);
     return 0;
   }
+  // As copy_to_device_async, except that the kernels queued after the call do not wait for the
+  // copy: they see its data once join_copy(ticket) has been called, and until then must not read
+  // its destination. So weights needed late (the delayed update's, each unit's by its own
+  // forward) come in on the copy engine beside the kernels queued before their join. Unjoined
+  // copies complete in the order queued among themselves, on a queue of their own, so a copy
+  // queued later with copy_to_device_async (and joined at once) does not wait behind them. The
+  // CPU backend copies at once and returns ticket 0.
+  virtual uint64_t copy_to_device_unjoined(void* dev_dst, const void* host_src, size_t bytes) {
+    copy_to_device(dev_dst, host_src, bytes);
+    return 0;
+  }
+  // The kernels queued after this call see the data of host -> device copy `ticket` and of every
+  // one queued before it; no host wait. No-op for a copy waited for already.
+  virtual void join_copy(uint64_t /*ticket*/) {}
   // Blocks until the copy with this ticket, and every copy queued before it in either direction,
-  // is done.
+  // is done. Any host thread may wait (an optimizer thread reusing the host memory a copy read).
   virtual void wait_copy(uint64_t /*ticket*/) {}
   // (Virtual so that a decorator, model/profiling_backend.h, reports its inner backend's.)
   virtual MemoryTracker& tracker() { return tracker_; }

@@ -58,6 +58,10 @@ class ProfilingBackend final : public Backend {
   uint64_t copy_to_device_async(void* dst, const void* src, size_t bytes) override {
     return inner_->copy_to_device_async(dst, src, bytes);
   }
+  uint64_t copy_to_device_unjoined(void* dst, const void* src, size_t bytes) override {
+    return inner_->copy_to_device_unjoined(dst, src, bytes);
+  }
+  void join_copy(uint64_t ticket) override { inner_->join_copy(ticket); }
   void wait_copy(uint64_t ticket) override { inner_->wait_copy(ticket); }
   // Memory is the inner backend's: its tracker counts every byte (also what it allocates for
   // itself) and its limit applies.

@@ -110,8 +110,7 @@ Engine::Engine(const ParamLayout& layout, Backend* be, Communicator* comm, const
 }
 
 Engine::~Engine() {
-  if (pipeline_) release_staged(0);  // no copy may still read a slot
-  pipeline_.reset();                 // waits for an update still running
+  pipeline_.reset();  // waits for an update still running and the copies reading its staging
   grads_.reset();     // waits for the reductions in flight
   gatherer_.reset();
   if (shared_) be_->tracker().on_free(MemCategory::kParams, shared_tracked_);

@@ -25,7 +25,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -77,7 +76,8 @@ struct EngineOptions {
   // Delayed parameter update (DPU; Ren et al., "ZeRO-Offload", USENIX ATC 2021, Section 5.2):
   // after delayed_update_after ordinary steps (< 0: never), an offloaded optimizer's step runs
   // in the background while the next forward and backward run on the parameters as they were
-  // before it (one step stale); the next step() waits for it and publishes its weights. With
+  // before it (one step stale); the next step() waits for it and puts its weights in place, each
+  // unit's published by the unit's next fetch (Engine::publish). With
   // D = delayed_update_after and w_k the weights after step k, the gradient of step k > D + 1
   // is taken at w_{k-2} and applied to w_{k-1}. Needs an offloaded optimizer state (its update
   // reads host gradients the next backward does not write, and writes a second working copy or
@@ -187,7 +187,8 @@ class Engine final : public UnitEngine {
   int steps_taken() const { return t_; }
   // Waits for an update still running off the training thread (the offload pipeline's, the
   // delayed update's) and publishes its weights, so parameters and optimizer state are current
-  // (before reading parameters, saving, at the end of a run). No-op otherwise. Collective at
+  // (before reading parameters, saving, at the end of a run); also publishes weights a step()
+  // put in place that no fetch has published yet. No-op when neither is pending. Collective at
   // stages 1-2 (the all-gather of the new slices). Throws std::runtime_error with the update's
   // error (e.g. NVMe).
   void finish_update();
@@ -228,11 +229,16 @@ class Engine final : public UnitEngine {
 
  private:
   struct UnitState;
-  // Every unit's update on the pipeline's worker: delayed, from gradients handed over, published
-  // by the next finish_update(); otherwise each published by publish(u) when first needed.
+  // Every unit's update on the pipeline's worker: delayed, from gradients handed over, put in
+  // place by the next collect_update(); otherwise each waited for by publish(u). Either way
+  // each unit is published by publish(u) when first needed.
   void start_update_pipeline(const OptimizerStep& as, bool delayed);
-  // Unit u's pipelined update: waits for it and puts its weights in place (stages 1-2 then
-  // all-gather the slice: every rank publishes in the same unit order). No-op when none waits.
+  // finish_update() but the publication: the delayed update's weights are put in place (their
+  // copies queued, not joined) and published unit by unit by the next fetches.
+  void collect_update();
+  // Unit u and those before it: waits for a pipelined update and puts its weights in place,
+  // then publishes them (the kernels queued from here see them: Backend::join_copy; stages 1-2
+  // then all-gather the slice, every rank in the same unit order). No-op when none waits.
   void publish(int u);
   void publish_unit(UnitState& s);  // one unit of publish()
   // Whether the delayed update writes unit s's weights into a second working copy that its
@@ -240,12 +246,9 @@ class Engine final : public UnitEngine {
   // estimator reads too, and not node-shared parameters.
   bool swaps_params(const UnitState& s) const;
   // Puts unit s's staged weights (UpdatePipeline::take) into its working copy (a copy queued
-  // on the copy stream, its slot released by release_staged) or parameter store; false when
-  // none were staged.
+  // on the copy stream, not joined: s.copy_in) or parameter store, and gives the slot back to
+  // the worker; false when none were staged.
   bool put_staged(UnitState& s);
-  // Waits for the staged copies but the latest `keep` and gives their slots back to the worker.
-  void release_staged(size_t keep);
-  std::deque<std::pair<int, uint64_t>> staged_copies_;  // (unit, copy ticket), oldest first
   void gather_owned_slices(const std::vector<UnitState*>& units);  // stages 1-2, after updates
   void map_shared_params();  // EngineOptions::node_shared_params, at construction
   void shared_barrier();     // node-shared parameters: every rank's writes before any next read

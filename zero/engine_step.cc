@@ -15,7 +15,7 @@ namespace zt {
 
 absl::StatusOr<StepStats> Engine::step(float lr) {
   grads_->drain(0);
-  finish_update();  // the previous step's update, if it ran in the background
+  collect_update();  // the previous step's update, if it ran in the background
   StepStats st;
   st.loss_scale = loss_scale();
   // Global norm: every rank sums the squares of what it owns; replicated units count once.
@@ -114,9 +114,10 @@ bool Engine::pipelined() const {
 // reads them in place (the next backward writes a unit's gradient only after publish(u) has
 // waited for its update), except the delayed update, which takes them over
 // (Gradients::hand_off: the next backward writes a second buffer).
-// Delayed: every unit's weights go to a second working copy (swaps_params) or to staging,
-// published at the next step. Pipelined: straight into the working copy where the backend's
-// memory is the host's, else into staging, published by the unit's next fetch.
+// Delayed: every unit's weights go to a second working copy (swaps_params) or to staging, put
+// in place by the next step (collect_update) and published by each unit's next fetch.
+// Pipelined: straight into the working copy where the backend's memory is the host's, else into
+// staging; each unit waited for, put in place and published by its next fetch.
 void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
   if (!pipeline_) {
     std::vector<UpdatePipeline::Slice> slices;
@@ -124,11 +125,10 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
       slices.push_back({units_[u].owned(), grads_->owned_dtype(u)});
     optimizer_->prepare_staging();  // here: the worker thread has no GPU device of its own
     // Staging a GPU copies from: page-locked (offload_optimizer.pin_memory).
-    Backend* pin = opt_.pin_host_gradients && !be_->host_addressable() ? be_ : nullptr;
-    pipeline_ = std::make_unique<UpdatePipeline>(optimizer_.get(), std::move(slices),
-                                                 opt_.param_dtype, opt_.optimizer_threads, pin);
+    const bool pin = opt_.pin_host_gradients && !be_->host_addressable();
+    pipeline_ = std::make_unique<UpdatePipeline>(
+        optimizer_.get(), std::move(slices), opt_.param_dtype, opt_.optimizer_threads, be_, pin);
   }
-  release_staged(0);  // the worker rewrites the slots
   pipeline_->start(
       [&](int u) {
         UnitState& s = units_[u];
@@ -151,7 +151,7 @@ void Engine::start_update_pipeline(const OptimizerStep& as, bool delayed) {
       },
       as, delayed ? (int)units_.size() : UpdatePipeline::kStagingSlots);
   delayed_running_ = delayed;
-  publish_next_ = delayed ? (int)units_.size() : 0;
+  publish_next_ = 0;  // (delayed: the units collect_update put in place just before)
 }
 
 void Engine::publish(int u) {
@@ -161,20 +161,20 @@ void Engine::publish(int u) {
 }
 
 void Engine::publish_unit(UnitState& s) {
-  if (!s.update_pending) return;
-  s.update_pending = false;
-  const int u = int(&s - units_.data());
-  Timer waited;
-  pipeline_->wait(u);
-  // The part of the CPU step that compute did not hide: exposed optimizer time.
-  trace_elapsed(Track::kOptimizer, "wait for optimizer", waited.ms());
-  Timer copied;
-  if (put_staged(s)) {
-    // The earlier unit's copy has long run (this unit's update came after it): its slot goes
-    // back to the worker, which the update two units on waits for.
-    release_staged(1);
-    pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
+  if (s.update_pending) {  // the pipeline's: wait for it, put its weights in place
+    s.update_pending = false;
+    Timer waited;
+    pipeline_->wait(int(&s - units_.data()));
+    // The part of the CPU step that compute did not hide: exposed optimizer time.
+    trace_elapsed(Track::kOptimizer, "wait for optimizer", waited.ms());
+    Timer copied;
+    if (put_staged(s)) pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
+    s.publish_pending = true;
   }
+  if (!s.publish_pending) return;
+  s.publish_pending = false;
+  if (s.copy_in) be_->join_copy(s.copy_in);  // the kernels queued from here on see the weights
+  s.copy_in = 0;
   if (!s.replicated && !s.sharded_params) gather_owned_slices({&s});
 }
 
@@ -190,26 +190,24 @@ bool Engine::put_staged(UnitState& s) {
   if (s.store >= 0) {
     std::memcpy(params_->begin_write(s.store), out.data(), out.size());
     params_->end_write(s.store);
-    pipeline_->release(u);
+    pipeline_->release(u, 0);
   } else {
-    // On the copy stream, from page-locked staging: no host wait, and the kernels queued after
-    // it (the unit's forward) see the weights. Its slot is released once the copy has run.
-    staged_copies_.push_back(
-        {u, be_->copy_to_device_async(owned_working(s), out.data(), out.size())});
+    // On the copy stream, from page-locked staging: no host wait. The kernels see the weights
+    // from the unit's publication on (join_copy); the worker waits for the copy before it
+    // writes the slot again.
+    s.copy_in = be_->copy_to_device_unjoined(owned_working(s), out.data(), out.size());
+    pipeline_->release(u, s.copy_in);
     published_to_device_ += (int64_t)out.size();
   }
   return true;
 }
 
-void Engine::release_staged(size_t keep) {
-  while (staged_copies_.size() > keep) {
-    be_->wait_copy(staged_copies_.front().second);
-    pipeline_->release(staged_copies_.front().first);
-    staged_copies_.pop_front();
-  }
+void Engine::finish_update() {
+  collect_update();
+  publish((int)units_.size() - 1);
 }
 
-void Engine::finish_update() {
+void Engine::collect_update() {
   if (!pipeline_ || !pipeline_->running()) return;
   if (!delayed_running_) {
     publish((int)units_.size() - 1);
@@ -227,8 +225,9 @@ void Engine::finish_update() {
     shared_barrier();
     note_comm_wait(b.ms());
   }
+  // Every unit's weights in place now (their copies queued, not joined), each published by its
+  // next fetch: on a GPU the forward of unit 0 waits for its own copy, not for every unit's.
   Timer copied;
-  std::vector<UnitState*> gather_units;
   for (UnitState& s : units_) {
     if (swaps_params(s)) {
       std::swap(s.params, s.next_params);
@@ -236,10 +235,10 @@ void Engine::finish_update() {
     } else if (!put_staged(s)) {
       continue;
     }
-    if (!s.replicated && !s.sharded_params) gather_units.push_back(&s);
+    s.publish_pending = true;
   }
   pipeline_clock_.add(OffloadClock::kParamIn, copied.ms());
-  gather_owned_slices(gather_units);
+  publish_next_ = 0;
 }
 
 void Engine::finish_step() {

@@ -18,7 +18,11 @@ struct Engine::UnitState {
   void* shared = nullptr;       // node-shared: the whole unit's working copy (params unused)
   int store = -1;               // stage 3 with parameter offload: the shard's ParamStore handle
   DeviceBuffer fetched;         // fp32 view while in use, when the working dtype is not fp32
-  bool update_pending = false;  // its pipelined update is not published yet (Engine::publish)
+  bool update_pending = false;  // its pipelined update is not waited for yet (Engine::publish)
+  // Its new weights are in place (the copy from staging queued: copy_in) but not yet published
+  // (joined, and all-gathered at stages 1-2): Engine::publish.
+  bool publish_pending = false;
+  uint64_t copy_in = 0;  // the copy from staging not joined yet (0: none)
   // The delayed update's new weights, swapped with params when published, where that costs no
   // memory (Engine::swaps_params): allocated with params.
   DeviceBuffer next_params;

@@ -8,13 +8,14 @@
 namespace zt {
 
 UpdatePipeline::UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t,
-                               int threads, Backend* pin_with)
+                               int threads, Backend* be, bool pin)
     : state_(state),
       slices_(std::move(slices)),
       out_t_(out_t),
       threads_(threads > 0 ? threads : 1),
       units_(slices_.size()),
-      pin_with_(pin_with) {
+      be_(be),
+      pin_(pin) {
   worker_ = std::thread([this] { run(); });
 }
 
@@ -28,12 +29,19 @@ UpdatePipeline::~UpdatePipeline() {
   }
   cv_.notify_all();
   worker_.join();
+  for (Slot& sl : slots_) wait_copy(sl);  // none reads a freed slot
+}
+
+void UpdatePipeline::wait_copy(Slot& sl) {
+  if (sl.copy) be_->wait_copy(sl.copy);
+  sl.copy = 0;
 }
 
 void UpdatePipeline::start(const std::function<Source(int)>& source, const OptimizerStep& as,
                            int staging_slots) {
   ZT_CHECK(!running_ && staging_slots >= 1);
   if (staging_slots != slots_used_) {  // slot k holds units k, k + slots, ...: sized anew
+    for (Slot& sl : slots_) wait_copy(sl);
     slots_.clear();
     slots_used_ = staging_slots;
   }
@@ -49,8 +57,10 @@ void UpdatePipeline::start(const std::function<Source(int)>& source, const Optim
       if ((int)slots_.size() <= u % staging_slots) slots_.resize(u % staging_slots + 1);
       Slot& sl = slot(u);
       const size_t bytes = slices_[u].owned * dtype_size(out_t_);
-      if (sl.out.bytes() < bytes)
-        sl.out = HostBuffer(bytes, MemCategory::kParams, &host_, pin_with_);
+      if (sl.out.bytes() < bytes) {
+        wait_copy(sl);
+        sl.out = HostBuffer(bytes, MemCategory::kParams, &host_, pin_ ? be_ : nullptr);
+      }
     }
   }
   step_ = as;
@@ -87,6 +97,8 @@ void UpdatePipeline::run() {
             cv_.wait(g, [&] { return sl.free || abandon_; });
             if (abandon_) break;
             sl.free = false;
+            g.unlock();
+            wait_copy(sl);  // the copy of the unit it held before has read it
             out = sl.out.data();
           }
           OptimizerState::Io io{.grad = const_cast<void*>(x.grad_ptr),
@@ -138,10 +150,11 @@ std::span<const uint8_t> UpdatePipeline::take(int u) {
   return {static_cast<const uint8_t*>(slot(u).out.data()), slices_[u].owned * dtype_size(out_t_)};
 }
 
-void UpdatePipeline::release(int u) {
+void UpdatePipeline::release(int u, uint64_t copy) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     slot(u).free = true;
+    slot(u).copy = copy;
   }
   cv_.notify_all();
 }

@@ -7,7 +7,8 @@
 //     CPU step with compute, Ren et al., USENIX ATC 2021, Section 4.2, taken unit by unit);
 //   - the delayed parameter update (Section 5.2): the update reads gradients the next backward
 //     does not write, and its new weights wait (in staging, or in a second working copy) until
-//     the next step publishes them all (one step stale).
+//     the next step puts them in place, each unit's published at its next fetch (one step
+//     stale).
 // Each unit's update is the same call the training thread would make, on the same tiles, so a
 // pipelined run is bitwise the serial one.
 #pragma once
@@ -39,12 +40,15 @@ class UpdatePipeline {
   };
   // state: the offloaded optimizer state the update runs on (host memory or NVMe); slices: per
   // unit; out_t: the working dtype of the new weights; threads (>= 1): the worker's OpenMP
-  // threads. Staging slots are allocated at their first use and kept for the run (host_tracker
-  // counts them as kParams), page-locked by pin_with (null: pageable) so that their copies to a
-  // GPU run on its copy engine while it computes.
+  // threads; be: the backend the staging's copies are queued on (their waits, release()).
+  // Staging slots are allocated at their first use and kept for the run (host_tracker counts
+  // them as kParams), page-locked by be when `pin` so that their copies to a GPU run on its copy
+  // engine while it computes.
   UpdatePipeline(OptimizerState* state, std::vector<Slice> slices, DType out_t, int threads,
-                 Backend* pin_with);
-  ~UpdatePipeline();  // ends the running update early and waits for it; its error is dropped
+                 Backend* be, bool pin);
+  // Ends the running update early and waits for it (its error is dropped) and for every copy
+  // still reading a slot.
+  ~UpdatePipeline();
   UpdatePipeline(const UpdatePipeline&) = delete;
   UpdatePipeline& operator=(const UpdatePipeline&) = delete;
 
@@ -61,8 +65,8 @@ class UpdatePipeline {
   // Starts the step `as` on every unit in forward order on the worker and returns. Not while
   // one runs (running()). staging_slots (>= 1): how many units' weights may wait in staging at
   // once; unit u takes slot u % staging_slots (as large as the largest unit it holds), and the
-  // worker waits for it to be released. The delayed update, which publishes every unit at
-  // once, gives one per unit; the pipeline kStagingSlots, so staging stays two units however
+  // worker waits for it to be released. The delayed update, whose weights all wait for the next
+  // step, gives one per unit; the pipeline kStagingSlots, so staging stays two units however
   // large the model.
   void start(const std::function<Source(int)>& source, const OptimizerStep& as, int staging_slots);
   static constexpr int kStagingSlots = 2;
@@ -89,10 +93,12 @@ class UpdatePipeline {
   void wait_all();
   // After wait(u): unit u's new weights in staging (out_t, owned elements), once; empty when
   // they went straight to Source::out or were taken. Units are taken in forward order;
-  // release(u), once their copy has read them, hands the slot back to the worker. Every slot
-  // must be released before the next start() and before the pipeline is destroyed.
+  // release(u, copy) hands the slot back to the worker, which waits for the backend's copy
+  // `copy` (the one that reads the slot; 0: none) before it writes the slot again, so the
+  // training thread never waits for a copy. Every taken slot must be released before the next
+  // start().
   std::span<const uint8_t> take(int u);
-  void release(int u);
+  void release(int u, uint64_t copy);
 
   // The state's times (OptimizerState::times) when the running update started: the engine
   // reports a running update's time once it is done, so that a step's breakdown holds whole
@@ -108,8 +114,10 @@ class UpdatePipeline {
   };
   struct Slot {
     HostBuffer out;
-    bool free = true;  // guarded by mu_
+    bool free = true;   // guarded by mu_
+    uint64_t copy = 0;  // the copy still reading out, waited for before it is written (or freed)
   };
+  void wait_copy(Slot& sl);  // sl.copy done, then none
   void run();  // the worker's loop
   Slot& slot(int u) { return slots_[u % slots_used_]; }
 
@@ -122,7 +130,8 @@ class UpdatePipeline {
   int slots_used_ = 1;  // this job's staging_slots
   OptimizerStep step_;
   OffloadTimes times_at_start_;
-  Backend* pin_with_;
+  Backend* be_;
+  bool pin_;
   bool running_ = false;  // training thread's view: started and not wait_all'ed
   MemoryTracker host_;
 

@@ -192,11 +192,12 @@ void clear_not_ready() {
 }
 }  // namespace
 
-uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                 bool join) {
   bind_thread();
   std::lock_guard<std::mutex> lock(copy_mu_);
   // Copies nobody waits for (a gather's load) are done once their event is: recycle those.
-  while (!copies_.empty()) {
+  while (!copies_.empty() && copies_.front().waiters == 0) {
     const cudaError_t q = cudaEventQuery(copies_.front().done);
     if (q == cudaErrorNotReady) {
       clear_not_ready();
@@ -209,7 +210,7 @@ uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaM
   // One stream per direction, so a GPU's two copy engines move gradients out and weights in
   // at once. After the kernels queued so far: a D2H reads what they wrote, an H2D must not
   // overwrite what they still read.
-  const int dir = kind == cudaMemcpyHostToDevice ? 1 : 0;
+  const int dir = kind == cudaMemcpyDeviceToHost ? kToHost : join ? kToDevice : kToDeviceUnjoined;
   const cudaStream_t copy_stream = copy_streams_[dir];
   ZT_CHECK_CUDA(cudaEventRecord(compute_mark_, stream_));
   ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_stream, compute_mark_, 0));
@@ -222,7 +223,7 @@ uint64_t CudaBackend::queue_copy(void* dst, const void* src, size_t bytes, cudaM
     spare_events_.pop_back();
   }
   ZT_CHECK_CUDA(cudaEventRecord(done, copy_stream));
-  if (kind == cudaMemcpyHostToDevice)  // the kernels queued from now on read the new data
+  if (kind == cudaMemcpyHostToDevice && join)  // the kernels queued from now on read the data
     ZT_CHECK_CUDA(cudaStreamWaitEvent(stream_, done, 0));
   copies_.push_back({++last_ticket_, done, dir});
   return last_ticket_;
@@ -233,28 +234,47 @@ uint64_t CudaBackend::copy_to_host_async(void* dst, const void* src, size_t byte
 uint64_t CudaBackend::copy_to_device_async(void* dst, const void* src, size_t bytes) {
   return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
+uint64_t CudaBackend::copy_to_device_unjoined(void* dst, const void* src, size_t bytes) {
+  return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice, /*join=*/false);
+}
+void CudaBackend::join_copy(uint64_t ticket) {
+  bind_thread();
+  // The latest unjoined copy up to ticket still listed (their stream runs them in order); under
+  // the lock, so that its event is not recycled and recorded anew before the wait. One no
+  // longer listed was waited for by the host: done.
+  std::lock_guard<std::mutex> lock(copy_mu_);
+  cudaEvent_t last = nullptr;
+  for (const QueuedCopy& c : copies_)
+    if (c.ticket <= ticket && c.dir == kToDeviceUnjoined) last = c.done;
+  if (last) ZT_CHECK_CUDA(cudaStreamWaitEvent(stream_, last, 0));
+}
 void CudaBackend::wait_copy(uint64_t ticket) {
   bind_thread();
-  // The latest queued copy up to ticket in each direction: a stream runs its copies in order,
-  // so those two imply the rest.
-  cudaEvent_t last[2] = {nullptr, nullptr};
+  // The latest queued copy up to ticket on each copy stream: a stream runs its copies in order,
+  // so those imply the rest.
+  // (A deque's elements stay where they are as others are added or taken off its ends.)
+  QueuedCopy* last[kCopyStreams] = {};
   {
     std::lock_guard<std::mutex> lock(copy_mu_);
-    for (const QueuedCopy& c : copies_)
-      if (c.ticket <= ticket) last[c.dir] = c.done;
+    for (QueuedCopy& c : copies_)
+      if (c.ticket <= ticket) last[c.dir] = &c;
+    for (QueuedCopy* c : last)
+      if (c) ++c->waiters;  // listed, and its event this copy's, until the wait below is done
   }
   // Outside the lock, so other threads keep queuing. The events stay listed until they are
   // done, so a concurrent wait for an earlier ticket still finds something to wait on.
-  for (cudaEvent_t e : last) {  // none: done and waited for already
-    if (!e) continue;
-    const cudaError_t q = cudaEventQuery(e);  // done already (a sync since): no host wait
+  for (QueuedCopy* c : last) {  // none: done and waited for already
+    if (!c) continue;
+    const cudaError_t q = cudaEventQuery(c->done);  // done already (a sync since): no host wait
     if (q == cudaSuccess) continue;
     if (q != cudaErrorNotReady) ZT_CHECK_CUDA(q);
     clear_not_ready();
-    ZT_CHECK_CUDA(cudaEventSynchronize(e));
+    ZT_CHECK_CUDA(cudaEventSynchronize(c->done));
   }
   std::lock_guard<std::mutex> lock(copy_mu_);
-  while (!copies_.empty() && copies_.front().ticket <= ticket) {
+  for (QueuedCopy* c : last)
+    if (c) --c->waiters;
+  while (!copies_.empty() && copies_.front().ticket <= ticket && copies_.front().waiters == 0) {
     spare_events_.push_back(copies_.front().done);
     copies_.pop_front();
   }

@@ -1,6 +1,6 @@
 // CudaBackend: declaration shared by the kernel files (one family per file, as model/cpu/).
 // All kernels run on one stream owned by the backend; synchronize() waits for it. Offload's
-// asynchronous copies run on a second, copy stream, ordered against the first by events.
+// asynchronous copies run on copy streams (copy_streams_), ordered against the first by events.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +42,8 @@ class CudaBackend final : public Backend {
     attention_ = how;
   }
 #ifdef ZT_CUDA_EMU
-  // Emulated device memory is host memory, unless the emulation guards it (emu/cuda_emu.h).
-  bool host_addressable() const override { return !emu::guard_enabled(); }
+  // Emulated device memory is host memory, unless guarded or made opaque (emu/cuda_emu.h).
+  bool host_addressable() const override { return emu::host_addressable(); }
 #else
   bool host_addressable() const override { return false; }
 #endif
@@ -67,6 +67,8 @@ class CudaBackend final : public Backend {
   void unpin_host(void* p, size_t bytes) override;
   uint64_t copy_to_host_async(void* dst, const void* src, size_t bytes) override;
   uint64_t copy_to_device_async(void* dst, const void* src, size_t bytes) override;
+  uint64_t copy_to_device_unjoined(void* dst, const void* src, size_t bytes) override;
+  void join_copy(uint64_t ticket) override;
   void wait_copy(uint64_t ticket) override;
   // Also sizes the block cache: a share of the limit (kCacheShare).
   void set_memory_limit(size_t bytes) override;
@@ -124,10 +126,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudnnAttention> cudnn_;        // reset first in the destructor (it frees memory)
   std::map<AttentionShape, bool> cudnn_shapes_;  // prepared: supported or not
   // The copy streams' side of copy_to_*_async: the copy on its direction's stream after the
-  // kernels queued so far, an event after it (the H2D's also joins stream_), and its ticket.
-  // Copies may be queued from several host threads (the delayed update's and the trainer's),
-  // so copy_mu_ guards them.
-  uint64_t queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  // kernels queued so far, an event after it (an H2D's joins stream_ there when `join`), and
+  // its ticket. Copies may be queued from several host threads (the delayed update's and the
+  // trainer's), so copy_mu_ guards them.
+  uint64_t queue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                      bool join = true);
   // Freed blocks by exact (256-rounded) size, reused without cudaMalloc, cudaFree or a stream
   // sync: every kernel runs on stream_, so a reused block's next use is ordered after its last.
   // (A block a queued copy reads or writes is not freed before its wait_copy: the callers'
@@ -139,7 +142,11 @@ class CudaBackend final : public Backend {
   static constexpr size_t kCacheShare = 8;
   BlockCache cache_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t copy_streams_[2] = {nullptr, nullptr};  // device -> host, host -> device
+  // Device -> host; host -> device; host -> device unjoined (copy_to_device_unjoined), a stream
+  // of its own so that a small copy joined at once (a step's token ids) does not queue behind
+  // a model's worth of weights that the kernels need only unit by unit.
+  enum CopyStream { kToHost = 0, kToDevice = 1, kToDeviceUnjoined = 2, kCopyStreams = 3 };
+  cudaStream_t copy_streams_[kCopyStreams] = {};
   cudaEvent_t compute_mark_ = nullptr;  // re-recorded on stream_ before each queued copy
   std::mutex copy_mu_;
   uint64_t last_ticket_ = 0;
@@ -147,6 +154,9 @@ class CudaBackend final : public Backend {
     uint64_t ticket;
     cudaEvent_t done;  // recorded after it on its stream
     int dir;           // index into copy_streams_
+    // Host threads in wait_copy on `done` outside the lock: it is not recycled (and recorded
+    // for another copy) while one may still wait on it.
+    int waiters = 0;
   };
   std::deque<QueuedCopy> copies_;  // queued, not yet waited for, in ticket order
   std::vector<cudaEvent_t> spare_events_;

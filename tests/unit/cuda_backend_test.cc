@@ -270,6 +270,44 @@ TEST_F(CudaVsCpu, AsyncCopiesAreOrderedAgainstKernels) {
   gpu_->unpin_host(a.data(), n * 4);
 }
 
+// An unjoined host -> device copy (the delayed update's weights, each joined by its unit's
+// forward) is seen by the kernels queued after its join_copy, with no host wait; a join covers
+// the copies queued before it too. (In the emulation the copies wait until something waits for
+// them, so a kernel queued before the join runs without the data, which a GPU does not
+// promise either way.)
+TEST_F(CudaVsCpu, UnjoinedCopyIsSeenFromItsJoinOn) {
+  const size_t n = 1000;
+  std::vector<float> a(n), b(n), zero(n, 0.f);
+  for (size_t i = 0; i < n; ++i) a[i] = (float)i, b[i] = 0.25f * (float)i;
+  DeviceBuffer x1(gpu_.get(), n * 4, MemCategory::kWorkspace),
+      x2(gpu_.get(), n * 4, MemCategory::kWorkspace),
+      early(gpu_.get(), n * 4, MemCategory::kWorkspace),
+      late(gpu_.get(), n * 4, MemCategory::kWorkspace);
+  for (const DeviceBuffer* d : {&x1, &x2, &early, &late})
+    gpu_->copy_to_device(d->data(), zero.data(), n * 4);
+  ASSERT_TRUE(gpu_->pin_host(a.data(), n * 4));
+  ASSERT_TRUE(gpu_->pin_host(b.data(), n * 4));
+  const uint64_t first = gpu_->copy_to_device_unjoined(x1.data(), a.data(), n * 4);
+  const uint64_t second = gpu_->copy_to_device_unjoined(x2.data(), b.data(), n * 4);
+  EXPECT_GT(second, first);
+#ifdef ZT_CUDA_EMU
+  gpu_->add_inplace(early.f32(), x1.f32(), n);  // before any join: does not wait for the copy
+  std::vector<float> he(n);
+  gpu_->copy_to_host(he.data(), early.data(), n * 4);
+  EXPECT_EQ(he, zero) << "a kernel before the join waited for the unjoined copy";
+#endif
+  gpu_->join_copy(second);  // the first copy too
+  gpu_->add_inplace(late.f32(), x1.f32(), n);
+  gpu_->add_inplace(late.f32(), x2.f32(), n);
+  std::vector<float> hl(n);
+  gpu_->copy_to_host(hl.data(), late.data(), n * 4);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(hl[i], a[i] + b[i]) << "element " << i;
+  gpu_->join_copy(first);  // done and joined already: nothing to wait for
+  gpu_->wait_copy(second);
+  gpu_->unpin_host(a.data(), n * 4);
+  gpu_->unpin_host(b.data(), n * 4);
+}
+
 // A node of several GPUs: rank k's backend is GPU k's, and its other host threads (the delayed
 // update's worker queues copies; pinning) start on GPU 0, the CUDA runtime's default. Used from
 // such a thread, the backend of GPU 1 allocates, pins, copies and waits on GPU 1. (The
@@ -318,7 +356,7 @@ TEST(CudaBackend, AnotherHostThreadWorksOnTheBackendsGpu) {
 }
 
 // Each direction has its own copy stream (a GPU's two copy engines at once), and waiting for a
-// ticket waits for every copy queued before it in either direction. (In the emulation a queued
+// ticket waits for every copy queued before it on every copy stream. (In the emulation a queued
 // copy runs only when waited for, so a wait that covered one direction would leave the other's
 // destination untouched here.)
 TEST_F(CudaVsCpu, WaitingForACopyWaitsForEarlierCopiesInBothDirections) {

@@ -306,6 +306,11 @@ const std::pair<const char* const, Mapping>* find(Registry& r, const void* p) {
 
 bool guard_enabled() { return g_guard; }
 bool strict_enabled() { return g_strict; }
+namespace {
+std::atomic<bool> g_opaque{false};
+}  // namespace
+bool host_addressable() { return !g_guard && !g_opaque; }
+void set_opaque_memory(bool opaque) { g_opaque = opaque; }
 
 namespace {
 std::atomic<int> g_device_count{1};

@@ -71,6 +71,13 @@ ThreadOrder thread_order();
 // device_free takes what device_alloc returned (or null).
 bool guard_enabled();
 bool strict_enabled();
+// Whether the backend says its device memory is the host's (Backend::host_addressable), so that
+// the engine writes it directly: true unless guarded. set_opaque_memory(true) makes it false
+// while the host can still read the memory (the guard's segfaults spared): the engine then
+// takes a GPU's paths (staging, copies on the copy streams, their joins and waits) on several
+// ranks, whose MPI communicators read the device memory directly. Tests only.
+bool host_addressable();
+void set_opaque_memory(bool opaque);
 // The emulated devices (cudaGetDeviceCount; n >= 1) and the calling thread's current one.
 void set_device_count(int n);
 int device_count();

@@ -24,7 +24,6 @@ struct CUstream_st {
   bool deferred = false;
   std::deque<std::pair<uint64_t, std::function<void()>>> queue;
   uint64_t queued = 0;
-  std::vector<std::pair<CUstream_st*, uint64_t>> waits;  // immediate: run these first
 };
 // An event: the point of its stream's queue it was recorded at (0 on an immediate stream: done).
 struct CUevent_st {
@@ -46,10 +45,6 @@ void run_until(CUstream_st* s, uint64_t seq) {
     work();
   }
 }
-void settle(CUstream_st* s) {
-  for (auto [other, seq] : s->waits) run_until(other, seq);
-  s->waits.clear();
-}
 // Runs `work` on stream s now, or queues it when s is deferred.
 void on_stream(cudaStream_t s, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
@@ -57,7 +52,6 @@ void on_stream(cudaStream_t s, std::function<void()> work) {
     s->queue.emplace_back(++s->queued, std::move(work));
     return;
   }
-  if (s) settle(s);
   work();
 }
 }  // namespace
@@ -77,8 +71,6 @@ void zt::emu::before_work(cudaStream_t s) {
                  s->device, current_device());
     std::abort();
   }
-  std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
-  if (s && !s->deferred) settle(s);
 }
 
 struct cublasLtContext {};
@@ -161,10 +153,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   ++g_host_waits;
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
-  if (s) {
-    settle(s);
-    run_until(s, s->queued);
-  }
+  if (s) run_until(s, s->queued);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
@@ -183,7 +172,6 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_streams_mu);
   e->stream = s;
   e->seq = s && s->deferred ? s->queued : 0;
-  if (s && !s->deferred) settle(s);  // what it waited for is behind the event too
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -203,10 +191,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   CUstream_st* other = e->stream;
   const uint64_t seq = e->seq;
   if (!other || !seq || other == s) return cudaSuccess;  // done, or in s's own order
+  // An immediate stream runs what it waits for now: everything queued on it later comes after
+  // (and a host thread reading device memory after the wait, as MPI does here, sees it too).
   if (s && s->deferred)
     s->queue.emplace_back(++s->queued, [other, seq] { run_until(other, seq); });
-  else if (s)
-    s->waits.emplace_back(other, seq);
   else
     run_until(other, seq);
   return cudaSuccess;
