@@ -424,15 +424,6 @@ void dispatch(DType t, int hd, bool packed, A&&... args) {
     by_packed(__half{});
 }
 
-// A kernel's dynamic shared memory, opted in above 48 KiB. The attribute is the current
-// device's, so it is set at every launch (a host call of a microsecond or so).
-template <class K>
-void allow_smem(K kernel, size_t bytes) {
-  if (bytes > (48u << 10))
-    ZT_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-}
-
 template <class T, int HD, bool P>
 struct Forward {
   static void run(cudaStream_t st, TensorRef out, float* lse, TensorView qkv, const AttnShape& s) {

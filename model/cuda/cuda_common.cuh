@@ -62,6 +62,15 @@ void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, 
   launch_kernel_smem(k, grid, block, 0, stream, std::forward<A>(args)...);
 }
 
+// A kernel's dynamic shared memory, opted in above 48 KiB. The attribute is the current
+// device's, so it is set at every launch (a host call of a microsecond or so).
+template <class K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > (48u << 10))
+    ZT_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+}
+
 // The block's dynamic shared memory (launch_kernel_smem's `smem` bytes), 16-byte aligned.
 template <class T>
 __device__ inline T* dynamic_smem() {
