@@ -14,7 +14,8 @@ The kernel list is the CUDA backend's as built (model/transformer.cc's forward a
 under the op names the flops profiler, model/profiling_backend.cc, uses): the vocabulary
 padded to a multiple of 128 on the device, bf16 logits in one chunk, the tensor-core
 attention, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and DGELU on its
-backward, two-pass column reductions for the bias and norm gradients, 16-byte element-wise
+backward, two-pass column reductions for the bias and LayerNorm gradients (RMSNorm's weight
+gradient takes its tile partials in the dx pass), 16-byte element-wise
 kernels (GELU, SwiGLU, the residual add). --ordered-dq, --beta0 and --residual-in-gemm add items of the plan not built yet. A
 kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction x bandwidth)) plus a
 launch gap. `--measured` reads the flops profiler's table (the ds_config's flops_profiler on
@@ -99,11 +100,19 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
 
     norm = "layernorm" if g2 else "rmsnorm"
 
-    def norm_backward():  # a block's norm: dx, then its weight (and bias) gradients
-        k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
-          4 * BF16 * N * C + 2 * F32 * N)
-        column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C,
-                   outputs=2 if g2 else 1, inputs=2)
+    def norm_backward(final=False):  # a norm's dx (added into the residual's), its parameters'
+        reads = 3 if final else 4  # gradients; the final norm's dx is written, not added
+        if g2:  # layernorm: dx, then the weight and bias gradients' two passes
+            k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
+              reads * BF16 * N * C + 2 * F32 * N)
+            column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C, outputs=2,
+                       inputs=2)
+        else:  # rmsnorm: dx and the weight gradient's partials over tiles of 32 rows in one pass
+            tiles = N // 32 + 1
+            k(f"{norm}_backward", f"{norm} backward, dx and dw's tile partials", "memory",
+              12 * N * C, reads * BF16 * N * C + 2 * F32 * N + F32 * tiles * C)
+            k(f"{norm}_backward", f"{norm} weight gradient (the tiles' partials summed)",
+              "memory", 0, F32 * (tiles + 2) * C)
     # ---- forward ----
     k("embedding_forward", "token + position lookup", "memory", 0,
       BF16 * N * C * (3 if g2 else 2) + 4 * N)
@@ -140,10 +149,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
         k("zero", "zero dlnf and dx (scratch the GEMMs add into)", "memory", 0, 2 * BF16 * N * C)
     gemm("matmul_backward", "classifier dX GEMM", N, C, Vp)
     gemm_dw("matmul_backward", "classifier dW GEMM", Vp, C, N)
-    k(f"{norm}_backward", f"final {norm} backward", "memory", 10 * N * C,
-      3 * BF16 * N * C + 2 * F32 * N)
-    column_sum(f"{norm}_backward", f"final {norm} weight/bias gradients", N, C,
-               outputs=2 if g2 else 1, inputs=2)
+    norm_backward(final=True)
     # ---- backward, per block ----
     for _ in range(L):
         if not beta0:

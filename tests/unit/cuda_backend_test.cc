@@ -549,6 +549,34 @@ TEST_F(CudaVsCpu, NormsForwardBackward) {
   expect_close(dw2, 1e-5, "rmsnorm dw");
 }
 
+// RMSNorm's backward takes dx and the weight gradient's partials in one pass over tiles of 32
+// rows (4 warps): rows fewer than a warp's share, not a multiple of the tile, and widths from
+// 67 to 4100 (65.6 KB of shared memory, past the 48 KiB default) and 15000 (past a block's
+// shared memory: the two-pass path). dx is added to what it held; dw too. Twice the same bits.
+TEST_F(CudaVsCpu, RmsnormBackwardOverTilesMatchesTheCpu) {
+  for (auto [N, C] : {std::pair{3, 67}, std::pair{33, 200}, std::pair{100, 2048},
+                      std::pair{37, 4100}, std::pair{3, 15000}}) {
+    const size_t NC = (size_t)N * C;
+    auto x = make(NC, 1, 1), dy = make(NC, 1, 2), w = make(C, 1, 3), y = zeros(NC), rstd = zeros(N),
+         dx = make(NC, 1, 4), dw = make(C, 1, 5);
+    cpu_->rmsnorm_forward(y.cp(), rstd.cp(), x.cp(), w.cp(), N, C, 1e-5f);
+    gpu_->rmsnorm_forward(y.gp(), rstd.gp(), x.gp(), w.gp(), N, C, 1e-5f);
+    cpu_->rmsnorm_backward(dx.cp(), dw.cp(), dy.cp(), x.cp(), w.cp(), rstd.cp(), N, C);
+    gpu_->rmsnorm_backward(dx.gp(), dw.gp(), dy.gp(), x.gp(), w.gp(), rstd.gp(), N, C);
+    const std::string what = absl::StrCat("N ", N, ", C ", C);
+    expect_close(dx, 1e-5, (what + " dx").c_str());
+    expect_close(dw, 1e-5, (what + " dw").c_str());
+    std::vector<float> runs[2];
+    for (std::vector<float>& r : runs) {  // into zeros: the same bits both times
+      auto gx = zeros(NC), gw = zeros(C);
+      gpu_->rmsnorm_backward(gx.gp(), gw.gp(), dy.gp(), x.gp(), w.gp(), rstd.gp(), N, C);
+      r.resize(C);
+      gpu_->copy_to_host(r.data(), gw.gp(), C * 4);
+    }
+    EXPECT_EQ(runs[0], runs[1]) << what << ": dw not repeatable";
+  }
+}
+
 // The residual add fused into the norm: on each backend the same bits as add_inplace then the
 // norm, and the two backends agree (C = 67 and 200: not multiples of 32 or 64).
 TEST_F(CudaVsCpu, ResidualFusedNormsEqualAddThenNorm) {
