@@ -14,8 +14,8 @@ The kernel list is the CUDA backend's as built (model/transformer.cc's forward a
 under the op names the flops profiler, model/profiling_backend.cc, uses): the vocabulary
 padded to a multiple of 128 on the device, bf16 logits in one chunk, the tensor-core
 attention, cuBLASLt's GELU_AUX_BIAS epilogue on GPT-2's first MLP GEMM and DGELU on its
-backward, two-pass column reductions for the bias and LayerNorm gradients (RMSNorm's weight
-gradient takes its tile partials in the dx pass), 16-byte element-wise
+backward, two-pass column reductions for the biases, the norms' parameter gradients taken as
+tile partials in their dx pass, 16-byte element-wise
 kernels (GELU, SwiGLU, the residual add). --ordered-dq, --beta0 and --residual-in-gemm add items of the plan not built yet. A
 kernel's time is max(FLOPs / (fraction x peak), bytes / (fraction x bandwidth)) plus a
 launch gap. `--measured` reads the flops profiler's table (the ds_config's flops_profiler on
@@ -100,19 +100,14 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
 
     norm = "layernorm" if g2 else "rmsnorm"
 
-    def norm_backward(final=False):  # a norm's dx (added into the residual's), its parameters'
-        reads = 3 if final else 4  # gradients; the final norm's dx is written, not added
-        if g2:  # layernorm: dx, then the weight and bias gradients' two passes
-            k(f"{norm}_backward", f"{norm} backward", "memory", 10 * N * C,
-              reads * BF16 * N * C + 2 * F32 * N)
-            column_sum(f"{norm}_backward", f"{norm} weight/bias gradients", N, C, outputs=2,
-                       inputs=2)
-        else:  # rmsnorm: dx and the weight gradient's partials over tiles of 32 rows in one pass
-            tiles = N // 32 + 1
-            k(f"{norm}_backward", f"{norm} backward, dx and dw's tile partials", "memory",
-              12 * N * C, reads * BF16 * N * C + 2 * F32 * N + F32 * tiles * C)
-            k(f"{norm}_backward", f"{norm} weight gradient (the tiles' partials summed)",
-              "memory", 0, F32 * (tiles + 2) * C)
+    def norm_backward(final=False):  # a norm's dx (added into the residual's), and its
+        reads = 3 if final else 4  # parameters' gradients; the final norm's dx is written
+        K, tiles = (2 if g2 else 1), N // 32 + 1  # one pass: dx and tile partials of 32 rows
+        k(f"{norm}_backward", f"{norm} backward, dx and the parameter gradients' tile partials",
+          "memory", (14 if g2 else 12) * N * C,
+          reads * BF16 * N * C + 2 * F32 * N + F32 * tiles * K * C)
+        k(f"{norm}_backward", f"{norm} parameter gradients (the tiles' partials summed)",
+          "memory", 0, F32 * (tiles + 2) * K * C)
     # ---- forward ----
     k("embedding_forward", "token + position lookup", "memory", 0,
       BF16 * N * C * (3 if g2 else 2) + 4 * N)

@@ -1,9 +1,11 @@
-// LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The weight and bias
-// gradients are sums over rows, in two fixed-order passes (column_sum.cuh: tiles of 256 rows,
-// then the tiles), so two runs give the same bits (no atomics). RMSNorm uses it too. The
-// forward optionally adds the residual first (x += residual, then the norm of the sum).
+// LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The forward optionally adds
+// the residual first (x += residual, then the norm of the sum). The backward takes dx and the
+// weight and bias gradients' partials in one pass (norm_backward.cuh); past its width limit,
+// layernorm_backward_kernel and the gradients' own two fixed-order passes (column_sum.cuh),
+// which RMSNorm's fallback uses too. Either way two runs give the same bits (no atomics).
 #include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
+#include "model/cuda/norm_backward.cuh"
 
 namespace zt {
 namespace {
@@ -94,6 +96,8 @@ void CudaBackend::layernorm_backward(TensorRef dinp, TensorRef dw_g, TensorRef d
                                      TensorView dout, TensorView inp, TensorView w,
                                      const float* mean, const float* rstd, int N, int C) {
   float *dw = grad_f32(dw_g), *db = grad_f32(db_g);
+  if (norm_backward_tiles<true>(this, stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
+    return;
   launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp,
                 dout, inp, w, mean, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());

@@ -1,8 +1,8 @@
-// RMSNorm, one warp per row (equations in model/cpu/rmsnorm.cc). The backward takes the weight
-// gradient's partial sums in the same pass as dx (rmsnorm_backward_tile_kernel), so dout and inp
-// are read once for both; column_sum.cuh's second pass adds the tiles' partials.
-#include "model/cuda/column_sum.cuh"
+// RMSNorm, one warp per row (equations in model/cpu/rmsnorm.cc). The backward takes dx and the
+// weight gradient's partials in one pass (norm_backward.cuh); rmsnorm_backward_kernel and a
+// second pass for the weight gradient only past its width limit.
 #include "model/cuda/cuda_backend.cuh"
+#include "model/cuda/norm_backward.cuh"
 
 namespace zt {
 namespace {
@@ -44,44 +44,6 @@ __global__ void rmsnorm_backward_kernel(TensorRef dinp, TensorView dout, TensorV
   }
 }
 
-constexpr int kTileRows = 32;   // rows a block: N = 8192 makes 256 blocks
-constexpr int kTileWarps = 4;   // each takes rows warp, warp + 4, ... of the tile
-constexpr size_t kMaxTileSmem = 227u << 10;  // kTileWarps x C floats: C up to 14,528
-
-// Rows [tile kTileRows, +kTileRows) of N: dx as rmsnorm_backward_kernel, and the weight
-// gradient's column sums over the tile's rows, dout x xhat, into partials (tiles, C). Each warp
-// sums its rows into a shared-memory row of its own (lane l owns columns l, l + 32, ..., so no
-// barrier), then the block adds the warps' rows in warp order: a fixed order, the same bits on
-// every run.
-__global__ void rmsnorm_backward_tile_kernel(TensorRef dinp, float* partials, TensorView dout,
-                                             TensorView inp, TensorView w, const float* rstd,
-                                             int N, int C) {
-  float* acc = dynamic_smem<float>() + (size_t)(threadIdx.x / 32) * C;  // this warp's row
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int c = lane; c < C; c += 32) acc[c] = 0.f;
-  const int end = min(N, ((int)blockIdx.x + 1) * kTileRows);
-  for (int row = blockIdx.x * kTileRows + warp; row < end; row += kTileWarps) {
-    const size_t x = (size_t)row * C;
-    const float r = rstd[row];
-    float s = 0.f;
-    for (int c = lane; c < C; c += 32)
-      s += load_as_f32(dout, x + c) * load_as_f32(w, c) * load_as_f32(inp, x + c) * r;
-    const float mean_dxhat_xhat = warp_sum(s) / C;
-    for (int c = lane; c < C; c += 32) {
-      const float dy = load_as_f32(dout, x + c), xhat = load_as_f32(inp, x + c) * r;
-      add_from_f32(dinp, x + c, r * (dy * load_as_f32(w, c) - xhat * mean_dxhat_xhat));
-      acc[c] += dy * xhat;
-    }
-  }
-  __syncthreads();
-  const float* rows = dynamic_smem<float>();
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float t = 0.f;
-    for (int k = 0; k < kTileWarps; ++k) t += rows[(size_t)k * C + c];
-    partials[(size_t)blockIdx.x * C + c] = t;
-  }
-}
-
 }  // namespace
 
 void CudaBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w, int N,
@@ -103,18 +65,9 @@ void CudaBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, Ten
 void CudaBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw_g, TensorView dout, TensorView inp,
                                    TensorView w, const float* rstd, int N, int C) {
   float* dw = grad_f32(dw_g);
-  if (N <= 0) return;
-  const size_t smem = (size_t)kTileWarps * C * sizeof(float);
-  if (smem <= kMaxTileSmem) {  // one pass for dx and the tiles' partials, then their sum
-    const int tiles = (N + kTileRows - 1) / kTileRows;
-    DeviceBuffer partials(this, (size_t)tiles * C * sizeof(float), MemCategory::kWorkspace);
-    allow_smem(rmsnorm_backward_tile_kernel, smem);
-    launch_kernel_smem(rmsnorm_backward_tile_kernel, tiles, kTileWarps * 32, smem, stream_, dinp,
-                       partials.f32(), dout, inp, w, rstd, N, C);
-    launch_kernel(column_sum_kernel<1>, blocks_for(C), kThreads, stream_, ColumnSumDst<1>{{dw}},
-                  (const float*)partials.f32(), tiles, C);
+  if (norm_backward_tiles<false>(this, stream_, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N,
+                                 C))
     return;
-  }
   launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dout,
                 inp, w, rstd, N, C);
   ZT_CHECK_CUDA(cudaGetLastError());

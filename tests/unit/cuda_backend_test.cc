@@ -549,31 +549,50 @@ TEST_F(CudaVsCpu, NormsForwardBackward) {
   expect_close(dw2, 1e-5, "rmsnorm dw");
 }
 
-// RMSNorm's backward takes dx and the weight gradient's partials in one pass over tiles of 32
-// rows (4 warps): rows fewer than a warp's share, not a multiple of the tile, and widths from
-// 67 to 4100 (65.6 KB of shared memory, past the 48 KiB default) and 15000 (past a block's
-// shared memory: the two-pass path). dx is added to what it held; dw too. Twice the same bits.
-TEST_F(CudaVsCpu, RmsnormBackwardOverTilesMatchesTheCpu) {
-  for (auto [N, C] : {std::pair{3, 67}, std::pair{33, 200}, std::pair{100, 2048},
-                      std::pair{37, 4100}, std::pair{3, 15000}}) {
-    const size_t NC = (size_t)N * C;
-    auto x = make(NC, 1, 1), dy = make(NC, 1, 2), w = make(C, 1, 3), y = zeros(NC), rstd = zeros(N),
-         dx = make(NC, 1, 4), dw = make(C, 1, 5);
-    cpu_->rmsnorm_forward(y.cp(), rstd.cp(), x.cp(), w.cp(), N, C, 1e-5f);
-    gpu_->rmsnorm_forward(y.gp(), rstd.gp(), x.gp(), w.gp(), N, C, 1e-5f);
-    cpu_->rmsnorm_backward(dx.cp(), dw.cp(), dy.cp(), x.cp(), w.cp(), rstd.cp(), N, C);
-    gpu_->rmsnorm_backward(dx.gp(), dw.gp(), dy.gp(), x.gp(), w.gp(), rstd.gp(), N, C);
-    const std::string what = absl::StrCat("N ", N, ", C ", C);
-    expect_close(dx, 1e-5, (what + " dx").c_str());
-    expect_close(dw, 1e-5, (what + " dw").c_str());
-    std::vector<float> runs[2];
-    for (std::vector<float>& r : runs) {  // into zeros: the same bits both times
-      auto gx = zeros(NC), gw = zeros(C);
-      gpu_->rmsnorm_backward(gx.gp(), gw.gp(), dy.gp(), x.gp(), w.gp(), rstd.gp(), N, C);
-      r.resize(C);
-      gpu_->copy_to_host(r.data(), gw.gp(), C * 4);
+// The norms' backward takes dx and the parameter gradients' partials in one pass over tiles of
+// 32 rows (4 warps, norm_backward.cuh): rows fewer than a warp's share, not a multiple of the
+// tile, and widths from 67 to 4100 (64-131 KB of shared memory, past the 48 KiB default) and
+// 15000 (past a block's shared memory: the two-pass path). dx, dw and db are added to what they
+// held. Into zeros twice: the same bits.
+TEST_F(CudaVsCpu, NormBackwardsOverTilesMatchTheCpu) {
+  for (auto [N, C] :
+       {std::pair{3, 67}, std::pair{33, 200}, std::pair{37, 4100}, std::pair{3, 15000}}) {
+    for (bool layer : {false, true}) {
+      const size_t NC = (size_t)N * C;
+      auto x = make(NC, 1, 1), dy = make(NC, 1, 2), w = make(C, 1, 3), b = make(C, 1, 6),
+           y = zeros(NC), mean = zeros(N), rstd = zeros(N), dx = make(NC, 1, 4), dw = make(C, 1, 5),
+           db = make(C, 1, 7);
+      // dx, dw, db (null for RMSNorm) on backend `be` with its buffers' pointers `p`.
+      auto backward = [&](Backend* be, bool gpu, float* gx, float* gw, float* gb) {
+        auto f = [gpu](Pair& q) { return gpu ? q.gp() : q.cp(); };
+        if (layer)
+          be->layernorm_backward(gx, gw, gb, f(dy), f(x), f(w), f(mean), f(rstd), N, C);
+        else
+          be->rmsnorm_backward(gx, gw, f(dy), f(x), f(w), f(rstd), N, C);
+      };
+      if (layer) {
+        cpu_->layernorm_forward(y.cp(), mean.cp(), rstd.cp(), x.cp(), w.cp(), b.cp(), N, C, 1e-5f);
+        gpu_->layernorm_forward(y.gp(), mean.gp(), rstd.gp(), x.gp(), w.gp(), b.gp(), N, C, 1e-5f);
+      } else {
+        cpu_->rmsnorm_forward(y.cp(), rstd.cp(), x.cp(), w.cp(), N, C, 1e-5f);
+        gpu_->rmsnorm_forward(y.gp(), rstd.gp(), x.gp(), w.gp(), N, C, 1e-5f);
+      }
+      backward(cpu_.get(), false, dx.cp(), dw.cp(), db.cp());
+      backward(gpu_.get(), true, dx.gp(), dw.gp(), db.gp());
+      const std::string what = absl::StrCat(layer ? "layernorm" : "rmsnorm", ", N ", N, ", C ", C);
+      expect_close(dx, 1e-5, (what + " dx").c_str());
+      expect_close(dw, 1e-5, (what + " dw").c_str());
+      expect_close(db, 1e-5, (what + " db").c_str());
+      std::vector<float> runs[2];
+      for (std::vector<float>& r : runs) {  // into zeros: the same bits both times
+        auto gx = zeros(NC), gw = zeros(C), gb = zeros(C);
+        backward(gpu_.get(), true, gx.gp(), gw.gp(), gb.gp());
+        r.resize(2 * C);
+        gpu_->copy_to_host(r.data(), gw.gp(), C * 4);
+        gpu_->copy_to_host(r.data() + C, gb.gp(), C * 4);
+      }
+      EXPECT_EQ(runs[0], runs[1]) << what << ": dw, db not repeatable";
     }
-    EXPECT_EQ(runs[0], runs[1]) << what << ": dw not repeatable";
   }
 }
 
