@@ -1,8 +1,8 @@
 // LayerNorm, one warp per row (equations in model/cpu/layernorm.cc). The forward optionally adds
 // the residual first (x += residual, then the norm of the sum). The backward takes dx and the
 // weight and bias gradients' partials in one pass (norm_backward.cuh); past its width limit,
-// layernorm_backward_kernel and the gradients' own two fixed-order passes (column_sum.cuh),
-// which RMSNorm's fallback uses too. Either way two runs give the same bits (no atomics).
+// the gradients take two fixed-order passes of their own (norm_param_grads, column_sum.cuh),
+// RMSNorm's too. Either way two runs give the same bits (no atomics).
 #include "model/cuda/column_sum.cuh"
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/norm_backward.cuh"
@@ -35,29 +35,6 @@ __global__ void layernorm_forward_kernel(TensorRef out, float* mean, float* rstd
     store_from_f32(out, x + c,
                    (load_as_f32(inp, x + c) - m) * r * load_as_f32(w, c) + load_as_f32(b, c));
   if (lane == 0) mean[row] = m, rstd[row] = r;
-}
-
-__global__ void layernorm_backward_kernel(TensorRef dinp, TensorView dout, TensorView inp,
-                                          TensorView w, const float* mean, const float* rstd, int N,
-                                          int C) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const size_t x = (size_t)row * C;
-  const float m = mean[row], r = rstd[row];
-  float a = 0.f, bsum = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (load_as_f32(inp, x + c) - m) * r;
-    const float dxhat = load_as_f32(dout, x + c) * load_as_f32(w, c);
-    a += dxhat;
-    bsum += dxhat * xhat;
-  }
-  const float mean_dxhat = warp_sum(a) / C, mean_dxhat_xhat = warp_sum(bsum) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (load_as_f32(inp, x + c) - m) * r;
-    add_from_f32(
-        dinp, x + c,
-        r * (load_as_f32(dout, x + c) * load_as_f32(w, c) - mean_dxhat - xhat * mean_dxhat_xhat));
-  }
 }
 
 // Row n, column c's summands of the norms' parameter gradients: dy * xhat (the weight's) and
@@ -96,11 +73,7 @@ void CudaBackend::layernorm_backward(TensorRef dinp, TensorRef dw_g, TensorRef d
                                      TensorView dout, TensorView inp, TensorView w,
                                      const float* mean, const float* rstd, int N, int C) {
   float *dw = grad_f32(dw_g), *db = grad_f32(db_g);
-  if (norm_backward_tiles<true>(this, stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-    return;
-  launch_kernel(layernorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp,
-                dout, inp, w, mean, rstd, N, C);
-  ZT_CHECK_CUDA(cudaGetLastError());
+  if (!norm_backward_tiles<true>(this, stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
   norm_param_grads(dw, db, dout, inp, mean, rstd, N, C);
 }
 

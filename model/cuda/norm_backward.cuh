@@ -16,17 +16,18 @@ constexpr int kNormTileWarps = 4;   // each takes rows warp, warp + 4, ... of th
 constexpr size_t kNormTileSmem = 227u << 10;  // a block's shared memory on sm_90
 
 // Rows [tile kNormTileRows, +kNormTileRows) of N; kLayer: LayerNorm (mean, and a bias: K = 2),
-// else RMSNorm (K = 1). dinp (N, C) += dx. Each warp sums its rows' K summands into
-// shared-memory rows of its own (lane l owns columns l, l + 32, ..., so no barrier), then the
-// block adds the warps' rows in warp order into partials (tiles, K, C).
+// else RMSNorm (K = 1). dinp (N, C) += dx. With partials, each warp sums its rows' K summands
+// into shared-memory rows of its own (lane l owns columns l, l + 32, ..., so no barrier), then
+// the block adds the warps' rows in warp order into partials (tiles, K, C); null: dx only.
 template <bool kLayer>
 __global__ void norm_backward_tile_kernel(TensorRef dinp, float* partials, TensorView dout,
                                           TensorView inp, TensorView w, const float* mean,
                                           const float* rstd, int N, int C) {
   constexpr int K = kLayer ? 2 : 1;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float* acc = dynamic_smem<float>() + (size_t)warp * K * C;  // this warp's K rows
-  for (int k = 0; k < K; ++k)  // (lane l zeroes the columns it adds to)
+  const bool sums = partials != nullptr;
+  float* acc = sums ? dynamic_smem<float>() + (size_t)warp * K * C : nullptr;  // this warp's rows
+  for (int k = 0; sums && k < K; ++k)  // (lane l zeroes the columns it adds to)
     for (int c = lane; c < C; c += 32) acc[k * C + c] = 0.f;
   const int end = min(N, ((int)blockIdx.x + 1) * kNormTileRows);
   for (int row = blockIdx.x * kNormTileRows + warp; row < end; row += kNormTileWarps) {
@@ -43,10 +44,12 @@ __global__ void norm_backward_tile_kernel(TensorRef dinp, float* partials, Tenso
     for (int c = lane; c < C; c += 32) {
       const float dy = load_as_f32(dout, x + c), xhat = (load_as_f32(inp, x + c) - m) * r;
       add_from_f32(dinp, x + c, r * (dy * load_as_f32(w, c) - mean_dxhat - xhat * mean_dxhat_xhat));
+      if (!sums) continue;
       acc[c] += dy * xhat;
       if (kLayer) acc[C + c] += dy;
     }
   }
+  if (!sums) return;  // (the whole block)
   __syncthreads();
   const float* rows = dynamic_smem<float>();
   for (int i = threadIdx.x; i < K * C; i += blockDim.x) {  // i = k C + c
@@ -57,17 +60,23 @@ __global__ void norm_backward_tile_kernel(TensorRef dinp, float* partials, Tenso
 }
 
 // dinp += dx; dw += the weight gradient, db (LayerNorm; null for RMSNorm) += the bias's, on
-// `stream`: the tile kernel, then the tiles' sum. False (nothing launched) where 4 warps' rows of
-// K C floats pass a block's shared memory (C over 14,528 for RMSNorm, 7,264 for LayerNorm).
+// `stream`: the tile kernel, then the tiles' sum. Where 4 warps' rows of K C floats pass a
+// block's shared memory (C over 14,528 for RMSNorm, 7,264 for LayerNorm), dx alone, and false:
+// the caller sums the gradients in two passes (CudaBackend::norm_param_grads).
 template <bool kLayer>
 bool norm_backward_tiles(CudaBackend* be, cudaStream_t stream, TensorRef dinp, float* dw,
                          float* db, TensorView dout, TensorView inp, TensorView w,
                          const float* mean, const float* rstd, int N, int C) {
   constexpr int K = kLayer ? 2 : 1;
   const size_t smem = (size_t)kNormTileWarps * K * C * sizeof(float);
-  if (smem > kNormTileSmem) return false;
-  if (N <= 0) return true;
   const int tiles = (N + kNormTileRows - 1) / kNormTileRows;
+  if (smem > kNormTileSmem) {
+    if (N > 0)
+      launch_kernel(norm_backward_tile_kernel<kLayer>, tiles, kNormTileWarps * 32, stream, dinp,
+                    nullptr, dout, inp, w, mean, rstd, N, C);
+    return false;
+  }
+  if (N <= 0) return true;
   DeviceBuffer partials(be, (size_t)tiles * K * C * sizeof(float), MemCategory::kWorkspace);
   allow_smem(norm_backward_tile_kernel<kLayer>, smem);
   launch_kernel_smem(norm_backward_tile_kernel<kLayer>, tiles, kNormTileWarps * 32, smem, stream,

@@ -1,6 +1,6 @@
 // RMSNorm, one warp per row (equations in model/cpu/rmsnorm.cc). The backward takes dx and the
-// weight gradient's partials in one pass (norm_backward.cuh); rmsnorm_backward_kernel and a
-// second pass for the weight gradient only past its width limit.
+// weight gradient's partials in one pass (norm_backward.cuh); past its width limit the weight
+// gradient takes two passes of its own (CudaBackend::norm_param_grads).
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/norm_backward.cuh"
 
@@ -27,23 +27,6 @@ __global__ void rmsnorm_forward_kernel(TensorRef out, float* rstd, TensorRef inp
   if (lane == 0) rstd[row] = r;
 }
 
-__global__ void rmsnorm_backward_kernel(TensorRef dinp, TensorView dout, TensorView inp,
-                                        TensorView w, const float* rstd, int N, int C) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const size_t x = (size_t)row * C;
-  const float r = rstd[row];
-  float s = 0.f;
-  for (int c = lane; c < C; c += 32)
-    s += load_as_f32(dout, x + c) * load_as_f32(w, c) * load_as_f32(inp, x + c) * r;
-  const float mean_dxhat_xhat = warp_sum(s) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = load_as_f32(inp, x + c) * r;
-    add_from_f32(dinp, x + c,
-                 r * (load_as_f32(dout, x + c) * load_as_f32(w, c) - xhat * mean_dxhat_xhat));
-  }
-}
-
 }  // namespace
 
 void CudaBackend::rmsnorm_forward(TensorRef out, float* rstd, TensorView inp, TensorView w, int N,
@@ -64,14 +47,9 @@ void CudaBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, Ten
 
 void CudaBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw_g, TensorView dout, TensorView inp,
                                    TensorView w, const float* rstd, int N, int C) {
-  float* dw = grad_f32(dw_g);
-  if (norm_backward_tiles<false>(this, stream_, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N,
-                                 C))
-    return;
-  launch_kernel(rmsnorm_backward_kernel, blocks_for((size_t)N * 32), kThreads, stream_, dinp, dout,
-                inp, w, rstd, N, C);
-  ZT_CHECK_CUDA(cudaGetLastError());
-  norm_param_grads(dw, nullptr, dout, inp, nullptr, rstd, N, C);  // fixed order, no atomics
+  if (!norm_backward_tiles<false>(this, stream_, dinp, grad_f32(dw_g), nullptr, dout, inp, w,
+                                  nullptr, rstd, N, C))
+    norm_param_grads(grad_f32(dw_g), nullptr, dout, inp, nullptr, rstd, N, C);
 }
 
 }  // namespace zt
