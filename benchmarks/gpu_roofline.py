@@ -100,14 +100,17 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
 
     norm = "layernorm" if g2 else "rmsnorm"
 
-    def norm_backward(final=False):  # a norm's dx (added into the residual's), and its
-        reads = 3 if final else 4  # parameters' gradients; the final norm's dx is written
-        K, tiles = (2 if g2 else 1), N // 32 + 1  # one pass: dx and tile partials of 32 rows
+    def norm_backward():  # a norm's dx (added into dinp, zeroed or the residual's
+        # gradient: read and written) and its parameters' gradients, in one pass over tiles of
+        # 32 rows; then the tiles' partials summed in column_sum's two passes
+        K, tiles = (2 if g2 else 1), (N + 31) // 32
         k(f"{norm}_backward", f"{norm} backward, dx and the parameter gradients' tile partials",
           "memory", (14 if g2 else 12) * N * C,
-          reads * BF16 * N * C + 2 * F32 * N + F32 * tiles * K * C)
-        k(f"{norm}_backward", f"{norm} parameter gradients (the tiles' partials summed)",
-          "memory", 0, F32 * (tiles + 2) * K * C)
+          4 * BF16 * N * C + K * F32 * N + F32 * tiles * K * C)
+        k(f"{norm}_backward", f"{norm} parameter gradients (tile partials, pass 1)", "memory",
+          tiles * K * C, F32 * tiles * K * C + F32 * ((tiles + 255) // 256) * K * C)
+        k(f"{norm}_backward", f"{norm} parameter gradients (tile partials, pass 2)", "memory", 0,
+          F32 * ((tiles + 255) // 256 + 2) * K * C)
     # ---- forward ----
     k("embedding_forward", "token + position lookup", "memory", 0,
       BF16 * N * C * (3 if g2 else 2) + 4 * N)
@@ -144,7 +147,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
         k("zero", "zero dlnf and dx (scratch the GEMMs add into)", "memory", 0, 2 * BF16 * N * C)
     gemm("matmul_backward", "classifier dX GEMM", N, C, Vp)
     gemm_dw("matmul_backward", "classifier dW GEMM", Vp, C, N)
-    norm_backward(final=True)
+    norm_backward()
     # ---- backward, per block ----
     for _ in range(L):
         if not beta0:

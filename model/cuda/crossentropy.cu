@@ -62,7 +62,9 @@ __global__ void crossentropy_kernel(TensorRef logits, int ld, float* losses, con
 }
 
 constexpr int kRowThreads = 1024;
-constexpr size_t kMaxRowSmem = 227u << 10;  // sm_90's dynamic shared memory a block
+// sm_90's shared memory a block (227 KiB), less a KiB for the kernel's static shared memory
+// (block_reduce's two arrays: 256 bytes), which counts against the same limit.
+constexpr size_t kMaxRowSmem = (227u << 10) - 1024;
 
 // Row blockIdx.x of logits (T, stride ld, 16-byte aligned rows), its first V columns: thread k
 // takes packs k, k + blockDim.x, ... of the row, each read from device memory once into shared
@@ -108,8 +110,11 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   s = block_reduce<false>(s);
   const float logsum = logf(s) + m;
-  if ((y / kN) % (int)blockDim.x == (int)threadIdx.x)  // the thread whose pack holds z[y]
+  if (y >= V) {  // a target past the vocabulary: no z[y] to read (the caller's error)
+    if (threadIdx.x == 0) losses[blockIdx.x] = NAN;
+  } else if ((y / kN) % (int)blockDim.x == (int)threadIdx.x) {  // the pack holding z[y]
     losses[blockIdx.x] = logsum - to_f32(z[y / kN].v[y % kN]);
+  }
   if (!grad) return;
   for (int i = threadIdx.x; i < packs; i += blockDim.x) {
     Pack16<T> p = z[i];

@@ -74,7 +74,7 @@ void CudaBackend::layernorm_backward(TensorRef dinp, TensorRef dw_g, TensorRef d
                                      const float* mean, const float* rstd, int N, int C) {
   float *dw = grad_f32(dw_g), *db = grad_f32(db_g);
   if (!norm_backward_tiles<true>(this, stream_, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-  norm_param_grads(dw, db, dout, inp, mean, rstd, N, C);
+    norm_param_grads(dw, db, dout, inp, mean, rstd, N, C);
 }
 
 void CudaBackend::norm_param_grads(float* dw, float* db, TensorView dout, TensorView inp,

@@ -59,8 +59,21 @@ __global__ void norm_backward_tile_kernel(TensorRef dinp, float* partials, Tenso
   }
 }
 
+// The tiles' partials (tiles, K, C) as column_sums reads its rows: tile n's K values of column c.
+template <int K>
+struct TilePartials {
+  const float* p;
+  int C;
+  __device__ void operator()(int n, int c, float (&v)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = p[((size_t)n * K + k) * C + c];
+  }
+};
+
 // dinp += dx; dw += the weight gradient, db (LayerNorm; null for RMSNorm) += the bias's, on
-// `stream`: the tile kernel, then the tiles' sum. Where 4 warps' rows of K C floats pass a
+// `stream`: the tile kernel, then the tiles' partials summed over the tiles by column_sums' two
+// passes (a block per 32 columns and 256 tiles, then the few sums of those: parallel where one
+// thread a column adding every tile in turn would take N / 32 dependent loads). Where 4 warps' rows of K C floats pass a
 // block's shared memory (C over 14,528 for RMSNorm, 7,264 for LayerNorm), dx alone, and false:
 // the caller sums the gradients in two passes (CudaBackend::norm_param_grads).
 template <bool kLayer>
@@ -84,8 +97,7 @@ bool norm_backward_tiles(CudaBackend* be, cudaStream_t stream, TensorRef dinp, f
   ColumnSumDst<K> dst;
   dst.p[0] = dw;
   if constexpr (kLayer) dst.p[1] = db;
-  launch_kernel(column_sum_kernel<K>, blocks_for(C), kThreads, stream, dst,
-                (const float*)partials.f32(), tiles, C);
+  column_sums<K>(be, stream, dst, TilePartials<K>{partials.f32(), C}, tiles, C);
   return true;
 }
 

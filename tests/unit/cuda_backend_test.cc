@@ -551,12 +551,13 @@ TEST_F(CudaVsCpu, NormsForwardBackward) {
 
 // The norms' backward takes dx and the parameter gradients' partials in one pass over tiles of
 // 32 rows (4 warps, norm_backward.cuh): rows fewer than a warp's share, not a multiple of the
-// tile, and widths from 67 to 4100 (64-131 KB of shared memory, past the 48 KiB default) and
-// 15000 (past a block's shared memory: the two-pass path). dx, dw and db are added to what they
+// tile, and widths from 67 to 4100 (64-131 KB of shared memory, past the 48 KiB default), 8000
+// (LayerNorm's two rows a warp past a block's shared memory, RMSNorm's one not) and 15000 (both
+// past it: dx alone, then the gradients' two passes). dx, dw and db are added to what they
 // held. Into zeros twice: the same bits.
 TEST_F(CudaVsCpu, NormBackwardsOverTilesMatchTheCpu) {
-  for (auto [N, C] :
-       {std::pair{3, 67}, std::pair{33, 200}, std::pair{37, 4100}, std::pair{3, 15000}}) {
+  for (auto [N, C] : {std::pair{3, 67}, std::pair{33, 200}, std::pair{37, 4100}, std::pair{3, 8000},
+                      std::pair{3, 15000}}) {
     for (bool layer : {false, true}) {
       const size_t NC = (size_t)N * C;
       auto x = make(NC, 1, 1), dy = make(NC, 1, 2), w = make(C, 1, 3), b = make(C, 1, 6),
@@ -771,6 +772,14 @@ TEST_F(CudaVsCpu, CrossEntropyOverVocabulariesAndDtypesMatchesTheCpu) {
     EXPECT_LE(worst, (t == DType::kF32 ? 1e-6 : 8e-3) * maxref) << what << " dlogits";
     EXPECT_EQ(*std::max_element(&g[ld], &g[ld] + V), 0.f) << what << ": the ignored row";
     EXPECT_EQ(*std::min_element(&g[ld], &g[ld] + V), 0.f) << what << ": the ignored row";
+    // The loss alone (scale 0, evaluation): the same losses, the logits left as they were.
+    gpu_->copy_to_device(zg.data(), pt.data(), pt.size());
+    auto eval = zeros(N);
+    cpu_->copy_to_device(eval.cp(), losses.cp(), N * 4);  // the CPU's losses, for expect_close
+    gpu_->crossentropy_forward_backward({zg.data(), t}, ld, eval.gp(), (int*)yg.data(), N, V, 0.f);
+    expect_close(eval, 1e-5, (what + " loss, no gradient").c_str());
+    gpu_->copy_to_host(got.data(), zg.data(), got.size());
+    EXPECT_EQ(got, pt) << what << ": scale 0 wrote the logits";
   }
 }
 
