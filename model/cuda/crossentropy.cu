@@ -7,9 +7,9 @@
 // shared memory for the sum and the gradient, and writes the gradient: the logits cost one read
 // and one write (the roofline's budget, benchmarks/gpu_roofline.py), where reading them again
 // for the max, the sum and the gradient cost three reads. It takes rows starting on 16-byte
-// boundaries that fit a block's shared memory (227 KiB: 116,224 16-bit logits, 58,112 fp32;
-// GPT-2's 50,304 bf16 logits take 2 blocks an SM). crossentropy_kernel, reading the dtype at run
-// time, takes the rest.
+// boundaries that fit a block's shared memory (226 KiB past its static arrays: 115,712 16-bit
+// logits, 57,856 fp32; GPT-2's 50,304 bf16 logits take 2 blocks an SM). crossentropy_kernel,
+// reading the dtype at run time, takes the rest.
 #include <algorithm>
 
 #include "model/cuda/cuda_backend.cuh"
@@ -62,9 +62,9 @@ __global__ void crossentropy_kernel(TensorRef logits, int ld, float* losses, con
 }
 
 constexpr int kRowThreads = 1024;
-// sm_90's shared memory a block (227 KiB), less a KiB for the kernel's static shared memory
-// (block_reduce's two arrays: 256 bytes), which counts against the same limit.
-constexpr size_t kMaxRowSmem = (227u << 10) - 1024;
+// A block's shared memory, less a KiB for the kernel's static shared memory (block_reduce's two
+// arrays: 256 bytes), which counts against the same limit.
+constexpr size_t kMaxRowSmem = kMaxBlockSmem - 1024;
 
 // Row blockIdx.x of logits (T, stride ld, 16-byte aligned rows), its first V columns: thread k
 // takes packs k, k + blockDim.x, ... of the row, each read from device memory once into shared

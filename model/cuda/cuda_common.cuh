@@ -62,6 +62,9 @@ void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t stream, 
   launch_kernel_smem(k, grid, block, 0, stream, std::forward<A>(args)...);
 }
 
+// The shared memory a block may have on sm_90, static and dynamic together (the opt-in limit).
+constexpr size_t kMaxBlockSmem = 227u << 10;
+
 // A kernel's dynamic shared memory, opted in above 48 KiB. The attribute is the current
 // device's, so it is set at every launch (a host call of a microsecond or so).
 template <class K>

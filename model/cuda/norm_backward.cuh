@@ -13,7 +13,6 @@ namespace zt {
 
 constexpr int kNormTileRows = 32;   // rows a block: N = 8192 makes 256 blocks
 constexpr int kNormTileWarps = 4;   // each takes rows warp, warp + 4, ... of the tile
-constexpr size_t kNormTileSmem = 227u << 10;  // a block's shared memory on sm_90
 
 // Rows [tile kNormTileRows, +kNormTileRows) of N; kLayer: LayerNorm (mean, and a bias: K = 2),
 // else RMSNorm (K = 1). dinp (N, C) += dx. With partials, each warp sums its rows' K summands
@@ -83,7 +82,7 @@ bool norm_backward_tiles(CudaBackend* be, cudaStream_t stream, TensorRef dinp, f
   constexpr int K = kLayer ? 2 : 1;
   const size_t smem = (size_t)kNormTileWarps * K * C * sizeof(float);
   const int tiles = (N + kNormTileRows - 1) / kNormTileRows;
-  if (smem > kNormTileSmem) {
+  if (smem > kMaxBlockSmem) {
     if (N > 0)
       launch_kernel(norm_backward_tile_kernel<kLayer>, tiles, kNormTileWarps * 32, stream, dinp,
                     nullptr, dout, inp, w, mean, rstd, N, C);

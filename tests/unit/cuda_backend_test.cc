@@ -105,6 +105,17 @@ class CudaVsCpu : public ::testing::Test {
     return p;
   }
   Typed zeros_typed(size_t n, DType t) { return make_typed(n, t, 0.f); }
+  // z's (N, V) values as the CUDA backend keeps the classifier's logits: rows of ld in z.t, and
+  // 1e4 (a value that would win any softmax) in every padding column. The bytes, for the device.
+  std::vector<char> padded_logits(Typed& z, int N, int V, int ld) {
+    std::vector<float> h((size_t)N * V);
+    cpu_->copy_to_host(h.data(), z.c.data(), h.size() * 4);
+    std::vector<float> padded((size_t)N * ld, 1e4f);
+    for (int n = 0; n < N; ++n) std::copy_n(&h[(size_t)n * V], V, &padded[(size_t)n * ld]);
+    std::vector<char> bytes(padded.size() * dtype_size(z.t));
+    convert(padded.data(), DType::kF32, bytes.data(), z.t, padded.size());
+    return bytes;
+  }
   // n bf16 elements on each backend: a gradient the optimizers read, or the working copy they
   // write.
   struct Bf16Pair {
@@ -738,12 +749,7 @@ TEST_F(CudaVsCpu, CrossEntropyOverVocabulariesAndDtypesMatchesTheCpu) {
     cpu_->copy_to_device(yc.data(), y.data(), N * 4);
     gpu_->copy_to_device(yg.data(), y.data(), N * 4);
     auto z = make_typed((size_t)N * V, t, 3.f, V);
-    std::vector<float> h((size_t)N * V);
-    cpu_->copy_to_host(h.data(), z.c.data(), h.size() * 4);
-    std::vector<float> padded((size_t)N * ld, 1e4f);
-    for (int n = 0; n < N; ++n) std::copy_n(&h[(size_t)n * V], V, &padded[(size_t)n * ld]);
-    std::vector<char> pt(padded.size() * dtype_size(t));
-    convert(padded.data(), DType::kF32, pt.data(), t, padded.size());
+    const std::vector<char> pt = padded_logits(z, N, V, ld);
     float pad = 0;  // 1e4 as t holds it
     convert(pt.data() + (size_t)V * dtype_size(t), t, &pad, DType::kF32, 1);
     DeviceBuffer zg(gpu_.get(), pt.size(), MemCategory::kWorkspace);
@@ -800,14 +806,9 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
   gpu_->copy_to_device(yg.data(), tgt.data(), N * 4);
   // The GPU's (N, ld) logits: the CPU's (N, V) values, then 1e4 in every padding column.
   auto z = make_typed((size_t)N * V, t, 3.f, 7);
-  std::vector<float> h((size_t)N * V);
-  cpu_->copy_to_host(h.data(), z.c.data(), h.size() * 4);
-  std::vector<float> padded((size_t)N * ld, 1e4f);
-  for (int n = 0; n < N; ++n) std::copy_n(&h[(size_t)n * V], V, &padded[(size_t)n * ld]);
-  std::vector<uint16_t> p16(padded.size());
-  convert(padded.data(), DType::kF32, p16.data(), t, padded.size());
-  DeviceBuffer zg(gpu_.get(), p16.size() * 2, MemCategory::kWorkspace);
-  gpu_->copy_to_device(zg.data(), p16.data(), p16.size() * 2);
+  const std::vector<char> p16 = padded_logits(z, N, V, ld);
+  DeviceBuffer zg(gpu_.get(), p16.size(), MemCategory::kWorkspace);
+  gpu_->copy_to_device(zg.data(), p16.data(), p16.size());
   auto losses = zeros(N);
   cpu_->crossentropy_forward_backward(z.cp(), V, losses.cp(), (int*)yc.data(), N, V, 0.5f);
   gpu_->crossentropy_forward_backward({zg.data(), t}, ld, losses.gp(), (int*)yg.data(), N, V, 0.5f);
@@ -824,7 +825,7 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
   expect_close(db, 4e-3, "bias gradient from padded dlogits (bf16-rounded dlogits)");
   // And its forward writes rows of stride ld, leaving the padding alone.
   DeviceBuffer out(gpu_.get(), (size_t)N * ld * 2, MemCategory::kWorkspace);
-  gpu_->copy_to_device(out.data(), p16.data(), p16.size() * 2);
+  gpu_->copy_to_device(out.data(), p16.data(), p16.size());
   auto out_c = zeros((size_t)N * V);
   cpu_->matmul_forward(out_c.cp(), x.cp(), w.cp(), nullptr, N, C, V);
   gpu_->matmul_forward({out.data(), t}, x.gp(), w.gp(), nullptr, N, C, V, ld);
