@@ -32,6 +32,7 @@
 #endif
 #include "offload/cpu_optimizer.h"
 #include "offload/param_offload.h"
+#include "tests/unit/nan_max.h"
 #include "zero/engine.h"
 #include "zero/estimator.h"
 #include "zero/mpi_comm.h"
@@ -492,11 +493,11 @@ TEST_F(ZeroStages, ClippedStepMatchesPyTorchDdp) {
         double gmax = 0;
         for (float g : cg) gmax = std::max(gmax, (double)std::fabs(g));
         for (size_t i = begin; i < end; ++i) {
-          worst_m = std::max(worst_m, std::fabs(m[i - begin] / (1.0 - beta1) - cg[i]) / gmax);
+          worst_m = nan_max(worst_m, std::fabs(m[i - begin] / (1.0 - beta1) - cg[i]) / gmax);
           // Where the gradient's sign is sure, step 1 moves the weight by lr (AdamW's first
           // step is lr * sign), so the weights after must agree to a small part of lr.
           if (std::fabs(cg[i]) > 10 * k.tol_elem * gmax)
-            worst_step = std::max(worst_step, std::fabs(master[i - begin] - after[i]) / lr);
+            worst_step = nan_max(worst_step, std::fabs(master[i - begin] - after[i]) / lr);
         }
       }
       EXPECT_LE(worst_m, k.tol_elem) << what << ": Adam's m against the clipped gradient";

@@ -17,6 +17,7 @@
 #include "model/cpu/optimizer_step.h"
 #include "model/newton_schulz.h"
 #include "tests/unit/json_fixture.h"
+#include "tests/unit/nan_max.h"
 
 namespace zt {
 namespace {
@@ -73,7 +74,7 @@ void expect_matches(const nlohmann::json& c, const std::vector<float>& got, cons
   for (size_t k = 0; k < want.size(); ++k) {
     const double w = want[k], gv = got[k * stride];
     const double e = std::fabs(gv - w) / (per_element ? std::fabs(w) : scale);
-    if (e > worst) worst = e, at = k;
+    if (std::isnan(e) || e > worst) worst = e, at = k;  // a NaN fails, and stays
   }
   EXPECT_LE(worst, 1e-6) << what << " " << key << " at element " << at * stride << ": "
                          << got[at * stride] << " vs " << want[at].get<double>();
@@ -355,7 +356,7 @@ TEST(Muon, MatchesTheReferenceInOnePieceOrMany) {
     for (const auto& w : want) scale = std::max(scale, std::fabs(w.get<double>()));
     for (size_t i = 0; i < n; ++i) {
       const double w = want[i];
-      worst = std::max(worst, std::fabs(got[i] - w) / (per_element ? std::fabs(w) : scale));
+      worst = nan_max(worst, std::fabs(got[i] - w) / (per_element ? std::fabs(w) : scale));
     }
     EXPECT_LE(worst, 1e-6) << key;
   };

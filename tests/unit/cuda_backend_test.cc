@@ -20,6 +20,7 @@
 #include "zero/engine.h"
 #ifdef ZT_HAVE_CUDA
 #include "model/cuda/cuda_backend.h"
+#include "tests/unit/nan_max.h"
 #endif
 #ifdef ZT_CUDA_EMU
 #include <cublasLt.h>      // the emulation's: zt::emu::cublaslt_heuristic_calls
@@ -76,7 +77,7 @@ class CudaVsCpu : public ::testing::Test {
     gpu_->copy_to_host(b.data(), p.g.data(), p.n * 4);
     double worst = 0, maxref = 0;
     for (size_t i = 0; i < p.n; ++i) {
-      worst = std::max(worst, (double)std::fabs(a[i] - b[i]));
+      worst = nan_max(worst, (double)std::fabs(a[i] - b[i]));
       maxref = std::max(maxref, (double)std::fabs(a[i]));
     }
     EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what;
@@ -139,7 +140,7 @@ class CudaVsCpu : public ::testing::Test {
     convert(bt.data(), p.t, b.data(), DType::kF32, p.n);
     double worst = 0, maxref = 0;
     for (size_t i = 0; i < p.n; ++i) {
-      worst = std::max(worst, (double)std::fabs(a[i] - b[i]));
+      worst = nan_max(worst, (double)std::fabs(a[i] - b[i]));
       maxref = std::max(maxref, (double)std::fabs(a[i]));
     }
     EXPECT_LE(worst, tol * std::max(1.0, maxref)) << what << " (" << dtype_name(p.t) << ")";
@@ -447,7 +448,7 @@ TEST_F(CudaVsCpu, SixteenBitWeightsInMatmulAndNorms) {
     cpu_->copy_to_host(a.data(), out.cp(), out.n * 4);
     cpu_->copy_to_host(e.data(), exact.cp(), out.n * 4);
     double diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, (double)std::fabs(a[i] - e[i]));
+    for (size_t i = 0; i < a.size(); ++i) diff = nan_max(diff, (double)std::fabs(a[i] - e[i]));
     EXPECT_GT(diff, 1e-4) << name << ": the operands were not rounded";
     EXPECT_LT(diff, 0.5) << name;
     cpu_->matmul_backward(dinp.cp(), dw.cp(), nullptr, dout.cp(), inp.cp(), w16c, N, C, OC);
@@ -768,7 +769,7 @@ TEST_F(CudaVsCpu, CrossEntropyOverVocabulariesAndDtypesMatchesTheCpu) {
     double worst = 0, maxref = 0;
     for (int n = 0; n < N; ++n) {
       for (int v = 0; v < V; ++v) {
-        worst = std::max(worst, (double)std::fabs(g[(size_t)n * ld + v] - want[(size_t)n * V + v]));
+        worst = nan_max(worst, (double)std::fabs(g[(size_t)n * ld + v] - want[(size_t)n * V + v]));
         maxref = std::max(maxref, (double)std::fabs(want[(size_t)n * V + v]));
       }
       for (int v = V; v < ld; ++v)
@@ -838,7 +839,7 @@ TEST_F(CudaVsCpu, PaddedSixteenBitLogitsMatchTheCpu) {
   for (int n = 0; n < N; ++n) {
     for (int v = 0; v < V; ++v) {
       const float r = want[(size_t)n * V + v];
-      worst = std::max(worst, (double)std::fabs(gotf[(size_t)n * ld + v] - r));
+      worst = nan_max(worst, (double)std::fabs(gotf[(size_t)n * ld + v] - r));
       maxref = std::max(maxref, (double)std::fabs(r));
     }
     for (int v = V; v < ld; ++v)  // 1e4 as bf16 holds it: 9984

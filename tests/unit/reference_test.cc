@@ -19,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/nan_max.h"
 #include "trainer/device.h"
 #include "trainer/ds_config.h"
 #include "trainer/engine_options.h"
@@ -107,7 +108,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   double d = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    d = std::max(d, (double)std::fabs(a[i] - b[i]));
+    d = nan_max(d, (double)std::fabs(a[i] - b[i]));
   return d;
 }
 
@@ -142,7 +143,7 @@ void check_forward_backward(const std::string& name) {
       double max_ref = 0, diff = 0;
       for (size_t i = begin; i < begin + len; ++i) {
         max_ref = std::max(max_ref, (double)std::fabs(ref[i]));
-        diff = std::max(diff, (double)std::fabs(ours[i] - ref[i]));
+        diff = nan_max(diff, (double)std::fabs(ours[i] - ref[i]));
       }
       EXPECT_GT(max_ref, 0) << p.hf_name;
       EXPECT_LE(diff, 1e-4 * max_ref) << "grad of " << p.hf_name;
@@ -271,8 +272,8 @@ void check_context(const std::string& name, int max_seq_len, int T) {
   double max_diff = 0;
   for (int b = 0; b < B; ++b)
     for (size_t i = 0; i < (size_t)T * V; ++i)
-      max_diff = std::max(max_diff, (double)std::fabs(logits[(size_t)b * T * V + i] -
-                                                      ref[(size_t)b * full * V + i]));
+      max_diff = nan_max(max_diff, (double)std::fabs(logits[(size_t)b * T * V + i] -
+                                                     ref[(size_t)b * full * V + i]));
   EXPECT_LE(max_diff, 2e-4) << name << " max_seq_len " << max_seq_len;
 }
 TEST(Reference, ShorterGpt2ContextKeepsItsFirstPositions) { check_context("tiny_gpt2", 5, 5); }
@@ -450,7 +451,7 @@ TEST(Reference, DsConfigTrainingKeysMatchDeepSpeed) {
       const auto r =
           l.model->forward(*l.engine, fx.tokens.data(), fx.targets.data(), fx.B, fx.T, 1.f);
       l.model->backward(*l.engine);
-      worst = std::max(worst, std::fabs(r.loss - want[s]));
+      worst = nan_max(worst, std::fabs(r.loss - want[s]));
       apart = std::max(apart, std::fabs(want[s] - base[s]));
       // Muon's AdamW half takes its rate from engine_options' second_group_lr.
       const double lr = lr_at(ds->scheduler, ds->optimizer.lr, l.engine->steps_taken());
