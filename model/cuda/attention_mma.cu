@@ -6,9 +6,12 @@
 //
 // A block is 4 warps; each warp owns 16 rows (query rows in the forward and dQ kernels, key
 // rows in the dK/dV kernel), so a block covers 64. Operands are staged in shared memory as
-// 16-bit tiles, zero past T and past hd (the head is padded up to HD, a multiple of 16, so any
-// hd <= 128 runs); a tile that is read as the "k-major" operand of a product is staged
-// transposed, so every fragment is read as 32-bit pairs.
+// row-major 16-bit tiles, zero past T and past hd (the head is padded up to HD, a multiple of
+// 16, so any hd <= 128 runs), with cp.async (model/cuda/async_copy.cuh): the tiles the loop
+// walks are double-buffered, the next one in flight while the products run on this one.
+// Fragments come from the tiles by ldmatrix (model/cuda/mma.cuh), .trans for an operand whose k
+// runs down the tile (V in P V, K in dS K, dO in P^T dO, Q in dS^T Q); rows padded by 16 bytes
+// keep its eight row reads on distinct banks.
 // - Forward: per key tile of 64, S = Q K^T, online softmax (running max m, sum l per row), then
 //   P (rounded to 16 bits, as FlashAttention) times V into the fp32 output accumulator. Saves
 //   lse = ln(sum_j exp(s_j)) per row.
@@ -23,6 +26,7 @@
 //   starts after the block's keys.
 #include <type_traits>
 
+#include "model/cuda/async_copy.cuh"
 #include "model/cuda/attention.cuh"
 #include "model/cuda/cuda_backend.cuh"
 #include "model/cuda/mma.cuh"
@@ -35,37 +39,26 @@ constexpr int kKeysFwd = 64;  // key tile of the forward
 constexpr int kTileBwd = 32;  // key tile of dQ, query tile of dK/dV
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-// Rows [r0, r0 + n) of one head's hd columns (row r at src + r * stride) into a 16-bit tile:
-// tile[r][c] (ld elements a row), or tile[c][r] when transposed; zeros past T and past hd.
-// Row-major tiles move 16 bytes (8 columns of a row) a thread when hd, the stride and src allow
-// it, a row's pieces on neighbouring threads (coalesced). Transposed tiles take neighbouring rows
-// on neighbouring threads, so that their 2-byte stores fill consecutive shared-memory words (no
-// bank conflicts); their 16-byte form spilled registers in the dK/dV kernel at HD 96. `kWide`
-// false keeps 2-byte loads: 16-byte row-major staging also spills there (ptxas stays at 168
-// registers), so the dK/dV kernel at HD 96 stages in 2-byte pieces.
-struct alignas(16) Words4 {
-  uint32_t w0, w1, w2, w3;
-};
-
-template <int HD, bool kWide = true>
-__device__ void stage(uint16_t* tile, int ld, bool transposed, const uint16_t* src, size_t stride,
-                      int r0, int n, int T, int hd) {
-  if (kWide && !transposed && hd % 8 == 0 && stride % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+// Rows [r0, r0 + n) of one head's hd columns (row r at src + r * stride) into a row-major
+// 16-bit tile (ld elements a row), zeros past T and past hd. In 16-byte cp.async pieces, a row's
+// pieces on neighbouring threads (coalesced), when hd, the stride and src allow it: they land at
+// the caller's cp_async_wait. Otherwise (odd head sizes or strides) in 2-byte stores, done on
+// return. Either way the caller commits a group, waits for it, then synchronises the block.
+template <int HD>
+__device__ void stage(uint16_t* tile, int ld, const uint16_t* src, size_t stride, int r0, int n,
+                      int T, int hd) {
+  if (hd % 8 == 0 && stride % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     constexpr int kPieces = HD / 8;  // 16-byte pieces a tile row
     for (int e = threadIdx.x; e < n * kPieces; e += blockDim.x) {
       const int r = e / kPieces, c = 8 * (e % kPieces);
-      Words4 v{0, 0, 0, 0};
-      if (r0 + r < T && c < hd)
-        v = *reinterpret_cast<const Words4*>(src + (size_t)(r0 + r) * stride + c);
-      *reinterpret_cast<Words4*>(tile + r * ld + c) = v;
+      const bool in = r0 + r < T && c < hd;
+      cp_async16(tile + r * ld + c, in ? src + (size_t)(r0 + r) * stride + c : src, in);
     }
     return;
   }
   for (int e = threadIdx.x; e < n * HD; e += blockDim.x) {
-    const int r = transposed ? e % n : e / HD, c = transposed ? e / n : e % HD;
-    const uint16_t v = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
-    tile[transposed ? c * ld + r : r * ld + c] = v;
+    const int r = e / HD, c = e % HD;
+    tile[r * ld + c] = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
   }
 }
 
@@ -95,68 +88,88 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c0)[4], con
   a[3] = pack2<T>(c1[2], c1[3]);
 }
 
-// acc[n] += A_kk B_kk,n over k-steps kk < KT, for the NT n-tiles of 8: B's column n * 8 + g is
-// the 16-bit tile's row n * 8 + g (ld elements a row), its k the tile's columns kk * 16 ...
-// A from registers (a[kk]: Q or dO fragments) ...
-template <class T, int KT, int NT>
+// acc[n] += A_kk B_kk,n over k-steps kk < KT, for the NT (even) n-tiles of 8, B read from a
+// row-major 16-bit tile (ld elements a row): with kTrans false B is the tile transposed (B's
+// column n is tile row n, its k the tile's columns kk * 16 ..), with kTrans true the tile itself
+// (B's k is tile row kk * 16 .., its column n the tile's column n). A from registers (a[kk]: Q,
+// dO, K or V fragments) ...
+template <class T, bool kTrans, int NT>
+__device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&a)[4],
+                                         const uint16_t* tile, int ld, int kk) {
+#pragma unroll
+  for (int n = 0; n < NT; n += 2) {
+    uint32_t b[2][2];
+    if constexpr (kTrans)
+      load_b2_trans(b, tile, ld, n * 8, kk * 16);
+    else
+      load_b2(b, tile, ld, n * 8, kk * 16);
+    mma_m16n8k16<T>(acc[n], a, b[0]);
+    mma_m16n8k16<T>(acc[n + 1], a, b[1]);
+  }
+}
+template <class T, bool kTrans, int KT, int NT>
 __device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const uint32_t (&a)[KT][4],
                                             const uint16_t* tile, int ld) {
 #pragma unroll
-  for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      uint32_t b[2];
-      load_b(b, tile, ld, n * 8, kk * 16);
-      mma_m16n8k16<T>(acc[n], a[kk], b);
-    }
+  for (int kk = 0; kk < KT; ++kk) mma_step<T, kTrans>(acc, a[kk], tile, ld, kk);
 }
 // ... or from an fp32 C-fragment tile (16 x 16 KT: P or dS), rounded to T.
-template <class T, int N8, int NT>  // N8 = 2 KT n-tiles of c
+template <class T, bool kTrans, int N8, int NT>  // N8 = 2 KT n-tiles of c
 __device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const float (&c)[N8][4],
                                             const uint16_t* tile, int ld) {
 #pragma unroll
   for (int kk = 0; kk < N8 / 2; ++kk) {
     uint32_t a[4];
     to_a<T>(a, c[2 * kk], c[2 * kk + 1]);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      uint32_t b[2];
-      load_b(b, tile, ld, n * 8, kk * 16);
-      mma_m16n8k16<T>(acc[n], a, b);
-    }
+    mma_step<T, kTrans>(acc, a, tile, ld, kk);
   }
 }
 
+// Shared memory: the block's 64 rows (Q, and dO in the dQ kernel; K and V in the dK/dV
+// kernel), then two buffers of the tiles the loop walks (K and V; Q and dO, with each query's
+// lse, D and first key).
 template <int HD>
 constexpr size_t forward_smem() {
-  return (2 * kRows * (HD + 8) + HD * (kKeysFwd + 8)) * sizeof(uint16_t);
+  return (kRows + 2 * 2 * kKeysFwd) * (HD + 8) * sizeof(uint16_t);
 }
 template <int HD>
 constexpr size_t dq_smem() {
-  return (2 * kRows * (HD + 8) + 2 * kTileBwd * (HD + 8) + HD * (kTileBwd + 8)) * sizeof(uint16_t);
+  return (2 * kRows + 2 * 2 * kTileBwd) * (HD + 8) * sizeof(uint16_t);
 }
 template <int HD>
 constexpr size_t dkv_smem() {
-  return (2 * kRows * (HD + 8) + 2 * kTileBwd * (HD + 8) + 2 * HD * (kTileBwd + 8)) *
-             sizeof(uint16_t) +
-         2 * kTileBwd * sizeof(float) + kTileBwd * sizeof(int);
+  return (2 * kRows + 2 * 2 * kTileBwd) * (HD + 8) * sizeof(uint16_t) +
+         2 * kTileBwd * (2 * sizeof(float) + sizeof(int));
 }
 
 // Query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y).
+// (At HD 96 packed, ptxas aims at three blocks an SM and spills 12 bytes; two as the minimum
+// lets it keep them in registers. At HD 64, four blocks, 128 registers, spill 52 bytes.)
 template <class T, int HD, bool kPacked>
-__global__ void __launch_bounds__(kThreadsMma)
+__global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
     mma_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s) {
-  constexpr int LD = HD + 8, LDV = kKeysFwd + 8;
+  constexpr int LD = HD + 8, kTile = kKeysFwd * LD;
   uint16_t* qs = dynamic_smem<uint16_t>();  // [64][LD]
-  uint16_t* ks = qs + kRows * LD;           // [64][LD]
-  uint16_t* vt = ks + kKeysFwd * LD;        // [HD][LDV]: V transposed
+  uint16_t* kv = qs + kRows * LD;           // [2 buffers][K, V][64][LD]
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // The last query blocks, which have the most keys, first (FlashAttention-2's order).
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, wrow = q0 + w * 16;
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
-  stage<HD>(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
+  const uint16_t* kh = x + (size_t)(s.NH + kvh) * s.hd;
+  const uint16_t* vh = x + (size_t)(s.NH + s.KVH + kvh) * s.hd;
+  auto stage_kv = [&](int j0, int buf) {
+    stage<HD>(kv + 2 * buf * kTile, LD, kh, s.row, j0, kKeysFwd, s.T, s.hd);
+    stage<HD>(kv + (2 * buf + 1) * kTile, LD, vh, s.row, j0, kKeysFwd, s.T, s.hd);
+  };
+  const int last = min(s.T - 1, q0 + kRows - 1);
+  const int j_first = first_key<kPacked>(s, b, q0) / kKeysFwd * kKeysFwd;  // <= q0 <= last
+  stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
+  cp_async_commit();
+  stage_kv(j_first, 0);
+  cp_async_commit();
+  cp_async_wait<1>();  // Q (the first key tile may still be in flight)
   __syncthreads();
   uint32_t qa[HD / 16][4];
 #pragma unroll
@@ -164,21 +177,22 @@ __global__ void __launch_bounds__(kThreadsMma)
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = s.scale * kLog2e;  // scores in the exp2 domain
-  const int last = min(s.T - 1, q0 + kRows - 1);
   int first[2];  // each row's first key (its example's start; 0 past T)
 #pragma unroll
   for (int r = 0; r < 2; ++r) first[r] = rows[r] < s.T ? first_key<kPacked>(s, b, rows[r]) : 0;
   const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
-  for (int j0 = first_key<kPacked>(s, b, q0) / kKeysFwd * kKeysFwd; j0 <= last; j0 += kKeysFwd) {
-    __syncthreads();  // the previous tile is no longer read
-    stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T, s.hd);
-    stage<HD>(vt, LDV, true, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kKeysFwd, s.T,
-              s.hd);
+  for (int j0 = j_first, buf = 0; j0 <= last; j0 += kKeysFwd, buf ^= 1) {
+    __syncthreads();  // the other buffer's tile is no longer read
+    if (j0 + kKeysFwd <= last) stage_kv(j0 + kKeysFwd, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's copies, the next one's still in flight
     __syncthreads();
+    const uint16_t* ks = kv + 2 * buf * kTile;
+    const uint16_t* vs = ks + kTile;
     // Every key of the tile comes after the warp's rows, or before their examples.
     if (j0 > wrow + 15 || j0 + kKeysFwd <= wfirst) continue;
     float sc[kKeysFwd / 8][4] = {};
-    mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
+    mma_by_tile<T, false>(sc, qa, ks, LD);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int n = 0; n < kKeysFwd / 8; ++n)
@@ -207,7 +221,7 @@ __global__ void __launch_bounds__(kThreadsMma)
         sc[n][i] = exp2f(sc[n][i] - base[i / 2]);
         l[i / 2] += sc[n][i];
       }
-    mma_by_tile<T>(o, sc, vt, LDV);  // O += P V
+    mma_by_tile<T, true>(o, sc, vs, LD);  // O += P V
   }
   uint16_t* y = static_cast<uint16_t*>(out.data);
 #pragma unroll
@@ -234,12 +248,10 @@ template <class T, int HD, bool kPacked>
 __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
     mma_backward_dq_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
                            const float* lse, AttnShape s) {
-  constexpr int LD = HD + 8, LDT = kTileBwd + 8;
+  constexpr int LD = HD + 8, kTile = kTileBwd * LD;
   uint16_t* qs = dynamic_smem<uint16_t>();  // [64][LD]
   uint16_t* dos = qs + kRows * LD;          // [64][LD]
-  uint16_t* ks = dos + kRows * LD;          // [32][LD]
-  uint16_t* vs = ks + kTileBwd * LD;        // [32][LD]
-  uint16_t* kt = vs + kTileBwd * LD;        // [HD][LDT]: K transposed
+  uint16_t* kv = dos + kRows * LD;          // [2 buffers][K, V][32][LD]
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / s.group;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // The last query blocks, which have the most keys, first (FlashAttention-2's order).
@@ -247,8 +259,20 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
-  stage<HD>(qs, LD, false, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
-  stage<HD>(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd);
+  const uint16_t* kh = x + (size_t)(s.NH + kvh) * s.hd;
+  const uint16_t* vh = x + (size_t)(s.NH + s.KVH + kvh) * s.hd;
+  auto stage_kv = [&](int j0, int buf) {
+    stage<HD>(kv + 2 * buf * kTile, LD, kh, s.row, j0, kTileBwd, s.T, s.hd);
+    stage<HD>(kv + (2 * buf + 1) * kTile, LD, vh, s.row, j0, kTileBwd, s.T, s.hd);
+  };
+  const int last = min(s.T - 1, q0 + kRows - 1);
+  const int j_first = first_key<kPacked>(s, b, q0) / kTileBwd * kTileBwd;  // <= q0 <= last
+  stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
+  stage<HD>(dos, LD, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd);
+  cp_async_commit();
+  stage_kv(j_first, 0);
+  cp_async_commit();
+  cp_async_wait<1>();  // Q and dO (the first key tile may still be in flight)
   __syncthreads();
   uint32_t qa[HD / 16][4], da[HD / 16][4];
 #pragma unroll
@@ -265,22 +289,22 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
   }
   const float sl2 = s.scale * kLog2e;
   float dq[HD / 8][4] = {};
-  const int last = min(s.T - 1, q0 + kRows - 1);
   int first[2];  // as the forward's
 #pragma unroll
   for (int r = 0; r < 2; ++r) first[r] = rows[r] < s.T ? first_key<kPacked>(s, b, rows[r]) : 0;
   const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
-  for (int j0 = first_key<kPacked>(s, b, q0) / kTileBwd * kTileBwd; j0 <= last; j0 += kTileBwd) {
+  for (int j0 = j_first, buf = 0; j0 <= last; j0 += kTileBwd, buf ^= 1) {
+    __syncthreads();  // the other buffer's tile is no longer read
+    if (j0 + kTileBwd <= last) stage_kv(j0 + kTileBwd, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's copies, the next one's still in flight
     __syncthreads();
-    stage<HD>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
-    stage<HD>(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, j0, kTileBwd, s.T,
-              s.hd);
-    stage<HD>(kt, LDT, true, x + (size_t)(s.NH + kvh) * s.hd, s.row, j0, kTileBwd, s.T, s.hd);
-    __syncthreads();
+    const uint16_t* ks = kv + 2 * buf * kTile;
+    const uint16_t* vs = ks + kTile;
     if (j0 > wrow + 15 || j0 + kTileBwd <= wfirst) continue;
     float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
-    mma_by_tile<T>(sc, qa, ks, LD);  // S = Q K^T
-    mma_by_tile<T>(dp, da, vs, LD);  // dP = dO V^T
+    mma_by_tile<T, false>(sc, qa, ks, LD);  // S = Q K^T
+    mma_by_tile<T, false>(dp, da, vs, LD);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < kTileBwd / 8; ++n)
 #pragma unroll
@@ -290,7 +314,7 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
         const float p = in ? exp2f(sc[n][i] * sl2 - lse2[i / 2]) : 0.f;
         sc[n][i] = p * (dp[n][i] - D[i / 2]);  // dS
       }
-    mma_by_tile<T>(dq, sc, kt, LDT);  // dQ += dS K
+    mma_by_tile<T, true>(dq, sc, ks, LD);  // dQ += dS K
   }
   uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
 #pragma unroll
@@ -314,62 +338,69 @@ template <class T, int HD, bool kPacked>
 __global__ void __launch_bounds__(kThreadsMma)
     mma_backward_dkv_kernel(TensorRef dqkv, const float* d_rows, TensorView dout, TensorView qkv,
                             const float* lse, AttnShape s) {
-  constexpr int LD = HD + 8, LDT = kTileBwd + 8;
-  uint16_t* ks = dynamic_smem<uint16_t>();                  // [64][LD]
-  uint16_t* vs = ks + kRows * LD;                           // [64][LD]
-  uint16_t* qs = vs + kRows * LD;                           // [32][LD]
-  uint16_t* dos = qs + kTileBwd * LD;                       // [32][LD]
-  uint16_t* qt = dos + kTileBwd * LD;                       // [HD][LDT]: Q transposed
-  uint16_t* dot = qt + HD * LDT;                            // [HD][LDT]: dO transposed
-  float* lse2s = reinterpret_cast<float*>(dot + HD * LDT);  // [32]
-  float* ds_rows = lse2s + kTileBwd;                        // [32]
-  int* firsts = reinterpret_cast<int*>(ds_rows + kTileBwd);  // [32]: each query's first key
+  constexpr int LD = HD + 8, kTile = kTileBwd * LD;
+  uint16_t* ks = dynamic_smem<uint16_t>();  // [64][LD]
+  uint16_t* vs = ks + kRows * LD;           // [64][LD]
+  uint16_t* qd = vs + kRows * LD;           // [2 buffers][Q, dO][32][LD]
+  // [2 buffers][lse * log2 e, D][32], then [2 buffers][32]: each query's first key.
+  float* row_terms = reinterpret_cast<float*>(qd + 4 * kTile);
+  int* first_keys = reinterpret_cast<int*>(row_terms + 4 * kTileBwd);
   const int b = blockIdx.z, kvh = blockIdx.y;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int k0 = blockIdx.x * kRows, wkey = k0 + w * 16;
   const int keys[2] = {wkey + g, wkey + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
-  stage<HD, HD != 96>(ks, LD, false, x + (size_t)(s.NH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd);
-  stage<HD, HD != 96>(vs, LD, false, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, k0, kRows, s.T,
-                      s.hd);
+  // The query tiles the block walks, head by head of the group: from its first key up to the
+  // first tile that starts after the examples of its keys end.
+  auto in_range = [&](int t0) {
+    return t0 < s.T && (!kPacked || s.first_key(b, t0) < k0 + kRows);
+  };
+  auto stage_queries = [&](int h, int t0, int buf) {
+    stage<HD>(qd + 2 * buf * kTile, LD, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
+    stage<HD>(qd + (2 * buf + 1) * kTile, LD, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0,
+              kTileBwd, s.T, s.hd);
+    if (threadIdx.x < kTileBwd) {
+      const int q = t0 + threadIdx.x;
+      const size_t i = ((size_t)b * s.NH + h) * s.T + q;
+      float* terms = row_terms + 2 * buf * kTileBwd;
+      terms[threadIdx.x] = q < s.T ? lse[i] * kLog2e : 0.f;
+      terms[kTileBwd + threadIdx.x] = q < s.T ? d_rows[i] : 0.f;
+      if (kPacked) first_keys[buf * kTileBwd + threadIdx.x] = q < s.T ? s.first_key(b, q) : s.T;
+    }
+  };
+  const int h_end = (kvh + 1) * s.group;
+  int h = kvh * s.group, t0 = k0;  // k0 < T, and its example starts at or before it: in range
+  stage<HD>(ks, LD, x + (size_t)(s.NH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd);
+  stage<HD>(vs, LD, x + (size_t)(s.NH + s.KVH + kvh) * s.hd, s.row, k0, kRows, s.T, s.hd);
+  stage_queries(h, t0, 0);
+  cp_async_commit();
   const float sl2 = s.scale * kLog2e;
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
-  for (int h = kvh * s.group; h < (kvh + 1) * s.group; ++h)
-    // Up to the first query tile that starts after the block's keys' examples end.
-    for (int t0 = k0; t0 < s.T && (!kPacked || s.first_key(b, t0) < k0 + kRows); t0 += kTileBwd) {
-      __syncthreads();  // the previous tiles are no longer read (the first: K and V staged)
-      stage<HD, HD != 96>(qs, LD, false, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
-      stage<HD, HD != 96>(qt, LDT, true, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
-      stage<HD, HD != 96>(dos, LD, false, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd,
-                          s.T, s.hd);
-      stage<HD, HD != 96>(dot, LDT, true, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0, kTileBwd,
-                          s.T, s.hd);
-      if (threadIdx.x < kTileBwd) {
-        const int q = t0 + threadIdx.x;
-        const size_t i = ((size_t)b * s.NH + h) * s.T + q;
-        lse2s[threadIdx.x] = q < s.T ? lse[i] * kLog2e : 0.f;
-        ds_rows[threadIdx.x] = q < s.T ? d_rows[i] : 0.f;
-        if (kPacked) firsts[threadIdx.x] = q < s.T ? s.first_key(b, q) : s.T;
-      }
-      __syncthreads();
-      // Every query of the tile is before the warp's keys, or its example starts after them.
-      if (t0 + kTileBwd - 1 < wkey || (kPacked && firsts[0] > wkey + 15)) continue;
-      float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};  // S^T and dP^T (keys x queries)
+  for (int buf = 0, next_h = h, next_t0 = t0; h < h_end; buf ^= 1, h = next_h, t0 = next_t0) {
+    next_t0 = t0 + kTileBwd;
+    if (!in_range(next_t0)) ++next_h, next_t0 = k0;
+    __syncthreads();  // the other buffer's tile is no longer read
+    if (next_h < h_end) stage_queries(next_h, next_t0, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's copies (and K, V), the next one's still in flight
+    __syncthreads();
+    const uint16_t* qs = qd + 2 * buf * kTile;
+    const uint16_t* dos = qs + kTile;
+    const float* lse2s = row_terms + 2 * buf * kTileBwd;
+    const float* ds_rows = lse2s + kTileBwd;
+    const int* firsts = first_keys + buf * kTileBwd;
+    // Every query of the tile is before the warp's keys, or its example starts after them.
+    if (t0 + kTileBwd - 1 < wkey || (kPacked && firsts[0] > wkey + 15)) continue;
+    float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};  // S^T and dP^T (keys x queries)
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t ka[4], va[4];
-        load_a(ka, ks, LD, w * 16, kk * 16);
-        load_a(va, vs, LD, w * 16, kk * 16);
-#pragma unroll
-        for (int n = 0; n < kTileBwd / 8; ++n) {
-          uint32_t qb[2], db[2];
-          load_b(qb, qs, LD, n * 8, kk * 16);
-          mma_m16n8k16<T>(sc[n], ka, qb);
-          load_b(db, dos, LD, n * 8, kk * 16);
-          mma_m16n8k16<T>(dp[n], va, db);
-        }
-      }
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      load_a(ka, ks, LD, w * 16, kk * 16);
+      load_a(va, vs, LD, w * 16, kk * 16);
+      mma_step<T, false>(sc, ka, qs, LD, kk);   // S^T = K Q^T
+      mma_step<T, false>(dp, va, dos, LD, kk);  // dP^T = V dO^T
+    }
 #pragma unroll
       for (int n = 0; n < kTileBwd / 8; ++n)
 #pragma unroll
@@ -380,9 +411,9 @@ __global__ void __launch_bounds__(kThreadsMma)
           sc[n][i] = p;                            // P^T
           dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
         }
-      mma_by_tile<T>(dv, sc, dot, LDT);  // dV += P^T dO
-      mma_by_tile<T>(dk, dp, qt, LDT);   // dK += dS^T Q
-    }
+      mma_by_tile<T, true>(dv, sc, dos, LD);  // dV += P^T dO
+      mma_by_tile<T, true>(dk, dp, qs, LD);   // dK += dS^T Q
+  }
   uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -79,26 +79,59 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 #endif
 }
 
-// Fragment loads from a row-major 16-bit tile in shared memory (`ld` elements per row, even;
-// row and col even where a pair is read):
-// the A fragment of rows r0..r0+15, columns c0..c0+15;
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA, "ldmatrix"): four 8x8 matrices of
+// 16-bit elements from shared memory, lane l giving the address of row l % 8 of matrix l / 8
+// (16-byte aligned). Lane (g = lane / 4, t = lane % 4) receives in r[i] the pair M_i[g][2t..2t+1];
+// with kTrans, the pair M_i[2t][g], M_i[2t+1][g] (the matrix transposed on the way). Every lane
+// of the warp calls it together.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+#ifdef ZT_CUDA_EMU
+  uint64_t rows[32];
+  emu::warp_gather(reinterpret_cast<uint64_t>(row), rows);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    auto at = [&](int m) { return reinterpret_cast<const uint16_t*>(rows[8 * i + m]); };
+    r[i] = kTrans ? (uint32_t)at(2 * t)[g] | (uint32_t)at(2 * t + 1)[g] << 16
+                  : *reinterpret_cast<const uint32_t*>(at(g) + 2 * t);
+  }
+#else
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+#endif
+}
+
+// Fragment loads from a row-major 16-bit tile in shared memory (`ld` elements a row, a multiple
+// of 8, so that rows start 16-byte aligned; rows and columns multiples of 8):
+// the A fragment of rows r0..r0+15, columns c0..c0+15 (matrices: rows +0/+8 by columns +0/+8);
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, int ld, int r0,
                                        int c0) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  auto at = [&](int r, int c) { return *reinterpret_cast<const uint32_t*>(tile + r * ld + c); };
-  a[0] = at(r0 + g, c0 + 2 * t);
-  a[1] = at(r0 + g + 8, c0 + 2 * t);
-  a[2] = at(r0 + g, c0 + 2 * t + 8);
-  a[3] = at(r0 + g + 8, c0 + 2 * t + 8);
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4<false>(a, tile + (r0 + lane % 16) * ld + c0 + lane / 16 * 8);
 }
-// the B fragment whose column n is the tile's row n0 + n and whose k runs along the tile's
-// columns k0..k0+15 (B = tile^T: a K tile for Q K^T, or a transposed tile).
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int n0,
-                                       int k0) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const uint16_t* row = tile + (n0 + g) * ld + k0 + 2 * t;
-  b[0] = *reinterpret_cast<const uint32_t*>(row);
-  b[1] = *reinterpret_cast<const uint32_t*>(row + 8);
+// the B fragments of two n-tiles (b[j]: B's columns n0 + 8 j ..) with k0..k0+15, where B is the
+// tile transposed (B[k][n] = tile[n][k]: a K tile for Q K^T) ...
+__device__ __forceinline__ void load_b2(uint32_t (&b)[2][2], const uint16_t* tile, int ld, int n0,
+                                        int k0) {
+  const int lane = threadIdx.x % 32;
+  uint32_t r[4];
+  ldmatrix_x4<false>(r, tile + (n0 + lane % 8 + lane / 16 * 8) * ld + k0 + lane / 8 % 2 * 8);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+// ... or the tile itself (B[k][n] = tile[k][n]: a V tile for P V), transposed by ldmatrix.
+__device__ __forceinline__ void load_b2_trans(uint32_t (&b)[2][2], const uint16_t* tile, int ld,
+                                              int n0, int k0) {
+  const int lane = threadIdx.x % 32;
+  uint32_t r[4];
+  ldmatrix_x4<true>(r, tile + (k0 + lane % 8 + lane / 8 % 2 * 8) * ld + n0 + lane / 16 * 8);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 }  // namespace zt

@@ -1,8 +1,9 @@
 // The CUDA emulation (model/cuda/emu/cuda_emu.h) against what CUDA guarantees: indices of every
 // thread of a 3-D launch, __syncthreads between shared-memory writes and reads in every thread
 // order, shared memory private to each block, warp shuffles (xor, down, broadcast, partial
-// warps), atomics, and a deadlock reported instead of hanging. A kernel with a missing barrier
-// gives different results in different thread orders: what the orders are for.
+// warps), atomics, ldmatrix's fragments and cp.async's groups, and a deadlock reported instead
+// of hanging. A kernel with a missing barrier gives different results in different thread
+// orders: what the orders are for.
 #include "model/cuda/emu/cuda_emu.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,9 @@
 #include <cmath>
 #include <numeric>
 #include <vector>
+
+#include "model/cuda/async_copy.cuh"
+#include "model/cuda/mma.cuh"
 
 namespace zt::emu {
 namespace {
@@ -135,6 +139,97 @@ TEST_P(CudaEmu, AtomicsAccumulateEveryThread) {
   EXPECT_EQ(total, 1000.f * 1001.f / 2);
 }
 
+// ldmatrix's fragments (model/cuda/mma.cuh) fed to mma.sync give the matrices' product: A
+// (16 x 16) from a row-major tile by load_a, B (16 x 16, two n-tiles) by load_b2 from a tile of
+// B^T and by load_b2_trans from a tile of B itself. Small integers, so every sum is exact and
+// the reference is the plain product. Tiles padded to 24 elements a row, as the kernels pad.
+constexpr int kLd = 24;
+__global__ void fragment_product(float* out, const uint16_t* a, const uint16_t* bt,
+                                 const uint16_t* b, bool trans) {
+  uint16_t* tiles = static_cast<uint16_t*>(dynamic_shared());  // A, B^T, B: [16][kLd] each
+  for (int e = threadIdx.x; e < 16 * 16; e += 32) {
+    tiles[e / 16 * kLd + e % 16] = a[e];
+    tiles[16 * kLd + e / 16 * kLd + e % 16] = bt[e];
+    tiles[32 * kLd + e / 16 * kLd + e % 16] = b[e];
+  }
+  __syncthreads();
+  uint32_t af[4], bf[2][2];
+  load_a(af, tiles, kLd, 0, 0);
+  if (trans)
+    load_b2_trans(bf, tiles + 32 * kLd, kLd, 0, 0);
+  else
+    load_b2(bf, tiles + 16 * kLd, kLd, 0, 0);
+  float c[2][4] = {};
+  for (int n = 0; n < 2; ++n) zt::mma_m16n8k16<__nv_bfloat16>(c[n], af, bf[n]);
+  const int g = threadIdx.x / 4, t = threadIdx.x % 4;  // the C fragment (mma.cuh)
+  for (int n = 0; n < 2; ++n)
+    for (int i = 0; i < 4; ++i) out[(g + 8 * (i / 2)) * 16 + n * 8 + 2 * t + i % 2] = c[n][i];
+}
+
+TEST_P(CudaEmu, LdmatrixFragmentsMultiplyAsTheirMatrices) {
+  std::vector<uint16_t> a(256), bt(256), b(256);
+  std::vector<float> av(256), bv(256), want(256, 0.f);
+  auto bits = [](float f) {  // bf16 of a small integer: fp32's upper half, exact
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      av[r * 16 + c] = (float)((r * 7 + c * 3) % 9 - 4);
+      bv[r * 16 + c] = (float)((r * 5 + c * 11) % 7 - 3);  // B[k = r][n = c]
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      a[r * 16 + c] = bits(av[r * 16 + c]);
+      b[r * 16 + c] = bits(bv[r * 16 + c]);
+      bt[c * 16 + r] = bits(bv[r * 16 + c]);
+      for (int k = 0; k < 16; ++k) want[r * 16 + c] += av[r * 16 + k] * bv[k * 16 + c];
+    }
+  for (bool trans : {false, true}) {
+    std::vector<float> out(256, -1.f);
+    launch(
+        Dim3(1), Dim3(32),
+        [&] { fragment_product(out.data(), a.data(), bt.data(), b.data(), trans); },
+        3 * 16 * kLd * sizeof(uint16_t));
+    EXPECT_EQ(out, want) << (trans ? "load_b2_trans" : "load_b2");
+  }
+}
+
+// cp.async (model/cuda/async_copy.cuh): two groups of 16-byte pieces, the second with a
+// zero-filled piece. After waiting for all but the newest group, the first has landed and the
+// second is still in flight (the emulation shows it as 0xFF bytes); after waiting for none, both
+// have, and a __syncthreads shows every thread's pieces to the block.
+__global__ void async_groups(uint32_t* out, const uint32_t* src) {
+  uint32_t* s = static_cast<uint32_t*>(dynamic_shared());  // [2][64 threads][4 words]
+  const int i = threadIdx.x;
+  cp_async16(s + 4 * i, src + 4 * i, true);
+  cp_async_commit();
+  cp_async16(s + 256 + 4 * i, src + 256 + 4 * i, i % 2 == 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  out[i] = s[4 * i] == src[4 * i] && s[256 + 4 * i] == 0xffffffffu;
+  cp_async_wait<0>();
+  __syncthreads();
+  const int j = (i + 1) % 64;  // a neighbour's pieces
+  bool ok = true;
+  for (int w = 0; w < 4; ++w)
+    ok = ok && s[4 * j + w] == src[4 * j + w] &&
+         s[256 + 4 * j + w] == (j % 2 == 0 ? src[256 + 4 * j + w] : 0u);
+  out[64 + i] = ok;
+}
+
+TEST_P(CudaEmu, AsyncCopiesLandAtTheWaitForTheirGroup) {
+  std::vector<uint32_t> src(512), out(128, 7);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (uint32_t)(i * 2654435761u % 1000 + 1);
+  launch(
+      Dim3(1), Dim3(64), [&] { async_groups(out.data(), src.data()); }, 512 * sizeof(uint32_t));
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(out[i], 1u) << "thread " << i << ": after wait_group 1";
+    EXPECT_EQ(out[64 + i], 1u) << "thread " << i << ": its neighbour's pieces after the barrier";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Orders, CudaEmu,
                          ::testing::Values(ThreadOrder::kForward, ThreadOrder::kReverse,
                                            ThreadOrder::kRandom),
@@ -200,8 +295,8 @@ TEST(CudaEmuDeathTest, GuardedDeviceMemoryFaultsOnHostAccess) {
 // ---- the strict mode (ZT_CUDA_EMU_STRICT=1; ctest runs these as emu_strict.): each check with
 // the bug it is there to catch ----
 
-#define ZT_NEEDS_STRICT()                                                        \
-  if (!strict_enabled())                                                         \
+#define ZT_NEEDS_STRICT()                                                            \
+  if (!strict_enabled())                                                             \
     GTEST_SKIP() << "ZT_CUDA_EMU_STRICT is not 1 (ctest's emu_strict. run sets it)"; \
   GTEST_FLAG_SET(death_test_style, "threadsafe")
 
@@ -293,6 +388,36 @@ TEST(CudaEmuStrictDeathTest, ASharedMemoryRaceIsReported) {
   device_free(out);
 }
 
+// A cp.async issued into shared memory another thread still reads, with no barrier between:
+// the race double-buffered tiles must avoid (a GPU may land the copy before the read).
+__global__ void copy_over_a_read(uint32_t* out, const uint32_t* src, bool barrier) {
+  uint32_t* s = static_cast<uint32_t*>(dynamic_shared());  // [64][4]
+  for (int w = 0; w < 4; ++w) s[4 * threadIdx.x + w] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = s[4 * ((threadIdx.x + 1) % 64)];
+  if (barrier) __syncthreads();  // the planted bug: without it
+  cp_async16(s + 4 * threadIdx.x, src + 4 * threadIdx.x, true);
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+TEST(CudaEmuStrictDeathTest, ACopyIntoATileAnotherThreadReadsIsReported) {
+  ZT_NEEDS_STRICT();
+  auto* out = static_cast<uint32_t*>(device_alloc(64 * sizeof(uint32_t)));
+  auto* src = static_cast<uint32_t*>(device_alloc(256 * sizeof(uint32_t)));
+  for (int i = 0; i < 256; ++i) src[i] = i;
+  launch(
+      Dim3(1), Dim3(64), [&] { copy_over_a_read(out, src, true); }, 256 * sizeof(uint32_t));
+  EXPECT_EQ(out[63], 0u);
+  EXPECT_DEATH(
+      launch(
+          Dim3(1), Dim3(64), [&] { copy_over_a_read(out, src, false); }, 256 * sizeof(uint32_t)),
+      "a data race: another thread of the block read this address with no "
+      "__syncthreads or __syncwarp between");
+  device_free(src);
+  device_free(out);
+}
+
 // Several devices: memory belongs to the device current where it was allocated, and a thread
 // whose current device is another may not touch it (a copy or memset's check_range).
 TEST(CudaEmuStrictDeathTest, AnotherDevicesMemoryIsRefused) {
@@ -316,9 +441,10 @@ TEST(CudaEmuStrictDeathTest, TwoBlocksWritingOneAddressAreReported) {
   ZT_NEEDS_STRICT();
   int* out = static_cast<int*>(device_alloc(64 * sizeof(int)));
   launch(Dim3(1), Dim3(64), [&] { every_block_writes(out); });
-  EXPECT_DEATH(launch(Dim3(2), Dim3(64), [&] { every_block_writes(out); }),
-               "two blocks of one launch write the same address.*block 1 thread [0-9]+ writes .* in "
-               "cuda_emu_test.cc:[0-9]+");
+  EXPECT_DEATH(
+      launch(Dim3(2), Dim3(64), [&] { every_block_writes(out); }),
+      "two blocks of one launch write the same address.*block 1 thread [0-9]+ writes .* in "
+      "cuda_emu_test.cc:[0-9]+");
   device_free(out);
 }
 

@@ -115,6 +115,10 @@ struct Fiber {
   } mma[2];
   unsigned mma_count = 0;
   bool fence = false;   // warp_exchange: a __syncwarp (orders memory), not a shuffle
+  // warp_gather: this lane's posts in two slots used in turn, as mma's fragments.
+  uint64_t gathered[2] = {};
+  unsigned gather_count = 0;
+  AsyncCopies async;  // cp.async: copies issued and not yet landed
 };
 
 // One launch in progress on this OS thread.
@@ -493,6 +497,9 @@ void launch(Dim3 grid, Dim3 block, const std::function<void()>& body, size_t sme
               f.linear = (int)i;
               f.state = State::kReady;
               f.mma_count = 0;
+              f.gather_count = 0;
+              f.async.count = 0;  // copies a thread never waited for end with its block
+              f.async.committed = 0;
               if (i % kWarp == 0 && s.warp_mma.size() > i / kWarp) s.warp_mma[i / kWarp].count = 0;
               prepare(f.ctx, f.stack, kStack, entry);
             }
@@ -579,6 +586,28 @@ uint64_t warp_exchange(uint64_t value, int src_lane, unsigned mask) {
   yield(State::kAtWarpBarrier);  // every live lane has read before anyone posts again
   return got;
 }
+
+void warp_gather(uint64_t value, uint64_t (&all)[32]) {
+  Scheduler& s = *t_sched;
+  if (!s.current) die("ldmatrix outside a kernel launch");
+  Fiber* me = s.current;
+  const unsigned slot = me->gather_count++ % 2;
+  me->gathered[slot] = value;
+  me->fence = false;
+  yield(State::kAtWarpBarrier);  // every live lane has posted
+  if (value % 16 != 0) die("ldmatrix given a row address that is not 16-byte aligned");
+  const auto [first, end] = warp_of(s, (size_t)me->linear);
+  for (size_t f = first; f < end; ++f)  // a lane that has read may be one ahead, none behind
+    if (end - first != kWarp || s.fibers[f].gather_count < me->gather_count)
+      die("ldmatrix reached by only some lanes of the warp: .aligned needs all 32 together");
+  for (size_t f = first; f < end; ++f) all[f - first] = s.fibers[f].gathered[slot];
+}
+
+AsyncCopies& async_copies() {
+  if (!t_sched || !t_sched->current) die("cp.async outside a kernel launch");
+  return t_sched->current->async;
+}
+void kernel_fault(const char* what) { die(what); }
 
 namespace {
 float half_bits_to_f32(uint32_t bits, bool bf16) {

@@ -53,6 +53,7 @@
 #include <cstring>
 #include <functional>
 #include <type_traits>
+#include <vector>
 
 namespace zt::emu {
 
@@ -152,6 +153,35 @@ int lane_id();
 // otherwise: .aligned); products exact in fp32, summed over k in order, then added to d (a
 // GPU's tensor cores sum in their own order and precision: agreement within tolerances).
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
+
+// ldmatrix's exchange: every lane of the warp posts `value` (its row address) and reads all 32
+// lanes' posts into `all`, by lane. Aborts unless all 32 lanes take part (.aligned).
+void warp_gather(uint64_t value, uint64_t (&all)[32]);
+
+// cp.async (PTX ISA, "cp.async", "cp.async.commit_group", "cp.async.wait_group"): the copies the
+// running thread has issued and not yet landed, each with the group it belongs to (the count of
+// groups committed before it), and the count of its committed groups. model/cuda/async_copy.cuh
+// issues, commits and lands them in the kernel's own (instrumented) code, so the race detector
+// sees a copy's write where it is issued and its data where it is waited for. A fixed array, in
+// the thread's own fiber: heap memory freed by one thread and taken by another would look like
+// a race to the detector.
+struct alignas(16) Bytes16 {
+  uint32_t w[4];
+};
+struct AsyncCopy {
+  Bytes16* dst;        // shared memory
+  const Bytes16* src;  // global memory; null: zeros (src-size 0)
+  unsigned group;
+};
+struct AsyncCopies {
+  static constexpr int kMax = 64;  // in flight a thread (aborts past it)
+  AsyncCopy pending[kMax];
+  int count = 0;
+  unsigned committed = 0;
+};
+AsyncCopies& async_copies();
+// Stops the program saying what a kernel did that a GPU does not allow (the emulation's message).
+[[noreturn]] void kernel_fault(const char* what);
 
 template <class T>
 T shfl(T v, int src_lane, unsigned mask) {
