@@ -56,6 +56,7 @@ import ctypes
 import glob
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -346,6 +347,14 @@ def zerotrain(plan):
     return os.path.join(BUNDLE, "bin", "zerotrain" + ("_emu" if plan.mode == "rehearse" else ""))
 
 
+def worst_rel(pairs):
+    """The largest |a - b| / |a| over (reference a, measured b) pairs; NaN when any pair gives
+    NaN (a run that diverged must fail: Python's max keeps a NaN only when it comes first, and
+    NaN > tolerance is False), inf when there are none. Callers fail unless worst <= tol."""
+    rels = [abs(a - b) / abs(a) for a, b in pairs]
+    return math.nan if any(math.isnan(r) for r in rels) else max(rels, default=math.inf)
+
+
 def training(plan, res, limit):
     shape = SHAPES[plan.mode]["training"]
     run_dir = os.path.join(plan.work, "training")
@@ -358,7 +367,7 @@ def training(plan, res, limit):
         return "timeout", f"over {limit:.0f} s"
     if rc != 0 or len(gpu) != len(cpu) or not gpu:
         return "fail", f"exit {rc}, {len(gpu)} losses for the CPU's {len(cpu)}"
-    worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
+    worst = worst_rel(zip(cpu, gpu))
     res["figures"].update(final_loss_cpu=cpu[-1], final_loss_cuda=gpu[-1], worst_rel=worst)
     return ("pass", "") if worst <= TRAIN_RTOL else ("fail", f"worst {worst:.1e} > {TRAIN_RTOL}")
 
@@ -479,10 +488,9 @@ def attention(plan, res, limit):
     if status != "pass" or flash.get("status") != "ok":
         return status if status != "pass" else "fail", reason or "no flash run to compare with"
     res["figures"]["cudnn_vs_flash_tokens_per_s"] = cudnn["tokens_per_s"] / flash["tokens_per_s"]
-    pairs = list(zip(flash["losses"], cudnn["losses"]))
-    worst = max((abs(a - b) / abs(a) for a, b in pairs), default=float("inf"))
+    worst = worst_rel(zip(flash["losses"], cudnn["losses"]))
     res["figures"]["worst_loss_rel"] = worst
-    if worst > ATTENTION_RTOL:
+    if not worst <= ATTENTION_RTOL:
         return "fail", f"losses differ by {worst:.1e} > {ATTENTION_RTOL}"
     return "pass", ""
 

@@ -79,6 +79,11 @@ def main():
     seed = int(os.environ.get("ZT_GPU_CHECK_SEED", time.time_ns() % 100000))
     print(f"seed {seed} (ZT_GPU_CHECK_SEED={seed} reruns these kill moments)", flush=True)
     rng = random.Random(seed)
+    # A loss comparison fails on a NaN wherever it comes (a diverged GPU run).
+    nan = float("nan")
+    for pairs in ([(1.0, nan), (2.0, 2.0)], [(2.0, 2.0), (1.0, nan)], [(nan, 1.0)]):
+        check(not gpu_check.worst_rel(pairs) <= 1.0, f"worst_rel passes NaN in {pairs}")
+    check(abs(gpu_check.worst_rel([(2.0, 2.5), (4.0, 4.4)]) - 0.25) < 1e-12, "worst_rel's value")
     subprocess.run(["bash", SCRIPT, "--pack"], check=True)
     tmp = tempfile.mkdtemp(prefix="zt_rehearsal_")
 
