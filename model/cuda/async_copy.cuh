@@ -23,9 +23,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool in) 
   emu::AsyncCopies& q = emu::async_copies();
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
     emu::kernel_fault("cp.async of 16 bytes from or to an address that is not 16-byte aligned");
+  if (emu::is_device_pointer(dst))
+    emu::kernel_fault("cp.async into device memory: its destination must be shared memory");
   if (q.count == emu::AsyncCopies::kMax)
-    emu::kernel_fault("a thread has more than 64 cp.async copies in flight (the emulation's "
-                      "limit): wait for some first");
+    emu::kernel_fault(
+        "a thread has more than 64 cp.async copies in flight (the emulation's "
+        "limit): wait for some first");
   auto* d = static_cast<emu::Bytes16*>(dst);
   *d = emu::Bytes16{{~0u, ~0u, ~0u, ~0u}};
   q.pending[q.count++] = {d, in ? static_cast<const emu::Bytes16*>(src) : nullptr, q.committed};

@@ -42,8 +42,9 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // Rows [r0, r0 + n) of one head's hd columns (row r at src + r * stride) into a row-major
 // 16-bit tile (ld elements a row), zeros past T and past hd. In 16-byte cp.async pieces, a row's
 // pieces on neighbouring threads (coalesced), when hd, the stride and src allow it: they land at
-// the caller's cp_async_wait. Otherwise (odd head sizes or strides) in 2-byte stores, done on
-// return. Either way the caller commits a group, waits for it, then synchronises the block.
+// the caller's cp_async_wait. Otherwise (hd or the stride not a multiple of 8, or src not
+// 16-byte aligned) in 2-byte stores, done on return. Either way the caller commits a group, waits
+// for it, then synchronises the block.
 template <int HD>
 __device__ void stage(uint16_t* tile, int ld, const uint16_t* src, size_t stride, int r0, int n,
                       int T, int hd) {
@@ -144,7 +145,7 @@ constexpr size_t dkv_smem() {
 
 // Query rows (gridDim.x - 1 - blockIdx.x) * 64.. of (b = blockIdx.z, h = blockIdx.y).
 // (At HD 96 packed, ptxas aims at three blocks an SM and spills 12 bytes; two as the minimum
-// lets it keep them in registers. At HD 64, four blocks, 128 registers, spill 52 bytes.)
+// lets it keep them in registers.)
 template <class T, int HD, bool kPacked>
 __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
     mma_forward_kernel(TensorRef out, float* lse, TensorView qkv, AttnShape s) {
@@ -166,18 +167,12 @@ __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
   const int last = min(s.T - 1, q0 + kRows - 1);
   const int j_first = first_key<kPacked>(s, b, q0) / kKeysFwd * kKeysFwd;  // <= q0 <= last
   stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
-  cp_async_commit();
   stage_kv(j_first, 0);
-  cp_async_commit();
-  cp_async_wait<1>();  // Q (the first key tile may still be in flight)
-  __syncthreads();
-  uint32_t qa[HD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) load_a(qa[kk], qs, LD, w * 16, kk * 16);
+  cp_async_commit();  // Q and the first key tile: the loop's first wait lands them
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = s.scale * kLog2e;  // scores in the exp2 domain
-  int first[2];  // each row's first key (its example's start; 0 past T)
+  int first[2];                        // each row's first key (its example's start; 0 past T)
 #pragma unroll
   for (int r = 0; r < 2; ++r) first[r] = rows[r] < s.T ? first_key<kPacked>(s, b, rows[r]) : 0;
   const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
@@ -192,7 +187,14 @@ __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
     // Every key of the tile comes after the warp's rows, or before their examples.
     if (j0 > wrow + 15 || j0 + kKeysFwd <= wfirst) continue;
     float sc[kKeysFwd / 8][4] = {};
-    mma_by_tile<T, false>(sc, qa, ks, LD);  // S = Q K^T
+    // S = Q K^T, Q's fragments read again for each tile: kept in registers they take 16 more
+    // at HD 64 (129, three blocks an SM; 103 here, four).
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[4];
+      load_a(qa, qs, LD, w * 16, kk * 16);
+      mma_step<T, false>(sc, qa, ks, LD, kk);
+    }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int n = 0; n < kKeysFwd / 8; ++n)
@@ -353,9 +355,7 @@ __global__ void __launch_bounds__(kThreadsMma)
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
   // The query tiles the block walks, head by head of the group: from its first key up to the
   // first tile that starts after the examples of its keys end.
-  auto in_range = [&](int t0) {
-    return t0 < s.T && (!kPacked || s.first_key(b, t0) < k0 + kRows);
-  };
+  auto in_range = [&](int t0) { return t0 < s.T && (!kPacked || s.first_key(b, t0) < k0 + kRows); };
   auto stage_queries = [&](int h, int t0, int buf) {
     stage<HD>(qd + 2 * buf * kTile, LD, x + (size_t)h * s.hd, s.row, t0, kTileBwd, s.T, s.hd);
     stage<HD>(qd + (2 * buf + 1) * kTile, LD, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, t0,
@@ -402,17 +402,17 @@ __global__ void __launch_bounds__(kThreadsMma)
       mma_step<T, false>(dp, va, dos, LD, kk);  // dP^T = V dO^T
     }
 #pragma unroll
-      for (int n = 0; n < kTileBwd / 8; ++n)
+    for (int n = 0; n < kTileBwd / 8; ++n)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c = n * 8 + 2 * t + i % 2, q = t0 + c, key = keys[i / 2];
-          const bool in = q >= key && q < s.T && key < s.T && (!kPacked || firsts[c] <= key);
-          const float p = in ? exp2f(sc[n][i] * sl2 - lse2s[c]) : 0.f;
-          sc[n][i] = p;                            // P^T
-          dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
-        }
-      mma_by_tile<T, true>(dv, sc, dos, LD);  // dV += P^T dO
-      mma_by_tile<T, true>(dk, dp, qs, LD);   // dK += dS^T Q
+      for (int i = 0; i < 4; ++i) {
+        const int c = n * 8 + 2 * t + i % 2, q = t0 + c, key = keys[i / 2];
+        const bool in = q >= key && q < s.T && key < s.T && (!kPacked || firsts[c] <= key);
+        const float p = in ? exp2f(sc[n][i] * sl2 - lse2s[c]) : 0.f;
+        sc[n][i] = p;                            // P^T
+        dp[n][i] = p * (dp[n][i] - ds_rows[c]);  // dS^T
+      }
+    mma_by_tile<T, true>(dv, sc, dos, LD);  // dV += P^T dO
+    mma_by_tile<T, true>(dk, dp, qs, LD);   // dK += dS^T Q
   }
   uint16_t* dx = static_cast<uint16_t*>(dqkv.data);
 #pragma unroll

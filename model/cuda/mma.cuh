@@ -89,7 +89,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
 #ifdef ZT_CUDA_EMU
   uint64_t rows[32];
   emu::warp_gather(reinterpret_cast<uint64_t>(row), rows);
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int lane = emu::lane_id(), g = lane / 4, t = lane % 4;
   for (int i = 0; i < 4; ++i) {
     auto at = [&](int m) { return reinterpret_cast<const uint16_t*>(rows[8 * i + m]); };
     r[i] = kTrans ? (uint32_t)at(2 * t)[g] | (uint32_t)at(2 * t + 1)[g] << 16

@@ -596,6 +596,8 @@ void warp_gather(uint64_t value, uint64_t (&all)[32]) {
   me->fence = false;
   yield(State::kAtWarpBarrier);  // every live lane has posted
   if (value % 16 != 0) die("ldmatrix given a row address that is not 16-byte aligned");
+  if (is_device_pointer(reinterpret_cast<const void*>(value)))
+    die("ldmatrix given a row address in device memory, not shared memory");
   const auto [first, end] = warp_of(s, (size_t)me->linear);
   for (size_t f = first; f < end; ++f)  // a lane that has read may be one ahead, none behind
     if (end - first != kWarp || s.fibers[f].gather_count < me->gather_count)

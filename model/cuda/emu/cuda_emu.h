@@ -155,7 +155,8 @@ int lane_id();
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 
 // ldmatrix's exchange: every lane of the warp posts `value` (its row address) and reads all 32
-// lanes' posts into `all`, by lane. Aborts unless all 32 lanes take part (.aligned).
+// lanes' posts into `all`, by lane. Aborts unless all 32 lanes take part (.aligned), or when
+// the address is not 16-byte aligned or (strict mode) lies in device memory.
 void warp_gather(uint64_t value, uint64_t (&all)[32]);
 
 // cp.async (PTX ISA, "cp.async", "cp.async.commit_group", "cp.async.wait_group"): the copies the
