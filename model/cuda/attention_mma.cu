@@ -11,7 +11,11 @@
 // walks are double-buffered, the next one in flight while the products run on this one.
 // Fragments come from the tiles by ldmatrix (model/cuda/mma.cuh), .trans for an operand whose k
 // runs down the tile (V in P V, K in dS K, dO in P^T dO, Q in dS^T Q); rows padded by 16 bytes
-// keep its eight row reads on distinct banks.
+// keep its eight row reads on distinct banks. The A fragments (Q and dO in the forward and dQ
+// kernels, K and V in the dK/dV kernel) are read again for each tile, not kept in registers
+// across the loop: an eighth (forward) and a third (dQ) more ldmatrix traffic for 16-32 fewer
+// registers (at HD 64 the forward's 129 become 103 and dQ's 132 become 105: four blocks an SM,
+// not three).
 // - Forward: per key tile of 64, S = Q K^T, online softmax (running max m, sum l per row), then
 //   P (rounded to 16 bits, as FlashAttention) times V into the fp32 output accumulator. Saves
 //   lse = ln(sum_j exp(s_j)) per row.
@@ -89,11 +93,11 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&c0)[4], con
   a[3] = pack2<T>(c1[2], c1[3]);
 }
 
-// acc[n] += A_kk B_kk,n over k-steps kk < KT, for the NT (even) n-tiles of 8, B read from a
+// acc[n] += A B_n over one k-step kk (16 wide), for the NT (even) n-tiles of 8, B read from a
 // row-major 16-bit tile (ld elements a row): with kTrans false B is the tile transposed (B's
 // column n is tile row n, its k the tile's columns kk * 16 ..), with kTrans true the tile itself
-// (B's k is tile row kk * 16 .., its column n the tile's column n). A from registers (a[kk]: Q,
-// dO, K or V fragments) ...
+// (B's k is tile row kk * 16 .., its column n the tile's column n). A is a fragment of Q, dO, K
+// or V read by load_a ...
 template <class T, bool kTrans, int NT>
 __device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&a)[4],
                                          const uint16_t* tile, int ld, int kk) {
@@ -108,13 +112,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&a
     mma_m16n8k16<T>(acc[n + 1], a, b[1]);
   }
 }
-template <class T, bool kTrans, int KT, int NT>
-__device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const uint32_t (&a)[KT][4],
-                                            const uint16_t* tile, int ld) {
-#pragma unroll
-  for (int kk = 0; kk < KT; ++kk) mma_step<T, kTrans>(acc, a[kk], tile, ld, kk);
-}
-// ... or from an fp32 C-fragment tile (16 x 16 KT: P or dS), rounded to T.
+// ... or, over every k-step, from an fp32 C-fragment tile (16 x 16 KT: P or dS), rounded to T.
 template <class T, bool kTrans, int N8, int NT>  // N8 = 2 KT n-tiles of c
 __device__ __forceinline__ void mma_by_tile(float (&acc)[NT][4], const float (&c)[N8][4],
                                             const uint16_t* tile, int ld) {
@@ -187,8 +185,7 @@ __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
     // Every key of the tile comes after the warp's rows, or before their examples.
     if (j0 > wrow + 15 || j0 + kKeysFwd <= wfirst) continue;
     float sc[kKeysFwd / 8][4] = {};
-    // S = Q K^T, Q's fragments read again for each tile: kept in registers they take 16 more
-    // at HD 64 (129, three blocks an SM; 103 here, four).
+    // S = Q K^T
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       uint32_t qa[4];
@@ -271,17 +268,8 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
   const int j_first = first_key<kPacked>(s, b, q0) / kTileBwd * kTileBwd;  // <= q0 <= last
   stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
   stage<HD>(dos, LD, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd);
-  cp_async_commit();
   stage_kv(j_first, 0);
-  cp_async_commit();
-  cp_async_wait<1>();  // Q and dO (the first key tile may still be in flight)
-  __syncthreads();
-  uint32_t qa[HD / 16][4], da[HD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    load_a(qa[kk], qs, LD, w * 16, kk * 16);
-    load_a(da[kk], dos, LD, w * 16, kk * 16);
-  }
+  cp_async_commit();  // Q, dO and the first key tile: the loop's first wait lands them
   float lse2[2], D[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -305,8 +293,14 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
     const uint16_t* vs = ks + kTile;
     if (j0 > wrow + 15 || j0 + kTileBwd <= wfirst) continue;
     float sc[kTileBwd / 8][4] = {}, dp[kTileBwd / 8][4] = {};
-    mma_by_tile<T, false>(sc, qa, ks, LD);  // S = Q K^T
-    mma_by_tile<T, false>(dp, da, vs, LD);  // dP = dO V^T
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t qa[4], da[4];
+      load_a(qa, qs, LD, w * 16, kk * 16);
+      mma_step<T, false>(sc, qa, ks, LD, kk);  // S = Q K^T
+      load_a(da, dos, LD, w * 16, kk * 16);
+      mma_step<T, false>(dp, da, vs, LD, kk);  // dP = dO V^T
+    }
 #pragma unroll
     for (int n = 0; n < kTileBwd / 8; ++n)
 #pragma unroll
