@@ -46,7 +46,8 @@ Stages (limits in seconds):
                   and without the delayed parameter update: step time, peak memory (tracker,
                   driver, estimator)
   pytorch    150  the same GPT-2 and TinyLlama steps in PyTorch (benchmarks/torch_step.py)
-  llmc       60   llm.c's train_gpt2cu on GPT-2 124M's shapes
+  llmc       60   llm.c's train_gpt2cu on GPT-2 124M's shapes, with its own attention and (where
+                  --pack could build it) with cuDNN's; ours over the faster of them
   sanitizer  90   compute-sanitizer memcheck and racecheck on some kernel tests
   kernel_times 120  Nsight Compute on GPT-2: the attention kernels in detail, every kernel timed
 """
@@ -257,7 +258,7 @@ def preflight(plan, res, limit):
     # Libraries: the bundle's, then CUDA's from the toolkit or the Python packages (NCCL,
     # cuBLASLt, the runtime), for our binaries only: python3, nvcc and nvidia-smi keep theirs.
     bins = sorted(glob.glob(os.path.join(BUNDLE, "bin", "*")) +
-                  glob.glob(os.path.join(BUNDLE, "llmc", "train_gpt2cu")))
+                  glob.glob(os.path.join(BUNDLE, "llmc", "train_gpt2cu*")))
     missing = missing_libs(plan, bins, plan.lib_path)
     found = {}
     for lib in sorted(missing):
@@ -533,6 +534,8 @@ def pytorch(plan, res, limit):
 
 
 def llmc(plan, res, limit):
+    """llm.c's train_gpt2cu on our GPT-2 shapes: with its own attention kernels, then (where
+    --pack built it) with cuDNN's, the baseline issue 51 compares with; beside our best run."""
     exe = os.path.join(BUNDLE, "llmc", "train_gpt2cu")
     if plan.mode == "rehearse":
         return "skipped", "llm.c's train_gpt2cu needs a GPU"
@@ -540,20 +543,34 @@ def llmc(plan, res, limit):
         return "skipped", "not packed (--pack --llmc DIR)"
     _, _, _, T, B, steps, _ = SHAPES["run"]["gpt2"]
     data = os.path.join(BUNDLE, "data")
-    rc = plan.sh("llmc.log", [exe, "-e", "d12", "-b", str(B), "-t", str(T), "-x", str(steps),
-                              "-v", "100000", "-m", "1", "-s", "0", "-z", "0", "-i", f"{data}/train_*.bin",
-                              "-j", f"{data}/val_*.bin"], limit, env=plan.env(),
-                 cwd=plan.work)
-    text = open(os.path.join(plan.logs, "llmc.log"), errors="replace").read()
-    # llm.c prints "step    4/8 | loss ... | ... ms | ..."; its tok/s is a moving average that
-    # includes earlier steps, so ours is B*T over the mean step time past the warm-up, as ours.
-    ms = [float(m) for m in re.findall(r"^step\s.*?\|\s*([\d.]+) ms", text, re.M)][3:]
-    if ms:
-        mean = sum(ms) / len(ms)
-        res["figures"].update(step_ms=mean, tokens_per_s=B * T / (mean / 1e3))
-    if rc is None:
-        return "timeout", f"over {limit:.0f} s"
-    return ("pass", "") if rc == 0 and ms else ("fail", f"exit {rc}, {len(ms)} timed steps")
+    runs = [("llmc", exe)]
+    if os.path.exists(exe + "_cudnn"):
+        runs.append(("llmc_cudnn", exe + "_cudnn"))
+    t_end, failed = time.monotonic() + limit, []
+    for i, (name, binary) in enumerate(runs):
+        rc = plan.sh(f"{name}.log", [binary, "-e", "d12", "-b", str(B), "-t", str(T), "-x",
+                                     str(steps), "-v", "100000", "-m", "1", "-s", "0", "-z", "0",
+                                     "-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin"],
+                     (t_end - time.monotonic()) / (len(runs) - i), env=plan.env(), cwd=plan.work)
+        text = open(os.path.join(plan.logs, f"{name}.log"), errors="replace").read()
+        # llm.c prints "step    4/8 | loss ... | ... ms | ..."; its tok/s is a moving average
+        # that includes earlier steps, so ours is B*T over the mean step time past the warm-up.
+        ms = [float(m) for m in re.findall(r"^step\s.*?\|\s*([\d.]+) ms", text, re.M)][3:]
+        if ms:
+            mean = sum(ms) / len(ms)
+            res["figures"][name] = {"step_ms": mean, "tokens_per_s": B * T / (mean / 1e3)}
+        if rc != 0 or not ms:
+            failed.append(f"{name}: " + ("timeout" if rc is None else f"exit {rc}, "
+                                         f"{len(ms)} timed steps"))
+    ours = [s["figures"].get(k, {}).get("tokens_per_s") for s in plan.stages
+            for k in ("gpt2", "gpt2_cudnn") if s["name"] in ("gpt2", "attention")]
+    ours = max((t for t in ours if t), default=None)
+    best = res["figures"].get("llmc_cudnn", res["figures"].get("llmc", {})).get("tokens_per_s")
+    if ours and best:
+        res["figures"]["ours_vs_llmc_best"] = ours / best
+    if len(runs) == 1:
+        failed.append("no llm.c built with cuDNN in the bundle (--pack found no cuDNN headers)")
+    return ("fail", "; ".join(failed)) if failed else ("pass", "")
 
 
 def sanitizer(plan, res, limit):

@@ -6,6 +6,7 @@ tokens, and bytes for the tiny presets), the CPU's losses for the training stage
 --llmc llm.c's train_gpt2cu compiled for sm_90. Fails when the bundle and the tracked tree pass
 BUNDLE_LIMIT_MIB (the device tool carries at most 64 MiB).
 """
+import glob
 import json
 import os
 import re
@@ -99,8 +100,20 @@ def tree_commit():
             "dirty": status[0] != 0 or bool(status[1].strip())}
 
 
+def cudnn_frontend_include(build):
+    """The cuDNN frontend headers the build used (model/CMakeLists.txt), or None."""
+    cache = capture(["cmake", "-L", "-N", build])[1]
+    m = re.search(r"^ZT_CUDNN_FRONTEND_DIR:PATH=(.+)$", cache, re.M)
+    dirs = ([m.group(1)] if m else []) + sorted(
+        glob.glob(os.path.join(build, "_deps", "cudnn_frontend-*", "include")))
+    return next((d for d in dirs if os.path.isfile(os.path.join(d, "cudnn_frontend.h"))), None)
+
+
 def build_llmc(src):
-    """Compiles llm.c's train_gpt2.cu for sm_90 here, so the device's minutes go to running it."""
+    """Compiles llm.c's train_gpt2.cu for sm_90 here, so the device's minutes go to running it:
+    train_gpt2cu with llm.c's own attention kernels, and train_gpt2cu_cudnn with cuDNN's (llm.c's
+    `make USE_CUDNN=1`, its fastest GPT-2 and the one issue 51 compares with), where the build's
+    cuDNN frontend headers and cudnn.h are here."""
     out = os.path.join(BUNDLE, "llmc")
     os.makedirs(out)
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,10 +131,23 @@ def build_llmc(src):
              "cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)",
              "cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})")
         edit(os.path.join(tmp, "llmc", "mfu.h"), "__has_include(<nvml.h>)", "0")
-        subprocess.run(["nvcc", "-O3", "-t=0", "--use_fast_math", "-std=c++17", "-DENABLE_BF16",
-                        "--generate-code", "arch=compute_90,code=sm_90", "train_gpt2.cu",
-                        "-lcublas", "-lcublasLt", "-o", os.path.join(out, "train_gpt2cu")],
-                       cwd=tmp, check=True)
+        nvcc = ["nvcc", "-O3", "-t=0", "--use_fast_math", "-std=c++17", "-DENABLE_BF16",
+                "--generate-code", "arch=compute_90,code=sm_90"]
+        subprocess.run(nvcc + ["train_gpt2.cu", "-lcublas", "-lcublasLt", "-o",
+                               os.path.join(out, "train_gpt2cu")], cwd=tmp, check=True)
+        frontend = cudnn_frontend_include(os.path.join(ROOT, "build"))
+        if not frontend or capture(["sh", "-c", "echo '#include <cudnn.h>' | nvcc -x cu -E -"])[0]:
+            print("llm.c with cuDNN not built: no cuDNN frontend headers in build/_deps or no "
+                  "cudnn.h for nvcc (the llmc stage runs llm.c's own kernels only)")
+            return
+        # The frontend (1.32) compiles cuDNN's kernels through NVRTC: llm.c's Makefile predates
+        # that and links only -lcudnn.
+        cudnn = nvcc + ["-DENABLE_CUDNN", "-I" + frontend]
+        subprocess.run(cudnn + ["-c", "llmc/cudnn_att.cpp", "-o", "cudnn_att.o"], cwd=tmp,
+                       check=True)
+        subprocess.run(cudnn + ["train_gpt2.cu", "cudnn_att.o", "-lcublas", "-lcublasLt",
+                                "-lcudnn", "-lnvrtc", "-o",
+                                os.path.join(out, "train_gpt2cu_cudnn")], cwd=tmp, check=True)
 
 
 def edit(path, old, new):
