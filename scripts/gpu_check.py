@@ -42,9 +42,10 @@ Stages (limits in seconds):
   attention  45   the same run with cuDNN's attention (--attention cudnn): tokens/s, each
                   attention op's profiled time beside the flash kernels', the losses beside
                   theirs (bf16 tolerance)
-  tinyllama  150  TinyLlama-1.1B, T 2048: stage 0; stage 2 with the optimizer on the CPU, with
-                  and without the delayed parameter update: step time, peak memory (tracker,
-                  driver, estimator)
+  tinyllama  180  TinyLlama-1.1B, T 2048, --attention auto (cuDNN's where it loads, as a user
+                  gets it): stage 0; stage 2 with the optimizer on the CPU, with and without the
+                  delayed parameter update; then stage 0 with our flash kernels: step time,
+                  MFU, peak memory (tracker, driver, estimator)
   pytorch    150  the same GPT-2 and TinyLlama steps in PyTorch (benchmarks/torch_step.py)
   llmc       60   llm.c's train_gpt2cu on GPT-2 124M's shapes, with its own attention and (where
                   --pack could build it) with cuDNN's; ours over the faster of them
@@ -454,16 +455,18 @@ def bench(plan, name, shape, stage, offload, dpu, attention, limit):
 
 
 def bench_stage(runs, shape_key=None, attention="flash"):
+    """A stage of timed runs (name, ZeRO stage, optimizer offloaded, delayed update[, attention
+    of this run, else `attention`]), the limit shared among those left."""
     def stage(plan, res, limit):
         shape = SHAPES[plan.mode][shape_key or res["name"]]
         t_end = time.monotonic() + limit
         bad = []
-        for i, (name, zstage, offload, dpu) in enumerate(runs):
+        for i, (name, zstage, offload, dpu, *impl) in enumerate(runs):
             left = t_end - time.monotonic()
             if left < 5:
                 bad.append(f"{name}: no time left")
                 continue
-            fig = bench(plan, name, shape, zstage, offload, dpu, attention,
+            fig = bench(plan, name, shape, zstage, offload, dpu, (impl or [attention])[0],
                         left / (len(runs) - i))
             res["figures"][name] = fig
             plan.write()
@@ -682,9 +685,11 @@ STAGES = [
     ("training", 60, True, training),
     ("gpt2", 75, True, bench_stage([("gpt2", 0, False, False)])),
     ("attention", 45, True, attention),
-    ("tinyllama", 150, True, bench_stage([("tinyllama", 0, False, False),
+    ("tinyllama", 180, True, bench_stage([("tinyllama", 0, False, False),
                                           ("tinyllama_offload", 2, True, False),
-                                          ("tinyllama_offload_dpu", 2, True, True)])),
+                                          ("tinyllama_offload_dpu", 2, True, True),
+                                          ("tinyllama_flash", 0, False, False, "flash")],
+                                         attention="auto")),
     ("pytorch", 150, True, pytorch),
     ("llmc", 60, True, llmc),
     ("sanitizer", 90, True, sanitizer),
