@@ -14,7 +14,7 @@
 // keep its eight row reads on distinct banks. The A fragments (Q and dO in the forward and dQ
 // kernels, K and V in the dK/dV kernel) are read again for each tile, not kept in registers
 // across the loop: an eighth (forward) and a third (dQ) more ldmatrix traffic for 16-32 fewer
-// registers (at HD 64 the forward's 129 become 103 and dQ's 132 become 105: four blocks an SM,
+// registers (at HD 64 the forward's 129 become 103 and dQ's 132 become 106: four blocks an SM,
 // not three).
 // - Forward: per key tile of 64, S = Q K^T, online softmax (running max m, sum l per row), then
 //   P (rounded to 16 bits, as FlashAttention) times V into the fp32 output accumulator. Saves
@@ -65,6 +65,15 @@ __device__ void stage(uint16_t* tile, int ld, const uint16_t* src, size_t stride
     const int r = e / HD, c = e % HD;
     tile[r * ld + c] = r0 + r < T && c < hd ? src[(size_t)(r0 + r) * stride + c] : 0;
   }
+}
+
+// Key rows [j0, j0 + n) of one kv head, K (from kh) then V (from vh), into buffer buf of kv
+// ([2 buffers][K, V][n] rows of LD); as stage.
+template <int HD, int LD>
+__device__ __forceinline__ void stage_kv(uint16_t* kv, int buf, int n, const uint16_t* kh,
+                                         const uint16_t* vh, const AttnShape& s, int j0) {
+  stage<HD>(kv + 2 * buf * n * LD, LD, kh, s.row, j0, n, s.T, s.hd);
+  stage<HD>(kv + (2 * buf + 1) * n * LD, LD, vh, s.row, j0, n, s.T, s.hd);
 }
 
 // The first key query t of sequence b attends (AttnShape::first_key); kPacked false compiles the
@@ -156,16 +165,11 @@ __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows, wrow = q0 + w * 16;
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
-  const uint16_t* kh = x + (size_t)(s.NH + kvh) * s.hd;
-  const uint16_t* vh = x + (size_t)(s.NH + s.KVH + kvh) * s.hd;
-  auto stage_kv = [&](int j0, int buf) {
-    stage<HD>(kv + 2 * buf * kTile, LD, kh, s.row, j0, kKeysFwd, s.T, s.hd);
-    stage<HD>(kv + (2 * buf + 1) * kTile, LD, vh, s.row, j0, kKeysFwd, s.T, s.hd);
-  };
+  const uint16_t *kh = x + (size_t)(s.NH + kvh) * s.hd, *vh = kh + (size_t)s.KVH * s.hd;
   const int last = min(s.T - 1, q0 + kRows - 1);
   const int j_first = first_key<kPacked>(s, b, q0) / kKeysFwd * kKeysFwd;  // <= q0 <= last
   stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
-  stage_kv(j_first, 0);
+  stage_kv<HD, LD>(kv, 0, kKeysFwd, kh, vh, s, j_first);
   cp_async_commit();  // Q and the first key tile: the loop's first wait lands them
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -176,7 +180,7 @@ __global__ void __launch_bounds__(kThreadsMma, HD == 96 && kPacked ? 2 : 0)
   const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
   for (int j0 = j_first, buf = 0; j0 <= last; j0 += kKeysFwd, buf ^= 1) {
     __syncthreads();  // the other buffer's tile is no longer read
-    if (j0 + kKeysFwd <= last) stage_kv(j0 + kKeysFwd, buf ^ 1);
+    if (j0 + kKeysFwd <= last) stage_kv<HD, LD>(kv, buf ^ 1, kKeysFwd, kh, vh, s, j0 + kKeysFwd);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's copies, the next one's still in flight
     __syncthreads();
@@ -258,17 +262,12 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
   const int rows[2] = {wrow + g, wrow + g + 8};
   const uint16_t* x = static_cast<const uint16_t*>(qkv.data) + (size_t)b * s.T * s.row;
   const uint16_t* dy = static_cast<const uint16_t*>(dout.data) + (size_t)b * s.T * s.NH * s.hd;
-  const uint16_t* kh = x + (size_t)(s.NH + kvh) * s.hd;
-  const uint16_t* vh = x + (size_t)(s.NH + s.KVH + kvh) * s.hd;
-  auto stage_kv = [&](int j0, int buf) {
-    stage<HD>(kv + 2 * buf * kTile, LD, kh, s.row, j0, kTileBwd, s.T, s.hd);
-    stage<HD>(kv + (2 * buf + 1) * kTile, LD, vh, s.row, j0, kTileBwd, s.T, s.hd);
-  };
+  const uint16_t *kh = x + (size_t)(s.NH + kvh) * s.hd, *vh = kh + (size_t)s.KVH * s.hd;
   const int last = min(s.T - 1, q0 + kRows - 1);
   const int j_first = first_key<kPacked>(s, b, q0) / kTileBwd * kTileBwd;  // <= q0 <= last
   stage<HD>(qs, LD, x + (size_t)h * s.hd, s.row, q0, kRows, s.T, s.hd);
   stage<HD>(dos, LD, dy + (size_t)h * s.hd, (size_t)s.NH * s.hd, q0, kRows, s.T, s.hd);
-  stage_kv(j_first, 0);
+  stage_kv<HD, LD>(kv, 0, kTileBwd, kh, vh, s, j_first);
   cp_async_commit();  // Q, dO and the first key tile: the loop's first wait lands them
   float lse2[2], D[2];
 #pragma unroll
@@ -285,7 +284,7 @@ __global__ void __launch_bounds__(kThreadsMma, kPacked&& HD == 32 ? 1 : 0)
   const int wfirst = wrow < s.T ? first_key<kPacked>(s, b, wrow) : 0;
   for (int j0 = j_first, buf = 0; j0 <= last; j0 += kTileBwd, buf ^= 1) {
     __syncthreads();  // the other buffer's tile is no longer read
-    if (j0 + kTileBwd <= last) stage_kv(j0 + kTileBwd, buf ^ 1);
+    if (j0 + kTileBwd <= last) stage_kv<HD, LD>(kv, buf ^ 1, kTileBwd, kh, vh, s, j0 + kTileBwd);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's copies, the next one's still in flight
     __syncthreads();
