@@ -143,11 +143,14 @@ def build_llmc(src):
         # The frontend (1.32) compiles cuDNN's kernels through NVRTC: llm.c's Makefile predates
         # that and links only -lcudnn.
         cudnn = nvcc + ["-DENABLE_CUDNN", "-I" + frontend]
-        subprocess.run(cudnn + ["-c", "llmc/cudnn_att.cpp", "-o", "cudnn_att.o"], cwd=tmp,
-                       check=True)
-        subprocess.run(cudnn + ["train_gpt2.cu", "cudnn_att.o", "-lcublas", "-lcublasLt",
-                                "-lcudnn", "-lnvrtc", "-o",
-                                os.path.join(out, "train_gpt2cu_cudnn")], cwd=tmp, check=True)
+        try:
+            subprocess.run(cudnn + ["-c", "llmc/cudnn_att.cpp", "-o", "cudnn_att.o"], cwd=tmp,
+                           check=True)
+            subprocess.run(cudnn + ["train_gpt2.cu", "cudnn_att.o", "-lcublas", "-lcublasLt",
+                                    "-lcudnn", "-lnvrtc", "-o",
+                                    os.path.join(out, "train_gpt2cu_cudnn")], cwd=tmp, check=True)
+        except subprocess.CalledProcessError as e:  # the llmc stage then fails, saying why
+            print(f"llm.c with cuDNN not built: {e} (the llmc stage runs llm.c's own kernels only)")
 
 
 def edit(path, old, new):

@@ -81,7 +81,8 @@ def main():
     rng = random.Random(seed)
     # A loss comparison fails on a NaN wherever it comes (a diverged GPU run).
     nan = float("nan")
-    for pairs in ([(1.0, nan), (2.0, 2.0)], [(2.0, 2.0), (1.0, nan)], [(nan, 1.0)]):
+    for pairs in ([(1.0, nan), (2.0, 2.0)], [(2.0, 2.0), (1.0, nan)], [(nan, 1.0)],
+                  [(2.0, 2.0), (1.0, None)]):  # None: a NaN loss as metrics.jsonl writes it
         check(not gpu_check.worst_rel(pairs) <= 1.0, f"worst_rel passes NaN in {pairs}")
     check(abs(gpu_check.worst_rel([(2.0, 2.5), (4.0, 4.4)]) - 0.25) < 1e-12, "worst_rel's value")
     subprocess.run(["bash", SCRIPT, "--pack"], check=True)

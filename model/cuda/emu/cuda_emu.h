@@ -53,7 +53,6 @@
 #include <cstring>
 #include <functional>
 #include <type_traits>
-#include <vector>
 
 namespace zt::emu {
 
