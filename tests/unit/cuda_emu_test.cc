@@ -418,6 +418,32 @@ TEST(CudaEmuStrictDeathTest, ACopyIntoATileAnotherThreadReadsIsReported) {
   device_free(out);
 }
 
+// ldmatrix and cp.async take shared memory, 16-byte aligned rows and pieces, and (ldmatrix)
+// every lane of the warp: a global pointer given as shared, a misaligned row, or a lane that
+// skips the instruction is undefined on a GPU and stops the emulation.
+__global__ void bad_fragment_load(const uint16_t* global, int how) {
+  uint16_t* tile = static_cast<uint16_t*>(dynamic_shared());
+  uint32_t r[4];
+  if (how == 0) ldmatrix_x4<false>(r, global);                          // device memory
+  if (how == 1) ldmatrix_x4<false>(r, tile + 4);                        // 8-byte aligned
+  if (how == 2 && threadIdx.x < 16) ldmatrix_x4<false>(r, tile);        // half the warp
+  if (how == 3) cp_async16(const_cast<uint16_t*>(global), tile, true);  // into device memory
+}
+
+TEST(CudaEmuStrictDeathTest, FragmentLoadsAndCopiesOutsideTheirRulesAreReported) {
+  ZT_NEEDS_STRICT();
+  auto* g = static_cast<uint16_t*>(device_alloc(256 * sizeof(uint16_t)));
+  auto run = [&](int how) {
+    launch(
+        Dim3(1), Dim3(32), [&] { bad_fragment_load(g, how); }, 512);
+  };
+  EXPECT_DEATH(run(0), "ldmatrix given a row address in device memory");
+  EXPECT_DEATH(run(1), "ldmatrix given a row address that is not 16-byte aligned");
+  EXPECT_DEATH(run(2), "ldmatrix reached by only some lanes of the warp");
+  EXPECT_DEATH(run(3), "cp.async into device memory");
+  device_free(g);
+}
+
 // Several devices: memory belongs to the device current where it was allocated, and a thread
 // whose current device is another may not touch it (a copy or memset's check_range).
 TEST(CudaEmuStrictDeathTest, AnotherDevicesMemoryIsRefused) {
