@@ -119,7 +119,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
           2 * BF16 * N * C + 2 * F32 * N)
         gemm("matmul_forward", "qkv GEMM (+bias epilogue)", N, qkv, C)
         if not g2:
-            k("rope", "RoPE on q and k", "memory", 6 * N * (NH + KVH) * hd,
+            k("rope_forward", "RoPE on q and k", "memory", 6 * N * (NH + KVH) * hd,
               2 * BF16 * N * (NH + KVH) * hd)
         k("attention_forward", "flash forward (mma.sync)", "attn_fwd", 4 * B * NH * pairs * hd,
           BF16 * N * (qkv + C) + F32 * B * NH * T)
@@ -182,7 +182,7 @@ def kernels(m, ordered_dq=False, beta0=False, residual_in_gemm=False):
             k("attention_backward", "flash backward dK/dV (mma.sync)", "attn_bwd",
               8 * B * NH * pairs * hd, BF16 * N * (qkv + 2 * C))
         if not g2:
-            k("rope", "RoPE backward", "memory", 6 * N * (NH + KVH) * hd,
+            k("rope_backward", "RoPE backward", "memory", 6 * N * (NH + KVH) * hd,
               2 * BF16 * N * (NH + KVH) * hd)
         gemm("matmul_backward", "qkv dX GEMM", N, C, qkv)
         gemm_dw("matmul_backward", "qkv dW GEMM", qkv, C, N)

@@ -45,7 +45,8 @@ Stages (limits in seconds):
   tinyllama  180  TinyLlama-1.1B, T 2048, --attention auto (cuDNN's where it loads, as a user
                   gets it): stage 0; stage 2 with the optimizer on the CPU, with and without the
                   delayed parameter update; then stage 0 with our flash kernels: step time,
-                  MFU, peak memory (tracker, driver, estimator)
+                  MFU, peak memory (tracker, driver, estimator); stage 0's last step profiled
+                  per op beside the roofline budget (logs/roofline_tinyllama.md)
   pytorch    150  the same GPT-2 and TinyLlama steps in PyTorch (benchmarks/torch_step.py)
   llmc       90   llm.c's train_gpt2cu on GPT-2 124M's shapes, with cuDNN's attention (where
                   --pack could build it) and with its own; ours over the faster of them
@@ -400,14 +401,16 @@ def bench_config(stage, micro_batch, offload, dpu):
 
 def bench(plan, name, shape, stage, offload, dpu, attention, limit):
     """One timed run of ours on the GPU with `attention` (--attention), the driver's memory
-    sampled: its figures. GPT-2's last step runs under the flops profiler (every op timed alone,
-    left out of the averages): the attention ops' times are among the figures, and for the flash
-    run benchmarks/gpu_roofline.py puts every op's beside the roofline budget
-    (logs/roofline_gpt2.md)."""
+    sampled: its figures. The last step of GPT-2's runs and of TinyLlama's stage-0 run runs under
+    the flops profiler (every op timed alone, left out of the averages): the attention ops'
+    times are among the figures, and for the `gpt2` and `tinyllama` runs
+    benchmarks/gpu_roofline.py puts every op's beside the roofline budget
+    (logs/roofline_gpt2.md, logs/roofline_tinyllama.md)."""
     _, L, C, T, B, steps_run, _ = shape
     run_dir = os.path.join(plan.work, name)
     config = bench_config(stage, B, offload, dpu)
-    profiled = name.startswith("gpt2")
+    profiled = name.startswith("gpt2") or name == "tinyllama"
+    model = "tinyllama" if name.startswith("tinyllama") else "gpt2"
     profile = os.path.join(run_dir, "flops_profile.txt")
     if profiled:
         config["flops_profiler"] = {"enabled": True, "profile_step": steps_run,
@@ -435,11 +438,11 @@ def bench(plan, name, shape, stage, offload, dpu, attention, limit):
         from gpu_roofline import read_measured
         attention_ms = {op: ms for op, ms in read_measured(profile).items()
                         if op.startswith("attention")}
-    if profiled and os.path.exists(profile) and name == "gpt2":
-        rc = plan.sh("roofline_gpt2.md", ["python3", os.path.join(ROOT, "benchmarks",
-                     "gpu_roofline.py"), "--gpu", plan.gpu_kind, "--model", "gpt2", "--batch",
+    if profiled and os.path.exists(profile) and name == model:
+        rc = plan.sh(f"roofline_{model}.md", ["python3", os.path.join(ROOT, "benchmarks",
+                     "gpu_roofline.py"), "--gpu", plan.gpu_kind, "--model", model, "--batch",
                      str(B), "--measured", profile], min(30, max(1.0, plan.left())))
-        roofline = "logs/roofline_gpt2.md" if rc == 0 else f"gpu_roofline.py: exit {rc}"
+        roofline = f"logs/roofline_{model}.md" if rc == 0 else f"gpu_roofline.py: exit {rc}"
     if not steps:
         return {"status": "no steps past the warm-up"}
     tps = sum(s["tokens_per_s"] for s in steps) / len(steps)

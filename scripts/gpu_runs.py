@@ -16,7 +16,7 @@ SHAPES = {
             "tinyllama": ("tinyllama-1.1b", 22, 2048, 2048, 1, 8, "data")},
     "rehearse": {"training": ("tiny-llama", 2, 64, 32, 4, 3, "bytes"),
                  "gpt2": ("tiny-gpt2", 2, 64, 64, 2, 5, "bytes"),
-                 "tinyllama": ("tiny-llama", 2, 64, 64, 2, 4, "bytes")},
+                 "tinyllama": ("tiny-llama", 2, 64, 64, 2, 5, "bytes")},
 }
 TRAIN_CONFIG = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
