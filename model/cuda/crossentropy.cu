@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       const int v = i * kN + k;
-      if (v < V) p.v[k] = from_f32<T>((expf(to_f32(p.v[k]) - logsum) - (v == y ? 1.f : 0.f)) * scale);
+      if (v < V)
+        p.v[k] = from_f32<T>((expf(to_f32(p.v[k]) - logsum) - (v == y ? 1.f : 0.f)) * scale);
     }
     row[i] = p;  // the padding lanes written back unchanged
   }

@@ -11,8 +11,8 @@
 
 namespace zt {
 
-constexpr int kNormTileRows = 32;   // rows a block: N = 8192 makes 256 blocks
-constexpr int kNormTileWarps = 4;   // each takes rows warp, warp + 4, ... of the tile
+constexpr int kNormTileRows = 32;  // rows a block: N = 8192 makes 256 blocks
+constexpr int kNormTileWarps = 4;  // each takes rows warp, warp + 4, ... of the tile
 
 // Rows [tile kNormTileRows, +kNormTileRows) of N; kLayer: LayerNorm (mean, and a bias: K = 2),
 // else RMSNorm (K = 1). dinp (N, C) += dx. With partials, each warp sums its rows' K summands
@@ -72,13 +72,13 @@ struct TilePartials {
 // dinp += dx; dw += the weight gradient, db (LayerNorm; null for RMSNorm) += the bias's, on
 // `stream`: the tile kernel, then the tiles' partials summed over the tiles by column_sums' two
 // passes (a block per 32 columns and 256 tiles, then the few sums of those: parallel where one
-// thread a column adding every tile in turn would take N / 32 dependent loads). Where 4 warps' rows of K C floats pass a
-// block's shared memory (C over 14,528 for RMSNorm, 7,264 for LayerNorm), dx alone, and false:
-// the caller sums the gradients in two passes (CudaBackend::norm_param_grads).
+// thread a column adding every tile in turn would take N / 32 dependent loads). Where 4 warps' rows
+// of K C floats pass a block's shared memory (C over 14,528 for RMSNorm, 7,264 for LayerNorm), dx
+// alone, and false: the caller sums the gradients in two passes (CudaBackend::norm_param_grads).
 template <bool kLayer>
-bool norm_backward_tiles(CudaBackend* be, cudaStream_t stream, TensorRef dinp, float* dw,
-                         float* db, TensorView dout, TensorView inp, TensorView w,
-                         const float* mean, const float* rstd, int N, int C) {
+bool norm_backward_tiles(CudaBackend* be, cudaStream_t stream, TensorRef dinp, float* dw, float* db,
+                         TensorView dout, TensorView inp, TensorView w, const float* mean,
+                         const float* rstd, int N, int C) {
   constexpr int K = kLayer ? 2 : 1;
   const size_t smem = (size_t)kNormTileWarps * K * C * sizeof(float);
   const int tiles = (N + kNormTileRows - 1) / kNormTileRows;

@@ -47,9 +47,10 @@ void CudaBackend::residual_rmsnorm_forward(TensorRef x, TensorView residual, Ten
 
 void CudaBackend::rmsnorm_backward(TensorRef dinp, TensorRef dw_g, TensorView dout, TensorView inp,
                                    TensorView w, const float* rstd, int N, int C) {
-  if (!norm_backward_tiles<false>(this, stream_, dinp, grad_f32(dw_g), nullptr, dout, inp, w,
-                                  nullptr, rstd, N, C))
-    norm_param_grads(grad_f32(dw_g), nullptr, dout, inp, nullptr, rstd, N, C);
+  float* dw = grad_f32(dw_g);
+  if (!norm_backward_tiles<false>(this, stream_, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N,
+                                  C))
+    norm_param_grads(dw, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 
 }  // namespace zt
